@@ -1,0 +1,1 @@
+"""ranknas: cost_models."""

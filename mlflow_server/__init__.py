@@ -1,0 +1,1 @@
+"""ranknas: mlflow_server."""

@@ -1,0 +1,130 @@
+"""The dataset schema: what the model reads (label, dense columns, categorical features).
+
+Every dataset in `trainers` describes itself with a `DatasetSchema`; architectures bind
+their embedding configuration to it (one embedding table per categorical feature).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from search_space.errors import RanknasError
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    name: str
+    cardinality: int
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """Label column, dense columns and categorical features (with their cardinalities)."""
+
+    dense: tuple[str, ...]
+    categorical: tuple[CategoricalFeature, ...]
+    label: str = "label"
+    name: str = "dataset"
+
+    @property
+    def num_dense(self) -> int:
+        return len(self.dense)
+
+    @property
+    def num_sparse(self) -> int:
+        return len(self.categorical)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.categorical]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "dense": list(self.dense),
+            "categorical": [
+                {"name": f.name, "cardinality": f.cardinality} for f in self.categorical
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "schema") -> DatasetSchema:
+        """Parse a schema mapping; errors name `source` and the field."""
+        if not isinstance(data, dict):
+            raise RanknasError(f"{source}: expected a mapping with 'label', 'dense', 'categorical'")
+        unknown = set(data) - {"name", "label", "dense", "categorical"}
+        if unknown:
+            raise RanknasError(
+                f"{source}: unknown field(s) {sorted(unknown)}; "
+                "allowed: name, label, dense, categorical"
+            )
+        label = data.get("label", "label")
+        if not isinstance(label, str) or not label:
+            raise RanknasError(f"{source}: 'label' must be a column name")
+        dense = data.get("dense", [])
+        if not isinstance(dense, list) or not all(isinstance(c, str) for c in dense):
+            raise RanknasError(f"{source}: 'dense' must be a list of column names")
+        categorical = [
+            _parse_categorical(entry, f"{source}: categorical[{i}]")
+            for i, entry in enumerate(data.get("categorical", []) or [])
+        ]
+        names = [label, *dense, *(f.name for f in categorical)]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise RanknasError(f"{source}: column(s) {duplicates} appear more than once")
+        if not dense and not categorical:
+            raise RanknasError(f"{source}: needs at least one dense or categorical column")
+        return cls(
+            dense=tuple(dense),
+            categorical=tuple(categorical),
+            label=label,
+            name=str(data.get("name", "dataset")),
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> DatasetSchema:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise RanknasError(f"{path}: cannot read the schema file ({exc.strerror})") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise RanknasError(f"{path}: not valid YAML ({exc})") from None
+        return cls.from_dict(data, source=str(path))
+
+
+def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
+    # `{name: c1, cardinality: 1000}` or the short form `{c1: 1000}`.
+    if isinstance(entry, dict) and set(entry) == {"name", "cardinality"}:
+        name, cardinality = entry["name"], entry["cardinality"]
+    elif isinstance(entry, dict) and len(entry) == 1:
+        ((name, cardinality),) = entry.items()
+    else:
+        raise RanknasError(f"{where}: expected {{name: COLUMN, cardinality: N}}")
+    if not isinstance(name, str) or not name:
+        raise RanknasError(f"{where}: 'name' must be a column name")
+    if isinstance(cardinality, bool) or not isinstance(cardinality, int) or cardinality < 1:
+        raise RanknasError(f"{where} ({name}): 'cardinality' must be an integer >= 1")
+    return CategoricalFeature(name, cardinality)
+
+
+def synthetic_schema(num_dense: int = 8, num_sparse: int = 16, seed: int = 0) -> DatasetSchema:
+    """The schema of the built-in synthetic data set: power-law table sizes, 10 to 20,000 rows."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    cardinalities = np.round(10 ** rng.uniform(1.0, np.log10(20_000), size=num_sparse)).astype(int)
+    return DatasetSchema(
+        dense=tuple(f"d{i}" for i in range(num_dense)),
+        categorical=tuple(
+            CategoricalFeature(f"c{i}", int(c)) for i, c in enumerate(cardinalities)
+        ),
+        name="synthetic",
+    )
