@@ -1,0 +1,141 @@
+"""Architecture + dataset schema -> `nn.Module` returning one logit per example.
+
+The sparse side is a torchrec `EmbeddingBagCollection` (one table per categorical feature)
+fed by a `KeyedJaggedTensor`; the dense side is the `[B, num_dense]` float tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from search_space.architecture import Analysis, Architecture, analyze
+from search_space.blocks import OPS
+from search_space.schema import DatasetSchema
+
+
+class RankingModel(nn.Module):
+    """The network an `Architecture` describes. `forward(dense, sparse) -> logits [B]`."""
+
+    def __init__(self, analysis: Analysis, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        arch = analysis.arch
+        emb = arch.embedding
+        self.architecture = arch
+        self.order = analysis.order
+        self.inputs = {name: arch.block(name).inputs for name in self.order}
+        self.output_name = arch.output_block
+        self.embedding_dim = emb.dim
+        self.feature_dims = [emb.feature_dim(f) for f in emb.features]
+        self.embedding_bags = EmbeddingBagCollection(
+            tables=[
+                EmbeddingBagConfig(
+                    name=f"t_{f.name}",
+                    embedding_dim=emb.feature_dim(f),
+                    num_embeddings=f.num_embeddings,
+                    feature_names=[f.name],
+                    pooling=PoolingType.SUM,
+                )
+                for f in emb.features
+            ],
+            device=torch.device(device) if device is not None else None,
+        )
+        self.feature_projections = nn.ModuleDict(
+            {
+                f.name: nn.Linear(emb.feature_dim(f), emb.dim, bias=False)
+                for f in emb.features
+                if emb.feature_dim(f) != emb.dim
+            }
+        )
+        self.merge_projections = nn.ModuleDict(
+            {f"{p.block}__{p.source}": nn.Linear(p.width, emb.dim) for p in analysis.projections}
+        )
+        self.blocks = nn.ModuleDict(
+            {
+                name: OPS[arch.block(name).op](analysis.input_shapes[name], **analysis.params[name])
+                for name in self.order
+            }
+        )
+        self.block_kinds = {name: OPS[arch.block(name).op] for name in self.order}
+        self.head = nn.Linear(analysis.shapes[self.output_name].numel, 1)
+        if device is not None:
+            self.to(device)
+
+    def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        """Pooled embeddings as `[B, F, dim]`, features in the architecture's order."""
+        pooled = self.embedding_bags(sparse)
+        if not self.feature_projections:
+            return pooled.values().view(pooled.values().shape[0], -1, self.embedding_dim)
+        by_feature = pooled.to_dict()
+        columns = [
+            self.feature_projections[name](by_feature[name])
+            if name in self.feature_projections
+            else by_feature[name]
+            for name in pooled.keys()
+        ]
+        return torch.stack(columns, dim=1)
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        outputs: dict[str, torch.Tensor] = {"dense": dense}
+        if self.feature_dims:
+            outputs["sparse"] = self.embed(sparse)
+        for name in self.order:
+            block = self.blocks[name]
+            outputs[name] = block(self._merge(name, outputs))
+        return self.head(outputs[self.output_name].flatten(1)).squeeze(1)
+
+    def _merge(self, name: str, outputs: dict[str, torch.Tensor]) -> torch.Tensor | list:
+        kind = self.block_kinds[name]
+        tensors = [(source, outputs[source]) for source in self.inputs[name]]
+        if kind.input_kind == "dense":
+            flat = [t.flatten(1) for _, t in tensors]
+            return flat if kind.takes_list else _cat(flat, dim=1)
+        embeddings = []
+        for source, t in tensors:
+            if t.dim() == 2:
+                key = f"{name}__{source}"
+                t = self.merge_projections[key](t) if key in self.merge_projections else t
+                t = t.unsqueeze(1)
+            embeddings.append(t)
+        return _cat(embeddings, dim=1)
+
+
+def _cat(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=dim)
+
+
+def build_model(
+    arch: Architecture,
+    schema: DatasetSchema | None = None,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+) -> RankingModel:
+    """Validate `arch` (bound to `schema` if given) and build it; `seed` fixes the init."""
+    if schema is not None:
+        arch = arch.bind(schema)
+    analysis = analyze(arch)
+    if seed is None:
+        return RankingModel(analysis, device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return RankingModel(analysis, device)
+
+
+def example_batch(
+    arch: Architecture, batch_size: int, seed: int = 0
+) -> tuple[torch.Tensor, KeyedJaggedTensor]:
+    """Random inputs that fit a bound architecture: one id per feature per example."""
+    generator = torch.Generator().manual_seed(seed)
+    dense = torch.randn(batch_size, arch.num_dense or 0, generator=generator)
+    features = arch.embedding.features
+    ids = [torch.randint(0, f.num_embeddings, (batch_size,), generator=generator) for f in features]
+    sparse = KeyedJaggedTensor(
+        keys=[f.name for f in features],
+        values=torch.cat(ids) if ids else torch.empty(0, dtype=torch.long),
+        lengths=torch.ones(batch_size * len(features), dtype=torch.int32),
+    )
+    return dense, sparse
+

@@ -1,0 +1,113 @@
+"""Engineer presets: the hand-built baselines that a search has to beat, in the same spec.
+
+Each preset is a function of the dataset schema's sizes only through `bind`: the specs
+below leave `num_dense` and the features to the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig
+from search_space.errors import SpecError
+from search_space.schema import DatasetSchema
+
+
+def _arch(name: str, dim: int, blocks: list[tuple[str, str, list[str], dict[str, Any]]]) -> Architecture:
+    return Architecture(
+        blocks=tuple(BlockSpec(n, op, tuple(inputs), params) for n, op, inputs, params in blocks),
+        embedding=EmbeddingConfig(dim),
+        name=name,
+    )
+
+
+def logistic_regression() -> Architecture:
+    """y = w·[dense, e_1..e_F] + b with 1-dim embeddings: first-order terms only."""
+    return _arch("logistic_regression", 1, [("features", "concat", ["dense", "sparse"], {})])
+
+
+def dlrm() -> Architecture:
+    """DLRM: bottom MLP to the embedding dim, pairwise dot products, top MLP."""
+    return _arch(
+        "dlrm",
+        16,
+        [
+            ("bottom", "mlp", ["dense"], {"widths": [64, 16]}),
+            ("interaction", "dot", ["sparse", "bottom"], {}),
+            ("top", "mlp", ["bottom", "interaction"], {"widths": [128, 64]}),
+        ],
+    )
+
+
+def dcnv2() -> Architecture:
+    """DCNv2 (stacked): a low-rank cross network over dense + embeddings, then an MLP."""
+    return _arch(
+        "dcnv2",
+        16,
+        [
+            ("cross", "cross", ["dense", "sparse"], {"num_layers": 3, "low_rank": 64}),
+            ("deep", "mlp", ["cross"], {"widths": [128, 64]}),
+        ],
+    )
+
+
+def deepfm() -> Architecture:
+    """DeepFM: FM second-order term + deep MLP + linear terms, summed by the head."""
+    return _arch(
+        "deepfm",
+        16,
+        [
+            ("fm", "fm", ["sparse"], {}),
+            ("deep", "mlp", ["dense", "sparse"], {"widths": [128, 64]}),
+            ("combine", "concat", ["fm", "deep", "dense"], {}),
+        ],
+    )
+
+
+def dhen() -> Architecture:
+    """A two-layer DHEN stack (dot + attention modules) over the embeddings."""
+    layer = {"modules": ["dot", "attention"], "aggregation": "weighted_sum", "hidden": 64}
+    return _arch(
+        "dhen",
+        16,
+        [
+            ("bottom", "mlp", ["dense"], {"widths": [64, 16]}),
+            ("dhen1", "dhen", ["sparse", "bottom"], layer),
+            ("dhen2", "dhen", ["dhen1"], layer),
+            ("top", "mlp", ["dhen2"], {"widths": [64]}),
+        ],
+    )
+
+
+def wukong() -> Architecture:
+    """A two-layer Wukong stack (n_F = n_L = 8, k = 24, as in the paper's Criteo grid)."""
+    layer = {"num_fm": 8, "num_lc": 8, "rank": 24, "fmb_widths": [128]}
+    return _arch(
+        "wukong",
+        16,
+        [
+            ("bottom", "mlp", ["dense"], {"widths": [64, 16]}),
+            ("wukong1", "wukong", ["sparse", "bottom"], layer),
+            ("wukong2", "wukong", ["wukong1"], layer),
+            ("top", "mlp", ["wukong2"], {"widths": [64]}),
+        ],
+    )
+
+
+PRESETS: dict[str, Callable[[], Architecture]] = {
+    "logistic_regression": logistic_regression,
+    "dlrm": dlrm,
+    "dcnv2": dcnv2,
+    "deepfm": deepfm,
+    "dhen": dhen,
+    "wukong": wukong,
+}
+
+
+def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
+    """A preset by name, bound to `schema` when one is given."""
+    if name not in PRESETS:
+        raise SpecError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    arch = PRESETS[name]()
+    return arch.bind(schema) if schema is not None else arch

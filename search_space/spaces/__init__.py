@@ -1,0 +1,82 @@
+"""Search spaces, configurable from YAML.
+
+    search_space:
+      type: dag            # dag | wukong | dhen
+      num_blocks: 5
+      ops: [mlp, cross, dot, fm, efc, attention]
+      widths: [32, 64, 128]
+      embedding_dims: [8, 16]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import Field, TypeAdapter, ValidationError
+
+from search_space.errors import SpecError
+from search_space.schema import DatasetSchema
+from search_space.spaces.base import Categorical, Integer, Parameter, SearchSpace, SpaceConfig
+from search_space.spaces.dag import DagConfig, DagSpace
+from search_space.spaces.dhen import DhenConfig, DhenSpace
+from search_space.spaces.wukong import WukongConfig, WukongSpace
+
+SPACES: dict[str, type[SearchSpace]] = {"dag": DagSpace, "wukong": WukongSpace, "dhen": DhenSpace}
+AnySpaceConfig = Annotated[DagConfig | WukongConfig | DhenConfig, Field(discriminator="type")]
+_CONFIG = TypeAdapter(AnySpaceConfig)
+
+
+def parse_space_config(data: Any, source: str = "search_space") -> SpaceConfig:
+    """Validate a space config mapping; errors name the field and what is allowed."""
+    if isinstance(data, dict) and "type" not in data:
+        raise SpecError(f"{source}.type: missing; one of {', '.join(SPACES)}")
+    try:
+        return _CONFIG.validate_python(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, source)) from None
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One line per problem: `source.field.path: message`."""
+    lines = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"])
+        lines.append(f"{source}.{location}: {error['msg']}" if location else f"{source}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def make_space(config: SpaceConfig | dict[str, Any], schema: DatasetSchema) -> SearchSpace:
+    if isinstance(config, dict):
+        config = parse_space_config(config)
+    return SPACES[config.type](schema, config)  # type: ignore[attr-defined]
+
+
+def load_space(path: str | Path, schema: DatasetSchema) -> SearchSpace:
+    """A space from a YAML file holding either the space config or `search_space: {...}`."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the space config ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+    if isinstance(data, dict) and "search_space" in data:
+        data = data["search_space"]
+    return make_space(parse_space_config(data, source=f"{path}: search_space"), schema)
+
+
+__all__ = [
+    "SPACES",
+    "Categorical",
+    "DagSpace",
+    "DhenSpace",
+    "Integer",
+    "Parameter",
+    "SearchSpace",
+    "WukongSpace",
+    "load_space",
+    "make_space",
+    "parse_space_config",
+]

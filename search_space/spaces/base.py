@@ -1,0 +1,186 @@
+"""The `SearchSpace` interface: typed parameters <-> architectures.
+
+A space declares flat, typed parameters (`Categorical` or `Integer`); `decode` turns a
+complete assignment into a bound, valid `Architecture` and `encode` turns one back. Flat
+parameters suit every searcher (Optuna's samplers, Ax, evolution): a parameter that a
+decoded architecture does not use is simply ignored by `decode`.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from search_space.architecture import (
+    Architecture,
+    BlockSpec,
+    EmbeddingConfig,
+    Feature,
+    analyze,
+    digest,
+)
+from search_space.errors import SpecError
+from search_space.schema import DatasetSchema
+
+Value = str | int | bool
+
+
+@dataclass(frozen=True)
+class Categorical:
+    choices: tuple[Value, ...]
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(map(str, self.choices))
+
+
+@dataclass(frozen=True)
+class Integer:
+    low: int
+    high: int
+
+    @property
+    def choices(self) -> tuple[int, ...]:
+        return tuple(range(self.low, self.high + 1))
+
+    def describe(self) -> str:
+        return f"an integer in [{self.low}, {self.high}]"
+
+
+Parameter = Categorical | Integer
+
+
+class SpaceConfig(BaseModel):
+    """Settings every space shares: the searched embedding dims."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    embedding_dims: list[int] = Field(default=[8, 16], min_length=1)
+    feature_dims: list[int] | None = Field(
+        default=None, description="per-feature dims to search; null: one shared dim"
+    )
+
+    @field_validator("embedding_dims", "feature_dims")
+    @classmethod
+    def _positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(v < 1 or v > 1024 for v in value):
+            raise ValueError("every dim must be in [1, 1024]")
+        return value
+
+
+class SearchSpace(ABC):
+    """Typed parameters, sampling, decoding/encoding and mutation of architectures."""
+
+    type_name: str = ""
+
+    def __init__(self, schema: DatasetSchema, config: SpaceConfig) -> None:
+        self.schema = schema
+        self.config = config
+        self._parameters = self._embedding_parameters() | self._build_parameters()
+
+    # ---------------------------------------------------------------- subclass hooks
+
+    @abstractmethod
+    def _build_parameters(self) -> dict[str, Parameter]:
+        """The space's own parameters (embedding parameters are added by the base)."""
+
+    @abstractmethod
+    def _decode_blocks(
+        self, values: dict[str, Any], dim: int
+    ) -> tuple[tuple[BlockSpec, ...], str]:
+        """Blocks and the output block's name for a complete, checked assignment."""
+
+    @abstractmethod
+    def _encode_blocks(self, arch: Architecture) -> dict[str, Any]:
+        """The space's own parameter values of an architecture of this space."""
+
+    def active(self, values: dict[str, Any]) -> list[str]:
+        """Parameters that `decode(values)` reads; mutation changes only these."""
+        return list(self._parameters)
+
+    # ---------------------------------------------------------------- public API
+
+    def parameters(self) -> dict[str, Parameter]:
+        return dict(self._parameters)
+
+    def decode(self, values: dict[str, Any]) -> Architecture:
+        self.check_values(values)
+        blocks, output = self._decode_blocks(values, values["embedding_dim"])
+        features = tuple(
+            Feature(f.name, f.cardinality, self._feature_dim(values, f.name))
+            for f in self.schema.categorical
+        )
+        embedding = EmbeddingConfig(values["embedding_dim"], features)
+        return Architecture(
+            blocks=blocks,
+            embedding=embedding,
+            num_dense=self.schema.num_dense,
+            output=output,
+            name=f"{self.type_name}-space",
+        )
+
+    def encode(self, arch: Architecture) -> dict[str, Any]:
+        values: dict[str, Any] = {"embedding_dim": arch.embedding.dim}
+        if self.config.feature_dims:
+            for f in arch.embedding.features:
+                values[f"dim.{f.name}"] = arch.embedding.feature_dim(f)
+        values |= self._encode_blocks(arch)
+        self.check_values(values)
+        return values
+
+    def sample_values(self, rng: random.Random) -> dict[str, Any]:
+        return {name: rng.choice(p.choices) for name, p in self._parameters.items()}
+
+    def sample(self, seed: int | random.Random) -> Architecture:
+        rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+        return self.decode(self.sample_values(rng))
+
+    def mutate(self, arch: Architecture, rng: random.Random, tries: int = 20) -> Architecture:
+        """A different architecture that changes one active parameter of `arch`."""
+        values = self.encode(arch)
+        original = digest(arch)
+        names = [n for n in self.active(values) if len(self._parameters[n].choices) > 1]
+        for _ in range(tries):
+            name = rng.choice(names)
+            new = rng.choice([c for c in self._parameters[name].choices if c != values[name]])
+            child = self.decode(values | {name: new})
+            if digest(child) != original:
+                return child
+        return child
+
+    def check_values(self, values: dict[str, Any]) -> None:
+        """Raise `SpecError` naming each missing, unknown or out-of-range parameter."""
+        problems = [f"{name}: missing ({p.describe()})" for name, p in self._parameters.items()
+                    if name not in values]
+        problems += [f"{name}: not a parameter of the {self.type_name} space"
+                     for name in values if name not in self._parameters]
+        problems += [
+            f"{name}: {values[name]!r} is not {p.describe()}"
+            for name, p in self._parameters.items()
+            if name in values and values[name] not in p.choices
+        ]
+        if problems:
+            raise SpecError(f"{self.type_name} space parameters: " + "; ".join(problems))
+
+    def validate(self, arch: Architecture) -> None:
+        analyze(arch)
+
+    # ---------------------------------------------------------------- embedding
+
+    def _embedding_parameters(self) -> dict[str, Parameter]:
+        params: dict[str, Parameter] = {
+            "embedding_dim": Categorical(tuple(self.config.embedding_dims))
+        }
+        if self.config.feature_dims:
+            for f in self.schema.categorical:
+                params[f"dim.{f.name}"] = Categorical(tuple(self.config.feature_dims))
+        return params
+
+    def _feature_dim(self, values: dict[str, Any], name: str) -> int | None:
+        if not self.config.feature_dims:
+            return None
+        dim = values[f"dim.{name}"]
+        return None if dim == values["embedding_dim"] else dim

@@ -1,0 +1,157 @@
+"""A NASRec / Rankitect-style DAG space: a fixed number of blocks, each choosing its operator,
+its size and which earlier blocks (or raw inputs) it reads.
+
+Per block `b{i}`:
+- `b{i}.op`: one of the configured ops;
+- `b{i}.width`: the block's size knob: MLP width, sum width, or cross rank;
+- `b{i}.count`: embeddings out of an `efc` block;
+- `b{i}.in1` (always used) and `b{i}.in2`..`b{i}.in{max_inputs}` (may be `none`): its inputs,
+  among `dense`, `sparse` and the earlier blocks ("any connection").
+The last block feeds the head.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from search_space.architecture import Architecture, BlockSpec
+from search_space.blocks import OPS
+from search_space.errors import SpecError
+from search_space.params import validate_params
+from search_space.shapes import Sparse
+from search_space.spaces.base import Categorical, Parameter, SearchSpace, SpaceConfig
+
+DAG_OPS = ("mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen")
+NONE = "none"
+
+
+class DagConfig(SpaceConfig):
+    type: Literal["dag"] = "dag"
+    num_blocks: int = Field(default=5, ge=1, le=32)
+    ops: list[str] = Field(
+        default=["mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention"], min_length=1
+    )
+    widths: list[int] = Field(default=[16, 32, 64, 128], min_length=1)
+    counts: list[int] = Field(default=[4, 8, 16], min_length=1)
+    max_inputs: int = Field(default=2, ge=1, le=8)
+
+    @field_validator("ops")
+    @classmethod
+    def _known_ops(cls, ops: list[str]) -> list[str]:
+        unknown = [op for op in ops if op not in DAG_OPS]
+        if unknown:
+            raise ValueError(f"unknown op(s) {unknown}; the DAG space offers {list(DAG_OPS)}")
+        return ops
+
+    @field_validator("widths", "counts")
+    @classmethod
+    def _positive(cls, sizes: list[int]) -> list[int]:
+        if any(s < 1 or s > 65536 for s in sizes):
+            raise ValueError("every size must be in [1, 65536]")
+        return sizes
+
+
+class DagSpace(SearchSpace):
+    type_name = "dag"
+    config: DagConfig
+
+    def _build_parameters(self) -> dict[str, Parameter]:
+        c = self.config
+        params: dict[str, Parameter] = {}
+        for i in range(c.num_blocks):
+            sources = ("dense", "sparse", *(f"b{j}" for j in range(i)))
+            if not self.schema.num_dense:
+                sources = tuple(s for s in sources if s != "dense")
+            if not self.schema.num_sparse:
+                sources = tuple(s for s in sources if s != "sparse")
+            params[f"b{i}.op"] = Categorical(tuple(c.ops))
+            params[f"b{i}.width"] = Categorical(tuple(c.widths))
+            params[f"b{i}.count"] = Categorical(tuple(c.counts))
+            params[f"b{i}.in1"] = Categorical(sources)
+            for k in range(2, c.max_inputs + 1):
+                params[f"b{i}.in{k}"] = Categorical((NONE, *sources))
+        return params
+
+    def active(self, values: dict[str, Any]) -> list[str]:
+        names = [n for n in self._parameters if not n.startswith("b")]
+        for i in range(self.config.num_blocks):
+            op = values[f"b{i}.op"]
+            names += [f"b{i}.op", *(f"b{i}.in{k}" for k in range(1, self.config.max_inputs + 1))]
+            if op in ("mlp", "sum", "cross"):
+                names.append(f"b{i}.width")
+            if op == "efc":
+                names.append(f"b{i}.count")
+        return names
+
+    def _decode_blocks(
+        self, values: dict[str, Any], dim: int
+    ) -> tuple[tuple[BlockSpec, ...], str]:
+        counts = {"dense": 0, "sparse": self.schema.num_sparse}  # 0 marks a dense output
+        blocks = []
+        for i in range(self.config.num_blocks):
+            inputs = self._inputs(values, i)
+            op = values[f"b{i}.op"]
+            count = sum(counts[s] or 1 for s in inputs)  # embeddings a sparse op would see
+            params = self._params(op, values[f"b{i}.width"], values[f"b{i}.count"], count)
+            blocks.append(BlockSpec(f"b{i}", op, inputs, params))
+            counts[f"b{i}"] = _output_count(op, params, count)
+        return tuple(blocks), blocks[-1].name
+
+    def _inputs(self, values: dict[str, Any], i: int) -> tuple[str, ...]:
+        chosen = [values[f"b{i}.in{k}"] for k in range(1, self.config.max_inputs + 1)]
+        return tuple(dict.fromkeys(s for s in chosen if s != NONE))
+
+    @staticmethod
+    def _params(op: str, width: int, count: int, in_count: int) -> dict[str, Any]:
+        if op == "mlp":
+            return {"widths": [width]}
+        if op == "sum":
+            return {"width": width}
+        if op == "cross":
+            return {"num_layers": 1, "low_rank": width}
+        if op == "efc":
+            return {"num_out": count}
+        if op == "fm":
+            return {"reduce": False}
+        if op == "dot":
+            return {"self_interaction": in_count < 2}
+        if op == "dhen":
+            return {"modules": ["attention", "linear"] if in_count < 2 else ["dot", "attention"]}
+        if op == "attention":
+            return {"num_heads": 2}
+        return {}
+
+    def _encode_blocks(self, arch: Architecture) -> dict[str, Any]:
+        n = self.config.num_blocks
+        names = [b.name for b in arch.blocks]
+        if names != [f"b{i}" for i in range(n)] or arch.output_block != f"b{n - 1}":
+            raise SpecError(
+                f"architecture {arch.name!r} is not in this DAG space: expected blocks "
+                f"b0..b{n - 1} with b{n - 1} as the output"
+            )
+        values: dict[str, Any] = {}
+        for i, block in enumerate(arch.blocks):
+            p = block.params
+            values[f"b{i}.op"] = block.op
+            values[f"b{i}.width"] = (
+                p["widths"][0] if block.op == "mlp"
+                else p["width"] if block.op == "sum"
+                else p["low_rank"] if block.op == "cross"
+                else self.config.widths[0]
+            )
+            values[f"b{i}.count"] = p["num_out"] if block.op == "efc" else self.config.counts[0]
+            slots = [*block.inputs, *[NONE] * self.config.max_inputs][: self.config.max_inputs]
+            for k, source in enumerate(slots, start=1):
+                values[f"b{i}.in{k}"] = source
+        return values
+
+
+def _output_count(op: str, params: dict[str, Any], in_count: int) -> int:
+    """Embeddings a block outputs (0 for a dense output)."""
+    block = OPS[op]
+    if block.output_kind == "dense":
+        return 0
+    full_params, _ = validate_params(block.PARAMS, params, op)
+    return block.output_shape(Sparse(in_count, 1), full_params).count
