@@ -1,2 +1,200 @@
-def main() -> int:
+"""The `ranknas` command line.
+
+Every user mistake raises `RanknasError`; `main` prints its message and exits 2, so a
+person sees what to fix, never a traceback. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from search_space.errors import RanknasError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _schema(args: argparse.Namespace):
+    from search_space.schema import DatasetSchema, synthetic_schema
+
+    return DatasetSchema.from_yaml(args.schema) if args.schema else synthetic_schema()
+
+
+def _load_architecture(name_or_file: str, schema):
+    """A preset name or an architecture JSON file, bound to the schema."""
+    from search_space.architecture import Architecture
+    from search_space.presets import PRESETS, preset
+
+    if name_or_file in PRESETS:
+        return preset(name_or_file, schema)
+    path = Path(name_or_file)
+    if not path.exists():
+        raise RanknasError(
+            f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
+        )
+    return Architecture.load(path).bind(schema)
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(int(n))
+
+
+def _print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from search_space.architecture import analyze
+    from search_space.presets import PRESETS, preset
+
+    schema = _schema(args)
+    rows, records = [], []
+    for name, factory in PRESETS.items():
+        analysis = analyze(preset(name, schema))
+        summary = (factory.__doc__ or "").strip().splitlines()[0]
+        records.append(
+            {
+                "name": name,
+                "description": summary,
+                "flops": analysis.flops,
+                "dense_params": analysis.dense_params,
+                "embedding_params": analysis.embedding_params,
+            }
+        )
+        rows.append(
+            [name, _human(analysis.flops), _human(analysis.dense_params),
+             _human(analysis.embedding_params), summary]
+        )
+    if args.json:
+        print(json.dumps(records, indent=2))
+    else:
+        print(f"presets on dataset {schema.name!r} (FLOPs and params per example):")
+        _print_table(rows, ["name", "FLOPs", "params", "emb.params", "description"])
     return 0
+
+
+def arch_report(arch) -> dict[str, Any]:
+    """The spec with its costs, as `ranknas arch show --json` prints it."""
+    from search_space.architecture import analyze, digest
+
+    analysis = analyze(arch)
+    return {
+        "architecture": arch.to_dict(),
+        "digest": digest(arch),
+        "flops": analysis.flops,
+        "dense_params": analysis.dense_params,
+        "embedding_params": analysis.embedding_params,
+        "blocks": [
+            {
+                "name": name,
+                "op": arch.block(name).op,
+                "inputs": list(arch.block(name).inputs),
+                "output": str(analysis.shapes[name]),
+                "flops": analysis.block_flops[name],
+                "params": analysis.block_params[name],
+            }
+            for name in analysis.order
+        ],
+    }
+
+
+def cmd_arch_show(args: argparse.Namespace) -> int:
+    arch = _load_architecture(args.arch, _schema(args))
+    report = arch_report(arch)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    emb = arch.embedding
+    print(f"architecture {arch.name or args.arch}  digest {report['digest']}")
+    print(f"inputs: dense[{arch.num_dense}], {len(emb.features)} features x dim {emb.dim}")
+    rows = [
+        [b["name"], b["op"], ",".join(b["inputs"]), b["output"], _human(b["flops"]),
+         _human(b["params"])]
+        for b in report["blocks"]
+    ]
+    _print_table(rows, ["block", "op", "inputs", "output", "FLOPs", "params"])
+    print(
+        f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
+        f"dense params, {_human(report['embedding_params'])} embedding params "
+        f"(head: {arch.output_block} -> logit)"
+    )
+    return 0
+
+
+def cmd_space_sample(args: argparse.Namespace) -> int:
+    from search_space.spaces import load_space
+
+    space = load_space(args.config, _schema(args))
+    arch = space.sample(args.seed)
+    report = arch_report(arch)
+    report["values"] = space.encode(arch)
+    print(json.dumps(report, indent=2) if args.json else arch.to_json())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ranknas",
+        description="Neural-architecture search for ranking and recommendation models.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, handler: Handler, help: str, parent=commands):
+        sub = parent.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def schema_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--schema", metavar="FILE", help="dataset schema YAML (default: the synthetic data)"
+        )
+
+    presets = command("presets", cmd_presets, "list the engineer presets with their costs")
+    schema_option(presets)
+    presets.add_argument("--json", action="store_true", help="print JSON")
+
+    arch = commands.add_parser("arch", help="inspect architectures")
+    arch_commands = arch.add_subparsers(dest="arch_command", metavar="COMMAND", required=True)
+    show = command("show", cmd_arch_show, "print a spec with its FLOPs and params", arch_commands)
+    show.add_argument("arch", metavar="NAME_OR_FILE", help="a preset name or a spec JSON file")
+    schema_option(show)
+    show.add_argument("--json", action="store_true", help="print JSON")
+
+    space = commands.add_parser("space", help="work with search spaces")
+    space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True)
+    sample = command(
+        "sample", cmd_space_sample, "sample one architecture from a space config", space_commands
+    )
+    sample.add_argument("config", metavar="CONFIG", help="YAML file with a search_space section")
+    sample.add_argument("--seed", type=int, default=0)
+    schema_option(sample)
+    sample.add_argument("--json", action="store_true", help="spec + costs + parameter values")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except RanknasError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

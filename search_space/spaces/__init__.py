@@ -35,14 +35,18 @@ def parse_space_config(data: Any, source: str = "search_space") -> SpaceConfig:
     try:
         return _CONFIG.validate_python(data)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(exc, source)) from None
+        tag = data.get("type") if isinstance(data, dict) else None
+        raise SpecError(format_validation_error(exc, source, skip=tag)) from None
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """One line per problem: `source.field.path: message`."""
+def format_validation_error(exc: ValidationError, source: str, skip: Any = None) -> str:
+    """One line per problem: `source.field.path: message` (`skip`: a union's tag in loc)."""
     lines = []
     for error in exc.errors():
-        location = ".".join(str(part) for part in error["loc"])
+        loc = list(error["loc"])
+        if loc and skip is not None and loc[0] == skip:
+            loc = loc[1:]
+        location = ".".join(str(part) for part in loc)
         lines.append(f"{source}.{location}: {error['msg']}" if location else f"{source}: {error['msg']}")
     return "\n".join(lines)
 

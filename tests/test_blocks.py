@@ -1,0 +1,126 @@
+"""Every block: shapes, gradients to every parameter, determinism, exact FLOPs and params."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from search_space.blocks import OPS
+from search_space.params import validate_params
+from search_space.shapes import Dense, Sparse
+
+BATCH = 8
+# (op, input shape, params): each op on the inputs it is meant for, with its variants.
+CASES = [
+    ("mlp", Dense(12), {"widths": [16, 8]}),
+    ("mlp", Dense(5), {"widths": [3]}),
+    ("cross", Dense(12), {"num_layers": 2}),
+    ("cross", Dense(12), {"num_layers": 2, "low_rank": 4}),
+    ("cross", Dense(12), {"num_layers": 3, "low_rank": 4, "num_experts": 3}),
+    ("concat", Dense(7), {}),
+    ("gating", (Dense(6), Dense(10)), {}),
+    ("gating", (Dense(6),), {}),
+    ("gating", (Dense(6), Dense(3), Dense(2)), {}),
+    ("sum", (Dense(6), Dense(6)), {}),
+    ("sum", (Dense(6), Dense(9)), {"width": 6}),
+    ("sum", (Dense(6), Dense(9)), {"width": 4}),
+    ("dot", Sparse(5, 4), {}),
+    ("dot", Sparse(1, 4), {"self_interaction": True}),
+    ("fm", Sparse(5, 4), {}),
+    ("fm", Sparse(5, 4), {"reduce": False}),
+    ("efc", Sparse(5, 4), {"num_out": 3}),
+    ("attention", Sparse(5, 8), {"num_heads": 2}),
+    ("attention", Sparse(5, 8), {"num_heads": 3, "head_dim": 4}),
+    ("wukong", Sparse(6, 4), {"num_fm": 3, "num_lc": 3, "rank": 2, "fmb_widths": [8]}),
+    ("wukong", Sparse(6, 4), {"num_fm": 2, "num_lc": 5, "rank": 3, "fmb_widths": [8, 4]}),
+    ("dhen", Sparse(5, 4), {"modules": ["dot", "attention"]}),
+    ("dhen", Sparse(5, 4), {"modules": ["dcn", "conv", "linear"], "aggregation": "concat"}),
+    ("dhen", Sparse(5, 4), {"modules": ["dot", "dcn"], "aggregation": "weighted_sum", "num_out": 3}),
+    ("dhen", Sparse(5, 4), {"modules": ["attention", "conv"], "num_out": 7, "num_heads": 2}),
+    ("dhen", Sparse(5, 4), {"modules": ["linear"], "aggregation": "concat", "num_out": 2}),
+]
+IDS = [f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)]
+
+
+def _inputs(shape, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    if isinstance(shape, tuple):
+        return [torch.randn(BATCH, s.width, generator=generator, requires_grad=True) for s in shape]
+    dims = (shape.width,) if isinstance(shape, Dense) else (shape.count, shape.dim)
+    return torch.randn(BATCH, *dims, generator=generator, requires_grad=True)
+
+
+def _build(op, shape, given, seed=0):
+    cls = OPS[op]
+    params, problems = validate_params(cls.PARAMS, given, op)
+    assert not problems
+    assert cls.check(shape, params) is None
+    torch.manual_seed(seed)
+    return cls, params, cls(shape, **params)
+
+
+@pytest.mark.parametrize(("op", "shape", "given"), CASES, ids=IDS)
+def test_forward_backward_shapes_and_gradients(op, shape, given):
+    cls, params, block = _build(op, shape, given)
+    x = _inputs(shape, seed=1)
+    out = block(x)
+    expected = cls.output_shape(shape, params)
+    dims = (expected.width,) if isinstance(expected, Dense) else (expected.count, expected.dim)
+    assert out.shape == (BATCH, *dims)
+    assert expected.kind == cls.output_kind
+    out.square().sum().backward()
+    for name, parameter in block.named_parameters():
+        assert parameter.grad is not None, f"{op}: no gradient reaches {name}"
+        assert torch.isfinite(parameter.grad).all()
+        assert parameter.grad.abs().sum() > 0, f"{op}: zero gradient at {name}"
+    inputs = x if isinstance(x, list) else [x]
+    assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in inputs)
+
+
+@pytest.mark.parametrize(("op", "shape", "given"), CASES, ids=IDS)
+def test_analytic_flops_and_params_match_torch(op, shape, given):
+    cls, params, block = _build(op, shape, given)
+    with FlopCounterMode(display=False) as counter:
+        block(_inputs(shape, seed=1))
+    assert counter.get_total_flops() == cls.flops(shape, params) * BATCH
+    assert sum(p.numel() for p in block.parameters()) == cls.num_params(shape, params)
+
+
+@pytest.mark.parametrize(("op", "shape", "given"), CASES, ids=IDS)
+def test_deterministic_given_seed(op, shape, given):
+    outputs = [_build(op, shape, given, seed=7)[2](_inputs(shape, seed=3)) for _ in range(2)]
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+    cls, params, block = _build(op, shape, given, seed=8)
+    if list(block.parameters()):
+        assert not torch.equal(outputs[0], block(_inputs(shape, seed=3)))
+
+
+def test_every_op_has_a_case_and_declares_its_kinds():
+    assert {op for op, _, _ in CASES} == set(OPS)
+    for cls in OPS.values():
+        assert cls.input_kind in ("dense", "sparse") and cls.output_kind in ("dense", "sparse")
+        assert cls.doc
+
+
+def test_cross_uses_torchrec_crossnet_variants():
+    from torchrec.modules.crossnet import CrossNet, LowRankCrossNet, LowRankMixtureCrossNet
+
+    assert isinstance(_build("cross", Dense(8), {})[2].net, CrossNet)
+    assert isinstance(_build("cross", Dense(8), {"low_rank": 2})[2].net, LowRankCrossNet)
+    mixture = _build("cross", Dense(8), {"low_rank": 2, "num_experts": 2})[2].net
+    assert isinstance(mixture, LowRankMixtureCrossNet)
+
+
+def test_fm_matches_the_pairwise_definition():
+    x = torch.randn(3, 4, 5)
+    fm = OPS["fm"](Sparse(4, 5), reduce=True)(x)
+    pairwise = sum((x[:, i] * x[:, j]).sum(-1) for i in range(4) for j in range(i + 1, 4))
+    torch.testing.assert_close(fm.squeeze(1), pairwise)
+
+
+def test_dot_product_is_the_upper_triangle_of_inner_products():
+    x = torch.randn(2, 3, 4)
+    out = OPS["dot"](Sparse(3, 4), self_interaction=False)(x)
+    expected = torch.stack(
+        [(x[:, 0] * x[:, 1]).sum(-1), (x[:, 0] * x[:, 2]).sum(-1), (x[:, 1] * x[:, 2]).sum(-1)], 1
+    )
+    torch.testing.assert_close(out, expected)

@@ -1,0 +1,76 @@
+"""The command line as a person uses it: help, presets, arch show, clear errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nas.cli import main
+from search_space.presets import PRESETS
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nas.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_help_lists_the_commands():
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("presets", "arch", "space"):
+        assert command in result.stdout
+
+
+def test_presets_json_lists_every_preset_with_costs(capsys):
+    assert main(["presets", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in records] == list(PRESETS)
+    assert all(r["flops"] > 0 and r["dense_params"] > 0 for r in records)
+
+
+def test_arch_show_prints_blocks_and_totals(capsys):
+    assert main(["arch", "show", "dlrm"]) == 0
+    out = capsys.readouterr().out
+    assert "digest" in out and "interaction" in out and "FLOPs/example" in out
+
+
+def test_arch_show_reads_a_file_and_a_schema(tmp_path, capsys):
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("label: y\ndense: [a, b]\ncategorical:\n  - {name: u, cardinality: 10}\n"
+                      "  - {name: v, cardinality: 5}\n")
+    assert main(["arch", "show", "deepfm", "--schema", str(schema), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps(report["architecture"]))
+    assert main(["arch", "show", str(spec), "--schema", str(schema), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["digest"] == report["digest"] and again["flops"] == report["flops"]
+
+
+@pytest.mark.parametrize(
+    ("args", "content", "expected"),
+    [
+        (["arch", "show", "no-such-thing"], None, "neither a preset"),
+        (["arch", "show", "{file}"], '{"blocks": [{"name": "a", "op": "mlpp", "inputs": '
+         '["dense"]}], "embedding": {"dim": 4}}', "block 'a': unknown op 'mlpp'"),
+        (["arch", "show", "{file}"], "{not json", "not valid JSON (line 1"),
+        (["space", "sample", "{file}"], "search_space:\n  type: dag\n  widths: [0]\n",
+         "search_space.widths"),
+        (["presets", "--schema", "{file}"], "dense: [a]\ncategorical:\n  - {name: b}\n",
+         "categorical[0]"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_clear_message(tmp_path, capsys, args, content, expected):
+    path = tmp_path / "input.txt"
+    if content is not None:
+        path.write_text(content)
+    assert main([a.replace("{file}", str(path)) for a in args]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_user_mistake_prints_no_traceback(tmp_path):
+    result = run("arch", "show", str(tmp_path / "missing.json"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr

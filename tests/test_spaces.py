@@ -1,0 +1,114 @@
+"""Search spaces: 500 sampled architectures per space are valid, build, train a step and
+cost exactly what torch counts; encode/decode and mutation; YAML configuration."""
+
+import random
+
+import pytest
+
+from helpers import check_costs_and_training_step
+from search_space.architecture import analyze, digest
+from search_space.errors import SpecError
+from search_space.spaces import SPACES, Categorical, Integer, load_space, make_space
+
+SAMPLES = 500
+WIDE_CONFIGS = {
+    # Every op and module offered, so that the 500 samples exercise all of them.
+    "dag": {"type": "dag", "num_blocks": 5, "ops": [
+        "mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen"],
+        "widths": [4, 16, 32], "counts": [1, 3, 8], "max_inputs": 3, "feature_dims": [2, 4, 8]},
+    "wukong": {"type": "wukong", "max_layers": 3, "num_fm": [1, 4], "num_lc": [2, 4],
+               "rank": [2, 8], "fmb_width": [8, 16], "top_width": [8]},
+    "dhen": {"type": "dhen", "max_layers": 3, "max_modules": 5, "hidden": [8], "top_width": [8],
+             "embedding_dims": [4, 8]},
+}
+
+
+@pytest.mark.parametrize("space_type", list(SPACES))
+def test_sampled_architectures_are_valid_build_train_and_cost_exactly(space_type, small_schema):
+    space = make_space(WIDE_CONFIGS[space_type], small_schema)
+    ops_seen = set()
+    for seed in range(SAMPLES):
+        arch = space.sample(seed)
+        analyze(arch)
+        check_costs_and_training_step(arch)
+        ops_seen |= {b.op for b in arch.blocks}
+    if space_type == "dag":
+        assert ops_seen == set(WIDE_CONFIGS["dag"]["ops"])
+
+
+@pytest.mark.parametrize("space_type", list(SPACES))
+def test_encode_inverts_decode_and_sampling_is_seeded(space_type, small_schema):
+    space = make_space(WIDE_CONFIGS[space_type], small_schema)
+    for seed in range(50):
+        arch = space.sample(seed)
+        assert space.decode(space.encode(arch)).to_dict() == arch.to_dict()
+        assert space.sample(seed).to_dict() == arch.to_dict()
+    digests = {digest(space.sample(seed)) for seed in range(50)}
+    assert len(digests) > 25
+
+
+@pytest.mark.parametrize("space_type", list(SPACES))
+def test_mutation_changes_one_parameter_and_gives_a_new_valid_network(space_type, small_schema):
+    space = make_space(WIDE_CONFIGS[space_type], small_schema)
+    rng = random.Random(0)
+    for seed in range(50):
+        parent = space.sample(seed)
+        child = space.mutate(parent, rng)
+        analyze(child)
+        assert digest(child) != digest(parent)
+        values = space.encode(parent)
+        one_step = (
+            values | {name: choice}
+            for name, parameter in space.parameters().items()
+            for choice in parameter.choices
+        )
+        assert any(space.decode(v).to_dict() == child.to_dict() for v in one_step)
+
+
+def test_parameters_are_typed(small_schema):
+    params = make_space({"type": "wukong"}, small_schema).parameters()
+    assert params["layers"] == Integer(1, 4)
+    assert isinstance(params["num_fm"], Categorical) and params["num_fm"].choices == (4, 8, 16)
+    dag = make_space({"type": "dag", "num_blocks": 3}, small_schema).parameters()
+    assert dag["b2.in1"].choices == ("dense", "sparse", "b0", "b1")
+    assert dag["b2.in2"].choices[0] == "none"
+
+
+def test_decode_names_bad_values(small_schema):
+    space = make_space({"type": "wukong"}, small_schema)
+    values = space.sample_values(random.Random(0)) | {"layers": 9}
+    del values["rank"]
+    with pytest.raises(SpecError) as info:
+        space.decode(values | {"colour": "red"})
+    message = str(info.value)
+    assert "rank: missing" in message
+    assert "layers: 9 is not an integer in [1, 4]" in message
+    assert "colour: not a parameter of the wukong space" in message
+
+
+def test_spaces_load_from_yaml(tmp_path, small_schema):
+    path = tmp_path / "study.yaml"
+    path.write_text("search_space:\n  type: dag\n  num_blocks: 2\n  ops: [mlp, fm]\n")
+    space = load_space(path, small_schema)
+    assert {b.op for b in space.sample(0).blocks} <= {"mlp", "fm"}
+    assert len(space.sample(1).blocks) == 2
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("search_space:\n  type: dag\n  num_blocks: 0\n", "search_space.num_blocks: Input should be"),
+        ("search_space:\n  type: dag\n  ops: [mlp, conv2d]\n", "unknown op(s) ['conv2d']"),
+        ("search_space:\n  type: tree\n", "does not match any of the expected tags"),
+        ("search_space:\n  num_blocks: 3\n", "search_space.type: missing"),
+        ("search_space:\n  type: dhen\n  modules: [dot, fft]\n", "unknown module(s) ['fft']"),
+        ("search_space:\n  type: wukong\n  depth: 3\n", "search_space.depth: Extra inputs"),
+        ("search_space: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_space_configs_name_the_field(tmp_path, small_schema, yaml_text, expected):
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(SpecError) as info:
+        load_space(path, small_schema)
+    assert str(path) in str(info.value) and expected in str(info.value)
