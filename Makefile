@@ -43,9 +43,22 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The main job end to end, as far as it exists: the engineer presets with their costs, one
+# preset in detail, and an architecture sampled from each search space. The study runner
+# (search, MLflow, export) extends this target.
 demo: setup
 	$(VENV)/bin/ranknas presets
+	@echo
 	$(VENV)/bin/ranknas arch show wukong
+	@echo
+	$(VENV)/bin/ranknas arch show examples/dlrm.json
+	@for space in examples/space_*.yaml; do \
+	  echo; echo "== one architecture sampled from $$space"; \
+	  $(VENV)/bin/ranknas space sample $$space --seed 1 > /tmp/ranknas-sample.json && \
+	  $(VENV)/bin/ranknas arch show /tmp/ranknas-sample.json || exit 1; \
+	done
+	@echo
+	@echo "Specs are plain JSON: 'ranknas arch show NAME --json' prints one to start from."
 
 bench: setup
 	$(PY) bench/bench_search_space.py

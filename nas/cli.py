@@ -72,8 +72,13 @@ def cmd_presets(args: argparse.Namespace) -> int:
             }
         )
         rows.append(
-            [name, _human(analysis.flops), _human(analysis.dense_params),
-             _human(analysis.embedding_params), summary]
+            [
+                name,
+                _human(analysis.flops),
+                _human(analysis.dense_params),
+                _human(analysis.embedding_params),
+                summary,
+            ]
         )
     if args.json:
         print(json.dumps(records, indent=2))
@@ -118,8 +123,14 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
     print(f"architecture {arch.name or args.arch}  digest {report['digest']}")
     print(f"inputs: dense[{arch.num_dense}], {len(emb.features)} features x dim {emb.dim}")
     rows = [
-        [b["name"], b["op"], ",".join(b["inputs"]), b["output"], _human(b["flops"]),
-         _human(b["params"])]
+        [
+            b["name"],
+            b["op"],
+            ",".join(b["inputs"]),
+            b["output"],
+            _human(b["flops"]),
+            _human(b["params"]),
+        ]
         for b in report["blocks"]
     ]
     _print_table(rows, ["block", "op", "inputs", "output", "FLOPs", "params"])

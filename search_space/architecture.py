@@ -486,9 +486,7 @@ def canonical(arch: Architecture) -> Architecture:
         inputs = [rename[s] for s in sources]
         params = {k: v for k, v in analysis.params[name].items() if v is not None}
         new_blocks.append(BlockSpec(rename[name], block.op, tuple(inputs), params))
-    return replace(
-        arch, blocks=tuple(new_blocks), output=rename[arch.output_block], name=""
-    )
+    return replace(arch, blocks=tuple(new_blocks), output=rename[arch.output_block], name="")
 
 
 def _order_matters(op: str) -> bool:

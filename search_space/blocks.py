@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import torch
@@ -44,13 +45,11 @@ def mlp(in_features: int, widths: Sequence[int]) -> nn.Sequential:
 
 
 def mlp_flops(in_features: int, widths: Sequence[int]) -> int:
-    sizes = [in_features, *widths]
-    return sum(2 * a * b for a, b in zip(sizes, sizes[1:], strict=False))
+    return sum(2 * a * b for a, b in pairwise([in_features, *widths]))
 
 
 def mlp_params(in_features: int, widths: Sequence[int]) -> int:
-    sizes = [in_features, *widths]
-    return sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+    return sum(a * b + b for a, b in pairwise([in_features, *widths]))
 
 
 class AcrossEmbeddings(nn.Module):

@@ -69,12 +69,9 @@ class RankingModel(nn.Module):
         pooled = self.embedding_bags(sparse)
         if not self.feature_projections:
             return pooled.values().view(pooled.values().shape[0], -1, self.embedding_dim)
-        by_feature = pooled.to_dict()
         columns = [
-            self.feature_projections[name](by_feature[name])
-            if name in self.feature_projections
-            else by_feature[name]
-            for name in pooled.keys()
+            self.feature_projections[name](values) if name in self.feature_projections else values
+            for name, values in pooled.to_dict().items()
         ]
         return torch.stack(columns, dim=1)
 
@@ -138,4 +135,3 @@ def example_batch(
         lengths=torch.ones(batch_size * len(features), dtype=torch.int32),
     )
     return dense, sparse
-

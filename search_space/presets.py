@@ -14,7 +14,9 @@ from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
 
 
-def _arch(name: str, dim: int, blocks: list[tuple[str, str, list[str], dict[str, Any]]]) -> Architecture:
+def _arch(
+    name: str, dim: int, blocks: list[tuple[str, str, list[str], dict[str, Any]]]
+) -> Architecture:
     return Architecture(
         blocks=tuple(BlockSpec(n, op, tuple(inputs), params) for n, op, inputs, params in blocks),
         embedding=EmbeddingConfig(dim),

@@ -123,8 +123,6 @@ def synthetic_schema(num_dense: int = 8, num_sparse: int = 16, seed: int = 0) ->
     cardinalities = np.round(10 ** rng.uniform(1.0, np.log10(20_000), size=num_sparse)).astype(int)
     return DatasetSchema(
         dense=tuple(f"d{i}" for i in range(num_dense)),
-        categorical=tuple(
-            CategoricalFeature(f"c{i}", int(c)) for i, c in enumerate(cardinalities)
-        ),
+        categorical=tuple(CategoricalFeature(f"c{i}", int(c)) for i, c in enumerate(cardinalities)),
         name="synthetic",
     )

@@ -34,7 +34,11 @@ CASES = [
     ("wukong", Sparse(6, 4), {"num_fm": 2, "num_lc": 5, "rank": 3, "fmb_widths": [8, 4]}),
     ("dhen", Sparse(5, 4), {"modules": ["dot", "attention"]}),
     ("dhen", Sparse(5, 4), {"modules": ["dcn", "conv", "linear"], "aggregation": "concat"}),
-    ("dhen", Sparse(5, 4), {"modules": ["dot", "dcn"], "aggregation": "weighted_sum", "num_out": 3}),
+    (
+        "dhen",
+        Sparse(5, 4),
+        {"modules": ["dot", "dcn"], "aggregation": "weighted_sum", "num_out": 3},
+    ),
     ("dhen", Sparse(5, 4), {"modules": ["attention", "conv"], "num_out": 7, "num_heads": 2}),
     ("dhen", Sparse(5, 4), {"modules": ["linear"], "aggregation": "concat", "num_out": 2}),
 ]
@@ -89,7 +93,7 @@ def test_analytic_flops_and_params_match_torch(op, shape, given):
 def test_deterministic_given_seed(op, shape, given):
     outputs = [_build(op, shape, given, seed=7)[2](_inputs(shape, seed=3)) for _ in range(2)]
     torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
-    cls, params, block = _build(op, shape, given, seed=8)
+    block = _build(op, shape, given, seed=8)[2]
     if list(block.parameters()):
         assert not torch.equal(outputs[0], block(_inputs(shape, seed=3)))
 

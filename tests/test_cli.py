@@ -38,8 +38,10 @@ def test_arch_show_prints_blocks_and_totals(capsys):
 
 def test_arch_show_reads_a_file_and_a_schema(tmp_path, capsys):
     schema = tmp_path / "schema.yaml"
-    schema.write_text("label: y\ndense: [a, b]\ncategorical:\n  - {name: u, cardinality: 10}\n"
-                      "  - {name: v, cardinality: 5}\n")
+    schema.write_text(
+        "label: y\ndense: [a, b]\ncategorical:\n  - {name: u, cardinality: 10}\n"
+        "  - {name: v, cardinality: 5}\n"
+    )
     assert main(["arch", "show", "deepfm", "--schema", str(schema), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     spec = tmp_path / "model.json"
@@ -53,13 +55,23 @@ def test_arch_show_reads_a_file_and_a_schema(tmp_path, capsys):
     ("args", "content", "expected"),
     [
         (["arch", "show", "no-such-thing"], None, "neither a preset"),
-        (["arch", "show", "{file}"], '{"blocks": [{"name": "a", "op": "mlpp", "inputs": '
-         '["dense"]}], "embedding": {"dim": 4}}', "block 'a': unknown op 'mlpp'"),
+        (
+            ["arch", "show", "{file}"],
+            '{"blocks": [{"name": "a", "op": "mlpp", "inputs": '
+            '["dense"]}], "embedding": {"dim": 4}}',
+            "block 'a': unknown op 'mlpp'",
+        ),
         (["arch", "show", "{file}"], "{not json", "not valid JSON (line 1"),
-        (["space", "sample", "{file}"], "search_space:\n  type: dag\n  widths: [0]\n",
-         "search_space.widths"),
-        (["presets", "--schema", "{file}"], "dense: [a]\ncategorical:\n  - {name: b}\n",
-         "categorical[0]"),
+        (
+            ["space", "sample", "{file}"],
+            "search_space:\n  type: dag\n  widths: [0]\n",
+            "search_space.widths",
+        ),
+        (
+            ["presets", "--schema", "{file}"],
+            "dense: [a]\ncategorical:\n  - {name: b}\n",
+            "categorical[0]",
+        ),
     ],
 )
 def test_user_mistakes_exit_2_with_one_clear_message(tmp_path, capsys, args, content, expected):

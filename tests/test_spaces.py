@@ -13,13 +13,32 @@ from search_space.spaces import SPACES, Categorical, Integer, load_space, make_s
 SAMPLES = 500
 WIDE_CONFIGS = {
     # Every op and module offered, so that the 500 samples exercise all of them.
-    "dag": {"type": "dag", "num_blocks": 5, "ops": [
-        "mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen"],
-        "widths": [4, 16, 32], "counts": [1, 3, 8], "max_inputs": 3, "feature_dims": [2, 4, 8]},
-    "wukong": {"type": "wukong", "max_layers": 3, "num_fm": [1, 4], "num_lc": [2, 4],
-               "rank": [2, 8], "fmb_width": [8, 16], "top_width": [8]},
-    "dhen": {"type": "dhen", "max_layers": 3, "max_modules": 5, "hidden": [8], "top_width": [8],
-             "embedding_dims": [4, 8]},
+    "dag": {
+        "type": "dag",
+        "num_blocks": 5,
+        "ops": ["mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen"],
+        "widths": [4, 16, 32],
+        "counts": [1, 3, 8],
+        "max_inputs": 3,
+        "feature_dims": [2, 4, 8],
+    },
+    "wukong": {
+        "type": "wukong",
+        "max_layers": 3,
+        "num_fm": [1, 4],
+        "num_lc": [2, 4],
+        "rank": [2, 8],
+        "fmb_width": [8, 16],
+        "top_width": [8],
+    },
+    "dhen": {
+        "type": "dhen",
+        "max_layers": 3,
+        "max_modules": 5,
+        "hidden": [8],
+        "top_width": [8],
+        "embedding_dims": [4, 8],
+    },
 }
 
 
@@ -97,7 +116,10 @@ def test_spaces_load_from_yaml(tmp_path, small_schema):
 @pytest.mark.parametrize(
     ("yaml_text", "expected"),
     [
-        ("search_space:\n  type: dag\n  num_blocks: 0\n", "search_space.num_blocks: Input should be"),
+        (
+            "search_space:\n  type: dag\n  num_blocks: 0\n",
+            "search_space.num_blocks: Input should be",
+        ),
         ("search_space:\n  type: dag\n  ops: [mlp, conv2d]\n", "unknown op(s) ['conv2d']"),
         ("search_space:\n  type: tree\n", "does not match any of the expected tags"),
         ("search_space:\n  num_blocks: 3\n", "search_space.type: missing"),

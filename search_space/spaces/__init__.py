@@ -1,11 +1,11 @@
 """Search spaces, configurable from YAML.
 
-    search_space:
-      type: dag            # dag | wukong | dhen
-      num_blocks: 5
-      ops: [mlp, cross, dot, fm, efc, attention]
-      widths: [32, 64, 128]
-      embedding_dims: [8, 16]
+search_space:
+  type: dag            # dag | wukong | dhen
+  num_blocks: 5
+  ops: [mlp, cross, dot, fm, efc, attention]
+  widths: [32, 64, 128]
+  embedding_dims: [8, 16]
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def format_validation_error(exc: ValidationError, source: str, skip: Any = None)
         if loc and skip is not None and loc[0] == skip:
             loc = loc[1:]
         location = ".".join(str(part) for part in loc)
-        lines.append(f"{source}.{location}: {error['msg']}" if location else f"{source}: {error['msg']}")
+        lines.append(
+            f"{source}.{location}: {error['msg']}" if location else f"{source}: {error['msg']}"
+        )
     return "\n".join(lines)
 
 

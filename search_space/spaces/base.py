@@ -88,9 +88,7 @@ class SearchSpace(ABC):
         """The space's own parameters (embedding parameters are added by the base)."""
 
     @abstractmethod
-    def _decode_blocks(
-        self, values: dict[str, Any], dim: int
-    ) -> tuple[tuple[BlockSpec, ...], str]:
+    def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
         """Blocks and the output block's name for a complete, checked assignment."""
 
     @abstractmethod
@@ -153,10 +151,16 @@ class SearchSpace(ABC):
 
     def check_values(self, values: dict[str, Any]) -> None:
         """Raise `SpecError` naming each missing, unknown or out-of-range parameter."""
-        problems = [f"{name}: missing ({p.describe()})" for name, p in self._parameters.items()
-                    if name not in values]
-        problems += [f"{name}: not a parameter of the {self.type_name} space"
-                     for name in values if name not in self._parameters]
+        problems = [
+            f"{name}: missing ({p.describe()})"
+            for name, p in self._parameters.items()
+            if name not in values
+        ]
+        problems += [
+            f"{name}: not a parameter of the {self.type_name} space"
+            for name in values
+            if name not in self._parameters
+        ]
         problems += [
             f"{name}: {values[name]!r} is not {p.describe()}"
             for name, p in self._parameters.items()

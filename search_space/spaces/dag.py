@@ -85,9 +85,7 @@ class DagSpace(SearchSpace):
                 names.append(f"b{i}.count")
         return names
 
-    def _decode_blocks(
-        self, values: dict[str, Any], dim: int
-    ) -> tuple[tuple[BlockSpec, ...], str]:
+    def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
         counts = {"dense": 0, "sparse": self.schema.num_sparse}  # 0 marks a dense output
         blocks = []
         for i in range(self.config.num_blocks):
@@ -136,9 +134,12 @@ class DagSpace(SearchSpace):
             p = block.params
             values[f"b{i}.op"] = block.op
             values[f"b{i}.width"] = (
-                p["widths"][0] if block.op == "mlp"
-                else p["width"] if block.op == "sum"
-                else p["low_rank"] if block.op == "cross"
+                p["widths"][0]
+                if block.op == "mlp"
+                else p["width"]
+                if block.op == "sum"
+                else p["low_rank"]
+                if block.op == "cross"
                 else self.config.widths[0]
             )
             values[f"b{i}.count"] = p["num_out"] if block.op == "efc" else self.config.counts[0]

@@ -44,9 +44,7 @@ class StackSpace(SearchSpace):
             "top_width": Categorical(tuple(self.config.top_width)),
         }
 
-    def _decode_blocks(
-        self, values: dict[str, Any], dim: int
-    ) -> tuple[tuple[BlockSpec, ...], str]:
+    def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
         layer = self._layer_params(values)
         previous: tuple[str, ...] = ("sparse",)
         blocks = []
