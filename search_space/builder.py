@@ -29,7 +29,7 @@ class RankingModel(nn.Module):
         self.inputs = {name: arch.block(name).inputs for name in self.order}
         self.output_name = arch.output_block
         self.embedding_dim = emb.dim
-        self.feature_dims = [emb.feature_dim(f) for f in emb.features]
+        self.feature_names = [f.name for f in emb.features]
         self.embedding_bags = EmbeddingBagCollection(
             tables=[
                 EmbeddingBagConfig(
@@ -65,19 +65,26 @@ class RankingModel(nn.Module):
             self.to(device)
 
     def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
-        """Pooled embeddings as `[B, F, dim]`, features in the architecture's order."""
+        """Pooled embeddings as `[B, F, dim]`, features in the architecture's order.
+
+        A sharded collection (DistributedModelParallel) may return the features grouped by
+        rank, so the order is checked rather than assumed.
+        """
         pooled = self.embedding_bags(sparse)
-        if not self.feature_projections:
+        if not self.feature_projections and pooled.keys() == self.feature_names:
             return pooled.values().view(pooled.values().shape[0], -1, self.embedding_dim)
+        by_feature = pooled.to_dict()
         columns = [
-            self.feature_projections[name](values) if name in self.feature_projections else values
-            for name, values in pooled.to_dict().items()
+            self.feature_projections[name](by_feature[name])
+            if name in self.feature_projections
+            else by_feature[name]
+            for name in self.feature_names
         ]
         return torch.stack(columns, dim=1)
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
         outputs: dict[str, torch.Tensor] = {"dense": dense}
-        if self.feature_dims:
+        if self.feature_names:
             outputs["sparse"] = self.embed(sparse)
         for name in self.order:
             block = self.blocks[name]

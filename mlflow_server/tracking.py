@@ -1,0 +1,508 @@
+"""Log a study to MLflow: one parent run per study, one nested run per trial.
+
+Nothing is sent directly. Each `start_study` / `log_trial` / `log_study_summary` call appends
+one self-contained record to a durable outbox (SQLite, `<outbox_dir>/outbox.db`) and then
+tries to deliver every pending record, oldest first. A connection failure (or a timeout, a
+5xx or 401/403 answer) stops delivery and keeps the record and everything after it; the next
+call retries (at most every `retry_interval_s`), and `flush(timeout_s)` retries until the
+outbox is empty or time is up. A record the server refuses as invalid (HTTP 400) would fail
+forever, so it is marked failed with the server's message (see `failures()`) and delivery
+goes on. Delivered records are marked done and their content dropped.
+
+Delivery is idempotent: runs are found again by tags before one is created (the parent by
+`ranknas.study=<name>` + `ranknas.kind=study`, a trial by `ranknas.study` + `ranknas.trial=<n>`
++ `ranknas.kind=trial`), params are re-logged with the same values, metrics carry the
+timestamp of the record (MLflow drops an exact duplicate), artifacts are overwritten. If
+several workers create the same parent run at the same moment, the oldest one is kept and the
+others are deleted at the next look-up. Several processes may share one outbox directory: a
+file lock lets one of them deliver at a time.
+
+MLflow's HTTP client reads its retry policy and timeout only from environment variables. While
+it delivers, the logger sets `MLFLOW_HTTP_REQUEST_MAX_RETRIES=0` and
+`MLFLOW_HTTP_REQUEST_TIMEOUT=<request_timeout_s>` (default 5 s; MLflow's own defaults are 7
+retries with backoff and 120 s, minutes per call against a dead server), suppresses the "View
+run at" lines MLflow prints to stdout, and sets `MLFLOW_TRACKING_USERNAME` / `_PASSWORD` when
+credentials were given; the previous values are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import posixpath
+import re
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag, ViewType
+from mlflow.exceptions import MlflowException
+
+from search_space.errors import RanknasError
+
+_log = logging.getLogger(__name__)
+
+STUDY_TAG = "ranknas.study"
+TRIAL_TAG = "ranknas.trial"
+KIND_TAG = "ranknas.kind"
+RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
+
+# MLflow 3.17 limits (mlflow.utils.validation)
+_MAX_KEY = 250
+_MAX_PARAM_VALUE = 6000
+_MAX_TAG_VALUE = 8000
+_BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
+
+Artifacts = Mapping[str, bytes | str]
+Curves = Mapping[str, list[tuple[int, float]]]
+
+
+class StudyLogger:
+    """Logs one study and its trials to an MLflow tracking server through a durable outbox."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        outbox_dir: str | Path,
+        *,
+        request_timeout_s: int = 5,
+        retry_interval_s: float = 15.0,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        self._outbox = _Outbox(Path(outbox_dir))
+        self._writer = _Writer(MlflowClient(tracking_uri=tracking_uri))
+        self._env = _client_env(request_timeout_s, username, password)
+        self._retry_interval_s = retry_interval_s
+        self._next_attempt = 0.0
+        self._study: dict[str, str] | None = None
+        self.last_error: str | None = None  # why the last delivery stopped; None after success
+
+    def start_study(
+        self,
+        study_name: str,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None,
+        experiment_name: str | None = None,
+    ) -> None:
+        """Find or create the study's parent run (experiment: `experiment_name` or the study
+        name); nested params are flattened into dotted keys."""
+        _check_quotable(study_name)
+        self._study = {"study": study_name, "experiment": experiment_name or study_name}
+        self._enqueue("study", {"params": _params(params), "tags": _tags(tags)})
+
+    def log_trial(
+        self,
+        trial_number: int,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None,
+        curves: Curves | None = None,
+        tags: Mapping[str, Any] | None = None,
+        artifacts: Artifacts | None = None,
+        status: str = "FINISHED",
+    ) -> None:
+        """Log a trial as a nested run (found again by its number, so it can be logged again).
+
+        `metrics` are logged at step 0, `curves` as metric histories (step, value); use
+        distinct keys for the two. `artifacts` maps a relative file name to its content.
+        `status` is one of RUNNING, FINISHED, FAILED, KILLED.
+        """
+        payload = {
+            "trial": int(trial_number),
+            "params": _params(params),
+            "metrics": _metrics(metrics),
+            "curves": _curves(curves),
+            "tags": _tags(tags),
+            "artifacts": _artifacts(artifacts),
+            "status": _status(status),
+        }
+        self._enqueue("trial", payload)
+
+    def log_study_summary(
+        self,
+        metrics: Mapping[str, float] | None = None,
+        artifacts: Artifacts | None = None,
+        tags: Mapping[str, Any] | None = None,
+        status: str | None = "FINISHED",
+    ) -> None:
+        """Log study-level results on the parent run and end it with `status`
+        (None: an interim summary that leaves the run open)."""
+        payload = {
+            "metrics": _metrics(metrics),
+            "artifacts": _artifacts(artifacts),
+            "tags": _tags(tags),
+            "status": None if status is None else _status(status),
+        }
+        self._enqueue("summary", payload)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Deliver pending records, retrying until none is left or `timeout_s` has passed;
+        returns how many are still pending."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._deliver(lock_wait_s=max(0.0, deadline - time.monotonic()))
+            left = self.pending()
+            remaining = deadline - time.monotonic()
+            if left == 0 or remaining <= 0:
+                return left
+            time.sleep(min(1.0, remaining))
+
+    def pending(self) -> int:
+        """Records not yet delivered (for progress display)."""
+        return self._outbox.count("pending")
+
+    def failures(self) -> list[str]:
+        """Records the server refused as invalid, with its message; they are not retried."""
+        return self._outbox.failures()
+
+    def _enqueue(self, kind: str, payload: dict[str, Any]) -> None:
+        if self._study is None:
+            raise RuntimeError("call start_study() before logging trials or a summary")
+        record = {**self._study, **payload, "ts": int(time.time() * 1000)}
+        self._outbox.append(kind, record)
+        if time.monotonic() >= self._next_attempt:
+            self._deliver(lock_wait_s=0.0)
+
+    def _deliver(self, lock_wait_s: float) -> None:
+        with _file_lock(self._outbox.lock_path, lock_wait_s) as locked:
+            if not locked:
+                return  # another process or thread is delivering
+            with _patched_env(self._env):
+                self._deliver_pending()
+
+    def _deliver_pending(self) -> None:
+        while (record := self._outbox.next_pending()) is not None:
+            record_id, kind, payload = record
+            try:
+                self._writer.deliver(kind, payload)
+            except (MlflowException, OSError) as exc:
+                if not _is_invalid_request(exc):
+                    self.last_error = str(exc)
+                    self._next_attempt = time.monotonic() + self._retry_interval_s
+                    return
+                _log.warning("MLflow refused outbox record %d (%s): %s", record_id, kind, exc)
+                self._outbox.mark_failed(record_id, str(exc))
+                continue
+            self._outbox.mark_done(record_id)
+        self.last_error = None
+        self._next_attempt = 0.0
+
+
+# --- delivery -----------------------------------------------------------------------------
+
+
+class _Writer:
+    """Turns outbox records into MLflow calls; each call is safe to repeat."""
+
+    def __init__(self, client: MlflowClient) -> None:
+        self._client = client
+        self._experiments: dict[str, str] = {}
+
+    def deliver(self, kind: str, record: dict[str, Any]) -> None:
+        handlers = {"study": self._study, "trial": self._trial, "summary": self._summary}
+        handlers[kind](record)
+
+    def _study(self, record: dict[str, Any]) -> None:
+        run_id = self._parent_run(record)
+        self._log_batch(run_id, record)
+        self._client.update_run(run_id, status="RUNNING")
+
+    def _trial(self, record: dict[str, Any]) -> None:
+        experiment_id = self._experiment_id(record["experiment"])
+        parent_id = self._parent_run(record)
+        number = str(record["trial"])
+        match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
+        extra = {"mlflow.parentRunId": parent_id}
+        run_id = self._find_or_create(experiment_id, match, f"trial-{number}", extra)
+        self._log_batch(run_id, record)
+        self._upload(run_id, record["artifacts"])
+        self._set_status(run_id, record["status"], record["ts"])
+
+    def _summary(self, record: dict[str, Any]) -> None:
+        run_id = self._parent_run(record)
+        self._log_batch(run_id, record)
+        self._upload(run_id, record["artifacts"])
+        if record["status"] is not None:
+            self._set_status(run_id, record["status"], record["ts"])
+
+    def _parent_run(self, record: dict[str, Any]) -> str:
+        experiment_id = self._experiment_id(record["experiment"])
+        match = {STUDY_TAG: record["study"], KIND_TAG: "study"}
+        return self._find_or_create(experiment_id, match, record["study"], {})
+
+    def _experiment_id(self, name: str) -> str:
+        if name not in self._experiments:
+            self._experiments[name] = self._get_or_create_experiment(name)
+        return self._experiments[name]
+
+    def _get_or_create_experiment(self, name: str) -> str:
+        experiment = self._client.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return self._client.create_experiment(name)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        return self._client.get_experiment_by_name(name).experiment_id  # made by another worker
+
+    def _find_or_create(
+        self, experiment_id: str, match: dict[str, str], run_name: str, extra: dict[str, str]
+    ) -> str:
+        """The run with the `match` tags; created if missing. Of several (a race between
+        workers), the oldest is kept and the others are deleted."""
+        runs = self._search(experiment_id, match)
+        if not runs:
+            self._client.create_run(experiment_id, tags={**extra, **match}, run_name=run_name)
+            runs = self._search(experiment_id, match)
+        for duplicate in runs[1:]:
+            self._client.delete_run(duplicate)
+        return runs[0]
+
+    def _search(self, experiment_id: str, match: dict[str, str]) -> list[str]:
+        clauses = [f"tags.`{key}` = {_quote(value)}" for key, value in match.items()]
+        runs = self._client.search_runs(
+            [experiment_id],
+            filter_string=" and ".join(clauses),
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=100,
+        )
+        runs.sort(key=lambda run: (run.info.start_time, run.info.run_id))
+        return [run.info.run_id for run in runs]
+
+    def _log_batch(self, run_id: str, record: dict[str, Any]) -> None:
+        ts = record["ts"]
+        metrics = [Metric(key, value, ts, 0) for key, value in record.get("metrics", {}).items()]
+        for key, points in record.get("curves", {}).items():
+            metrics += [Metric(key, value, ts, step) for step, value in points]
+        params = [Param(key, value) for key, value in record.get("params", {}).items()]
+        tags = [RunTag(key, value) for key, value in record["tags"].items()]
+        self._client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+
+    def _upload(self, run_id: str, artifacts: dict[str, str]) -> None:
+        if not artifacts:
+            return
+        with tempfile.TemporaryDirectory(prefix="ranknas-artifacts-") as tmp:
+            for name, encoded in artifacts.items():
+                path = Path(tmp, name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(base64.b64decode(encoded))
+            self._client.log_artifacts(run_id, tmp)
+
+    def _set_status(self, run_id: str, status: str, ts: int) -> None:
+        if status == "RUNNING":
+            self._client.update_run(run_id, status=status)
+        else:
+            self._client.set_terminated(run_id, status=status, end_time=ts)
+
+
+def _is_invalid_request(exc: Exception) -> bool:
+    """Whether the server (or client-side validation) refused the request as invalid."""
+    return isinstance(exc, MlflowException) and exc.get_http_status_code() == 400
+
+
+# --- outbox ---------------------------------------------------------------------------------
+
+
+class _Outbox:
+    """Append-only SQLite queue of records; states: pending -> done | failed."""
+
+    _SCHEMA = """
+        CREATE TABLE IF NOT EXISTS records (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL,
+            payload TEXT,
+            state TEXT NOT NULL DEFAULT 'pending',
+            created_at REAL NOT NULL,
+            finished_at REAL,
+            error TEXT
+        );
+        CREATE INDEX IF NOT EXISTS records_by_state ON records (state, id);
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "outbox.db"
+        self.lock_path = directory / "deliver.lock"
+        with self._connect() as conn:
+            conn.executescript(self._SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=30.0)
+        try:
+            with conn:  # one transaction, committed on success
+                yield conn
+        finally:
+            conn.close()
+
+    def append(self, kind: str, payload: dict[str, Any]) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO records (kind, payload, created_at) VALUES (?, ?, ?)",
+                (kind, json.dumps(payload), time.time()),
+            )
+
+    def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT id, kind, payload FROM records WHERE state = 'pending' ORDER BY id LIMIT 1"
+            ).fetchone()
+        return None if row is None else (row[0], row[1], json.loads(row[2]))
+
+    def mark_done(self, record_id: int) -> None:
+        self._finish(record_id, "done", None)
+
+    def mark_failed(self, record_id: int, error: str) -> None:
+        self._finish(record_id, "failed", error)
+
+    def _finish(self, record_id: int, state: str, error: str | None) -> None:
+        with self._connect() as conn:
+            conn.execute(
+                "UPDATE records SET state = ?, error = ?, finished_at = ?,"
+                " payload = CASE WHEN ? = 'done' THEN NULL ELSE payload END WHERE id = ?",
+                (state, error, time.time(), state, record_id),
+            )
+
+    def count(self, state: str) -> int:
+        with self._connect() as conn:
+            return conn.execute(
+                "SELECT COUNT(*) FROM records WHERE state = ?", (state,)
+            ).fetchone()[0]
+
+    def failures(self) -> list[str]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT id, kind, error FROM records WHERE state = 'failed' ORDER BY id"
+            ).fetchall()
+        return [f"record {rid} ({kind}): {error}" for rid, kind, error in rows]
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float) -> Iterator[bool]:
+    """Hold an exclusive lock on `path`, waiting up to `wait_s`; yields whether it got it."""
+    with path.open("a") as f:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# --- client environment -----------------------------------------------------------------------
+
+
+def _client_env(timeout_s: int, username: str | None, password: str | None) -> dict[str, str]:
+    env = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)),
+        "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    }
+    if username is not None and password is not None:
+        env |= {"MLFLOW_TRACKING_USERNAME": username, "MLFLOW_TRACKING_PASSWORD": password}
+    return env
+
+
+@contextlib.contextmanager
+def _patched_env(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# --- record contents ------------------------------------------------------------------------
+
+
+def _key(key: Any) -> str:
+    return _BAD_KEY_CHARS.sub("_", str(key))[:_MAX_KEY]
+
+
+def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat |= _flatten(value, f"{name}.")
+        else:
+            flat[name] = value
+    return flat
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return json.dumps(value)
+    return str(value)
+
+
+def _params(params: Mapping[str, Any] | None) -> dict[str, str]:
+    flat = _flatten(params or {})
+    return {_key(k): _text(v)[:_MAX_PARAM_VALUE] for k, v in flat.items()}
+
+
+def _tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    return {_key(k): _text(v)[:_MAX_TAG_VALUE] for k, v in (tags or {}).items()}
+
+
+def _metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
+    return {_key(k): float(v) for k, v in (metrics or {}).items()}
+
+
+def _curves(curves: Curves | None) -> dict[str, list[tuple[int, float]]]:
+    return {
+        _key(k): [(int(s), float(v)) for s, v in points] for k, points in (curves or {}).items()
+    }
+
+
+def _artifacts(artifacts: Artifacts | None) -> dict[str, str]:
+    encoded = {}
+    for name, content in (artifacts or {}).items():
+        normalized = posixpath.normpath(name)
+        if name.startswith("/") or normalized.startswith("..") or normalized == ".":
+            raise ValueError(f"artifact name must be a relative path inside the run: {name!r}")
+        data = content.encode() if isinstance(content, str) else bytes(content)
+        encoded[normalized] = base64.b64encode(data).decode("ascii")
+    return encoded
+
+
+def _status(status: str) -> str:
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+    return status
+
+
+def _quote(value: str) -> str:
+    return f'"{value}"' if "'" in value else f"'{value}'"
+
+
+def _check_quotable(name: str) -> None:
+    if "'" in name and '"' in name:
+        raise RanknasError(
+            f"Study name {name!r} holds both kinds of quote (' and \"), which MLflow's run "
+            "search cannot express: rename the study."
+        )

@@ -1,0 +1,210 @@
+"""StudyLogger against a real `mlflow server` on 127.0.0.1, including an outage."""
+
+import shutil
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from mlflow_server import ServerConfig, ServerInfo, StudyLogger, down, up
+from search_space.errors import RanknasError
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
+    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+
+
+@pytest.fixture(scope="module")
+def server(config: ServerConfig) -> Iterator[ServerInfo]:
+    info = up(config)
+    config.port = info.port  # a restart must come back on the same port
+    yield info
+    down(config)
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerInfo) -> MlflowClient:
+    return MlflowClient(tracking_uri=server.uri)
+
+
+def _runs(client: MlflowClient, experiment: str) -> list[Run]:
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    return client.search_runs([experiment_id], max_results=1000)
+
+
+def _trial_runs(client: MlflowClient, experiment: str) -> dict[int, Run]:
+    trials = [r for r in _runs(client, experiment) if r.data.tags["ranknas.kind"] == "trial"]
+    numbers = [int(r.data.tags["ranknas.trial"]) for r in trials]
+    assert len(numbers) == len(set(numbers)), f"duplicate trial runs: {sorted(numbers)}"
+    return dict(zip(numbers, trials, strict=True))
+
+
+def _parent_run(client: MlflowClient, experiment: str) -> Run:
+    parents = [r for r in _runs(client, experiment) if r.data.tags["ranknas.kind"] == "study"]
+    assert len(parents) == 1
+    return parents[0]
+
+
+def _log_trial(logger: StudyLogger, number: int) -> None:
+    logger.log_trial(
+        number,
+        params={"arch": {"blocks": 2 + number, "op": "mlp"}, "lr": 0.01},
+        metrics={"ne": 0.9 - number / 100},
+        curves={"train_loss": [(step, 1.0 / (step + 1)) for step in range(3)]},
+        tags={"searcher": "random"},
+        artifacts={"architecture.json": f'{{"trial": {number}}}'},
+    )
+
+
+def test_study_with_two_nested_trials(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path
+) -> None:
+    logger = StudyLogger(server.uri, tmp_path / "outbox")
+    logger.start_study(
+        "study-a", params={"space": {"name": "nasrec", "depth": 3}}, tags={"owner": "me"}
+    )
+    logger.log_trial(
+        0,
+        params={"arch": {"blocks": 3, "widths": [64, 32]}, "lr": 0.01, "note": "x" * 7000},
+        metrics={"ne": 0.81, "mflops": 12.5},
+        curves={"train_loss": [(0, 0.7), (10, 0.6), (20, 0.55)]},
+        tags={"searcher": "random"},
+        artifacts={"architecture.json": '{"blocks": 3}', "plots/curve.png": PNG},
+    )
+    _log_trial(logger, 1)
+    logger.log_study_summary(metrics={"best_ne": 0.81}, artifacts={"pareto.png": PNG})
+    assert logger.pending() == 0 and logger.failures() == [] and logger.last_error is None
+
+    parent = _parent_run(client, "study-a")
+    assert parent.info.run_name == "study-a" and parent.info.status == "FINISHED"
+    assert parent.data.params == {"space.name": "nasrec", "space.depth": "3"}
+    assert parent.data.tags["owner"] == "me" and parent.data.tags["ranknas.study"] == "study-a"
+    assert parent.data.metrics == {"best_ne": 0.81}
+
+    trials = _trial_runs(client, "study-a")
+    assert sorted(trials) == [0, 1]
+    trial = trials[0]
+    assert trial.info.run_name == "trial-0" and trial.info.status == "FINISHED"
+    assert all(t.data.tags["mlflow.parentRunId"] == parent.info.run_id for t in trials.values())
+    params = trial.data.params
+    assert params["arch.blocks"] == "3" and params["arch.widths"] == "[64, 32]"
+    assert params["lr"] == "0.01" and len(params["note"]) == 6000  # truncated to MLflow's limit
+    assert trial.data.metrics["ne"] == 0.81 and trial.data.metrics["mflops"] == 12.5
+    assert trial.data.tags["searcher"] == "random"
+    history = client.get_metric_history(trial.info.run_id, "train_loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.7), (10, 0.6), (20, 0.55)]
+
+    files = Path(client.download_artifacts(trial.info.run_id, "", str(tmp_path / "dl")))
+    assert (files / "architecture.json").read_text() == '{"blocks": 3}'
+    assert (files / "plots" / "curve.png").read_bytes() == PNG
+    pareto = client.download_artifacts(parent.info.run_id, "pareto.png", str(tmp_path / "p"))
+    assert Path(pareto).read_bytes() == PNG
+
+
+def test_relogging_a_trial_and_resuming_a_study_do_not_duplicate_runs(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path
+) -> None:
+    first = StudyLogger(server.uri, tmp_path / "outbox-1")
+    first.start_study("study-b", params={"budget": 10})
+    _log_trial(first, 0)
+    _log_trial(first, 0)
+    resumed = StudyLogger(server.uri, tmp_path / "outbox-2")  # a new process, same study
+    resumed.start_study("study-b", params={"budget": 10})
+    _log_trial(resumed, 1)
+    assert first.pending() == resumed.pending() == 0
+    _parent_run(client, "study-b")
+    trials = _trial_runs(client, "study-b")
+    assert sorted(trials) == [0, 1]
+    # Two log_trial calls are two logs (two timestamps) into the same run.
+    history = client.get_metric_history(trials[0].info.run_id, "train_loss")
+    assert sorted(m.step for m in history) == [0, 0, 1, 1, 2, 2]
+
+
+def test_outage_keeps_records_and_delivers_them_once_in_order(
+    client: MlflowClient, config: ServerConfig, server: ServerInfo, tmp_path: Path
+) -> None:
+    outbox = tmp_path / "outbox"
+    logger = StudyLogger(server.uri, outbox, retry_interval_s=0)
+    logger.start_study("study-c", params={"budget": 8})
+    _log_trial(logger, 0)
+    assert logger.pending() == 0
+
+    down(config)
+    for number in range(1, 5):
+        started = time.monotonic()
+        _log_trial(logger, number)
+        assert time.monotonic() - started < 2, "an unreachable server must cost little time"
+    logger.log_study_summary(metrics={"best_ne": 0.86})
+    assert logger.pending() == 5 and logger.last_error is not None
+    assert logger.flush(timeout_s=0.5) == 5
+
+    up(config)
+    backup = tmp_path / "outbox-before-delivery.db"
+    shutil.copy(outbox / "outbox.db", backup)
+    assert logger.flush(timeout_s=30) == 0 and logger.last_error is None
+    # A crash after sending but before marking: every record is delivered a second time.
+    shutil.copy(backup, outbox / "outbox.db")
+    assert logger.pending() == 5
+    assert logger.flush(timeout_s=30) == 0
+
+    trials = _trial_runs(client, "study-c")
+    assert sorted(trials) == [0, 1, 2, 3, 4]
+    starts = [trials[n].info.start_time for n in range(5)]
+    assert starts == sorted(starts), "trials must be delivered in the order they were logged"
+    for run in trials.values():
+        assert len(client.get_metric_history(run.info.run_id, "train_loss")) == 3
+    parent = _parent_run(client, "study-c")
+    assert parent.data.metrics["best_ne"] == 0.86 and parent.info.status == "FINISHED"
+    with sqlite3.connect(outbox / "outbox.db") as conn:
+        states = conn.execute("SELECT state, COUNT(*) FROM records GROUP BY state").fetchall()
+    assert states == [("done", 7)]
+
+
+def test_unreachable_server_costs_little_and_flush_gives_up_in_time(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    logger = StudyLogger(f"http://127.0.0.1:{port}", tmp_path / "outbox")
+    started = time.monotonic()
+    logger.start_study("study-d")
+    _log_trial(logger, 0)
+    _log_trial(logger, 1)
+    assert logger.pending() == 3
+    assert logger.flush(timeout_s=1.0) == 3
+    assert time.monotonic() - started < 5
+    assert "Connection refused" in logger.last_error or "connect" in logger.last_error.lower()
+
+
+def test_a_refused_record_is_set_aside_and_the_rest_delivered(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path
+) -> None:
+    logger = StudyLogger(server.uri, tmp_path / "outbox")
+    logger.start_study("study-e")
+    logger.log_trial(0, params={"lr": 0.1})
+    logger.log_trial(0, params={"lr": 0.2})  # MLflow refuses to change a logged param
+    logger.log_trial(1, params={"lr": 0.3})
+    assert logger.pending() == 0
+    failures = logger.failures()
+    assert len(failures) == 1 and "(trial)" in failures[0]
+    assert sorted(_trial_runs(client, "study-e")) == [0, 1]
+
+
+def test_logging_before_start_study_and_bad_names_are_refused(tmp_path: Path) -> None:
+    logger = StudyLogger("http://127.0.0.1:1", tmp_path / "outbox")
+    with pytest.raises(RuntimeError, match="start_study"):
+        logger.log_trial(0)
+    with pytest.raises(RanknasError, match="quote"):
+        logger.start_study("""it's "quoted\"""")
+    logger.start_study("ok")
+    with pytest.raises(ValueError, match="relative path"):
+        logger.log_trial(0, artifacts={"../escape.txt": "x"})
+    with pytest.raises(ValueError, match="status"):
+        logger.log_trial(0, status="DONE")

@@ -1,0 +1,33 @@
+"""Ranking metrics: NE, logloss, AUC, calibration (scikit-learn does the arithmetic)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from sklearn.metrics import log_loss, roc_auc_score
+
+
+def entropy(rate: float) -> float:
+    """Binary entropy (nats) of a base rate: the logloss of always predicting it."""
+    if rate <= 0.0 or rate >= 1.0:
+        return 0.0
+    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+
+
+def ranking_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """NE (logloss over the entropy of the observed base rate), logloss, AUC and
+    calibration (mean predicted CTR over observed CTR) of one evaluation set."""
+    probabilities = np.clip(probabilities.astype(np.float64), 1e-7, 1 - 1e-7)
+    labels = labels.astype(np.float64)
+    base_rate = float(labels.mean())
+    logloss = float(log_loss(labels, probabilities, labels=[0.0, 1.0]))
+    both_classes = 0.0 < base_rate < 1.0
+    return {
+        "ne": logloss / entropy(base_rate) if both_classes else float("nan"),
+        "logloss": logloss,
+        "auc": float(roc_auc_score(labels, probabilities)) if both_classes else float("nan"),
+        "calibration": float(probabilities.mean()) / base_rate if base_rate > 0 else float("nan"),
+        "base_rate": base_rate,
+        "examples": float(labels.shape[0]),
+    }

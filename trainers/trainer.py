@@ -1,0 +1,263 @@
+"""The training loop that scores an architecture: train within a budget, evaluate, report.
+
+`train` never raises for a failing run: a NaN/inf loss, an exception in a step or running
+out of memory ends the run with `status="failed"` and a `failure_reason`, so a study can
+record the trial and go on.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from search_space.errors import RanknasError
+from trainers.data.dataset import Batch, TabularData
+from trainers.metrics import ranking_metrics
+
+# Called at each intermediate evaluation with (step, examples seen, validation metrics);
+# returning True stops the run as "pruned" (a searcher's pruner decides).
+EvalCallback = Callable[[int, int, dict[str, float]], bool]
+
+
+@dataclass
+class TrainConfig:
+    """How to train one candidate. The budget is whichever of examples/steps/seconds ends
+    first; with none set, one epoch."""
+
+    batch_size: int = 512
+    max_examples: int | None = None
+    max_steps: int | None = None
+    max_seconds: float | None = None
+    dense_optimizer: Literal["adam", "adamw"] = "adam"
+    dense_lr: float = 1e-3
+    weight_decay: float = 0.0
+    sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
+    sparse_lr: float = 0.05
+    evals: int = 8  # intermediate validation evaluations over the budget
+    eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
+    early_stopping_patience: int = 0  # evaluations without improvement; 0 = off
+    log_every: int = 20  # steps between train-loss curve points
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    bf16: bool = True  # autocast on CUDA
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "max_examples", "max_steps", "max_seconds", "evals", "log_every")
+        for name in positive:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise RanknasError(f"train config: {name} must be > 0, got {value}")
+        for name in ("dense_lr", "sparse_lr"):
+            if not getattr(self, name) > 0:
+                raise RanknasError(f"train config: {name} must be > 0")
+
+
+@dataclass
+class TrainResult:
+    status: Literal["complete", "pruned", "failed"]
+    failure_reason: str | None = None
+    validation: dict[str, float] = field(default_factory=dict)
+    test: dict[str, float] = field(default_factory=dict)
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    steps: int = 0
+    examples: int = 0
+    train_seconds: float = 0.0
+    throughput: float = 0.0  # training examples per second, evaluations excluded
+    peak_memory_bytes: int = 0
+    device: str = "cpu"
+    stopped_early: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """Flat, JSON-ready metrics."""
+        out: dict[str, Any] = {"status": self.status, "failure_reason": self.failure_reason}
+        out |= {f"val_{k}": v for k, v in self.validation.items()}
+        out |= {f"test_{k}": v for k, v in self.test.items()}
+        out |= {
+            "steps": self.steps,
+            "examples": self.examples,
+            "train_seconds": round(self.train_seconds, 3),
+            "throughput": round(self.throughput, 1),
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "device": self.device,
+            "stopped_early": self.stopped_early,
+        }
+        return out
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RanknasError(f"device {name!r} asked for, but CUDA is not available here")
+    return torch.device(name)
+
+
+def make_optimizers(
+    model: nn.Module, config: TrainConfig
+) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer | None]:
+    """Adam/AdamW for dense parameters; Adagrad (sparse gradients), torchrec's row-wise
+    Adagrad or SGD for the embedding tables."""
+    sparse = [p for n, p in model.named_parameters() if n.startswith("embedding_bags.")]
+    dense = [p for n, p in model.named_parameters() if not n.startswith("embedding_bags.")]
+    dense_cls = torch.optim.AdamW if config.dense_optimizer == "adamw" else torch.optim.Adam
+    dense_opt = dense_cls(dense, lr=config.dense_lr, weight_decay=config.weight_decay)
+    if not sparse:
+        return dense_opt, None
+    if config.sparse_optimizer == "rowwise_adagrad":
+        from torchrec.optim import RowWiseAdagrad
+
+        return dense_opt, RowWiseAdagrad(sparse, lr=config.sparse_lr)
+    for bag in model.embedding_bags.embedding_bags.values():
+        bag.sparse = True  # gradients only for the rows a batch touches
+    if config.sparse_optimizer == "sgd":
+        return dense_opt, torch.optim.SGD(sparse, lr=config.sparse_lr)
+    return dense_opt, torch.optim.Adagrad(sparse, lr=config.sparse_lr)
+
+
+def _to(batch: Batch, device: torch.device) -> Batch:
+    if device.type == "cpu":
+        return batch
+    return Batch(
+        batch.dense.to(device, non_blocking=True),
+        batch.sparse.to(device, non_blocking=True),
+        batch.labels.to(device, non_blocking=True),
+    )
+
+
+def _batches(data: TabularData, config: TrainConfig):
+    """Shuffled training batches, epoch after epoch."""
+    loader = data.loader(config.batch_size, shuffle=True, seed=config.seed, drop_last=True)
+    if len(loader) == 0:
+        raise RanknasError(
+            f"the training split has {len(data)} rows, fewer than one batch of {config.batch_size}"
+        )
+    while True:
+        yield from loader
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module, data: TabularData, batch_size: int = 8192, device: torch.device | None = None
+) -> np.ndarray:
+    """Predicted click probabilities for every row of `data`."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = [
+        torch.sigmoid(model(*_to(batch, device)[:2]).float()).cpu()
+        for batch in data.loader(batch_size)
+    ]
+    model.train(was_training)
+    return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+
+
+def evaluate(model: nn.Module, data: TabularData, rows: int | None = None) -> dict[str, float]:
+    subset = data if rows is None or rows >= len(data) else data.take(np.arange(rows))
+    return ranking_metrics(predict(model, subset), subset.labels)
+
+
+def _peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
+
+
+def train(
+    model: nn.Module,
+    train_data: TabularData,
+    valid_data: TabularData,
+    test_data: TabularData | None = None,
+    config: TrainConfig | None = None,
+    on_eval: EvalCallback | None = None,
+) -> TrainResult:
+    """Train `model` on `train_data` within the budget; evaluate on validation and test."""
+    config = config or TrainConfig()
+    device = resolve_device(config.device)
+    result = TrainResult(status="complete", device=str(device))
+    try:
+        _loop(model, train_data, valid_data, config, on_eval, device, result)
+        if result.status != "failed":
+            result.validation = evaluate(model, valid_data)
+            result.test = evaluate(model, test_data) if test_data is not None else {}
+    except torch.OutOfMemoryError as exc:
+        result.status, result.failure_reason = "failed", f"out of memory: {exc}"
+    except RanknasError:  # the user's input, not the candidate, is wrong
+        raise
+    except Exception as exc:  # a failing step is a result, not a crash of the caller
+        result.status, result.failure_reason = "failed", f"{type(exc).__name__}: {exc}"
+    result.peak_memory_bytes = _peak_memory(device)
+    return result
+
+
+def _loop(model, train_data, valid_data, config, on_eval, device, result) -> None:
+    torch.manual_seed(config.seed)
+    model.to(device).train()
+    optimizers = [o for o in make_optimizers(model, config) if o is not None]
+    budget_steps = _budget_steps(len(train_data), config)
+    eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
+    autocast = device.type == "cuda" and config.bf16
+    curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
+    loss_sum, best_ne, stale, eval_seconds = torch.zeros((), device=device), math.inf, 0, 0.0
+    started = time.perf_counter()
+    for step, batch in enumerate(_batches(train_data, config), start=1):
+        dense, sparse, labels = _to(batch, device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(dense, sparse)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        loss_sum += loss.detach()
+        result.steps, result.examples = step, result.examples + labels.shape[0]
+        if step % config.log_every == 0:  # one host sync per log interval
+            mean_loss, loss_sum = loss_sum.item() / config.log_every, loss_sum.zero_()
+            if not math.isfinite(mean_loss):
+                result.status = "failed"
+                result.failure_reason = f"training loss became {mean_loss} by step {step}"
+                break
+            curves["train_loss"].append((step, mean_loss))
+        elapsed = time.perf_counter() - started - eval_seconds
+        done = bool(budget_steps and step >= budget_steps) or bool(
+            config.max_seconds and elapsed >= config.max_seconds
+        )
+        if eval_every and step % eval_every == 0 and not done:
+            eval_started = time.perf_counter()
+            metrics = evaluate(model, valid_data, config.eval_examples)
+            eval_seconds += time.perf_counter() - eval_started
+            curves["val_ne"].append((step, metrics["ne"]))
+            curves["val_auc"].append((step, metrics["auc"]))
+            if on_eval is not None and on_eval(step, result.examples, metrics):
+                result.status = "pruned"
+                break
+            best_ne, stale = (metrics["ne"], 0) if metrics["ne"] < best_ne else (best_ne, stale + 1)
+            if config.early_stopping_patience and stale >= config.early_stopping_patience:
+                result.stopped_early = True
+                break
+        if done:
+            break
+    result.train_seconds = time.perf_counter() - started - eval_seconds
+    result.throughput = result.examples / result.train_seconds if result.train_seconds else 0.0
+
+
+def _budget_steps(rows: int, config: TrainConfig) -> int | None:
+    """Steps the budget allows when it is counted in steps or examples (None: time only).
+    With no budget at all, one epoch."""
+    limits = []
+    if config.max_steps:
+        limits.append(config.max_steps)
+    if config.max_examples:
+        limits.append(max(1, config.max_examples // config.batch_size))
+    if not limits and not config.max_seconds:
+        limits.append(max(1, rows // config.batch_size))
+    return min(limits) if limits else None
