@@ -1,0 +1,103 @@
+"""Counting malformed input rows, and stopping when there are too many."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from search_space.errors import RanknasError
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class BadRowReport:
+    """Malformed rows of one input file: how many, why, and the first few line/row numbers.
+
+    `unit` is "line" (numbers are file lines, 1-based) or "row" (data rows, 1-based).
+    """
+
+    source: str
+    unit: str = "line"
+    rows: int = 0
+    bad: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, reason: str, numbers: np.ndarray | list[int]) -> None:
+        """Record rows (by line/row number) that are bad for `reason`; does not touch `bad`."""
+        numbers = np.asarray(numbers, dtype=np.int64)
+        if numbers.size == 0:
+            return
+        self.reasons[reason] = self.reasons.get(reason, 0) + int(numbers.size)
+        kept = self.examples.setdefault(reason, [])
+        kept.extend(int(n) for n in numbers[: MAX_EXAMPLES - len(kept)])
+
+    def describe(self) -> str:
+        """One line, e.g. `wrong column count: 2 (lines 4, 9); bad label: 1 (line 7)`."""
+        parts = []
+        for reason, count in self.reasons.items():
+            shown = self.examples.get(reason, [])
+            more = ", ..." if count > len(shown) else ""
+            plural = "s" if len(shown) > 1 else ""
+            numbers = ", ".join(str(n) for n in shown)
+            parts.append(f"{reason}: {count} ({self.unit}{plural} {numbers}{more})")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "unit": self.unit,
+            "rows": self.rows,
+            "bad": self.bad,
+            "reasons": dict(self.reasons),
+            "examples": {k: list(v) for k, v in self.examples.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BadRowReport:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class BadRowLimits:
+    """How many malformed rows a load tolerates: over either limit it stops.
+
+    `max_bad_rows` is checked while reading (so a file of the wrong format stops early);
+    `max_bad_fraction` (of all rows read) is checked at the end. None disables a limit.
+    """
+
+    max_bad_rows: int | None = 1000
+    max_bad_fraction: float | None = 0.01
+
+    def __post_init__(self) -> None:
+        rows, fraction = self.max_bad_rows, self.max_bad_fraction
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+            raise RanknasError(f"max_bad_rows must be an integer >= 0 or None (got {rows!r})")
+        if fraction is not None and not (
+            isinstance(fraction, int | float)
+            and not isinstance(fraction, bool)
+            and 0 <= fraction <= 1
+        ):
+            raise RanknasError(f"max_bad_fraction must be in [0, 1] or None (got {fraction!r})")
+
+    def check(self, report: BadRowReport, final: bool) -> None:
+        """Raise a `RanknasError` naming the file, the count and example numbers if over."""
+        over_count = self.max_bad_rows is not None and report.bad > self.max_bad_rows
+        over_fraction = (
+            final
+            and self.max_bad_fraction is not None
+            and report.rows > 0
+            and report.bad / report.rows > self.max_bad_fraction
+        )
+        if not (over_count or over_fraction):
+            return
+        where = f"of {report.rows} {report.unit}s" + ("" if final else " read so far")
+        raise RanknasError(
+            f"{report.source}: {report.bad} malformed {report.unit}s {where} "
+            f"({report.describe()}); the load stopped. Fix the file, or raise the limits "
+            f"max_bad_rows (now {self.max_bad_rows}) / max_bad_fraction "
+            f"(now {self.max_bad_fraction})."
+        )
