@@ -25,7 +25,7 @@ def _schema(args: argparse.Namespace):
     return DatasetSchema.from_yaml(args.schema) if args.schema else synthetic_schema()
 
 
-def _load_architecture(name_or_file: str, schema):
+def load_architecture(name_or_file: str, schema):
     """A preset name or an architecture JSON file, bound to the schema."""
     from search_space.architecture import Architecture
     from search_space.presets import PRESETS, preset
@@ -114,7 +114,7 @@ def arch_report(arch) -> dict[str, Any]:
 
 
 def cmd_arch_show(args: argparse.Namespace) -> int:
-    arch = _load_architecture(args.arch, _schema(args))
+    arch = load_architecture(args.arch, _schema(args))
     report = arch_report(arch)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -190,7 +190,75 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0)
     schema_option(sample)
     sample.add_argument("--json", action="store_true", help="spec + costs + parameter values")
+    _study_commands(command, commands)
+    _tool_commands(command, commands)
     return parser
+
+
+def _study_commands(command, commands) -> None:
+    from nas import commands as handlers
+    from nas.config import DEFAULT_STORAGE
+
+    for name, handler, text in (
+        ("search", handlers.cmd_search, "run a search study (resumes if it exists)"),
+        ("worker", handlers.cmd_worker, "join a running study as one more worker"),
+    ):
+        sub = command(name, handler, text)
+        sub.add_argument("config", metavar="CONFIG", help="study YAML (see examples/)")
+        sub.add_argument("--trials", type=int, help="override budget.trials")
+        sub.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+
+    def study_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("study", metavar="STUDY", help="study name")
+        sub.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna storage URL")
+
+    status = command("status", handlers.cmd_status, "trials done / running / failed, best so far")
+    study_args(status)
+    status.add_argument("--json", action="store_true")
+    board = command("leaderboard", handlers.cmd_leaderboard, "best trials and the Pareto front")
+    study_args(board)
+    board.add_argument("--top", type=int, default=20)
+    board.add_argument("--all", action="store_true", help="also failed, pruned, running trials")
+    board.add_argument("--csv", action="store_true")
+    board.add_argument("--json", action="store_true")
+    export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
+    study_args(export)
+    export.add_argument("--trial", default="best", help="'best' or a trial number")
+    export.add_argument("--out", required=True, help="output directory")
+    export.add_argument("--register", metavar="NAME", help="register in the MLflow registry")
+    export.add_argument("--tracking-uri", default="http://127.0.0.1:5000")
+
+
+def _tool_commands(command, commands) -> None:
+    from nas import commands as handlers
+
+    mlflow = command("mlflow", handlers.cmd_mlflow, "start, check or stop the MLflow server")
+    mlflow.add_argument("action", choices=["up", "status", "down"])
+    mlflow.add_argument("--data-dir", default="ranknas-data/mlflow")
+    mlflow.add_argument("--host", default="127.0.0.1", help="bind address (loopback default)")
+    mlflow.add_argument("--port", type=int, default=5000)
+    mlflow.add_argument("--backend-store-uri", help="default: sqlite under --data-dir")
+    mlflow.add_argument("--auth", action="store_true", help="MLflow's basic-auth app")
+
+    train = command("train", handlers.cmd_train, "train one architecture and print its metrics")
+    train.add_argument("--arch", required=True, metavar="PRESET_OR_FILE")
+    train.add_argument("--data", default="synthetic", help="synthetic | criteo:PATH | PATH")
+    train.add_argument("--schema", help="schema YAML for CSV/Parquet data")
+    train.add_argument("--rows", type=int, default=200_000, help="synthetic rows")
+    train.add_argument("--examples", type=int, help="budget: training examples")
+    train.add_argument("--seconds", type=float, help="budget: training seconds")
+    train.add_argument("--batch-size", type=int, default=512)
+    train.add_argument("--device", default="auto")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--json", action="store_true", help="print one JSON object")
+
+    data = commands.add_parser("data", help="data sets")
+    data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)
+    synth.add_argument("--out", required=True)
+    synth.add_argument("--rows", type=int, default=200_000)
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--format", choices=["parquet", "csv"], default="parquet")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,218 @@
+"""Handlers of the study, training, data and MLflow commands (the parser is in `nas.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from search_space.errors import RanknasError
+
+
+# ---------------------------------------------------------------------------- studies
+
+
+def _logger(config):
+    if not config.mlflow.tracking_uri:
+        return None
+    from mlflow_server.tracking import StudyLogger
+
+    return StudyLogger(
+        config.mlflow.tracking_uri, config.study_dir / "mlflow-outbox", request_timeout_s=5
+    )
+
+
+def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
+    from nas import leaderboard
+    from nas.config import load_config
+    from nas.runner import run_study
+
+    config = load_config(args.config)
+    if args.trials:
+        config.budget.trials = args.trials
+    if args.no_mlflow:
+        config.mlflow.tracking_uri = None
+    logger = _logger(config)
+    print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
+          f"space, {config.budget.trials} trials, storage {config.storage}")  # fmt: skip
+    if logger is not None:
+        print(
+            f"MLflow: {config.mlflow.tracking_uri} (experiment {config.mlflow.experiment or config.name})"
+        )
+    study = run_study(config, logger=logger, progress=lambda line: print(line, flush=True))
+    table = leaderboard.rows(study)
+    print()
+    print(leaderboard.format_table(table[:10]))
+    state = leaderboard.status(study)
+    if state["bayes_ne"]:
+        print(f"Bayes-optimal validation NE of this data: {state['bayes_ne']:.4f}")
+    if logger is not None:
+        if summarize and table:
+            _log_summary(logger, study, table)
+        pending = logger.flush(timeout_s=30)
+        if pending:
+            print(f"MLflow unreachable: {pending} records kept in {config.study_dir / 'mlflow-outbox'}; "
+                  "they are delivered by the next run of this study", file=sys.stderr)  # fmt: skip
+    print(f"export the best: ranknas export {config.name} --storage {config.storage} --out winner/")
+    return 0
+
+
+def _log_summary(logger, study, table) -> None:
+    from nas import leaderboard
+
+    best = table[0]
+    logger.log_study_summary(
+        metrics={
+            "best_val_ne": best["val_ne"],
+            "best_test_ne": best["test_ne"] or float("nan"),
+            "best_mflops": best["mflops"],
+            "complete_trials": len(table),
+        },  # fmt: skip
+        artifacts={
+            "leaderboard.csv": leaderboard.to_csv(table),
+            "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),
+            "pareto_front.png": leaderboard.pareto_png(study),
+        },
+        tags={"best_trial": str(best["trial"]), "best_digest": best["digest"]},
+    )
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    return cmd_search(args, summarize=False)
+
+
+def _study(args: argparse.Namespace):
+    from nas.storage import load_study
+
+    return load_study(args.study, args.storage)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from nas import leaderboard
+
+    state = leaderboard.status(_study(args))
+    if args.json:
+        print(json.dumps(state, indent=2))
+        return 0
+    counts = ", ".join(f"{n} {k}" for k, n in state["trials"].items() if n)
+    print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
+    if state["best_trial"] is not None:
+        print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from nas import leaderboard
+
+    study = _study(args)
+    table = leaderboard.rows(study, include_all=args.all)[: args.top]
+    front = leaderboard.pareto_front(study)
+    if args.json:
+        print(json.dumps({"leaderboard": table, "pareto_front": front}, indent=2))
+    elif args.csv:
+        print(leaderboard.to_csv(table), end="")
+    else:
+        print(leaderboard.format_table(table))
+        print("\nPareto front (validation NE vs MFLOPs):")
+        print(leaderboard.format_table(front))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from nas import leaderboard
+    from nas.export import export_model
+    from search_space.architecture import Architecture
+
+    trial = leaderboard.best_trial(_study(args), args.trial)
+    trial_dir = Path(trial.user_attrs.get("trial_dir", ""))
+    weights = trial_dir / "model.safetensors"
+    if not weights.exists():
+        raise RanknasError(f"trial {trial.number}: weights not found at {weights}")
+    from safetensors.torch import load_file
+
+    arch = Architecture.load(trial_dir / "architecture.json")
+    metrics = json.loads((trial_dir / "metrics.json").read_text())
+    result = export_model(
+        arch, load_file(str(weights)), metrics, Path(args.out),
+        register=args.register, tracking_uri=args.tracking_uri,
+    )  # fmt: skip
+    print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
+    if args.register:
+        print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- MLflow
+
+
+def _server_config(args: argparse.Namespace):
+    from mlflow_server.server import ServerConfig
+
+    return ServerConfig(
+        data_dir=Path(args.data_dir), host=args.host, port=args.port,
+        backend_store_uri=args.backend_store_uri, auth=args.auth,
+    )  # fmt: skip
+
+
+def cmd_mlflow(args: argparse.Namespace) -> int:
+    from mlflow_server import server
+
+    config = _server_config(args)
+    if args.action == "up":
+        info = server.up(config)
+        print(f"MLflow server at {info.uri} (pid {info.pid}; log {config.log_path})")
+    elif args.action == "status":
+        info = server.status(config)
+        print(
+            f"MLflow server at {info.uri} (pid {info.pid})"
+            if info
+            else "MLflow server: not running"
+        )
+        return 0 if info else 1
+    else:
+        print("MLflow server stopped" if server.down(config) else "MLflow server was not running")
+    return 0
+
+
+# ---------------------------------------------------------------------------- train, data
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from nas.cli import load_architecture
+    from search_space.builder import build_model
+    from trainers.data import bayes_metrics, load_dataset
+    from trainers.trainer import TrainConfig, train
+
+    options: dict[str, Any] = {"rows": args.rows} if args.data == "synthetic" else {}
+    data = load_dataset(args.data, args.schema, **options)
+    train_part, valid, test = data.split(seed=args.seed)
+    arch = load_architecture(args.arch, data.schema)
+    config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
+                         max_seconds=args.seconds, seed=args.seed, device=args.device)  # fmt: skip
+    result = train(build_model(arch, seed=args.seed), train_part, valid, test, config)
+    summary = result.summary()
+    if data.true_prob is not None:
+        summary["bayes_val_ne"] = bayes_metrics(valid).ne
+        summary["bayes_test_ne"] = bayes_metrics(test).ne
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            if value is not None:
+                print(
+                    f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value}"
+                )
+    return 0 if result.status == "complete" else 1
+
+
+def cmd_data_synth(args: argparse.Namespace) -> int:
+    from trainers.data import SyntheticConfig, write_synthetic
+
+    out = write_synthetic(Path(args.out), SyntheticConfig(rows=args.rows, seed=args.seed),
+                          file_format=args.format)  # fmt: skip
+    stats = json.loads((Path(args.out) / "stats.json").read_text())
+    print(f"wrote {args.rows} rows to {out} with schema.yaml and stats.json")
+    print(json.dumps(stats.get("bayes", stats), indent=2)[:2000])
+    return 0

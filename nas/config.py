@@ -1,0 +1,163 @@
+"""The study config: one YAML file says what to search, on which data, how, and where to record.
+
+Validated with pydantic; every error names the field and what is allowed (see
+`examples/quickstart.yaml` for a commented config).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from search_space.errors import RanknasError
+from search_space.spaces import AnySpaceConfig, format_validation_error
+
+SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax")
+DEFAULT_STORAGE = "sqlite:///ranknas-data/studies.db"
+DEFAULT_TRACKING_URI = "http://127.0.0.1:5000"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Section):
+    source: str = Field(default="synthetic", description="synthetic | criteo:PATH | PATH")
+    schema_path: str | None = Field(default=None, alias="schema")
+    rows: int = Field(default=100_000, ge=1_000, description="rows of synthetic data")
+    seed: int = 0
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SearcherConfig(_Section):
+    type: Literal["random", "evolution", "tpe", "nsga2", "ax"] = "tpe"
+    population: int = Field(default=16, ge=2, description="evolution: population size")
+    sample_size: int = Field(default=4, ge=1, description="evolution: tournament size")
+    startup_trials: int = Field(default=5, ge=0, description="tpe/nsga2/ax: random trials first")
+
+    @model_validator(mode="after")
+    def _tournament_fits(self) -> SearcherConfig:
+        if self.sample_size > self.population:
+            raise ValueError("sample_size must not exceed population")
+        return self
+
+
+class ObjectiveConfig(_Section):
+    metric: Literal["ne", "logloss"] = "ne"
+    cost: Literal["none", "mflops", "params"] = Field(
+        default="none", description="a second objective to minimize (Pareto front)"
+    )
+    max_mflops: float | None = Field(default=None, gt=0, description="constraint")
+    max_params: int | None = Field(default=None, gt=0, description="constraint (dense params)")
+
+
+class BudgetConfig(_Section):
+    trials: int = Field(default=20, ge=1)
+    examples_per_trial: int = Field(default=200_000, ge=1)
+    trial_seconds: float | None = Field(default=None, gt=0)
+    time_limit_minutes: float | None = Field(default=None, gt=0, description="whole study")
+    max_failures: int | None = Field(default=None, ge=1, description="default: trials")
+
+
+class TrainingConfig(_Section):
+    batch_size: int = Field(default=512, ge=1)
+    dense_optimizer: Literal["adam", "adamw"] = "adam"
+    dense_lr: float = Field(default=2e-3, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
+    sparse_lr: float = Field(default=0.05, gt=0)
+    evals: int = Field(default=4, ge=1)
+    device: str = "auto"
+
+
+class PruningConfig(_Section):
+    type: Literal["none", "median", "hyperband"] = "none"
+    startup_trials: int = Field(default=3, ge=0, description="median: trials before pruning")
+
+
+class MlflowConfig(_Section):
+    tracking_uri: str | None = Field(
+        default=DEFAULT_TRACKING_URI, description="null: do not log to MLflow"
+    )
+    experiment: str | None = None
+
+
+class StudyConfig(_Section):
+    name: str
+    data: DataConfig = DataConfig()
+    search_space: AnySpaceConfig
+    searcher: SearcherConfig = SearcherConfig()
+    objectives: ObjectiveConfig = ObjectiveConfig()
+    budget: BudgetConfig = BudgetConfig()
+    training: TrainingConfig = TrainingConfig()
+    pruning: PruningConfig = PruningConfig()
+    storage: str = DEFAULT_STORAGE
+    mlflow: MlflowConfig = MlflowConfig()
+    output_dir: str | None = Field(default=None, description="default: ranknas-data/studies/NAME")
+    heartbeat_seconds: int = Field(default=10, ge=1)
+    seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
+            raise ValueError("use letters, digits, '.', '_' and '-' (up to 100)")
+        return name
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, url: str) -> str:
+        if not re.match(r"^(sqlite|postgresql|postgresql\+\w+|mysql\+?\w*)://", url):
+            raise ValueError(
+                "must be an RDB URL: sqlite:///PATH.db or postgresql://USER@HOST:PORT/DB"
+            )
+        return url
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudyConfig:
+        if self.searcher.type == "nsga2" and self.objectives.cost == "none":
+            raise ValueError("searcher nsga2 needs a second objective: set objectives.cost")
+        if self.pruning.type != "none" and self.objectives.cost != "none":
+            raise ValueError("pruning works with one objective only: set objectives.cost: none")
+        return self
+
+    @property
+    def multi_objective(self) -> bool:
+        return self.objectives.cost != "none"
+
+    @property
+    def study_dir(self) -> Path:
+        return Path(self.output_dir or f"ranknas-data/studies/{self.name}")
+
+
+def parse_config(data: Any, source: str = "study config") -> StudyConfig:
+    if not isinstance(data, dict):
+        raise RanknasError(f"{source}: expected a mapping with name, search_space, ...")
+    try:
+        config = StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        tag = (data.get("search_space") or {}).get("type")
+        lines = format_validation_error(exc, source, skip=None).splitlines()
+        if tag:  # a space error's location carries the union tag: drop it
+            lines = [line.replace(f"search_space.{tag}.", "search_space.") for line in lines]
+        raise RanknasError("\n".join(lines)) from None
+    return config
+
+
+def load_config(path: str | Path) -> StudyConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RanknasError(f"{path}: cannot read the study config ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RanknasError(f"{path}: not valid YAML ({exc})") from None
+    return parse_config(data, source=str(path))

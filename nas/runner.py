@@ -1,0 +1,310 @@
+"""The study runner: ask -> Architecture -> cost -> train -> tell, until the budget is spent.
+
+The Optuna study in RDB storage is the system of record. Every worker (the first `search`
+and any `worker` joining it) runs this same loop; a lock around "check the budget, ask"
+keeps the study to exactly `budget.trials` complete or pruned trials. A trial whose process
+died is failed by the heartbeat check and retried with the same architecture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import Trial, TrialState
+from safetensors.torch import save_file
+
+from nas.config import StudyConfig
+from nas.searchers import make_sampler
+from nas.searchers.base import distributions
+from nas.storage import open_storage, study_lock
+from search_space.architecture import Analysis, Architecture, analyze, digest
+from search_space.builder import RankingModel, build_model
+from search_space.errors import RanknasError
+from search_space.spaces import SearchSpace, make_space
+from trainers.data import TabularData, bayes_metrics, load_dataset
+from trainers.trainer import TrainConfig, TrainResult, train
+
+Progress = Callable[[str], None]
+# This runner asks and tells itself and beats the heartbeat itself (see _heartbeat).
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass
+class StudyData:
+    train: TabularData
+    valid: TabularData
+    test: TabularData
+    bayes_ne: float | None  # the floor no model can beat, known for synthetic data
+
+
+def prepare_data(config: StudyConfig) -> StudyData:
+    d = config.data
+    options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
+    data = load_dataset(d.source, d.schema_path, **options)
+    train_part, valid, test = data.split(d.split, seed=d.seed)
+    bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
+    return StudyData(train_part, valid, test, bayes)
+
+
+def objective_names(config: StudyConfig) -> list[str]:
+    cost = config.objectives.cost
+    return [config.objectives.metric] + ([] if cost == "none" else [cost])
+
+
+def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> optuna.Study:
+    """Create the study, or load it to resume; a changed search space is refused."""
+    o, s = config.objectives, config.searcher
+    sampler = make_sampler(
+        s.type,
+        space,
+        objective_names=objective_names(config),
+        seed=config.seed,
+        population=s.population,
+        sample_size=s.sample_size,
+        startup_trials=s.startup_trials,
+        objective_thresholds={"mflops": o.max_mflops}
+        if o.max_mflops and o.cost == "mflops"
+        else None,
+    )
+    pruner = {
+        "none": optuna.pruners.NopPruner(),
+        "median": optuna.pruners.MedianPruner(n_startup_trials=config.pruning.startup_trials),
+        "hyperband": optuna.pruners.HyperbandPruner(),
+    }[config.pruning.type]
+    study = optuna.create_study(
+        study_name=config.name,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        directions=["minimize"] * len(objective_names(config)),
+        load_if_exists=True,
+    )
+    recorded = study.user_attrs.get("search_space")
+    current = config.search_space.model_dump(mode="json")
+    if recorded is None:
+        study.set_user_attr("search_space", current)
+        study.set_user_attr("objectives", objective_names(config))
+        study.set_user_attr("searcher", s.type)
+        study.set_user_attr("budget_trials", config.budget.trials)
+    elif recorded != current:
+        raise RanknasError(
+            f"study {config.name!r} in {config.storage} was created with another search_space; "
+            "give the study a new name to search a different space"
+        )
+    return study
+
+
+def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> threading.Event:
+    """Record a heartbeat for `trial` every `seconds` until the returned event is set.
+    (Optuna beats only inside `study.optimize`; this runner asks and tells itself.)"""
+    stop = threading.Event()
+    trial_id = trial._trial_id  # Optuna's storage key of the trial
+
+    def beat() -> None:
+        while not stop.wait(seconds):
+            storage.record_heartbeat(trial_id)
+
+    storage.record_heartbeat(trial_id)
+    threading.Thread(target=beat, daemon=True).start()
+    return stop
+
+
+def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> Trial | None:
+    """Ask for a trial if the budget allows one; None when the study is done."""
+    while True:
+        optuna.storages.fail_stale_trials(study)
+        with study_lock(config.storage, config.name):
+            trials = study.get_trials(deepcopy=False)
+            done = sum(t.state in DONE for t in trials)
+            running = sum(t.state == TrialState.RUNNING for t in trials)
+            failed = sum(t.state == TrialState.FAIL for t in trials)
+            if done >= config.budget.trials:
+                return None
+            if failed >= (config.budget.max_failures or config.budget.trials):
+                raise RanknasError(
+                    f"study {config.name!r}: {failed} trials failed; see their failure_reason "
+                    "with `ranknas leaderboard --all` and fix the config before resuming"
+                )
+            if done + running < config.budget.trials:
+                return study.ask(distributions(space))
+        time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+
+
+def run_study(
+    config: StudyConfig,
+    progress: Progress = print,
+    logger: Any = None,
+    worker: str | None = None,
+) -> optuna.Study:
+    """Run trials until the study has `budget.trials` complete or pruned trials."""
+    worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+    data = prepare_data(config)
+    space = make_space(config.search_space, data.train.schema)
+    storage = open_storage(config.storage, config.heartbeat_seconds)
+    study = open_study(config, space, storage)
+    if data.bayes_ne is not None:
+        study.set_user_attr("bayes_ne", data.bayes_ne)
+    if logger is not None:
+        logger.start_study(
+            config.name,
+            params=config.model_dump(mode="json"),
+            tags={"searcher": config.searcher.type},
+        )
+    deadline = (
+        time.monotonic() + 60 * config.budget.time_limit_minutes
+        if config.budget.time_limit_minutes
+        else None
+    )
+    started = time.monotonic()
+    while deadline is None or time.monotonic() < deadline:
+        trial = _next_trial(study, config, space)
+        if trial is None:
+            break
+        stop = _heartbeat(storage, trial, config.heartbeat_seconds)
+        try:
+            record = run_trial(trial, study, space, data, config, worker)
+        finally:
+            stop.set()
+        if logger is not None:
+            logger.log_trial(trial.number, **record)
+        progress(_progress_line(study, config, record, started))
+    return study
+
+
+def run_trial(
+    trial: Trial,
+    study: optuna.Study,
+    space: SearchSpace,
+    data: StudyData,
+    config: StudyConfig,
+    worker: str,
+) -> dict[str, Any]:
+    """Decode, cost, train and tell one trial; returns what MLflow gets for it."""
+    arch = space.decode(trial.params)
+    analysis = analyze(arch)
+    mflops, params = analysis.flops / 1e6, analysis.dense_params
+    trial_dir = config.study_dir / "trials" / str(trial.number)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "architecture.json").write_text(arch.to_json())
+    attrs = {
+        "digest": digest(arch),
+        "mflops": mflops,
+        "params": params,
+        "worker": worker,
+        "trial_dir": str(trial_dir.resolve()),
+    }
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    result, model = _train_within_constraints(trial, arch, analysis, data, config)
+    state, values = _outcome(result, config, mflops, params)
+    if model is not None and result.status == "complete":
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(weights, str(trial_dir / "model.safetensors"))
+    summary = result.summary() | {"mflops": mflops, "params": params}
+    (trial_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
+    for key in ("val_ne", "val_logloss", "val_auc", "test_ne", "test_auc", "throughput"):
+        if key in summary:
+            trial.set_user_attr(key, summary[key])
+    if result.failure_reason:
+        trial.set_user_attr("failure_reason", result.failure_reason)
+    study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
+    return {
+        "params": trial.params,
+        "metrics": {
+            k: v
+            for k, v in summary.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        "curves": {f"curve_{k}": v for k, v in result.curves.items()},
+        "tags": {
+            "searcher": config.searcher.type,
+            "status": result.status,
+            "digest": attrs["digest"],
+            "worker": worker,
+            **({"failure_reason": result.failure_reason} if result.failure_reason else {}),
+        },
+        "artifacts": {"architecture.json": arch.to_json()},
+        "status": {"complete": "FINISHED", "pruned": "KILLED"}.get(result.status, "FAILED"),
+    }
+
+
+def _train_within_constraints(
+    trial: Trial, arch: Architecture, analysis: Analysis, data: StudyData, config: StudyConfig
+) -> tuple[TrainResult, RankingModel | None]:
+    o = config.objectives
+    if o.max_mflops and analysis.flops / 1e6 > o.max_mflops:
+        reason = f"{analysis.flops / 1e6:.3f} MFLOPs exceeds objectives.max_mflops={o.max_mflops}"
+        return TrainResult(status="pruned", failure_reason=reason), None
+    if o.max_params and analysis.dense_params > o.max_params:
+        reason = f"{analysis.dense_params} params exceeds objectives.max_params={o.max_params}"
+        return TrainResult(status="pruned", failure_reason=reason), None
+    t = config.training
+    train_config = TrainConfig(
+        batch_size=t.batch_size,
+        max_examples=config.budget.examples_per_trial,
+        max_seconds=config.budget.trial_seconds,
+        dense_optimizer=t.dense_optimizer,
+        dense_lr=t.dense_lr,
+        weight_decay=t.weight_decay,
+        sparse_optimizer=t.sparse_optimizer,
+        sparse_lr=t.sparse_lr,
+        evals=t.evals,
+        seed=config.seed + trial.number,
+        device=t.device,
+    )
+    model = build_model(arch, seed=config.seed + trial.number)
+
+    def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
+        if config.multi_objective:
+            return False
+        trial.report(metrics[config.objectives.metric], step)
+        return trial.should_prune()
+
+    return train(model, data.train, data.valid, data.test, train_config, on_eval=report), model
+
+
+def _outcome(result: TrainResult, config: StudyConfig, mflops: float, params: int):
+    if result.status == "pruned":
+        return TrialState.PRUNED, None
+    if result.status == "failed":
+        return TrialState.FAIL, None
+    metric = result.validation[config.objectives.metric]
+    cost = {"mflops": mflops, "params": float(params)}.get(config.objectives.cost)
+    return TrialState.COMPLETE, [metric] if cost is None else [metric, cost]
+
+
+def _progress_line(study: optuna.Study, config: StudyConfig, record: dict, started: float) -> str:
+    trials = study.get_trials(deepcopy=False)
+    done = sum(t.state in DONE for t in trials)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    best = min((t.values[0] for t in complete), default=float("nan"))
+    metric = config.objectives.metric
+    value = record["metrics"].get(f"val_{metric}")
+    elapsed = time.monotonic() - started
+    mine = max(
+        1,
+        sum(
+            1
+            for t in trials
+            if t.state in DONE and t.user_attrs.get("worker") == record["tags"]["worker"]
+        ),
+    )
+    left = max(0, config.budget.trials - done) * elapsed / mine
+    shown = f"{value:.4f}" if value is not None else "-"
+    return (
+        f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
+        f"(best {best:.4f})  {record['metrics'].get('mflops', 0):.3f} MFLOPs  "
+        f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"
+    )

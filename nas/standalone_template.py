@@ -1,0 +1,35 @@
+"""Helpers that `nas.export` copies verbatim into every exported `ranknas_model.py`.
+
+This module must import only the standard library, torch, torchrec and safetensors: the
+exported file has to run where ranknas is not installed. Its docstring and its imports are
+not copied (the export merges the imports of everything it copies into one block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+def ids_to_kjt(ids: torch.Tensor, features: Sequence[str]) -> KeyedJaggedTensor:
+    """A KeyedJaggedTensor from an id matrix `[B, F]`: one id per feature per example,
+    column `i` holding the ids of `features[i]`."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if ids.dim() != 2 or ids.shape[1] != len(features):
+        raise ValueError(f"expected ids of shape [B, {len(features)}], got {list(ids.shape)}")
+    return KeyedJaggedTensor(
+        keys=list(features),
+        values=ids.t().reshape(-1),
+        lengths=torch.ones(ids.numel(), dtype=torch.int32),
+    )
+
+
+def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.Module:
+    """Load a safetensors state dict into `model` (every key must match) and set eval mode."""
+    model.load_state_dict(load_file(str(path), device=device))
+    return model.to(device).eval()

@@ -1,0 +1,87 @@
+"""Optuna storage: the system of record of every study, and the lock that keeps several
+workers to exactly the asked number of trials."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from search_space.errors import RanknasError
+
+
+def normalize_url(url: str) -> str:
+    """SQLAlchemy 2.1 reads `postgresql://` as psycopg 3; use psycopg2 where only it exists."""
+    if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None:
+        return "postgresql+psycopg2://" + url.removeprefix("postgresql://")
+    return url
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
+    """An RDB storage; with `heartbeat_seconds`, trials whose process died are failed after
+    two missed heartbeats and retried with the same parameters."""
+    path = _sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    heartbeat = {}
+    if heartbeat_seconds:
+        heartbeat = {
+            "heartbeat_interval": heartbeat_seconds,
+            "grace_period": 3 * heartbeat_seconds,
+            "failed_trial_callback": RetryFailedTrialCallback(max_retry=3),
+        }
+    try:
+        return RDBStorage(normalize_url(url), **heartbeat)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        raise RanknasError(f"storage {url!r}: cannot open it ({exc.__class__.__name__}: {exc})")
+
+
+def load_study(name: str, url: str) -> optuna.Study:
+    storage = open_storage(url)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        raise RanknasError(
+            f"no study {name!r} in {url}; studies there: {', '.join(names) or 'none'}"
+        ) from None
+
+
+@functools.cache
+def _engine(url: str) -> Engine:
+    return create_engine(normalize_url(url))
+
+
+@contextlib.contextmanager
+def study_lock(url: str, study_name: str) -> Iterator[None]:
+    """Serialize "check the budget, then ask for a trial" across every worker of a study:
+    a file lock beside a SQLite database, an advisory lock on PostgreSQL."""
+    path = _sqlite_path(url)
+    if path is not None:
+        with open(path.with_suffix(path.suffix + ".lock"), "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        return
+    if url.startswith("postgresql"):
+        key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big", signed=True)
+        with _engine(url).connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        return
+    yield  # other databases: best effort
