@@ -10,7 +10,6 @@ from typing import Any
 
 from search_space.errors import RanknasError
 
-
 # ---------------------------------------------------------------------------- studies
 
 
@@ -38,9 +37,8 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
           f"space, {config.budget.trials} trials, storage {config.storage}")  # fmt: skip
     if logger is not None:
-        print(
-            f"MLflow: {config.mlflow.tracking_uri} (experiment {config.mlflow.experiment or config.name})"
-        )
+        experiment = config.mlflow.experiment or config.name
+        print(f"MLflow: {config.mlflow.tracking_uri} (experiment {experiment})")
     study = run_study(config, logger=logger, progress=lambda line: print(line, flush=True))
     table = leaderboard.rows(study)
     print()
@@ -53,8 +51,12 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
             _log_summary(logger, study, table)
         pending = logger.flush(timeout_s=30)
         if pending:
-            print(f"MLflow unreachable: {pending} records kept in {config.study_dir / 'mlflow-outbox'}; "
-                  "they are delivered by the next run of this study", file=sys.stderr)  # fmt: skip
+            outbox = config.study_dir / "mlflow-outbox"
+            print(
+                f"MLflow unreachable: {pending} records kept in {outbox}; "
+                "they are delivered by the next run of this study",
+                file=sys.stderr,
+            )
     print(f"export the best: ranknas export {config.name} --storage {config.storage} --out winner/")
     return 0
 
@@ -69,7 +71,7 @@ def _log_summary(logger, study, table) -> None:
             "best_test_ne": best["test_ne"] or float("nan"),
             "best_mflops": best["mflops"],
             "complete_trials": len(table),
-        },  # fmt: skip
+        },
         artifacts={
             "leaderboard.csv": leaderboard.to_csv(table),
             "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),

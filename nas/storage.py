@@ -46,7 +46,8 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
     try:
         return RDBStorage(normalize_url(url), **heartbeat)
     except (SQLAlchemyError, ImportError, ValueError) as exc:
-        raise RanknasError(f"storage {url!r}: cannot open it ({exc.__class__.__name__}: {exc})")
+        reason = f"{exc.__class__.__name__}: {exc}"
+        raise RanknasError(f"storage {url!r}: cannot open it ({reason})") from None
 
 
 def load_study(name: str, url: str) -> optuna.Study:
