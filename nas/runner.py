@@ -38,6 +38,7 @@ Progress = Callable[[str], None]
 # This runner asks and tells itself and beats the heartbeat itself (see _heartbeat).
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", category=FutureWarning, module="ax")
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 

@@ -13,7 +13,26 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+
+def embedding_bag_collection(
+    features: Sequence[str], num_embeddings: Sequence[int], dims: Sequence[int]
+) -> EmbeddingBagCollection:
+    """One sum-pooled table `t_<feature>` per feature, as ranknas builds them."""
+    tables = [
+        EmbeddingBagConfig(
+            name=f"t_{feature}",
+            embedding_dim=dim,
+            num_embeddings=rows,
+            feature_names=[feature],
+            pooling=PoolingType.SUM,
+        )
+        for feature, rows, dim in zip(features, num_embeddings, dims, strict=True)
+    ]
+    return EmbeddingBagCollection(tables=tables)
 
 
 def ids_to_kjt(ids: torch.Tensor, features: Sequence[str]) -> KeyedJaggedTensor:
@@ -31,5 +50,5 @@ def ids_to_kjt(ids: torch.Tensor, features: Sequence[str]) -> KeyedJaggedTensor:
 
 def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.Module:
     """Load a safetensors state dict into `model` (every key must match) and set eval mode."""
-    model.load_state_dict(load_file(str(path), device=device))
+    model.load_state_dict(load_file(str(path)))
     return model.to(device).eval()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -41,7 +41,7 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
         heartbeat = {
             "heartbeat_interval": heartbeat_seconds,
             "grace_period": 3 * heartbeat_seconds,
-            "failed_trial_callback": RetryFailedTrialCallback(max_retry=3),
+            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
         }
     try:
         return RDBStorage(normalize_url(url), **heartbeat)

@@ -118,6 +118,8 @@ def make_optimizers(
         return dense_opt, RowWiseAdagrad(sparse, lr=config.sparse_lr)
     for bag in model.embedding_bags.embedding_bags.values():
         bag.sparse = True  # gradients only for the rows a batch touches
+    # Embedding-bag gradients are well-formed; checking each sparse tensor costs time.
+    torch.sparse.check_sparse_tensor_invariants.disable()
     if config.sparse_optimizer == "sgd":
         return dense_opt, torch.optim.SGD(sparse, lr=config.sparse_lr)
     return dense_opt, torch.optim.Adagrad(sparse, lr=config.sparse_lr)

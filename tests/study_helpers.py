@@ -1,0 +1,41 @@
+"""Tiny study configs for the integration tests: seconds per trial on 2 CPU cores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": name,
+        "data": {"source": "synthetic", "rows": 4000, "seed": 0},
+        "search_space": {
+            "type": "dag",
+            "num_blocks": 2,
+            "widths": [8, 16],
+            "counts": [2, 4],
+            "embedding_dims": [4],
+        },  # fmt: skip
+        "searcher": {"type": "random"},
+        "budget": {"trials": 3, "examples_per_trial": 1500},
+        "training": {"batch_size": 128, "evals": 2},
+        "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "output_dir": str(tmp_path / name),
+        "mlflow": {"tracking_uri": None},
+        "heartbeat_seconds": 1,
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = config[key] | value
+        else:
+            config[key] = value
+    return config
+
+
+def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
+    path = tmp_path / f"{config['name']}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -1,0 +1,141 @@
+"""Search studies against real storage: every searcher, resume after SIGKILL, config errors."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from nas.cli import main
+from nas.config import parse_config
+from nas.runner import prepare_data, run_study
+from nas.storage import load_study
+from search_space.spaces import make_space
+from study_helpers import tiny_config, write_config
+
+
+def _states(study: optuna.Study) -> dict[str, int]:
+    trials = study.get_trials(deepcopy=False)
+    return {s.name: sum(t.state == s for t in trials) for s in TrialState}
+
+
+@pytest.mark.parametrize(
+    ("searcher", "overrides"),
+    [
+        ("random", {}),
+        ("evolution", {"searcher": {"type": "evolution", "population": 2, "sample_size": 2}}),
+        ("tpe", {"searcher": {"type": "tpe", "startup_trials": 2}}),
+        (
+            "nsga2",
+            {"searcher": {"type": "nsga2", "startup_trials": 2}, "objectives": {"cost": "mflops"}},
+        ),  # fmt: skip
+        ("ax", {"searcher": {"type": "ax"}, "objectives": {"cost": "mflops"}}),
+    ],
+)
+def test_every_searcher_runs_a_short_study(tmp_path, searcher, overrides):
+    trials = 4
+    config = parse_config(tiny_config(tmp_path, f"s-{searcher}", budget={"trials": trials},
+                                      **overrides))  # fmt: skip
+    study = run_study(config, progress=lambda line: None)
+    states = _states(study)
+    assert states["COMPLETE"] + states["PRUNED"] == trials
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert complete and all(0 < t.values[0] < 10 for t in complete)
+    for t in complete:
+        assert {"digest", "mflops", "params", "val_ne", "test_ne", "trial_dir"} <= set(t.user_attrs)
+        assert (
+            tmp_path / f"s-{searcher}" / "trials" / str(t.number) / "model.safetensors"
+        ).exists()
+    if config.multi_objective:
+        assert all(len(t.values) == 2 for t in complete)
+
+
+def test_evolution_mutates_earlier_trials_once_the_population_is_complete(tmp_path):
+    config = parse_config(tiny_config(
+        tmp_path, "evo", budget={"trials": 6},
+        searcher={"type": "evolution", "population": 3, "sample_size": 2},
+    ))  # fmt: skip
+    study = run_study(config, progress=lambda line: None)
+    space = make_space(config.search_space, prepare_data(config).train.schema)
+
+    def canonical(params):  # the values of the network, inactive parameters normalized
+        return space.encode(space.decode(params))
+
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    for child in complete[3:]:
+        values = canonical(child.params)
+        earlier = [canonical(t.params) for t in complete if t.number < child.number]
+        distances = [sum(values[k] != parent[k] for k in parent) for parent in earlier]
+        # One parameter changes; the DAG space may also re-canonicalize one input slot.
+        assert 1 <= min(distances) <= 2
+
+
+def test_rerunning_a_finished_study_adds_nothing(tmp_path):
+    config = parse_config(tiny_config(tmp_path, "again"))
+    run_study(config, progress=lambda line: None)
+    study = run_study(config, progress=lambda line: None)
+    assert len(study.trials) == 3
+
+
+def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
+    trials = 4
+    config = tiny_config(tmp_path, "killed", budget={"trials": trials, "examples_per_trial": 6000})
+    path = write_config(tmp_path, config)
+    command = [sys.executable, "-m", "nas.cli", "search", str(path)]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it in the middle of its second trial
+        time.sleep(0.3)
+        try:
+            states = _states(load_study("killed", config["storage"]))
+        except Exception:
+            continue
+        if states["COMPLETE"] >= 1 and states["RUNNING"] == 1:
+            break
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    killed = _states(load_study("killed", config["storage"]))
+    assert killed["RUNNING"] == 1 and killed["COMPLETE"] < trials
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    study = load_study("killed", config["storage"])
+    states = _states(study)
+    assert states["COMPLETE"] + states["PRUNED"] == trials
+    assert states["RUNNING"] == 0 and states["FAIL"] == 1  # the killed one, failed as stale
+    failed = next(t for t in study.trials if t.state == TrialState.FAIL)
+    retried = [t for t in study.trials if t.state != TrialState.FAIL and t.params == failed.params]
+    assert retried, "the killed trial's architecture was not retried"
+
+
+def test_a_changed_search_space_is_refused_on_resume(tmp_path):
+    run_study(parse_config(tiny_config(tmp_path, "fixed", budget={"trials": 1})), progress=print)
+    changed = tiny_config(tmp_path, "fixed", search_space={"type": "dag", "num_blocks": 3})
+    assert main(["search", str(write_config(tmp_path, changed))]) == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"name": None}, "name: Field required"),
+        ({"searcher": {"type": "annealing"}}, "searcher.type: Input should be 'random'"),
+        ({"storage": "redis://127.0.0.1"}, "storage: Value error, must be an RDB URL"),
+        ({"data": {"source": "/nowhere/clicks.csv"}}, "/nowhere/clicks.csv"),
+        ({"search_space": {"type": "dag", "num_blocks": -1}}, "search_space.num_blocks"),
+        ({"budget": {"trials": 0}}, "budget.trials: Input should be greater than or equal to 1"),
+    ],
+)
+def test_invalid_configs_get_one_clear_error(tmp_path, capsys, change, expected):
+    config = tiny_config(tmp_path, "bad")
+    config.update(change)
+    config = {k: v for k, v in config.items() if v is not None}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["search", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "Traceback" not in err
