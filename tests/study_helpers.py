@@ -18,7 +18,7 @@ def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
             "widths": [8, 16],
             "counts": [2, 4],
             "embedding_dims": [4],
-        },  # fmt: skip
+        },
         "searcher": {"type": "random"},
         "budget": {"trials": 3, "examples_per_trial": 1500},
         "training": {"batch_size": 128, "evals": 2},
