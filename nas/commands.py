@@ -48,7 +48,7 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         print(f"Bayes-optimal validation NE of this data: {state['bayes_ne']:.4f}")
     if logger is not None:
         if summarize and table:
-            _log_summary(logger, study, table)
+            log_summary(logger, study, table)
         pending = logger.flush(timeout_s=30)
         if pending:
             outbox = config.study_dir / "mlflow-outbox"
@@ -61,7 +61,8 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     return 0
 
 
-def _log_summary(logger, study, table) -> None:
+def log_summary(logger, study, table) -> None:
+    """Leaderboard, Pareto front (CSV + PNG) and the best trial on the study's parent run."""
     from nas import leaderboard
 
     best = table[0]

@@ -91,11 +91,13 @@ class _Columns:
 
     dense: tuple[str, ...]
     features: tuple[str, ...]
+    dataset: str | None = None  # the schema's name, when one was given
 
     @classmethod
     def of(cls, arch: Architecture, schema: DatasetSchema | None) -> _Columns:
         dense = schema.dense if schema else tuple(f"dense_{i}" for i in range(arch.num_dense or 0))
-        columns = cls(tuple(dense), tuple(f.name for f in arch.embedding.features))
+        features = tuple(f.name for f in arch.embedding.features)
+        columns = cls(tuple(dense), features, schema.name if schema else None)
         if len(set(columns.dense + columns.features)) != len(columns.dense + columns.features):
             raise RanknasError(
                 "a categorical feature is named like a dense column (dense_0, ...): pass the "
@@ -187,7 +189,7 @@ def _checked_weights(
     ]
     if problems:
         raise RanknasError(
-            f"the weights do not fit architecture {analysis.arch.name or digest(analysis.arch)!r}"
+            f"the weights do not fit {analysis.arch.name or digest(analysis.arch)!r}"
             f" ({'; '.join(problems)}): export the state dict of the model built from it"
         )
     return _storable(state_dict)
@@ -339,29 +341,18 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
 
 def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:
     emb = analysis.arch.embedding
-    values: list[tuple[str, _Expr, str]] = [
-        ("DIGEST", _literal(arch_digest), "ranknas's hash of the architecture"),
-        ("DENSE_COLUMNS", _literal(columns.dense), "the columns of `dense`, in order"),
-        ("FEATURES", _literal(columns.features), "the keys of `sparse` / id matrix columns"),
-        (
-            "NUM_EMBEDDINGS",
-            _literal(tuple(f.num_embeddings for f in emb.features)),
-            "rows of each table",
-        ),
-        (
-            "FEATURE_DIMS",
-            _literal(tuple(emb.feature_dim(f) for f in emb.features)),
-            "dim of each table",
-        ),
-        ("EMBEDDING_DIM", _literal(emb.dim), "the dim of the embeddings the blocks see"),
-        ("WEIGHTS_FILE", _literal(WEIGHTS_FILE), ""),
+    values = [
+        ("DIGEST", arch_digest, "ranknas's hash of the architecture"),
+        ("DENSE_COLUMNS", columns.dense, "the columns of `dense`, in order"),
+        ("FEATURES", columns.features, "the keys of `sparse`, the columns of an id matrix"),
+        ("NUM_EMBEDDINGS", tuple(f.num_embeddings for f in emb.features), "rows of each table"),
+        ("FEATURE_DIMS", tuple(emb.feature_dim(f) for f in emb.features), "dim of each table"),
+        ("EMBEDDING_DIM", emb.dim, "the dim of the embeddings that the blocks see"),
+        ("WEIGHTS_FILE", WEIGHTS_FILE, "the weights, next to this file"),
     ]
-    lines = []
-    for name, value, comment in values:
-        if comment:
-            lines.append(f"# {comment}")
-        lines.append(_statement(name, value, 0))
-    return "\n".join(lines)
+    return "\n".join(
+        f"# {comment}\n{_statement(name, _literal(value), 0)}" for name, value, comment in values
+    )
 
 
 # ---------------------------------------------------------------------- the generated model
@@ -514,14 +505,14 @@ def _merged_input(analysis: Analysis, name: str, variables: Mapping[str, str]) -
 
 
 def _variable_names(order: Sequence[str]) -> dict[str, str]:
-    """A local variable per block: its name, unless that is a keyword or taken."""
+    """A local variable per block: its name, with underscores added where that is a keyword
+    or a name `forward` uses otherwise."""
     taken = {"self", "dense", "sparse", "embedded", "torch", *order}
     variables = {"dense": "dense", "sparse": "embedded"}
     for name in order:
         var = name
-        if keyword.iskeyword(name) or name in taken - {name}:
-            var = name + "_"
-            while var in taken:
+        if keyword.iskeyword(name) or name in {"self", "embedded", "torch"}:
+            while var in taken or keyword.iskeyword(var):
                 var += "_"
             taken.add(var)
         variables[name] = var
@@ -653,8 +644,9 @@ def _inputs_section(arch: Architecture, columns: _Columns) -> str:
     emb = arch.embedding
     dense = ", ".join(f"`{c}`" for c in columns.dense) or "none"
     rows = [(f"`{f.name}`", f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.features]
+    dataset = f"Dataset `{columns.dataset}`. " if columns.dataset else ""
     return (
-        f"Dense: {len(columns.dense)} float columns, in this order: {dense}.\n\n"
+        f"{dataset}Dense: {len(columns.dense)} float columns, in this order: {dense}.\n\n"
         f"Categorical: {len(rows)} features, one id per example each, in "
         "[0, num_embeddings), in this order (the columns of the id matrix):\n\n"
         + _table(["feature", "num_embeddings", "embedding dim"], rows)
@@ -668,7 +660,11 @@ def _blocks_table(analysis: Analysis) -> str:
     rows = []
     for name in analysis.order:
         block = arch.block(name)
-        settings = ", ".join(f"{k}={_flat(_literal(v))}" for k, v in analysis.params[name].items())
+        settings = ", ".join(
+            f"{key}={json.dumps(list(v) if isinstance(v, tuple) else v)}"
+            for key, v in analysis.params[name].items()
+            if v is not None
+        )
         rows.append(
             (
                 f"`{name}`",
@@ -761,8 +757,10 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
-        dense = torch.as_tensor(model_input[list(m.DENSE_COLUMNS)].to_numpy(np.float32))
-        ids = torch.as_tensor(model_input[list(m.FEATURES)].to_numpy(np.int64))
+        # torch.tensor copies into torch's aligned memory: results then do not depend on
+        # where pandas put the data
+        dense = torch.tensor(model_input[list(m.DENSE_COLUMNS)].to_numpy(np.float32))
+        ids = torch.tensor(model_input[list(m.FEATURES)].to_numpy(np.int64))
         with torch.no_grad():
             logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))
         return torch.sigmoid(logits).numpy()
@@ -784,36 +782,16 @@ def _register(
     """Log the export directory as a pyfunc model from code, register it, set the alias."""
     import mlflow
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         raise RanknasError("registering a model needs an MLflow tracking URI")
     _check_reachable(uri)
     try:
-        with tempfile.TemporaryDirectory() as tmp, _use_tracking_uri(uri):
-            entry_point = Path(tmp) / "ranknas_pyfunc.py"
-            entry_point.write_text(_PYFUNC_CODE.lstrip())
-            client = mlflow.MlflowClient(uri)
-            experiment = client.get_experiment_by_name(EXPERIMENT)
-            experiment_id = experiment.experiment_id if experiment else None
-            with mlflow.start_run(
-                experiment_id=experiment_id or client.create_experiment(EXPERIMENT),
-                run_name=f"export {name}",
-            ):
-                mlflow.log_params({"digest": result.digest, "flops": analysis.flops})
-                mlflow.log_metrics(_numeric(metrics))
-                info = mlflow.pyfunc.log_model(
-                    name="model",
-                    python_model=str(entry_point),
-                    artifacts={"export": str(result.out_dir)},
-                    signature=_signature(columns),
-                    pip_requirements=_requirements(),
-                    registered_model_name=name,
-                )
-            version = str(info.registered_model_version)
-            client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
-            client.set_registered_model_alias(name, alias, version)
+        version = _log_model_version(result, analysis.flops, metrics, columns, name, uri)
+        client = mlflow.MlflowClient(uri)
+        client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
+        client.set_registered_model_alias(name, alias, version)
     except MlflowException as exc:
         raise RanknasError(f"registering {name!r} at {uri} failed: {exc.message}") from exc
     return replace(
@@ -823,6 +801,44 @@ def _register(
         alias=alias,
         model_uri=f"models:/{name}@{alias}",
     )
+
+
+def _log_model_version(
+    result: ExportResult,
+    flops: int,
+    metrics: Mapping[str, Any],
+    columns: _Columns,
+    name: str,
+    uri: str,
+) -> str:
+    """Log the model in a run of the EXPERIMENT experiment; the new version of `name`."""
+    import mlflow
+
+    # log_model and start_run read the global tracking URI: set it for this call only
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        _use_tracking_uri(uri),
+        mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
+    ):
+        entry_point = Path(tmp) / "ranknas_pyfunc.py"
+        entry_point.write_text(_PYFUNC_CODE.lstrip())
+        mlflow.log_params({"digest": result.digest, "flops": flops})
+        mlflow.log_metrics(_numeric(metrics))
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(entry_point),
+            artifacts={"export": str(result.out_dir)},
+            signature=_signature(columns),
+            input_example=_input_example(columns),
+            pip_requirements=_requirements(),
+            registered_model_name=name,
+        )
+    return str(info.registered_model_version)
 
 
 def _check_reachable(uri: str) -> None:
@@ -856,6 +872,13 @@ def _signature(columns: _Columns) -> Any:
     inputs += [ColSpec("long", f) for f in columns.features]
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
+
+
+def _input_example(columns: _Columns) -> Any:
+    """One example of zeros (stored as JSON; MLflow also predicts it to check the model)."""
+    import pandas as pd
+
+    return pd.DataFrame({c: [0.0] for c in columns.dense} | {f: [0] for f in columns.features})
 
 
 def _requirements() -> list[str]:

@@ -153,8 +153,9 @@ def run_study(
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     data = prepare_data(config)
     space = make_space(config.search_space, data.train.schema)
-    storage = open_storage(config.storage, config.heartbeat_seconds)
-    study = open_study(config, space, storage)
+    with study_lock(config.storage, config.name):  # workers starting together create it once
+        storage = open_storage(config.storage, config.heartbeat_seconds)
+        study = open_study(config, space, storage)
     if data.bayes_ne is not None:
         study.set_user_attr("bayes_ne", data.bayes_ne)
     if logger is not None:

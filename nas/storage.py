@@ -72,6 +72,7 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
     a file lock beside a SQLite database, an advisory lock on PostgreSQL."""
     path = _sqlite_path(url)
     if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(path.suffix + ".lock"), "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield

@@ -10,13 +10,13 @@ import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
-from study_helpers import tiny_config, write_config
 
 from nas.cli import main
 from nas.config import parse_config
 from nas.runner import prepare_data, run_study
 from nas.storage import load_study
 from search_space.spaces import make_space
+from study_helpers import tiny_config, write_config
 
 
 def _states(study: optuna.Study) -> dict[str, int]:

@@ -1,0 +1,90 @@
+"""A study logged to a real `mlflow server`: parent and nested runs with their content, and
+an MLflow outage in the middle of the study loses nothing."""
+
+from collections.abc import Iterator
+
+import pytest
+from mlflow import MlflowClient
+
+from mlflow_server import ServerConfig, ServerInfo, StudyLogger, down, up
+from nas.commands import log_summary
+from nas.config import parse_config
+from nas.leaderboard import rows
+from nas.runner import run_study
+from study_helpers import tiny_config
+
+
+@pytest.fixture(scope="module")
+def server_config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
+    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+
+
+@pytest.fixture(scope="module")
+def server(server_config: ServerConfig) -> Iterator[ServerInfo]:
+    info = up(server_config)
+    server_config.port = info.port  # a restart comes back on the same port
+    yield info
+    down(server_config)
+
+
+def _runs(client: MlflowClient, experiment: str):
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    runs = client.search_runs([experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("ranknas.kind") == "study"]
+    trials = {int(r.data.tags["ranknas.trial"]): r for r in runs if "ranknas.trial" in r.data.tags}
+    assert len(parents) == 1
+    assert len(trials) == len(runs) - 1, "a trial was logged twice"
+    return parents[0], trials
+
+
+def _study(tmp_path, server, name, trials=3):
+    config = parse_config(
+        tiny_config(tmp_path, name, budget={"trials": trials}, mlflow={"tracking_uri": server.uri})
+    )
+    logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
+    return config, logger
+
+
+def test_a_study_logs_a_parent_run_and_a_nested_run_per_trial(tmp_path, server):
+    config, logger = _study(tmp_path, server, "logged")
+    study = run_study(config, logger=logger, progress=lambda line: None)
+    log_summary(logger, study, rows(study))
+    assert logger.flush(timeout_s=30) == 0
+    client = MlflowClient(tracking_uri=server.uri)
+    parent, trials = _runs(client, "logged")
+    assert sorted(trials) == [t.number for t in study.trials]
+    for number, run in trials.items():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert {"searcher", "status", "digest", "worker"} <= set(run.data.tags)
+        assert run.data.tags["digest"] == study.trials[number].user_attrs["digest"]
+        assert {"val_ne", "val_logloss", "val_auc", "mflops", "params", "throughput"} <= set(
+            run.data.metrics
+        )
+        assert any(key.startswith("b0.") for key in run.data.params)  # flattened architecture
+        history = client.get_metric_history(run.info.run_id, "curve_val_ne")
+        assert len(history) >= 1 and all(h.step > 0 for h in history)
+        files = {f.path for f in client.list_artifacts(run.info.run_id)}
+        assert "architecture.json" in files
+    summary = {f.path for f in client.list_artifacts(parent.info.run_id)}
+    assert {"leaderboard.csv", "pareto_front.png", "pareto_front.csv"} <= summary
+    best = min(t.values[0] for t in study.trials if t.values)
+    summary_tags = client.get_run(parent.info.run_id).data.tags
+    assert study.trials[int(summary_tags["best_trial"])].values[0] == best
+
+
+def test_mlflow_stopped_in_the_middle_of_a_study_loses_no_record(tmp_path, server, server_config):
+    config, logger = _study(tmp_path, server, "outage", trials=4)
+    seen = []
+
+    def progress(line: str) -> None:  # the server goes away after trial 1, back after 3
+        seen.append(line)
+        if len(seen) == 1:
+            down(server_config)
+        if len(seen) == 3:
+            up(server_config)
+
+    study = run_study(config, logger=logger, progress=progress)
+    assert logger.flush(timeout_s=60) == 0
+    _, trials = _runs(MlflowClient(tracking_uri=server.uri), "outage")
+    assert sorted(trials) == [t.number for t in study.trials]
+    assert all(run.info.status in ("FINISHED", "KILLED", "FAILED") for run in trials.values())
