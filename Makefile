@@ -43,22 +43,23 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The main job end to end, as far as it exists: the engineer presets with their costs, one
-# preset in detail, and an architecture sampled from each search space. The study runner
-# (search, MLflow, export) extends this target.
+# The main job end to end: start MLflow, run the quickstart study on the synthetic data,
+# print the leaderboard, export the winner (registered in MLflow's model registry).
+# Running it again resumes the finished study: no new trials, the same export.
+RANKNAS := $(VENV)/bin/ranknas
+MLFLOW_URL := http://127.0.0.1:5000
 demo: setup
-	$(VENV)/bin/ranknas presets
+	$(RANKNAS) mlflow up
+	$(RANKNAS) search examples/quickstart.yaml
+	$(RANKNAS) leaderboard quickstart --top 5
+	$(RANKNAS) export quickstart --trial best --out ranknas-data/winner \
+	  --register ranknas-quickstart --tracking-uri $(MLFLOW_URL)
 	@echo
-	$(VENV)/bin/ranknas arch show wukong
-	@echo
-	$(VENV)/bin/ranknas arch show examples/dlrm.json
-	@for space in examples/space_*.yaml; do \
-	  echo; echo "== one architecture sampled from $$space"; \
-	  $(VENV)/bin/ranknas space sample $$space --seed 1 > /tmp/ranknas-sample.json && \
-	  $(VENV)/bin/ranknas arch show /tmp/ranknas-sample.json || exit 1; \
-	done
-	@echo
-	@echo "Specs are plain JSON: 'ranknas arch show NAME --json' prints one to start from."
+	@echo "MLflow UI:     $(MLFLOW_URL)  (experiment 'quickstart': one parent run, a nested run per trial)"
+	@echo "Winner:        ranknas-data/winner/ (architecture.json, model.safetensors, ranknas_model.py, model_card.md)"
+	@echo "Registry:      models:/ranknas-quickstart@champion"
+	@echo "Study storage: sqlite:///ranknas-data/studies.db  ('ranknas status quickstart')"
+	@echo "Stop MLflow:   $(RANKNAS) mlflow down"
 
 bench: setup
 	$(PY) bench/bench_search_space.py

@@ -127,8 +127,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.export import export_model
     from search_space.architecture import Architecture
+    from search_space.schema import DatasetSchema
 
-    trial = leaderboard.best_trial(_study(args), args.trial)
+    study = _study(args)
+    trial = leaderboard.best_trial(study, args.trial)
     trial_dir = Path(trial.user_attrs.get("trial_dir", ""))
     weights = trial_dir / "model.safetensors"
     if not weights.exists():
@@ -137,10 +139,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     arch = Architecture.load(trial_dir / "architecture.json")
     metrics = json.loads((trial_dir / "metrics.json").read_text())
+    schema = study.user_attrs.get("schema")
     result = export_model(
-        arch, load_file(str(weights)), metrics, Path(args.out),
-        register=args.register, tracking_uri=args.tracking_uri,
-    )  # fmt: skip
+        arch,
+        load_file(str(weights)),
+        metrics,
+        Path(args.out),
+        schema=DatasetSchema.from_dict(schema) if schema else None,
+        register=args.register,
+        tracking_uri=args.tracking_uri,
+    )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if args.register:
         print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")

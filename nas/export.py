@@ -10,7 +10,8 @@
   `RankingModel` whose constructor writes every shape and setting out and whose `forward` is
   straight-line code, one statement per block. Submodule names match ranknas's
   `RankingModel`, so the state dict loads as is, and every tensor operation is the one
-  ranknas's model runs, so outputs are bit-identical for the same weights and inputs;
+  ranknas's model runs, so outputs are bit-identical for the same weights and inputs (inputs
+  laid out alike: CPU kernels round differently for unaligned or column-major tensors);
 - `model_card.md`: blocks, costs, metrics, inputs, how to load.
 
 With `register=NAME` the directory is also logged to MLflow as a pyfunc model "from code" (no
@@ -79,8 +80,8 @@ class ExportResult:
     module: Path
     model_card: Path
     digest: str
-    registered_name: str | None = None
-    registered_version: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
     alias: str | None = None
     model_uri: str | None = None  # models:/NAME@alias
 
@@ -757,13 +758,17 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
-        # torch.tensor copies into torch's aligned memory: results then do not depend on
-        # where pandas put the data
-        dense = torch.tensor(model_input[list(m.DENSE_COLUMNS)].to_numpy(np.float32))
-        ids = torch.tensor(model_input[list(m.FEATURES)].to_numpy(np.int64))
+        dense = _matrix(model_input, m.DENSE_COLUMNS, np.float32)
+        ids = _matrix(model_input, m.FEATURES, np.int64)
         with torch.no_grad():
             logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))
         return torch.sigmoid(logits).numpy()
+
+
+def _matrix(frame: pd.DataFrame, columns: tuple[str, ...], dtype: type) -> torch.Tensor:
+    """The columns as a row-major tensor in torch's own (aligned) memory: a column-major or
+    unaligned input would make vectorized kernels round differently in the last bit."""
+    return torch.tensor(np.ascontiguousarray(frame[list(columns)].to_numpy(dtype)))
 
 
 mlflow.models.set_model(ExportedRankingModel())
@@ -796,8 +801,8 @@ def _register(
         raise RanknasError(f"registering {name!r} at {uri} failed: {exc.message}") from exc
     return replace(
         result,
-        registered_name=name,
-        registered_version=version,
+        model_name=name,
+        model_version=version,
         alias=alias,
         model_uri=f"models:/{name}@{alias}",
     )

@@ -156,6 +156,7 @@ def run_study(
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = open_study(config, space, storage)
+    study.set_user_attr("schema", data.train.schema.to_dict())
     if data.bayes_ne is not None:
         study.set_user_attr("bayes_ne", data.bayes_ne)
     if logger is not None:

@@ -56,7 +56,7 @@ class SyntheticConfig:
     first_order_features: int = 8  # categorical features with a weight per id
     pairwise_features: int = 6  # categorical features whose pairs interact (order 2)
     zipf_exponent: float = 1.3
-    signal_rank: float | None = 10.0  # per-id parameters shrink by 1 / (1 + rank / this)
+    signal_rank: float | None = 2.0  # per-id parameters shrink by 1 / (1 + rank / this)
     first_order_scale: float = 0.6
     dense_linear_scale: float = 0.4
     dense_nonlinear_scale: float = 0.4

@@ -1,0 +1,376 @@
+"""Export: the standalone module rebuilds the model where ranknas cannot be imported and
+reproduces its predictions; the weights are plain safetensors; the MLflow registry round trip."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from mlflow_server import ServerConfig, ServerInfo, down, up
+from nas.export import _PYFUNC_CODE, ExportResult, export_model, load_exported
+from search_space.architecture import Architecture, analyze, digest
+from search_space.builder import RankingModel, build_model, example_batch
+from search_space.errors import RanknasError
+from search_space.presets import PRESETS, preset
+from search_space.schema import CategoricalFeature, DatasetSchema
+from search_space.spaces import make_space
+
+SCHEMA = DatasetSchema(
+    dense=("d0", "d1", "d2", "d3"),
+    categorical=tuple(CategoricalFeature(f"c{i}", 20 + 7 * i) for i in range(6)),
+    name="small",
+)
+BATCH = 16
+METRICS = {"val_ne": 0.8123, "test_auc": 0.7345, "throughput": 12345.6, "steps": 300}
+ALL_OPS = ["mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen"]
+
+
+def _mixed() -> Architecture:
+    """Per-feature dims, dense inputs of sparse blocks with and without a merge projection,
+    list-taking blocks fed a sparse input, keyword block names, a sparse output to the head."""
+    dims = {"c1": 4, "c4": 16}
+    features = [
+        {"name": f.name, "num_embeddings": f.cardinality}
+        | ({"dim": dims[f.name]} if f.name in dims else {})
+        for f in SCHEMA.categorical
+    ]
+    mix = {"modules": ["conv", "dcn", "linear"], "aggregation": "concat", "num_out": 4}
+    blocks = [
+        ("bottom", "mlp", ["dense"], {"widths": [24]}),  # 24 != dim: projected
+        ("narrow", "mlp", ["dense"], {"widths": [8]}),  # == dim: joins as is
+        ("inter", "attention", ["sparse", "bottom", "narrow"], {"num_heads": 2}),
+        ("crossed", "cross", ["bottom", "inter"], {"low_rank": 4, "num_experts": 2}),
+        ("gate", "gating", ["crossed", "inter"], {}),
+        ("total", "sum", ["gate", "inter", "dense"], {"width": 16}),
+        ("fm", "fm", ["sparse"], {"reduce": False}),
+        ("lambda", "efc", ["inter", "total", "fm"], {"num_out": 3}),
+        ("class", "dhen", ["lambda"], mix),
+        ("torch", "wukong", ["class", "narrow"], {"num_fm": 2, "num_lc": 3, "rank": 4}),
+    ]
+    spec = {
+        "name": "mixed",
+        "embedding": {"dim": 8, "features": features},
+        "blocks": [
+            {"name": n, "op": op, "inputs": inputs, "params": p} for n, op, inputs, p in blocks
+        ],
+    }
+    return Architecture.from_dict(spec).bind(SCHEMA)
+
+
+def _architectures() -> dict[str, Architecture]:
+    archs = {name: preset(name, SCHEMA) for name in PRESETS}
+    dag = {"type": "dag", "ops": ALL_OPS, "feature_dims": [4, 8, 16]}
+    for seed in range(3):
+        archs[f"dag{seed}"] = make_space(dag, SCHEMA).sample(seed)
+    archs["wukong-space"] = make_space({"type": "wukong", "feature_dims": [4, 8]}, SCHEMA).sample(1)
+    archs["dhen-space"] = make_space({"type": "dhen"}, SCHEMA).sample(2)
+    archs["mixed"] = _mixed()
+    return archs
+
+
+ARCHITECTURES = _architectures()
+
+
+@dataclass
+class Case:
+    arch: Architecture
+    model: RankingModel
+    result: ExportResult
+    dense: torch.Tensor
+    sparse: KeyedJaggedTensor
+    ids: torch.Tensor  # [B, F], the ids of `sparse`
+    expected: torch.Tensor  # the logits of `model`
+
+
+def _perturbed(arch: Architecture) -> RankingModel:
+    """A model whose weights no fresh build has (so a load that did nothing shows)."""
+    model = build_model(arch, seed=0)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=generator))
+    return model.eval()
+
+
+def _case(arch: Architecture, out_dir: Path) -> Case:
+    model = _perturbed(arch)
+    result = export_model(arch, model.state_dict(), METRICS, out_dir, schema=SCHEMA)
+    dense, sparse = example_batch(arch, BATCH, seed=3)
+    ids = sparse.values().view(len(arch.embedding.features), BATCH).t().contiguous()
+    with torch.no_grad():
+        expected = model(dense, sparse)
+    return Case(arch, model, result, dense, sparse, ids, expected)
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    root = tmp_path_factory.mktemp("exports")
+    return {name: _case(arch, root / name) for name, arch in ARCHITECTURES.items()}
+
+
+# Runs with `python -S`: no site-packages .pth files, so not ranknas's editable finder either.
+_OUTSIDE_RANKNAS = """
+import importlib.util
+import sys
+from pathlib import Path
+
+for name in ("search_space", "nas", "ranknas"):
+    try:
+        __import__(name)
+    except ImportError:
+        continue
+    raise SystemExit(f"{name} can be imported: the check would prove nothing")
+
+import torch
+from safetensors.torch import load_file, save_file
+
+inputs, outputs = Path(sys.argv[1]), Path(sys.argv[2])
+for directory in map(Path, sys.argv[3:]):
+    spec = importlib.util.spec_from_file_location("ranknas_model", directory / "ranknas_model.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ranknas_model"] = module
+    spec.loader.exec_module(module)
+    model = module.load(directory)
+    # clone: tensors fresh from load_file may be unaligned, and vectorized kernels then
+    # round differently in the last bit (so would ranknas's own model)
+    batch = load_file(inputs / f"{directory.name}.safetensors")
+    batch = {key: tensor.clone() for key, tensor in batch.items()}
+    with torch.no_grad():
+        logits = model(batch["dense"], module.ids_to_kjt(batch["ids"], module.FEATURES))
+    save_file({"logits": logits}, outputs / f"{directory.name}.safetensors")
+"""
+
+
+@pytest.fixture(scope="module")
+def outside_logits(
+    cases: dict[str, Case], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, torch.Tensor]:
+    """The logits each exported module computes in a Python that cannot import ranknas."""
+    work = tmp_path_factory.mktemp("outside")
+    inputs, outputs = work / "inputs", work / "outputs"
+    inputs.mkdir()
+    outputs.mkdir()
+    for name, case in cases.items():
+        save_file({"dense": case.dense, "ids": case.ids}, inputs / f"{name}.safetensors")
+    site = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    dirs = [str(case.result.out_dir) for case in cases.values()]
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _OUTSIDE_RANKNAS, str(inputs), str(outputs), *dirs],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(site)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {name: load_file(outputs / f"{name}.safetensors")["logits"] for name in cases}
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_standalone_module_reproduces_the_model_without_ranknas(
+    name: str, cases: dict[str, Case], outside_logits: dict[str, torch.Tensor]
+) -> None:
+    assert torch.equal(outside_logits[name], cases[name].expected)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_loaded_export_is_bit_identical(name: str, cases: dict[str, Case]) -> None:
+    case = cases[name]
+    with torch.no_grad():
+        logits = load_exported(case.result.out_dir)(case.dense, case.sparse)
+        fresh = build_model(case.arch, seed=0)(case.dense, case.sparse)
+    assert torch.equal(logits, case.expected)
+    assert not torch.equal(fresh, case.expected)
+
+
+def test_ids_to_kjt_checks_the_id_matrix(cases: dict[str, Case]) -> None:
+    case = cases["dlrm"]
+    module = sys.modules[type(load_exported(case.result.out_dir)).__module__]
+    kjt = module.ids_to_kjt(case.ids, module.FEATURES)
+    assert kjt.keys() == list(module.FEATURES)
+    assert torch.equal(kjt.values(), case.sparse.values())
+    with pytest.raises(ValueError, match=r"expected ids of shape \[B, 6\], got \[16, 5\]"):
+        module.ids_to_kjt(case.ids[:, :5], module.FEATURES)
+
+
+def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:
+    case = cases["mixed"]
+    weights = load_file(case.result.weights)
+    state = case.model.state_dict()
+    assert weights.keys() == state.keys()
+    assert all(torch.equal(weights[key], state[key]) for key in state)
+    with safe_open(case.result.weights, framework="pt") as f:
+        assert f.metadata() == {"ranknas_digest": case.result.digest}
+
+
+def test_generated_module_needs_only_torch_torchrec_and_safetensors(
+    cases: dict[str, Case],
+) -> None:
+    for name, case in cases.items():
+        text = case.result.module.read_text()
+        tree = ast.parse(text)
+        roots = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                roots.add((node.module or "").split(".")[0])
+        third_party = roots - set(sys.stdlib_module_names)
+        assert third_party == {"torch", "torchrec", "safetensors"}, name
+        assert "torch.load" not in text and "pickle" not in text
+        assert ast.get_docstring(tree).startswith(f"{case.arch.name}, exported by ranknas")
+        defined = [
+            node.name if hasattr(node, "name") else ast.unparse(node.targets[0])
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.Assign)
+        ]
+        assert len(defined) == len(set(defined)), f"{name}: a copied name is defined twice"
+
+
+def test_generated_module_is_ruff_clean(cases: dict[str, Case], tmp_path: Path) -> None:
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed")
+    config = Path(__file__).parents[1] / "pyproject.toml"
+    files = [tmp_path / "pyfunc_entry_point.py"]
+    files[0].write_text(_PYFUNC_CODE.lstrip())  # what MLflow stores as the model's code
+    for name, case in cases.items():
+        files.append(tmp_path / f"{name.replace('-', '_')}.py")
+        shutil.copy(case.result.module, files[-1])
+    for check in (["check"], ["format", "--check"]):
+        proc = subprocess.run(
+            [ruff, *check, "--config", str(config), *map(str, files)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_forward_is_one_statement_per_block(cases: dict[str, Case]) -> None:
+    text = cases["dlrm"].result.module.read_text()
+    assert 'bottom = self.blocks["bottom"](dense)\n' in text
+    assert 'top = self.blocks["top"](torch.cat([bottom, interaction], dim=1))\n' in text
+    mixed = cases["mixed"].result.module.read_text()
+    assert 'lambda_ = self.blocks["lambda"](' in mixed  # a keyword gets a trailing underscore
+    assert 'torch_ = self.blocks["torch"](torch.cat([class_, narrow.unsqueeze(1)], dim=1))' in mixed
+    assert 'self.merge_projections["inter__bottom"](bottom).unsqueeze(1)' in mixed
+
+
+def test_architecture_json_and_model_card(cases: dict[str, Case]) -> None:
+    case = cases["mixed"]
+    assert Architecture.load(case.result.architecture).to_dict() == case.arch.to_dict()
+    assert case.result.digest == digest(case.arch)
+    card = case.result.model_card.read_text()
+    analysis = analyze(case.arch)
+    for text in (case.result.digest, f"{analysis.flops:,}", f"{analysis.params_total:,}"):
+        assert text in card
+    assert "| val_ne | 0.8123 |" in card and "| steps | 300 |" in card
+    assert "| `c1` | 27 | 4 |" in card  # feature, num_embeddings, its own dim
+    assert all(f"| `{name}` | " in card for name in analysis.order)
+    assert "`d0`, `d1`, `d2`, `d3`" in card
+
+
+def test_weights_of_another_architecture_are_refused(tmp_path: Path) -> None:
+    state = build_model(preset("dlrm", SCHEMA), seed=0).state_dict()
+    with pytest.raises(RanknasError, match=r"do not fit 'dcnv2' .*missing: .*unexpected: "):
+        export_model(preset("dcnv2", SCHEMA), state, {}, tmp_path)
+    state["head.weight"] = torch.zeros(1, 63)
+    with pytest.raises(RanknasError, match=r"shape: head.weight \[1, 63\] \(expected \[1, 64\]\)"):
+        export_model(preset("dlrm", SCHEMA), state, {}, tmp_path)
+
+
+def test_shared_and_non_contiguous_tensors_are_stored(tmp_path: Path) -> None:
+    arch = preset("dlrm", SCHEMA)
+    model = _perturbed(arch)
+    state = model.state_dict()
+    first, second = "blocks.top.layers.0.weight", "blocks.top.layers.2.weight"
+    storage = torch.cat([state[first].flatten(), state[second].flatten()])
+    state[first] = storage[: state[first].numel()].view(state[first].shape)
+    state[second] = storage[state[first].numel() :].view(state[second].shape)
+    bottom = "blocks.bottom.layers.0.weight"
+    state[bottom] = state[bottom].t().contiguous().t()  # same values, column-major
+    assert not state[bottom].is_contiguous()
+    result = export_model(arch, state, {}, tmp_path)
+    dense, sparse = example_batch(arch, BATCH)
+    with torch.no_grad():
+        assert torch.equal(load_exported(result.out_dir)(dense, sparse), model(dense, sparse))
+
+
+def test_without_a_schema_dense_columns_are_numbered(tmp_path: Path) -> None:
+    arch = preset("deepfm", SCHEMA)
+    result = export_model(arch, build_model(arch, seed=0).state_dict(), {}, tmp_path)
+    assert 'DENSE_COLUMNS = ("dense_0", "dense_1", "dense_2", "dense_3")' in (
+        result.module.read_text()
+    )
+
+
+def test_registering_without_a_server_fails_fast(tmp_path: Path) -> None:
+    arch = preset("dlrm", SCHEMA)
+    state = build_model(arch, seed=0).state_dict()
+    with pytest.raises(RanknasError, match="cannot reach the MLflow server"):
+        export_model(arch, state, {}, tmp_path, register="m", tracking_uri="http://127.0.0.1:9")
+
+
+# ---------------------------------------------------------------------- MLflow registry
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
+    config = ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+    info = up(config)
+    yield info
+    down(config)
+
+
+def test_registered_model_reproduces_predictions(
+    server: ServerInfo, cases: dict[str, Case], tmp_path: Path
+) -> None:
+    import mlflow
+
+    case = cases["mixed"]
+    state = case.model.state_dict()
+    result = export_model(
+        case.arch, state, METRICS, tmp_path / "export", schema=SCHEMA,
+        register="ranknas-mixed", tracking_uri=server.uri,
+    )  # fmt: skip
+    assert (result.model_name, result.alias) == ("ranknas-mixed", "champion")
+    assert result.model_uri == "models:/ranknas-mixed@champion"
+    client = mlflow.MlflowClient(server.uri)
+    version = client.get_model_version_by_alias("ranknas-mixed", "champion")
+    assert version.version == result.model_version
+    assert version.tags["ranknas_digest"] == case.result.digest
+
+    frame = pd.DataFrame(case.dense.double().numpy(), columns=list(SCHEMA.dense))
+    for j, feature in enumerate(SCHEMA.feature_names):
+        frame[feature] = case.ids[:, j].numpy()
+    mlflow.set_tracking_uri(server.uri)
+    try:  # MLflow 3.17 refuses to unpickle models by default: loading proves there is none
+        loaded = mlflow.pyfunc.load_model(result.model_uri)
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert "model_code_path" in loaded.metadata.flavors["python_function"]
+    probabilities = loaded.predict(frame)
+    np.testing.assert_array_equal(probabilities, torch.sigmoid(case.expected).numpy())
+
+    again = export_model(
+        case.arch, state, METRICS, tmp_path / "again", schema=SCHEMA,
+        register="ranknas-mixed", tracking_uri=server.uri,
+    )  # fmt: skip
+    assert int(again.model_version) == int(result.model_version) + 1
+    moved = client.get_model_version_by_alias("ranknas-mixed", "champion")
+    assert moved.version == again.model_version
