@@ -18,9 +18,13 @@ def entropy(rate: float) -> float:
 def ranking_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """NE (logloss over the entropy of the observed base rate), logloss, AUC and
     calibration (mean predicted CTR over observed CTR) of one evaluation set."""
-    probabilities = np.clip(probabilities.astype(np.float64), 1e-7, 1 - 1e-7)
     labels = labels.astype(np.float64)
     base_rate = float(labels.mean())
+    if not np.isfinite(probabilities).all():  # a diverged model: say so, do not raise
+        nan = float("nan")
+        return {"ne": nan, "logloss": nan, "auc": nan, "calibration": nan,
+                "base_rate": base_rate, "examples": float(labels.shape[0])}  # fmt: skip
+    probabilities = np.clip(probabilities.astype(np.float64), 1e-7, 1 - 1e-7)
     logloss = float(log_loss(labels, probabilities, labels=[0.0, 1.0]))
     both_classes = 0.0 < base_rate < 1.0
     return {

@@ -190,6 +190,9 @@ def train(
         if result.status != "failed":
             result.validation = evaluate(model, valid_data)
             result.test = evaluate(model, test_data) if test_data is not None else {}
+            if not math.isfinite(result.validation["logloss"]):
+                result.status = "failed"
+                result.failure_reason = "validation predictions are nan/inf after training"
     except torch.OutOfMemoryError as exc:
         result.status, result.failure_reason = "failed", f"out of memory: {exc}"
     except RanknasError:  # the user's input, not the candidate, is wrong
@@ -237,6 +240,10 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> Non
             eval_started = time.perf_counter()
             metrics = evaluate(model, valid_data, config.eval_examples)
             eval_seconds += time.perf_counter() - eval_started
+            if not math.isfinite(metrics["logloss"]):
+                result.status = "failed"
+                result.failure_reason = f"validation predictions became nan/inf by step {step}"
+                break
             curves["val_ne"].append((step, metrics["ne"]))
             curves["val_auc"].append((step, metrics["auc"]))
             if on_eval is not None and on_eval(step, result.examples, metrics):

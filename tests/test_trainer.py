@@ -1,0 +1,147 @@
+"""The trainer: budgets, metrics, failures as results, pruning, reproducibility, and the
+acceptance ordering on the synthetic data (interaction models near the Bayes floor, LR not)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import log_loss
+
+from nas.cli import main
+from search_space.builder import build_model
+from search_space.presets import preset
+from trainers.data import SyntheticConfig, bayes_metrics, generate_synthetic
+from trainers.metrics import entropy, ranking_metrics
+from trainers.trainer import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return generate_synthetic(SyntheticConfig(rows=6000, seed=1)).split()
+
+
+def _train(splits, arch="dlrm", **config):
+    train_part, valid, test = splits
+    model = build_model(preset(arch, train_part.schema), seed=0)
+    return train(model, train_part, valid, test, TrainConfig(batch_size=128, **config))
+
+
+def test_metrics_follow_their_definitions():
+    rng = np.random.default_rng(0)
+    labels = (rng.random(5000) < 0.2).astype(np.float32)
+    p = np.clip(0.2 + 0.1 * rng.standard_normal(5000), 0.01, 0.99)
+    metrics = ranking_metrics(p, labels)
+    assert metrics["logloss"] == pytest.approx(log_loss(labels, p))
+    assert metrics["ne"] == pytest.approx(metrics["logloss"] / entropy(labels.mean()))
+    assert metrics["calibration"] == pytest.approx(p.mean() / labels.mean())
+    constant = ranking_metrics(np.full(5000, labels.mean()), labels)
+    assert constant["ne"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_budget_in_steps_and_examples(splits):
+    assert _train(splits, max_steps=7).steps == 7
+    result = _train(splits, max_examples=1280)
+    assert (result.steps, result.examples) == (10, 1280)
+    assert result.status == "complete" and result.throughput > 0
+    assert {"ne", "logloss", "auc", "calibration"} <= set(result.validation)
+    assert {"ne", "logloss", "auc", "calibration"} <= set(result.test)
+    assert len(result.curves["val_ne"]) >= 1 and result.peak_memory_bytes > 0
+
+
+def test_a_cpu_run_is_reproducible_given_a_seed(splits):
+    first = _train(splits, max_steps=20, seed=3)
+    second = _train(splits, max_steps=20, seed=3)
+    assert first.validation == second.validation
+    assert first.curves == second.curves
+
+
+def test_a_nan_loss_ends_the_run_with_a_reason(splits):
+    train_part, valid, test = splits
+    model = build_model(preset("dlrm", train_part.schema), seed=0)
+    with torch.no_grad():
+        model.head.bias.fill_(float("nan"))
+    result = train(model, train_part, valid, test, TrainConfig(batch_size=128, log_every=5))
+    assert result.status == "failed"
+    assert "nan" in result.failure_reason
+
+
+def test_an_exception_in_a_step_is_a_failed_result_not_a_crash(splits):
+    train_part, valid, test = splits
+    model = build_model(preset("dlrm", train_part.schema), seed=0)
+
+    def broken(*args):
+        raise RuntimeError("kernel exploded")
+
+    model.head.register_forward_hook(lambda *args: broken())
+    result = train(model, train_part, valid, test, TrainConfig(batch_size=128, max_steps=3))
+    assert result.status == "failed"
+    assert result.failure_reason == "RuntimeError: kernel exploded"
+
+
+def test_the_eval_callback_can_prune_and_early_stopping_stops(splits):
+    seen = []
+
+    def prune_at_second(step, examples, metrics):
+        seen.append((step, examples, metrics["ne"]))
+        return len(seen) == 2
+
+    train_part, valid, test = splits
+    model = build_model(preset("dlrm", train_part.schema), seed=0)
+    config = TrainConfig(batch_size=128, max_steps=40, evals=4)
+    result = train(model, train_part, valid, test, config, on_eval=prune_at_second)
+    assert result.status == "pruned" and len(seen) == 2 and seen[1][0] == 20
+    stopped = _train(splits, max_steps=200, evals=20, early_stopping_patience=1, dense_lr=0.5)
+    assert stopped.stopped_early and stopped.steps < 200
+
+
+def test_cli_train_prints_json_with_the_bayes_floor(capsys):
+    code = main(["train", "--arch", "deepfm", "--rows", "4000", "--examples", "2000", "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["status"] == "complete"
+    assert 0 < summary["bayes_val_ne"] < summary["val_ne"]
+
+
+def test_cli_data_synth_writes_data_schema_and_stats(tmp_path, capsys):
+    out = tmp_path / "synth"
+    assert main(["data", "synth", "--out", str(out), "--rows", "3000", "--format", "csv"]) == 0
+    assert {"data.csv", "schema.yaml", "stats.json"} <= {p.name for p in out.iterdir()}
+    code = main(["train", "--arch", "dlrm", "--data", str(out / "data.csv"), "--schema",
+                 str(out / "schema.yaml"), "--examples", "1000", "--json"])  # fmt: skip
+    assert code == 0
+
+
+def test_cli_train_bad_schema_is_a_clear_error(tmp_path, capsys):
+    data = tmp_path / "clicks.csv"
+    data.write_text("y,a,b\n1,0.5,x\n0,0.1,y\n")
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("label: y\ndense: [a, missing_col]\ncategorical: [b]\n")
+    assert main(["train", "--arch", "dlrm", "--data", str(data), "--schema", str(schema)]) == 2
+    err = capsys.readouterr().err
+    assert "missing_col" in err and "Traceback" not in err
+
+
+# The acceptance ordering. Margin to the Bayes floor stated at this size (100k rows, one
+# epoch): interaction models within 0.10 NE, logistic regression at least 0.03 NE worse than
+# each of them. BENCHMARKS.md records the numbers at larger sizes.
+MARGIN_TO_BAYES = 0.10
+LR_GAP = 0.03
+
+
+def test_interaction_models_approach_the_bayes_floor_and_lr_does_not():
+    data = generate_synthetic(SyntheticConfig(rows=100_000, seed=0))
+    train_part, valid, test = data.split()
+    bayes = bayes_metrics(valid).ne
+    config = TrainConfig(batch_size=512, dense_lr=3e-3, sparse_lr=0.1, evals=2)
+    ne = {}
+    for name in ("logistic_regression", "dlrm", "dcnv2", "wukong"):
+        model = build_model(preset(name, data.schema), seed=0)
+        result = train(model, train_part, valid, test, config)
+        assert result.status == "complete"
+        ne[name] = result.validation["ne"]
+    assert all(math.isfinite(v) for v in ne.values())
+    for name in ("dlrm", "dcnv2", "wukong"):
+        assert ne[name] - bayes < MARGIN_TO_BAYES, (ne, bayes)
+        assert ne["logistic_regression"] - ne[name] > LR_GAP, (ne, bayes)
