@@ -1,5 +1,6 @@
 """Search studies against real storage: every searcher, resume after SIGKILL, config errors."""
 
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,27 @@ def test_invalid_configs_get_one_clear_error(tmp_path, capsys, change, expected)
     err = capsys.readouterr().err
     assert expected in err
     assert "Traceback" not in err
+
+
+def test_status_leaderboard_and_export_commands(tmp_path, capsys):
+    config = tiny_config(tmp_path, "cli", budget={"trials": 3})
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    out = capsys.readouterr().out
+    assert "[3/3]" in out and "best" in out and "left" in out  # live progress
+    storage = ["--storage", config["storage"]]
+    assert main(["status", "cli", *storage, "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["trials"]["complete"] + state["trials"]["pruned"] == 3
+    assert main(["leaderboard", "cli", *storage, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    values = [row["val_ne"] for row in board["leaderboard"]]
+    assert values == sorted(values) and board["pareto_front"]
+    assert main(["leaderboard", "cli", *storage, "--csv"]) == 0
+    assert capsys.readouterr().out.startswith("trial,state,val_ne")
+    out_dir = tmp_path / "winner"
+    assert main(["export", "cli", *storage, "--out", str(out_dir)]) == 0
+    assert {"architecture.json", "model.safetensors", "ranknas_model.py", "model_card.md"} <= {
+        p.name for p in out_dir.iterdir()
+    }
+    assert main(["status", "nope", *storage]) == 2
+    assert "no study 'nope'" in capsys.readouterr().err
