@@ -270,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: run the same command again to resume", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0

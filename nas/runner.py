@@ -178,12 +178,37 @@ def run_study(
         stop = _heartbeat(storage, trial, config.heartbeat_seconds)
         try:
             record = run_trial(trial, study, space, data, config, worker)
+        except KeyboardInterrupt:
+            _fail(study, trial, "interrupted")
+            study.enqueue_trial(trial.params)  # the next run retries this architecture
+            raise
+        except RanknasError:
+            _fail(study, trial, "invalid input")
+            raise
+        except Exception as exc:  # a broken trial is a recorded result, not the study's end
+            record = _fail(study, trial, f"{type(exc).__name__}: {exc}", config, worker)
         finally:
             stop.set()
         if logger is not None:
             logger.log_trial(trial.number, **record)
         progress(_progress_line(study, config, record, started))
     return study
+
+
+def _fail(
+    study: optuna.Study,
+    trial: Trial,
+    reason: str,
+    config: StudyConfig | None = None,
+    worker: str = "",
+) -> dict[str, Any]:
+    trial.set_user_attr("failure_reason", reason)
+    study.tell(trial, state=TrialState.FAIL)
+    tags = {"status": "failed", "failure_reason": reason, "worker": worker}
+    if config is not None:
+        tags["searcher"] = config.searcher.type
+    return {"params": trial.params, "metrics": {}, "curves": {}, "tags": tags,
+            "artifacts": {}, "status": "FAILED"}  # fmt: skip
 
 
 def run_trial(

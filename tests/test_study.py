@@ -164,3 +164,23 @@ def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     }
     assert main(["status", "nope", *storage]) == 2
     assert "no study 'nope'" in capsys.readouterr().err
+
+
+def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, monkeypatch):
+    import nas.runner
+
+    real_build, calls = nas.runner.build_model, []
+
+    def build_once_broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("cannot allocate the tables")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(nas.runner, "build_model", build_once_broken)
+    study = run_study(parse_config(tiny_config(tmp_path, "broken", budget={"trials": 2})),
+                      progress=lambda line: None)  # fmt: skip
+    states = _states(study)
+    assert states["FAIL"] == 1 and states["COMPLETE"] + states["PRUNED"] == 2
+    failed = next(t for t in study.trials if t.state == TrialState.FAIL)
+    assert failed.user_attrs["failure_reason"] == "MemoryError: cannot allocate the tables"
