@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from search_space.errors import RanknasError
 from search_space.spaces import AnySpaceConfig, format_validation_error
 
-SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax")
+SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
 DEFAULT_STORAGE = "sqlite:///ranknas-data/studies.db"
 DEFAULT_TRACKING_URI = "http://127.0.0.1:5000"
 
@@ -36,15 +36,35 @@ class DataConfig(_Section):
 
 
 class SearcherConfig(_Section):
-    type: Literal["random", "evolution", "tpe", "nsga2", "ax"] = "tpe"
+    type: Literal["random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas"] = "tpe"
     population: int = Field(default=16, ge=2, description="evolution: population size")
     sample_size: int = Field(default=4, ge=1, description="evolution: tournament size")
     startup_trials: int = Field(default=5, ge=0, description="tpe/nsga2/ax: random trials first")
+    # oneshot / dnas (nas/oneshot/): a phase before the trials, then its top_k are trained
+    top_k: int = Field(default=3, ge=1, description="oneshot/dnas: candidates enqueued")
+    supernet_steps: int = Field(default=300, ge=1, description="oneshot/dnas: training steps")
+    supernet_sampling: Literal["nasrec", "spos"] = Field(
+        default="nasrec", description="oneshot: any-connection (NASRec) or uniform single path"
+    )
+    warmup_fraction: float = Field(
+        default=0.25, ge=0, le=1, description="oneshot: full-supernet warm-up; dnas: weights only"
+    )
+    oneshot_search: Literal["evolution", "reinforce"] = "evolution"
+    search_candidates: int = Field(default=32, ge=1, description="oneshot: candidates scored")
+    finetune_steps: int = Field(default=5, ge=0, description="oneshot: fine-tune before scoring")
+    score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
+    target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
+    cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")
+    dnas_tau_start: float = Field(default=5.0, gt=0, description="dnas: Gumbel temperature")
+    dnas_tau_end: float = Field(default=0.5, gt=0)
+    dnas_arch_lr: float = Field(default=0.01, gt=0, description="dnas: Adam lr of the logits")
 
     @model_validator(mode="after")
     def _tournament_fits(self) -> SearcherConfig:
         if self.sample_size > self.population:
             raise ValueError("sample_size must not exceed population")
+        if self.cost_weight > 0 and self.target_mflops is None:
+            raise ValueError("cost_weight > 0 needs target_mflops")
         return self
 
 
@@ -125,6 +145,8 @@ class StudyConfig(_Section):
             raise ValueError("searcher nsga2 needs a second objective: set objectives.cost")
         if self.pruning.type != "none" and self.objectives.cost != "none":
             raise ValueError("pruning works with one objective only: set objectives.cost: none")
+        if self.searcher.type in ("oneshot", "dnas") and self.search_space.type != "dag":
+            raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
         return self
 
     @property

@@ -24,6 +24,7 @@ from optuna.trial import Trial, TrialState
 from safetensors.torch import save_file
 
 from nas.config import StudyConfig
+from nas.oneshot.phase import run_search_phase
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.storage import open_storage, study_lock
@@ -165,6 +166,7 @@ def run_study(
             params=config.model_dump(mode="json"),
             tags={"searcher": config.searcher.type},
         )
+    run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes
         if config.budget.time_limit_minutes

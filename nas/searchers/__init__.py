@@ -7,6 +7,7 @@
 | tpe | Tree-structured Parzen Estimator, multivariate (Optuna's TPESampler) |
 | nsga2 | NSGA-II for the NE-vs-cost Pareto front (Optuna's NSGAIISampler) |
 | ax | Bayesian optimization through Ax's `Client` (`ax_bo.py`) |
+| oneshot, dnas | a supernet phase enqueues its top candidates (`nas/oneshot/`), then random |
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def make_sampler(
     startup_trials: int = 5,
     objective_thresholds: dict[str, float] | None = None,
 ) -> BaseSampler:
-    if name == "random":
+    if name in ("random", "oneshot", "dnas"):  # oneshot/dnas enqueue their candidates first
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(

@@ -1,0 +1,197 @@
+"""The one-shot / DNAS phase of a study: run once, then enqueue the top candidates.
+
+`run_search_phase` is called by `nas.runner.run_study` before its trial loop. For
+`searcher.type` `oneshot` it trains a supernet and searches it (evolution or REINFORCE with
+inherited-weight scores); for `dnas` it trains architecture logits beside the supernet
+weights. Either way it enqueues its `top_k` candidates with `study.enqueue_trial`, so the
+runner trains them stand-alone as ordinary trials (leaderboard, export and MLflow treat
+them like any other); any further trials are sampled at random.
+
+Idempotent on resume: the phase records `study.user_attrs["<type>_phase"]` (its candidates
+and timings) and does not run again once that is set. It runs under the study lock, so
+workers that join meanwhile wait for its candidates instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import optuna
+import torch
+
+from nas.oneshot.dnas import ArchitectureDistribution, train_dnas
+from nas.oneshot.search import Candidate, Scorer, search
+from nas.oneshot.supernet import Supernet, train_supernet
+from nas.storage import study_lock
+from search_space.errors import RanknasError
+from search_space.spaces import SearchSpace
+from search_space.spaces.dag import DagSpace
+
+PHASE_SEARCHERS = ("oneshot", "dnas")
+
+
+def phase_attr(searcher: str) -> str:
+    return f"{searcher}_phase"
+
+
+@contextmanager
+def _single_thread() -> Iterator[None]:
+    """Supernet steps are many tiny ops: one intra-op thread avoids thread contention."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_search_phase(
+    study: optuna.Study,
+    config: Any,
+    space: SearchSpace,
+    data: Any,
+    progress: Callable[[str], None] = print,
+    logger: Any = None,
+) -> list[dict[str, Any]] | None:
+    """Run the one-shot/DNAS phase once per study and enqueue its candidates; returns the
+    candidates' summaries (None when the searcher has no phase or it already ran)."""
+    kind = config.searcher.type
+    if kind not in PHASE_SEARCHERS:
+        return None
+    with study_lock(config.storage, config.name):
+        if phase_attr(kind) in study.user_attrs:
+            return None
+        if not isinstance(space, DagSpace):
+            raise RanknasError(f"searcher {kind!r} supports the dag search space only")
+        started = time.monotonic()
+        with _single_thread():
+            if kind == "oneshot":
+                candidates, extra = _oneshot(config, space, data, progress, logger)
+            else:
+                candidates, extra = _dnas(config, space, data, progress, logger)
+        for rank, c in enumerate(candidates):
+            study.enqueue_trial(
+                c["values"],
+                user_attrs={"proposed_by": kind, "proposal_rank": rank}
+                | {f"{kind}_{k}": v for k, v in c.items() if k not in ("values", "digest")},
+            )
+        summary = [{k: v for k, v in c.items() if k != "values"} for c in candidates]
+        seconds = round(time.monotonic() - started, 1)
+        study.set_user_attr(phase_attr(kind), {"candidates": summary, "seconds": seconds} | extra)
+    progress(f"{kind}: enqueued {len(candidates)} candidates for stand-alone training ({seconds}s)")
+    if logger is not None:
+        logger.log_study_summary(
+            metrics={f"{kind}_phase_seconds": seconds, f"{kind}_candidates": len(candidates)},
+            status=None,
+        )
+    return summary
+
+
+def _log(logger: Any, metrics: dict[str, float]) -> None:
+    if logger is not None:
+        logger.log_study_summary(metrics=metrics, status=None)
+
+
+def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
+    s, t = config.searcher, config.training
+    supernet = Supernet(space, seed=config.seed)
+
+    def on_loss(step: int, loss: float) -> None:
+        progress(f"oneshot: supernet step {step}/{s.supernet_steps} train loss {loss:.4f}")
+        _log(logger, {"oneshot_supernet_loss": loss})
+
+    curve = train_supernet(
+        supernet,
+        data.train,
+        steps=s.supernet_steps,
+        batch_size=t.batch_size,
+        sampling=s.supernet_sampling,
+        warmup_fraction=s.warmup_fraction,
+        dense_lr=t.dense_lr,
+        sparse_lr=t.sparse_lr,
+        seed=config.seed,
+        log_every=max(1, s.supernet_steps // 10),
+        on_loss=on_loss,
+    )
+    scorer = Scorer(
+        supernet,
+        data.valid,
+        finetune_steps=s.finetune_steps,
+        batch_size=t.batch_size,
+        score_rows=s.score_rows,
+        dense_lr=t.dense_lr,
+        sparse_lr=t.sparse_lr,
+        target_mflops=s.target_mflops,
+        cost_weight=s.cost_weight,
+        seed=config.seed,
+    )
+    every = max(1, s.search_candidates // 8)
+
+    def on_progress(scored: int, best: Candidate) -> None:
+        if scored % every == 0 or scored == s.search_candidates:
+            progress(
+                f"oneshot: {s.oneshot_search} scored {scored}/{s.search_candidates}, best "
+                f"inherited NE {best.ne:.4f} ({best.mflops:.3f} MFLOPs)"
+            )
+            _log(logger, {"oneshot_best_inherited_ne": best.ne, "oneshot_scored": scored})
+
+    ranked = search(
+        scorer,
+        s.oneshot_search,
+        candidates=s.search_candidates,
+        population=s.population,
+        sample_size=s.sample_size,
+        seed=config.seed,
+        on_progress=on_progress,
+    )
+    candidates = [
+        {"values": c.values, **c.to_dict(), "inherited_ne": c.ne} for c in ranked[: s.top_k]
+    ]
+    for c in candidates:
+        c.pop("ne")
+    extra = {"supernet_loss": curve[-1][1] if curve else None, "scored": len(scorer.cache)}
+    return candidates, extra
+
+
+def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
+    from search_space.architecture import analyze, digest
+
+    s, t = config.searcher, config.training
+    supernet = Supernet(space, seed=config.seed)
+    dist = ArchitectureDistribution(space)
+
+    def on_progress(step: int, metrics: dict[str, float]) -> None:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        progress(f"dnas: step {step}/{s.supernet_steps} {shown}")
+        _log(logger, {f"dnas_{k}": v for k, v in metrics.items()})
+
+    log = train_dnas(
+        dist,
+        supernet,
+        data.train,
+        data.valid,
+        steps=s.supernet_steps,
+        batch_size=t.batch_size,
+        warmup_fraction=s.warmup_fraction,
+        tau=(s.dnas_tau_start, s.dnas_tau_end),
+        arch_lr=s.dnas_arch_lr,
+        dense_lr=t.dense_lr,
+        sparse_lr=t.sparse_lr,
+        target_mflops=s.target_mflops,
+        cost_weight=s.cost_weight,
+        seed=config.seed,
+        log_every=max(1, s.supernet_steps // 10),
+        on_progress=on_progress,
+    )
+    candidates = []
+    for values in dist.top_values(s.top_k, seed=config.seed):
+        arch = space.decode(values)
+        candidates.append(
+            {"values": values, "digest": digest(arch), "mflops": analyze(arch).flops / 1e6}
+        )
+    last = log[-1] if log else {}
+    extra = {"expected_mflops": last.get("expected_mflops"), "train_loss": last.get("train_loss")}
+    return candidates, extra

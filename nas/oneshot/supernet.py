@@ -1,0 +1,422 @@
+"""A weight-sharing supernet over the DAG space (NASRec-style "single-operator any-connection").
+
+Every architecture of a `DagSpace` is a path through the supernet. The supernet keeps one
+stand-alone module per *slot key* and creates it on first use:
+
+- a block module per (block, op, normalized params, merged input shape): every architecture
+  whose block `b{i}` runs the same operator with the same size on an input of the same shape
+  shares it, whichever sources feed it (the input shape, not the source set, is the key, so a
+  block's weights are shared across connection subsets that merge to the same width);
+- an `EmbeddingBagCollection` per tuple of per-feature embedding dims;
+- a merge projection per (block, source, width, dim), a feature projection per
+  (feature, feature dim, dim), a head per width of the output block.
+
+Because each slot is exactly the module `build_model(arch)` creates for that position,
+`extract(arch)` returns a `state_dict` that loads into `build_model(arch)` with
+`strict=True`, and the stand-alone model then computes exactly what the supernet computes
+on that path (`tests/test_oneshot.py` checks it bit for bit).
+
+Training (`train_supernet`) samples one path per step: NASRec's single-operator
+any-connection sampling (one op per block, a uniformly drawn number of inputs), with a
+warm-up that samples the "full" supernet (every input slot connected) with a probability
+decaying linearly from 1 to 0, or uniform single-path sampling (SPOS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from search_space.architecture import Analysis, Architecture, analyze
+from search_space.blocks import OPS
+from search_space.errors import RanknasError, SpecError
+from search_space.spaces.dag import NONE, DagSpace
+from trainers.data.dataset import TabularData
+
+Sampling = Literal["nasrec", "spos"]
+# Called with (step, mean training loss since the last call).
+LossCallback = Callable[[int, float], None]
+
+
+def _slot(*parts: Any) -> str:
+    """A ModuleDict-safe key: a readable prefix and a hash of the full spec."""
+    text = json.dumps(parts, sort_keys=True, default=repr)
+    head = "_".join(str(p) for p in parts[:2] if isinstance(p, str | int))
+    safe = "".join(c if c.isalnum() else "_" for c in head)
+    return f"{safe}_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+@dataclass
+class SupernetPath:
+    """One architecture as a path: its analysis and, for every submodule prefix of the
+    stand-alone `RankingModel`, the (ModuleDict name, slot key) that holds its weights."""
+
+    arch: Architecture
+    analysis: Analysis
+    slots: dict[str, tuple[str, str]]
+
+    @property
+    def inputs(self) -> dict[str, tuple[str, ...]]:
+        return {name: self.arch.block(name).inputs for name in self.analysis.order}
+
+
+class Supernet(nn.Module):
+    """All candidate operators, sizes and connections of a `DagSpace`, weights shared."""
+
+    def __init__(self, space: DagSpace, seed: int = 0) -> None:
+        super().__init__()
+        if not isinstance(space, DagSpace):
+            raise RanknasError("the one-shot supernet supports the dag search space only")
+        self.space = space
+        self.embeddings = nn.ModuleDict()
+        self.feature_projections = nn.ModuleDict()
+        self.merge_projections = nn.ModuleDict()
+        self.blocks = nn.ModuleDict()
+        self.heads = nn.ModuleDict()
+        self._generator_seed = seed
+        self._created = 0
+        self._paths: dict[str, SupernetPath] = {}
+        self._new_parameters: list[tuple[str, nn.Parameter]] = []
+
+    # ------------------------------------------------------------------ paths
+
+    def path(self, arch: Architecture) -> SupernetPath:
+        """The path of `arch`, creating the modules it needs on first use."""
+        text = arch.to_json()
+        found = self._paths.get(text)
+        if found is not None:
+            return found
+        analysis = analyze(arch)
+        emb = arch.embedding
+        dims = tuple(emb.feature_dim(f) for f in emb.features)
+        slots: dict[str, tuple[str, str]] = {}
+        slots["embedding_bags"] = self._ensure(
+            "embeddings", _slot("emb", *dims), lambda: self._make_ebc(arch)
+        )
+        for f in emb.features:
+            fdim = emb.feature_dim(f)
+            if fdim != emb.dim:
+                slots[f"feature_projections.{f.name}"] = self._ensure(
+                    "feature_projections",
+                    _slot(f.name, fdim, emb.dim),
+                    lambda fdim=fdim: nn.Linear(fdim, emb.dim, bias=False),
+                )
+        for p in analysis.projections:
+            slots[f"merge_projections.{p.block}__{p.source}"] = self._ensure(
+                "merge_projections",
+                _slot(p.block, p.source, p.width, emb.dim),
+                lambda p=p: nn.Linear(p.width, emb.dim),
+            )
+        for name in analysis.order:
+            op, params, shape = (
+                arch.block(name).op,
+                analysis.params[name],
+                analysis.input_shapes[name],
+            )
+            slots[f"blocks.{name}"] = self._ensure(
+                "blocks",
+                _slot(name, op, params, repr(shape)),
+                lambda op=op, params=params, shape=shape: OPS[op](shape, **params),
+            )
+        head_in = analysis.shapes[arch.output_block].numel
+        slots["head"] = self._ensure("heads", _slot("head", head_in), lambda: nn.Linear(head_in, 1))
+        found = SupernetPath(arch, analysis, slots)
+        self._paths[text] = found
+        return found
+
+    def _make_ebc(self, arch: Architecture) -> EmbeddingBagCollection:
+        emb = arch.embedding
+        return EmbeddingBagCollection(
+            tables=[
+                EmbeddingBagConfig(
+                    name=f"t_{f.name}",
+                    embedding_dim=emb.feature_dim(f),
+                    num_embeddings=f.num_embeddings,
+                    feature_names=[f.name],
+                    pooling=PoolingType.SUM,
+                )
+                for f in emb.features
+            ]
+        )
+
+    def _ensure(self, group: str, key: str, make: Callable[[], nn.Module]) -> tuple[str, str]:
+        modules: nn.ModuleDict = getattr(self, group)
+        if key not in modules:
+            device = self._device()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self._generator_seed * 1_000_003 + self._created)
+                module = make()
+            self._created += 1
+            modules[key] = module.to(device) if device is not None else module
+            self._new_parameters += [
+                (f"{group}.{key}.{n}", p) for n, p in modules[key].named_parameters()
+            ]
+        return group, key
+
+    def _device(self) -> torch.device | None:
+        for p in self.parameters():
+            return p.device
+        return None
+
+    def module_at(self, path: SupernetPath, prefix: str) -> nn.Module:
+        group, key = path.slots[prefix]
+        return getattr(self, group)[key]
+
+    def pop_new_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """Parameters created since the last call (for adding them to optimizers)."""
+        new, self._new_parameters = self._new_parameters, []
+        return new
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(
+        self,
+        arch: Architecture | SupernetPath,
+        dense: torch.Tensor,
+        sparse: KeyedJaggedTensor,
+        gates: PathGates | None = None,
+    ) -> torch.Tensor:
+        """The logits of `arch` on a batch: the same computation as `RankingModel.forward`.
+        `gates` (DNAS) scales the embeddings, each block input and each block output by a
+        tensor (straight-through one-hot weights, 1 in value)."""
+        path = arch if isinstance(arch, SupernetPath) else self.path(arch)
+        a = path.arch
+        outputs: dict[str, torch.Tensor] = {"dense": dense}
+        if a.embedding.features:
+            outputs["sparse"] = self._embed(path, sparse)
+            if gates is not None and gates.sparse is not None:
+                outputs["sparse"] = outputs["sparse"] * gates.sparse
+        for name in path.analysis.order:
+            block = self.module_at(path, f"blocks.{name}")
+            merged = self._merge(path, name, outputs, gates)
+            out = block(merged)
+            if gates is not None and name in gates.outputs:
+                out = out * gates.outputs[name]
+            outputs[name] = out
+        head = self.module_at(path, "head")
+        return head(outputs[a.output_block].flatten(1)).squeeze(1)
+
+    def _embed(self, path: SupernetPath, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        emb = path.arch.embedding
+        names = [f.name for f in emb.features]
+        pooled = self.module_at(path, "embedding_bags")(sparse)
+        projected = {n for n in names if f"feature_projections.{n}" in path.slots}
+        if not projected and pooled.keys() == names:
+            return pooled.values().view(pooled.values().shape[0], -1, emb.dim)
+        by_feature = pooled.to_dict()
+        columns = [
+            self.module_at(path, f"feature_projections.{n}")(by_feature[n])
+            if n in projected
+            else by_feature[n]
+            for n in names
+        ]
+        return torch.stack(columns, dim=1)
+
+    def _merge(
+        self,
+        path: SupernetPath,
+        name: str,
+        outputs: dict[str, torch.Tensor],
+        gates: PathGates | None,
+    ) -> torch.Tensor | list[torch.Tensor]:
+        kind = OPS[path.arch.block(name).op]
+        tensors = []
+        for source in path.arch.block(name).inputs:
+            t = outputs[source]
+            if gates is not None and (name, source) in gates.inputs:
+                t = t * gates.inputs[(name, source)]
+            tensors.append((source, t))
+        if kind.input_kind == "dense":
+            flat = [t.flatten(1) for _, t in tensors]
+            return flat if kind.takes_list else _cat(flat, dim=1)
+        embeddings = []
+        for source, t in tensors:
+            if t.dim() == 2:
+                prefix = f"merge_projections.{name}__{source}"
+                t = self.module_at(path, prefix)(t) if prefix in path.slots else t
+                t = t.unsqueeze(1)
+            embeddings.append(t)
+        return _cat(embeddings, dim=1)
+
+    # ------------------------------------------------------------------ extraction
+
+    def extract(self, arch: Architecture) -> dict[str, torch.Tensor]:
+        """The inherited weights of `arch`: a `state_dict` for `build_model(arch)`."""
+        path = self.path(arch)
+        state: dict[str, torch.Tensor] = {}
+        for prefix in path.slots:
+            module = self.module_at(path, prefix)
+            for key, value in module.state_dict().items():
+                state[f"{prefix}.{key}"] = value.detach().clone()
+        return state
+
+
+@dataclass
+class PathGates:
+    """DNAS scales on one path: embeddings, (block, source) inputs, block outputs."""
+
+    sparse: torch.Tensor | None
+    inputs: dict[tuple[str, str], torch.Tensor]
+    outputs: dict[str, torch.Tensor]
+
+
+def _cat(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=dim)
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+def sample_values(
+    space: DagSpace, rng: random.Random, sampling: Sampling = "nasrec", full: bool = False
+) -> dict[str, Any]:
+    """One path's parameter values. `spos`: every parameter uniform. `nasrec`: one op per
+    block, and a uniformly drawn number of distinct inputs (`full`: every slot connected)."""
+    values = space.sample_values(rng)
+    if sampling == "spos" and not full:
+        return values
+    params = space.parameters()
+    k_max = space.config.max_inputs
+    for i in range(space.config.num_blocks):
+        sources = list(params[f"b{i}.in1"].choices)
+        wanted = min(len(sources), k_max if full else rng.randint(1, k_max))
+        chosen = rng.sample(sources, wanted)
+        for k in range(1, k_max + 1):
+            values[f"b{i}.in{k}"] = chosen[k - 1] if k <= len(chosen) else NONE
+    return values
+
+
+def sample_arch(
+    space: DagSpace, rng: random.Random, sampling: Sampling = "nasrec", full: bool = False
+) -> tuple[dict[str, Any], Architecture]:
+    """Sampled values and their (valid) architecture; invalid draws are redrawn."""
+    for _ in range(100):
+        values = sample_values(space, rng, sampling, full)
+        try:
+            arch = space.decode(values)
+            analyze(arch)
+        except SpecError:
+            continue
+        return values, arch
+    raise RanknasError("could not sample a valid architecture from the space in 100 draws")
+
+
+# ---------------------------------------------------------------------- training
+
+
+class SupernetOptimizer:
+    """Adam for dense weights, Adagrad with sparse gradients for the embedding tables (as
+    `trainers.trainer.make_optimizers`), growing as the supernet creates modules."""
+
+    def __init__(self, supernet: Supernet, dense_lr: float, sparse_lr: float) -> None:
+        self.supernet, self.dense_lr, self.sparse_lr = supernet, dense_lr, sparse_lr
+        self.dense: torch.optim.Optimizer | None = None
+        self.sparse: torch.optim.Optimizer | None = None
+        torch.sparse.check_sparse_tensor_invariants.disable()
+
+    def refresh(self) -> None:
+        new = self.supernet.pop_new_parameters()
+        if not new:
+            return
+        for bag_group in self.supernet.embeddings.values():
+            for bag in bag_group.embedding_bags.values():
+                bag.sparse = True
+        dense = [p for n, p in new if not n.startswith("embeddings.")]
+        sparse = [p for n, p in new if n.startswith("embeddings.")]
+        if dense:
+            if self.dense is None:
+                self.dense = torch.optim.Adam(dense, lr=self.dense_lr)
+            else:
+                self.dense.add_param_group({"params": dense})
+        if sparse:
+            if self.sparse is None:
+                self.sparse = torch.optim.Adagrad(sparse, lr=self.sparse_lr)
+            else:
+                self.sparse.add_param_group({"params": sparse})
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.dense, self.sparse) if o is not None]
+
+    def zero_grad(self) -> None:
+        self.supernet.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+
+def batches(data: TabularData, batch_size: int, seed: int) -> Iterator:
+    """Shuffled batches, epoch after epoch."""
+    batch_size = min(batch_size, len(data))
+    loader = data.loader(batch_size, shuffle=True, seed=seed, drop_last=True)
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def warmup_probability(step: int, steps: int, warmup_fraction: float) -> float:
+    """Probability of sampling the full supernet at `step`: 1 decaying linearly to 0."""
+    horizon = warmup_fraction * steps
+    return max(0.0, 1.0 - step / horizon) if horizon > 0 else 0.0
+
+
+def train_supernet(
+    supernet: Supernet,
+    data: TabularData,
+    *,
+    steps: int,
+    batch_size: int = 256,
+    sampling: Sampling = "nasrec",
+    warmup_fraction: float = 0.25,
+    dense_lr: float = 2e-3,
+    sparse_lr: float = 0.05,
+    seed: int = 0,
+    log_every: int = 20,
+    on_loss: LossCallback | None = None,
+    max_seconds: float | None = None,
+) -> list[tuple[int, float]]:
+    """Train the supernet one sampled path per step; returns the (step, loss) curve."""
+    rng = random.Random(seed)
+    optimizer = SupernetOptimizer(supernet, dense_lr, sparse_lr)
+    supernet.train()
+    curve: list[tuple[int, float]] = []
+    total, count, started = 0.0, 0, time.monotonic()
+    stream = batches(data, batch_size, seed)
+    for step in range(1, steps + 1):
+        full = rng.random() < warmup_probability(step - 1, steps, warmup_fraction)
+        _, arch = sample_arch(supernet.space, rng, sampling, full)
+        dense, sparse, labels = next(stream)
+        path = supernet.path(arch)
+        optimizer.refresh()
+        loss = F.binary_cross_entropy_with_logits(supernet(path, dense, sparse), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        if math.isfinite(value):
+            total, count = total + value, count + 1
+        if step % log_every == 0 or step == steps:
+            mean = total / max(count, 1)
+            curve.append((step, mean))
+            if on_loss is not None:
+                on_loss(step, mean)
+            total, count = 0.0, 0
+        if max_seconds is not None and time.monotonic() - started > max_seconds:
+            break
+    return curve

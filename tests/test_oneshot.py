@@ -1,0 +1,217 @@
+"""One-shot supernet and DNAS: exact extraction, expected FLOPs, the FLOPs penalty, and both
+searchers through the study runner."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+import pytest
+import torch
+
+from nas.config import parse_config
+from nas.oneshot.dnas import ArchitectureDistribution, expected_flops, train_dnas
+from nas.oneshot.search import Scorer, evolution_search, reinforce_search
+from nas.oneshot.supernet import Supernet, sample_arch, train_supernet, warmup_probability
+from nas.runner import run_study
+from search_space.architecture import analyze
+from search_space.builder import build_model
+from search_space.errors import RanknasError
+from search_space.spaces import make_space
+from search_space.spaces.dag import NONE, DagConfig
+from study_helpers import tiny_config
+from trainers.data.synthetic import SyntheticConfig, generate_synthetic
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is far faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data():
+    full = generate_synthetic(SyntheticConfig(rows=3000, seed=0))
+    train, valid, _ = full.split((0.7, 0.2, 0.1), seed=0)
+    return train, valid
+
+
+def _space(schema, **overrides):
+    settings = {"num_blocks": 3, "widths": [8, 16], "counts": [2, 4], "embedding_dims": [4, 8]}
+    return make_space(DagConfig(**(settings | overrides)), schema)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"max_inputs": 3, "feature_dims": [4, 8], "num_blocks": 4}],
+    ids=["default", "three-inputs-feature-dims"],
+)
+def test_extracted_architecture_matches_standalone_exactly(data, overrides):
+    train, _ = data
+    space = _space(train.schema, **overrides)
+    supernet = Supernet(space, seed=0)
+    train_supernet(supernet, train, steps=30, batch_size=64, seed=0)
+    batch = next(iter(train.loader(64)))
+    rng = random.Random(1)
+    supernet.eval()
+    for i in range(12):
+        _, arch = sample_arch(space, rng, "nasrec" if i % 2 else "spos", full=i % 3 == 0)
+        model = build_model(arch, seed=123)
+        model.load_state_dict(supernet.extract(arch), strict=True)
+        model.eval()
+        with torch.no_grad():
+            expected = model(batch.dense, batch.sparse)
+            got = supernet(arch, batch.dense, batch.sparse)
+        assert torch.equal(got, expected), f"architecture {i} differs"
+
+
+def test_paths_share_modules_and_training_changes_them(data):
+    train, _ = data
+    space = _space(train.schema)
+    supernet = Supernet(space)
+    rng = random.Random(0)
+    values, _ = sample_arch(space, rng, "spos")
+    values |= {"b0.op": "mlp", "b0.width": 8, "b0.in1": "dense", "b0.in2": NONE}
+    a = space.decode(values)
+    b = space.decode(values | {"b2.op": "fm", "b2.in1": "sparse", "b2.in2": "b0"})
+    pa, pb = supernet.path(a), supernet.path(b)
+    assert pa.slots["blocks.b0"] == pb.slots["blocks.b0"]
+    before = supernet.extract(a)["blocks.b0.layers.0.weight"]
+    train_supernet(supernet, train, steps=5, batch_size=64, seed=0, sampling="spos")
+    supernet.path(a)
+    optimizer_step_changed = not torch.equal(
+        before, supernet.extract(a)["blocks.b0.layers.0.weight"]
+    )
+    assert optimizer_step_changed or len(supernet.blocks) > 1
+
+
+def test_warmup_probability_decays_to_zero():
+    probs = [warmup_probability(s, 100, 0.2) for s in range(0, 100, 10)]
+    assert probs[0] == 1.0 and probs[1] == pytest.approx(0.5) and probs[2:] == [0.0] * 8
+    assert warmup_probability(0, 100, 0.0) == 0.0
+
+
+def test_full_sampling_connects_every_slot(data):
+    space = _space(data[0].schema, max_inputs=2)
+    values, _ = sample_arch(space, random.Random(3), "nasrec", full=True)
+    assert all(values[f"b{i}.in2"] != NONE for i in range(3))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"max_inputs": 3, "feature_dims": [4, 8]}])
+def test_dnas_expected_flops_equals_analytic_when_one_hot(data, overrides):
+    space = _space(data[0].schema, num_blocks=4, **overrides)
+    params = space.parameters()
+    rng = random.Random(0)
+    dist = ArchitectureDistribution(space)  # its FLOPs tables are cached across draws
+    for _ in range(5):
+        values, arch = sample_arch(space, rng, "spos")
+        probs = {
+            name: torch.tensor([float(c == values[name]) for c in p.choices], dtype=torch.float64)
+            for name, p in params.items()
+        }
+        assert float(expected_flops(space, probs)) == analyze(arch).flops
+        # and through the logits: a very peaked softmax is one-hot in float64
+        with torch.no_grad():
+            for name, logits in dist.logits.items():
+                logits.copy_(probs[name] * 1e4)
+            assert float(dist.expected_flops()) == analyze(arch).flops
+        assert analyze(dist.derive()).flops == analyze(arch).flops
+
+
+def test_dnas_flops_penalty_moves_architecture_toward_budget(data):
+    train, valid = data
+    space = _space(train.schema, widths=[8, 64], counts=[2, 16], embedding_dims=[4, 16])
+    derived = {}
+    for weight in (0.0, 20.0):
+        dist = ArchitectureDistribution(space)
+        log = train_dnas(
+            dist,
+            Supernet(space, seed=0),
+            train,
+            valid,
+            steps=50,
+            batch_size=128,
+            warmup_fraction=0.2,
+            arch_lr=0.05,
+            target_mflops=0.001,
+            cost_weight=weight,
+            seed=0,
+        )
+        assert log and all(entry["tau"] <= 5.0 for entry in log)
+        assert log[-1]["tau"] == pytest.approx(0.5)
+        derived[weight] = (analyze(dist.derive()).flops, log[-1]["expected_mflops"])
+    assert derived[20.0][0] < derived[0.0][0]
+    assert derived[20.0][1] < derived[0.0][1]
+
+
+@pytest.mark.parametrize("method", ["evolution", "reinforce"])
+def test_oneshot_search_scores_with_inherited_weights(data, method):
+    train, valid = data
+    space = _space(train.schema, num_blocks=2)
+    supernet = Supernet(space)
+    train_supernet(supernet, train, steps=20, batch_size=128)
+    scorer = Scorer(supernet, valid, finetune_steps=2, batch_size=128, score_rows=400)
+    if method == "evolution":
+        ranked = evolution_search(scorer, candidates=8, population=4, sample_size=2)
+    else:
+        ranked = reinforce_search(scorer, candidates=8)
+    assert len(ranked) >= 8
+    assert [c.fitness for c in ranked] == sorted(c.fitness for c in ranked)
+    assert len({c.digest for c in ranked}) == len(ranked)
+    best = ranked[0]
+    assert 0 < best.ne < 2 and best.mflops == analyze(space.decode(best.values)).flops / 1e6
+
+
+def test_cost_aware_fitness():
+    from nas.oneshot.search import fitness
+
+    assert fitness(0.8, 2.0, None, 1.0) == 0.8
+    assert fitness(0.8, 2.0, 1.0, 0.5) == pytest.approx(1.3)
+    assert fitness(0.8, 0.5, 1.0, 0.5) == pytest.approx(1.05)
+
+
+def test_config_validation(tmp_path):
+    base = tiny_config(tmp_path, "v")
+    parse_config(base | {"searcher": {"type": "oneshot"}})
+    with pytest.raises(RanknasError, match="target_mflops"):
+        parse_config(base | {"searcher": {"type": "dnas", "cost_weight": 1.0}})
+    wukong = base | {"searcher": {"type": "oneshot"}, "search_space": {"type": "wukong"}}
+    with pytest.raises(RanknasError, match="dag"):
+        parse_config(wukong)
+
+
+@pytest.mark.parametrize("kind", ["oneshot", "dnas"])
+def test_study_runs_phase_once_and_trains_candidates_as_trials(tmp_path, kind):
+    searcher = {
+        "type": kind,
+        "top_k": 2,
+        "supernet_steps": 30,
+        "search_candidates": 6,
+        "population": 4,
+        "sample_size": 2,
+        "finetune_steps": 2,
+        "score_rows": 300,
+        "oneshot_search": "reinforce" if kind == "oneshot" else "evolution",
+        "target_mflops": 0.01,
+        "cost_weight": 0.1,
+    }
+    config = parse_config(tiny_config(tmp_path, f"t-{kind}", searcher=searcher))
+    lines: list[str] = []
+    study = run_study(config, progress=lines.append)
+    trials = study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    proposed = [t for t in trials if t.user_attrs.get("proposed_by") == kind]
+    assert [t.user_attrs["proposal_rank"] for t in proposed] == [0, 1]
+    assert [t.number for t in proposed] == [0, 1]
+    phase = study.user_attrs[f"{kind}_phase"]
+    assert [c["digest"] for c in phase["candidates"]] == [t.user_attrs["digest"] for t in proposed]
+    assert any(line.startswith(f"{kind}: enqueued 2") for line in lines)
+    assert any(f"{kind}: " in line and "step" in line for line in lines)
+    # resuming a finished study runs neither the phase nor any trial
+    config.budget.trials = 3
+    again: list[str] = []
+    study = run_study(config, progress=again.append)
+    assert len(study.get_trials(deepcopy=False)) == 3 and again == []
