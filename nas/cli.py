@@ -249,6 +249,8 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--seconds", type=float, help="budget: training seconds")
     train.add_argument("--batch-size", type=int, default=512)
     train.add_argument("--device", default="auto")
+    train.add_argument("--threads", type=int, default=1, help="CPU threads (1 is fastest "
+                       "for small models; more processes use more cores)")  # fmt: skip
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--json", action="store_true", help="print one JSON object")
 

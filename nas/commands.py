@@ -191,11 +191,14 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
     from nas.cli import load_architecture
     from search_space.builder import build_model
     from trainers.data import bayes_metrics, load_dataset
     from trainers.trainer import TrainConfig, train
 
+    torch.set_num_threads(args.threads)
     options: dict[str, Any] = {"rows": args.rows} if args.data == "synthetic" else {}
     data = load_dataset(args.data, args.schema, **options)
     train_part, valid, test = data.split(seed=args.seed)

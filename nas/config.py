@@ -94,6 +94,12 @@ class TrainingConfig(_Section):
     sparse_lr: float = Field(default=0.05, gt=0)
     evals: int = Field(default=4, ge=1)
     device: str = "auto"
+    threads: int = Field(
+        default=1,
+        ge=1,
+        description="CPU threads per worker; small ranking models train fastest on one "
+        "thread per process: run more workers to use more cores",
+    )
 
 
 class PruningConfig(_Section):

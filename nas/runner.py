@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+import torch
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
 from safetensors.torch import save_file
@@ -152,6 +153,7 @@ def run_study(
 ) -> optuna.Study:
     """Run trials until the study has `budget.trials` complete or pruned trials."""
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+    torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
     space = make_space(config.search_space, data.train.schema)
     with study_lock(config.storage, config.name):  # workers starting together create it once
