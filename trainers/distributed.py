@@ -14,6 +14,7 @@ test compares the two.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -131,6 +132,10 @@ def main() -> None:
     dist.init_process_group("nccl" if args.cuda else "gloo")
     try:
         result = train_distributed(args)
+        # Free the sharded model (and its communication threads) while the group is alive:
+        # left to interpreter exit, a joinable thread can abort the process.
+        gc.collect()
+        dist.barrier()
         if dist.get_rank() == 0 and args.out:
             args.out.write_text(json.dumps(result))
     finally:
