@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--json", action="store_true", help="spec + costs + parameter values")
     _study_commands(command, commands)
     _tool_commands(command, commands)
+    from cost_models.cli import register as register_shard_commands
+
+    register_shard_commands(commands)
     return parser
 
 

@@ -1,0 +1,219 @@
+"""The neural cost model (AutoShard / DreamShard): what one device's tables cost per step.
+
+Per-table features (21) -> shared encoder MLP (21 -> 128 -> 32, exp at the end) -> sum
+over a device's tables -> three heads (32 -> 64 -> 1): forward ms, backward ms, and the
+megabytes the device's shards exchange (turned into ms by the topology's bandwidth). A
+device's cost is the sum of the three; a plan's cost is the max over devices. Heads predict
+in linear space (softplus of their output), so "a fixed cost per device plus a share per
+table" is what a linear head computes and anything else is learned on top; training
+minimizes the MSE of log costs, so errors are relative.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from scipy.stats import kendalltau
+from torch import nn
+
+from cost_models.measure import KernelTime, single_threaded
+from cost_models.plan import Plan
+from cost_models.tables import NUM_FEATURES, TableSpec, table_features
+from cost_models.topology import Topology, comm_megabytes
+from search_space.errors import RanknasError
+
+HEADS = ("forward_ms", "backward_ms", "comm_mb")
+
+
+@dataclass(frozen=True)
+class CostNetConfig:
+    hidden: int = 128
+    embedding: int = 32
+    head_hidden: int = 64
+    batch_size: int = 512  # examples per step that the costs are for (the measurements')
+    kernel: str = ""  # what the measurements timed, for the record
+    device: str = ""
+
+
+@dataclass(frozen=True)
+class CostSample:
+    """One measured device: its tables and their kernel time."""
+
+    tables: tuple[TableSpec, ...]
+    time: KernelTime
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    epochs: int = 300
+    lr: float = 3e-3
+    weight_decay: float = 1e-5
+    sets_per_batch: int = 128
+    seed: int = 0
+
+
+def mlp(*widths: int) -> nn.Sequential:
+    """Linear layers of these widths with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(widths):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+class Exp(nn.Module):
+    """exp, capped: encodings are positive and log-linear in the log-scaled features, so a
+    table's share of the cost can grow like dim x pooling factor, as lookups do."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(max=20.0).exp()
+
+
+class CostNet(nn.Module):
+    def __init__(self, config: CostNetConfig | None = None) -> None:
+        super().__init__()
+        self.config = c = config or CostNetConfig()
+        self.encoder = nn.Sequential(mlp(NUM_FEATURES, c.hidden, c.embedding), Exp())
+        self.heads = nn.ModuleList(mlp(c.embedding, c.head_hidden, 1) for _ in HEADS)
+        self.register_buffer("feature_mean", torch.zeros(NUM_FEATURES))
+        self.register_buffer("feature_std", torch.ones(NUM_FEATURES))
+
+    def fit_normalization(self, features: torch.Tensor) -> None:
+        self.feature_mean.copy_(features.mean(0))
+        self.feature_std.copy_(features.std(0).clamp_min(1e-3))
+
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
+        """`[N, 21]` raw table features -> `[N, embedding]`."""
+        return self.encoder((features - self.feature_mean) / self.feature_std)
+
+    def predict(self, summed: torch.Tensor) -> torch.Tensor:
+        """Summed table encodings `[..., embedding]` -> `[..., 3]`: forward ms, backward ms,
+        megabytes (softplus keeps them positive)."""
+        return nn.functional.softplus(torch.cat([head(summed) for head in self.heads], dim=-1))
+
+    def device_ms(
+        self, summed: torch.Tensor, count: torch.Tensor, bandwidth: float
+    ) -> torch.Tensor:
+        """Total ms of devices with `count` tables whose encodings sum to `summed`; 0 if empty."""
+        costs = self.predict(summed)
+        total = costs[..., 0] + costs[..., 1] + costs[..., 2] * 1e6 / bandwidth
+        return torch.where(count > 0, total, torch.zeros_like(total))
+
+    @torch.no_grad()
+    def plan_costs(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> np.ndarray:
+        """Predicted `[num_devices, 3]` ms: forward, backward, communication (0 where empty)."""
+        encoded = self.encode(torch.from_numpy(table_features(tables)))
+        ranks = torch.tensor([plan.assignment[t.name] for t in tables])
+        summed = torch.zeros(plan.num_devices, encoded.shape[1]).index_add_(0, ranks, encoded)
+        costs = self.predict(summed)
+        costs[:, 2] *= 1e6 / topology.bandwidth
+        empty = torch.bincount(ranks, minlength=plan.num_devices) == 0
+        costs[empty] = 0.0
+        return costs.numpy()
+
+
+# ---------------------------------------------------------------------- training
+
+
+def _batch(
+    net: CostNet, samples: Sequence[CostSample], features: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted and measured `[len(samples), 3]` for a minibatch of device sets."""
+    index = torch.cat([torch.full((len(f),), i) for i, f in enumerate(features)])
+    encoded = net.encode(torch.cat(list(features)))
+    summed = torch.zeros(len(samples), encoded.shape[1]).index_add_(0, index, encoded)
+    batch_size = net.config.batch_size
+    target = torch.tensor(
+        [
+            [s.time.forward_ms, s.time.backward_ms, comm_megabytes(s.tables, batch_size)]
+            for s in samples
+        ]
+    )
+    return net.predict(summed), target
+
+
+@single_threaded
+def fit_cost_net(
+    samples: Sequence[CostSample],
+    config: FitConfig | None = None,
+    net: CostNet | CostNetConfig | None = None,
+) -> tuple[CostNet, list[float]]:
+    """Train a new net (from a `CostNetConfig`, or the default) or keep training `net` on
+    measured device sets; returns the net and the per-epoch mean loss (MSE of log costs)."""
+    config = config or FitConfig()
+    if not samples:
+        raise RanknasError("no measurements to fit the cost model on")
+    torch.manual_seed(config.seed)
+    features = [torch.from_numpy(table_features(s.tables)) for s in samples]
+    if not isinstance(net, CostNet):
+        net = CostNet(net)
+        net.fit_normalization(torch.cat(features))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.epochs)
+    history = []
+    for _ in range(config.epochs):
+        losses = []
+        for chunk in torch.randperm(len(samples)).split(config.sets_per_batch):
+            predicted, target = _batch(
+                net, [samples[i] for i in chunk], [features[i] for i in chunk]
+            )
+            loss = (predicted.log() - target.log()).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        schedule.step()
+        history.append(float(np.mean(losses)))
+    return net, history
+
+
+@torch.no_grad()
+def predict_kernel_ms(net: CostNet, table_sets: Sequence[Sequence[TableSpec]]) -> np.ndarray:
+    """Predicted forward + backward kernel ms of each set."""
+    out = []
+    for tables in table_sets:
+        summed = net.encode(torch.from_numpy(table_features(tables))).sum(0)
+        costs = net.predict(summed)
+        out.append(float(costs[0] + costs[1]))
+    return np.asarray(out)
+
+
+def errors(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, float]:
+    """MAPE (%) and Kendall's tau of predictions against measurements."""
+    predicted, measured = np.asarray(predicted), np.asarray(measured)
+    tau = kendalltau(predicted, measured).statistic
+    return {
+        "mape": float(np.mean(np.abs(predicted - measured) / measured) * 100),
+        "kendall_tau": float(tau),
+    }
+
+
+# ---------------------------------------------------------------------- files
+
+
+def save_cost_net(net: CostNet, directory: str | Path) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(net.state_dict(), directory / "cost_net.safetensors")
+    (directory / "cost_net.json").write_text(json.dumps(asdict(net.config), indent=2))
+
+
+def load_cost_net(directory: str | Path) -> CostNet:
+    directory = Path(directory)
+    try:
+        config = CostNetConfig(**json.loads((directory / "cost_net.json").read_text()))
+        state = load_file(directory / "cost_net.safetensors")
+    except (OSError, ValueError, TypeError) as exc:
+        raise RanknasError(
+            f"{directory}: no readable cost model ({exc}); run `ranknas shard train --out "
+            f"{directory}` first"
+        ) from None
+    net = CostNet(config)
+    net.load_state_dict(state)
+    return net.eval()

@@ -1,0 +1,217 @@
+"""The RL sharder's policy and the estimated MDP it acts in (DreamShard).
+
+An episode places tables one at a time, largest predicted cost first. At each step the
+policy scores every (table, device) pair from the table's features, the summed features
+of the tables the device already holds, and cost features from the cost model: the
+device's predicted cost now and with the table added, the plan's current max, and memory
+use. Costs are divided by the ideal balanced load (sum of single-table costs / devices)
+and table counts by the mean per device, so one policy serves any table count and device
+count. Devices without room are masked. The reward is minus a soft maximum of the predicted
+device costs at the end, in units of the balanced load: the max, plus a little for every
+other device close to it (log-sum-exp at temperature `SOFT_MAX_TEMPERATURE`). When one
+table alone sets the max, that still ranks the plans, and it keeps a margin against the
+model's errors on the devices just below. No hardware is involved.
+
+A device's cost in an episode never drops when a table joins: the model's prediction is
+floored by the cost so far plus the table's marginal cost (its cost alone less the fixed
+cost of a kernel call) and by the table's cost alone. A learned model is not monotone
+everywhere, and a policy trained on it learns to exploit exactly those mistakes (e.g.
+"eight more tables on the busiest device cost nothing").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from cost_models.cost_net import CostNet, mlp
+from cost_models.tables import NUM_FEATURES, TableSpec, table_features
+from cost_models.topology import Topology
+from search_space.errors import RanknasError
+
+NUM_STATE = 9  # cost and memory features per (table, device) pair; see `_Devices.observe`
+SOFT_MAX_TEMPERATURE = 0.05  # in units of the balanced load
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    embedding: int = 32
+    hidden: int = 64
+
+
+class PolicyNet(nn.Module):
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        super().__init__()
+        self.config = c = config or PolicyConfig()
+        self.table_encoder = mlp(NUM_FEATURES, c.hidden, c.embedding)
+        self.scorer = mlp(2 * c.embedding + NUM_STATE, c.hidden, c.hidden, 1)
+
+    def score(
+        self, table: torch.Tensor, devices: torch.Tensor, state: torch.Tensor
+    ) -> torch.Tensor:
+        """Logits `[R, D]` from one table's encoding `[E]`, the devices' encodings
+        `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
+        table = table.expand(*devices.shape[:-1], -1)
+        return self.scorer(torch.cat([table, devices, state], dim=-1)).squeeze(-1)
+
+
+@dataclass
+class Episodes:
+    """`R` placements of the same tables (ranks in `tables` order) and what REINFORCE needs."""
+
+    ranks: torch.Tensor  # [R, n]
+    cost_ms: torch.Tensor  # [R] predicted max-device ms
+    soft_cost: torch.Tensor  # [R] the soft maximum, in units of scale_ms
+    scale_ms: float  # the balanced load that rewards are measured in
+    log_prob: torch.Tensor  # [R]
+    entropy: torch.Tensor  # [R] mean per step
+    overflow_step: torch.Tensor  # [R] first step where no device had room (n if none)
+    order: list[int]  # placement order, indices into tables
+
+    @property
+    def reward(self) -> torch.Tensor:
+        return -self.soft_cost
+
+
+@dataclass
+class _Tables:
+    """An episode's tables, encoded once."""
+
+    cost_codes: torch.Tensor  # [n, Ec], the cost model's encodings
+    codes: torch.Tensor  # [n, Ep], the policy's (with gradients)
+    sizes: torch.Tensor  # [n] bytes
+    single_ms: torch.Tensor  # [n] predicted cost of each table alone on a device
+
+    @classmethod
+    def encode(
+        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, bandwidth: float
+    ) -> _Tables:
+        features = torch.from_numpy(table_features(tables))
+        with torch.no_grad():
+            cost_codes = cost_net.encode(features)
+            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), bandwidth)
+        normalized = (features - cost_net.feature_mean) / cost_net.feature_std
+        sizes = torch.tensor([float(t.size_bytes) for t in tables])
+        return cls(cost_codes, policy.table_encoder(normalized), sizes, single)
+
+
+class _Devices:
+    """Each episode's devices: summed encodings, predicted cost, table count, free memory."""
+
+    def __init__(self, tables: _Tables, cost_net: CostNet, topology: Topology, r: int) -> None:
+        d = topology.num_devices
+        self.tables, self.cost_net, self.bandwidth = tables, cost_net, topology.bandwidth
+        self.capacity = float(topology.memory_bytes)
+        self.scale = float(tables.single_ms.sum()) / d
+        # What a table adds to a device at least: its cost alone less the fixed cost of a
+        # kernel call (taken as the cheapest table's cost alone).
+        self.marginal = (tables.single_ms - tables.single_ms.min()).clamp_min(0.0)
+        self.per_device = len(tables.sizes) / d
+        self.cost_codes = torch.zeros(r, d, tables.cost_codes.shape[1])
+        self.codes = torch.zeros(r, d, tables.codes.shape[1])
+        self.count = torch.zeros(r, d)
+        self.cost = torch.zeros(r, d)
+        self.free = torch.full((r, d), self.capacity)
+
+    @torch.no_grad()
+    def cost_with(self, i: int) -> torch.Tensor:
+        """Each device's predicted ms if table `i` joined it, `[R, D]`: the cost model's
+        prediction, but never below the device's cost so far plus the table's marginal cost,
+        nor below the table's cost alone."""
+        summed = self.cost_codes + self.tables.cost_codes[i]
+        new = self.cost_net.device_ms(summed, self.count + 1, self.bandwidth)
+        floor = torch.clamp_min(self.cost + self.marginal[i], float(self.tables.single_ms[i]))
+        return torch.maximum(new, floor)
+
+    def observe(self, i: int, new_cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The devices' encodings `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
+        now_max = self.cost.max(-1, keepdim=True).values.expand_as(self.cost)
+        after_max = torch.maximum(new_cost, now_max)
+        costs = [self.cost, new_cost, new_cost - self.cost, after_max, now_max]
+        used = 1.0 - self.free / self.capacity
+        state = [
+            *(c / self.scale for c in costs),
+            (new_cost > now_max).float(),
+            used,
+            used + self.tables.sizes[i] / self.capacity,
+            self.count / self.per_device,
+        ]
+        return self.codes / self.per_device, torch.stack(state, dim=-1)
+
+    def place(self, i: int, action: torch.Tensor, new_cost: torch.Tensor) -> None:
+        rows = torch.arange(len(action))
+        self.cost_codes[rows, action] += self.tables.cost_codes[i]
+        self.codes[rows, action] += self.tables.codes[i].detach()
+        self.count[rows, action] += 1
+        self.cost[rows, action] = new_cost[rows, action]
+        self.free[rows, action] -= self.tables.sizes[i]
+
+
+def run_episodes(
+    policy: PolicyNet,
+    cost_net: CostNet,
+    tables: Sequence[TableSpec],
+    topology: Topology,
+    episodes: int,
+    greedy_first: bool = False,
+    generator: torch.Generator | None = None,
+) -> Episodes:
+    """Place `tables` `episodes` times in parallel, sampling actions from the policy
+    (episode 0 takes the argmax when `greedy_first`). Gradients reach the policy only."""
+    encoded = _Tables.encode(tables, policy, cost_net, topology.bandwidth)
+    devices = _Devices(encoded, cost_net, topology, episodes)
+    n = len(tables)
+    order = torch.argsort(encoded.single_ms, descending=True).tolist()
+    ranks = torch.zeros(episodes, n, dtype=torch.long)
+    log_prob, entropy = torch.zeros(episodes), torch.zeros(episodes)
+    overflow_step = torch.full((episodes,), n)
+    for step, i in enumerate(order):
+        new_cost = devices.cost_with(i)
+        logits = policy.score(encoded.codes[i], *devices.observe(i, new_cost))
+        fits = devices.free >= encoded.sizes[i]
+        stuck = ~fits.any(-1)
+        overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
+        fits[stuck] = True  # place anyway: the episode is marked as overflowing
+        dist = torch.distributions.Categorical(logits=logits.masked_fill(~fits, float("-inf")))
+        action = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(-1)
+        if greedy_first:
+            action[0] = dist.probs[0].argmax()
+        log_prob = log_prob + dist.log_prob(action)
+        entropy = entropy + dist.entropy() / n
+        devices.place(i, action, new_cost)
+        ranks[:, i] = action
+    t = SOFT_MAX_TEMPERATURE
+    soft = t * torch.logsumexp(devices.cost / devices.scale / t, dim=-1)
+    cost = devices.cost.max(-1).values
+    return Episodes(ranks, cost, soft, devices.scale, log_prob, entropy, overflow_step, order)
+
+
+# ---------------------------------------------------------------------- files
+
+
+def save_policy(policy: PolicyNet, directory: str | Path) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(policy.state_dict(), directory / "policy.safetensors")
+    (directory / "policy.json").write_text(json.dumps(asdict(policy.config), indent=2))
+
+
+def load_policy(directory: str | Path) -> PolicyNet:
+    directory = Path(directory)
+    try:
+        config = PolicyConfig(**json.loads((directory / "policy.json").read_text()))
+        state = load_file(directory / "policy.safetensors")
+    except (OSError, ValueError, TypeError) as exc:
+        raise RanknasError(
+            f"{directory}: no readable sharding policy ({exc}); run `ranknas shard train --out "
+            f"{directory}` first"
+        ) from None
+    policy = PolicyNet(config)
+    policy.load_state_dict(state)
+    return policy.eval()

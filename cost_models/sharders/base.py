@@ -1,0 +1,88 @@
+"""The sharder interface: `plan(tables, topology) -> Plan`, and what every sharder shares."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from cost_models.plan import Plan, make_plan
+from cost_models.tables import TableSpec
+from cost_models.topology import GIB, Topology
+from search_space.errors import RanknasError
+
+
+class Sharder(ABC):
+    """Places every table on exactly one device without exceeding any device's memory."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan: ...
+
+
+def check_capacity(tables: Sequence[TableSpec], topology: Topology) -> None:
+    """Raise `RanknasError` when some table, or all of them together, cannot fit."""
+    capacity = topology.memory_bytes
+    too_big = [t for t in tables if t.size_bytes > capacity]
+    if too_big:
+        listed = ", ".join(f"{t.name} ({t.size_bytes / GIB:.2f} GiB)" for t in too_big[:10])
+        more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
+        shortfall = max(t.size_bytes for t in too_big) - capacity
+        raise RanknasError(
+            f"table(s) {listed}{more} do not fit on one device of {capacity / GIB:.2f} GiB "
+            f"(short by {shortfall / GIB:.2f} GiB): raise --memory-gb to at least "
+            f"{(capacity + shortfall) / GIB:.2f}, or split these tables"
+        )
+    total = sum(t.size_bytes for t in tables)
+    if total > capacity * topology.num_devices:
+        shortfall = total - capacity * topology.num_devices
+        raise RanknasError(
+            f"the {len(tables)} tables need {total / GIB:.2f} GiB but {topology.num_devices} "
+            f"devices of {capacity / GIB:.2f} GiB hold {capacity * topology.num_devices / GIB:.2f}"
+            f" GiB (short by {shortfall / GIB:.2f} GiB): add devices or raise --memory-gb"
+        )
+
+
+def unplaced_error(unplaced: Sequence[TableSpec], free: Sequence[int], method: str) -> RanknasError:
+    """The error for tables left over when no device has room for them any more."""
+    need = sum(t.size_bytes for t in unplaced)
+    shortfall = max(t.size_bytes for t in unplaced) - max(free)
+    names = ", ".join(t.name for t in unplaced[:10]) + (" ..." if len(unplaced) > 10 else "")
+    return RanknasError(
+        f"{method}: no device has room for table(s) {names} ({need / GIB:.2f} GiB in all; the "
+        f"largest is {shortfall / GIB:.2f} GiB more than the freest device has left): "
+        "add devices, raise --memory-gb, or try another --method"
+    )
+
+
+def largest_first(tables: Sequence[TableSpec], weight: Callable[[TableSpec], float]) -> list[int]:
+    """Table indices by decreasing weight, ties broken by decreasing size."""
+    return sorted(range(len(tables)), key=lambda i: (-weight(tables[i]), -tables[i].size_bytes))
+
+
+class GreedySharder(Sharder):
+    """Largest-first by `weight`, each table to the least-loaded device with room for it."""
+
+    @staticmethod
+    @abstractmethod
+    def weight(table: TableSpec) -> float: ...
+
+    def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
+        check_capacity(tables, topology)
+        load = np.zeros(topology.num_devices)
+        free = np.full(topology.num_devices, topology.memory_bytes, dtype=np.int64)
+        assignment = {}
+        order = largest_first(tables, self.weight)
+        for step, i in enumerate(order):
+            t = tables[i]
+            fits = free >= t.size_bytes
+            if not fits.any():
+                raise unplaced_error([tables[j] for j in order[step:]], free.tolist(), self.name)
+            rank = int(np.argmin(np.where(fits, load, np.inf)))
+            assignment[t.name] = rank
+            load[rank] += self.weight(t)
+            free[rank] -= t.size_bytes
+        return make_plan(assignment, tables, topology.num_devices, self.name)

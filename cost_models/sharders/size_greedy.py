@@ -1,0 +1,12 @@
+"""AutoShard's size-greedy baseline: balance the bytes each device holds."""
+
+from cost_models.sharders.base import GreedySharder
+from cost_models.tables import TableSpec
+
+
+class SizeGreedy(GreedySharder):
+    name = "size_greedy"
+
+    @staticmethod
+    def weight(table: TableSpec) -> float:
+        return table.size_bytes

@@ -1,0 +1,306 @@
+"""Embedding-table workloads: what a sharder places and what a cost model reads.
+
+A `TableSpec` is one table and how it is read: rows, dim, pooling factor (ids per example),
+weight dtype, and how skewed its ids are (a Zipf exponent, or a measured 17-bin reuse
+histogram). Tables come from a YAML/JSON file (`tables: [...]`), an `Architecture`, a
+`DatasetSchema`, or `generate_tables` (realistic power-law pools for training and a
+disjoint held-out pool for evaluation).
+
+`table_features` gives AutoShard's 21 features per table: dim, rows, pooling factor, size
+(log-scaled), and the 17-bin index-reuse histogram.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from search_space.architecture import Architecture
+from search_space.errors import RanknasError
+from search_space.schema import DatasetSchema
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2}
+HISTOGRAM_BINS = 17
+NUM_FEATURES = 4 + HISTOGRAM_BINS
+DEFAULT_ZIPF = 1.05
+# Lookups sampled to estimate a table's reuse histogram (bin k: ids read 2^k..2^(k+1)-1 times).
+REUSE_SAMPLES = 1 << 15
+_FIELDS = (
+    "name",
+    "num_embeddings",
+    "embedding_dim",
+    "pooling_factor",
+    "dtype",
+    "zipf_alpha",
+    "reuse_histogram",
+)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One embedding table and its read pattern.
+
+    `zipf_alpha` shapes the id distribution (p(id k) ~ (k+1)^-alpha) that measurements draw
+    from; `reuse_histogram` overrides the histogram computed from it (e.g. one measured on
+    real traffic).
+    """
+
+    name: str
+    num_embeddings: int
+    embedding_dim: int
+    pooling_factor: float = 1.0
+    dtype: str = "fp32"
+    reuse_histogram: tuple[float, ...] | None = None
+    zipf_alpha: float = DEFAULT_ZIPF
+
+    @property
+    def size_bytes(self) -> int:
+        return self.num_embeddings * self.embedding_dim * DTYPE_BYTES[self.dtype]
+
+    @property
+    def signature(self) -> tuple:
+        """What the cost depends on (everything but the name)."""
+        return (
+            self.num_embeddings,
+            self.embedding_dim,
+            round(self.pooling_factor, 4),
+            self.dtype,
+            round(self.zipf_alpha, 4),
+        )
+
+    def histogram(self) -> np.ndarray:
+        if self.reuse_histogram is not None:
+            return np.asarray(self.reuse_histogram, dtype=np.float64)
+        return reuse_histogram(self.num_embeddings, self.zipf_alpha)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.reuse_histogram is None:
+            del data["reuse_histogram"]
+        else:
+            data["reuse_histogram"] = list(self.reuse_histogram)
+        return data
+
+
+# ---------------------------------------------------------------------- index distributions
+
+
+def zipf_indices(rows: int, alpha: float, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` ids in [0, rows) with p(k) ~ (k+1)^-alpha (inverse-CDF of the continuous law)."""
+    u = rng.random(count)
+    if abs(alpha - 1.0) < 1e-6:
+        x = (rows + 1.0) ** u
+    else:
+        e = 1.0 - alpha
+        x = (1.0 + u * ((rows + 1.0) ** e - 1.0)) ** (1.0 / e)
+    return np.clip(np.floor(x).astype(np.int64) - 1, 0, rows - 1)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def reuse_histogram(rows: int, alpha: float) -> np.ndarray:
+    """Share of lookups that hit an id read 2^k..2^(k+1)-1 times in `REUSE_SAMPLES` lookups.
+
+    Cached: the result is shared, so treat it as read-only."""
+    rng = np.random.default_rng([rows, round(alpha * 1e4)])
+    _, counts = np.unique(zipf_indices(rows, alpha, REUSE_SAMPLES, rng), return_counts=True)
+    bins = np.minimum(np.log2(counts).astype(int), HISTOGRAM_BINS - 1)
+    return np.bincount(bins, weights=counts, minlength=HISTOGRAM_BINS) / REUSE_SAMPLES
+
+
+def table_features(tables: Sequence[TableSpec]) -> np.ndarray:
+    """AutoShard's 21 features per table, `[len(tables), 21]`: log2 dim, log10 rows,
+    log2 pooling factor, log10 bytes, then the 17-bin reuse histogram."""
+    out = np.zeros((len(tables), NUM_FEATURES), dtype=np.float32)
+    for i, t in enumerate(tables):
+        out[i, 0] = np.log2(t.embedding_dim)
+        out[i, 1] = np.log10(t.num_embeddings)
+        out[i, 2] = np.log2(max(t.pooling_factor, 1e-3))
+        out[i, 3] = np.log10(t.size_bytes)
+        out[i, 4:] = t.histogram()
+    return out
+
+
+# ---------------------------------------------------------------------- files
+
+
+def load_tables(path: str | Path) -> list[TableSpec]:
+    """Read `tables: [...]` from a YAML or JSON file; errors name the entry and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RanknasError(f"{path}: cannot read the table file ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise RanknasError(f"{path}: not valid {kind} ({exc})") from None
+    return parse_tables(data, str(path))
+
+
+def parse_tables(data: Any, source: str = "tables") -> list[TableSpec]:
+    if not isinstance(data, dict) or not isinstance(data.get("tables"), list):
+        raise RanknasError(f"{source}: expected a mapping with a list 'tables: [...]'")
+    tables = [
+        _parse_table(entry, f"{source}: tables[{i}]") for i, entry in enumerate(data["tables"])
+    ]
+    if not tables:
+        raise RanknasError(f"{source}: 'tables' is empty; list at least one table")
+    names = [t.name for t in tables]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise RanknasError(f"{source}: table name(s) {duplicates} appear more than once")
+    return tables
+
+
+def save_tables(tables: Sequence[TableSpec], path: str | Path) -> None:
+    data = {"tables": [t.to_dict() for t in tables]}
+    path = Path(path)
+    path.write_text(json.dumps(data, indent=1) if path.suffix == ".json" else yaml.safe_dump(data))
+
+
+def _parse_table(entry: Any, where: str) -> TableSpec:
+    if not isinstance(entry, dict):
+        raise RanknasError(f"{where}: expected a mapping with name, num_embeddings, embedding_dim")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise RanknasError(f"{where}: 'name' must be a non-empty string")
+    where = f"{where} ({name})"
+    unknown = sorted(set(entry) - set(_FIELDS))
+    if unknown:
+        raise RanknasError(f"{where}: unknown field(s) {unknown}; allowed: {', '.join(_FIELDS)}")
+    spec = TableSpec(
+        name=name,
+        num_embeddings=_int(entry, "num_embeddings", where),
+        embedding_dim=_int(entry, "embedding_dim", where),
+        pooling_factor=_positive(entry, "pooling_factor", where, 1.0),
+        zipf_alpha=_positive(entry, "zipf_alpha", where, DEFAULT_ZIPF),
+    )
+    dtype = entry.get("dtype", "fp32")
+    if dtype not in DTYPE_BYTES:
+        raise RanknasError(f"{where}: 'dtype' is {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    histogram = entry.get("reuse_histogram")
+    if histogram is not None:
+        histogram = _histogram(histogram, where)
+    return replace(spec, dtype=dtype, reuse_histogram=histogram)
+
+
+def _int(entry: Mapping[str, Any], key: str, where: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RanknasError(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _positive(entry: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise RanknasError(f"{where}: '{key}' must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _histogram(value: Any, where: str) -> tuple[float, ...]:
+    ok = isinstance(value, list) and len(value) == HISTOGRAM_BINS
+    if not ok or not all(isinstance(v, int | float) and v >= 0 for v in value) or sum(value) <= 0:
+        raise RanknasError(
+            f"{where}: 'reuse_histogram' must be {HISTOGRAM_BINS} numbers >= 0 with a positive sum"
+        )
+    total = float(sum(value))
+    return tuple(float(v) / total for v in value)
+
+
+# ---------------------------------------------------------------------- other sources
+
+
+def tables_from_architecture(
+    arch: Architecture, pooling_factors: Mapping[str, float] | None = None
+) -> list[TableSpec]:
+    """One table per feature, named `t_<feature>` as in the built model's collection."""
+    pooling_factors = pooling_factors or {}
+    return [
+        TableSpec(
+            name=f"t_{f.name}",
+            num_embeddings=f.num_embeddings,
+            embedding_dim=arch.embedding.feature_dim(f),
+            pooling_factor=float(pooling_factors.get(f.name, 1.0)),
+        )
+        for f in arch.embedding.features
+    ]
+
+
+def tables_from_schema(
+    schema: DatasetSchema,
+    embedding_dim: int,
+    pooling_factors: Mapping[str, float] | None = None,
+) -> list[TableSpec]:
+    """One table per categorical feature, `embedding_dim` wide, named `t_<feature>`."""
+    pooling_factors = pooling_factors or {}
+    return [
+        TableSpec(
+            name=f"t_{f.name}",
+            num_embeddings=f.cardinality,
+            embedding_dim=embedding_dim,
+            pooling_factor=float(pooling_factors.get(f.name, 1.0)),
+        )
+        for f in schema.categorical
+    ]
+
+
+# ---------------------------------------------------------------------- generated pools
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Distributions of generated tables, scaled so that a 2-core CPU can time them.
+
+    Rows follow a power law: log10(rows / min_rows) ~ Exponential(rows_decade_scale),
+    capped at max_rows. Pooling is 1 for one-hot tables, else 1 + pooling_scale * Lomax
+    (a Pareto tail), capped at max_pooling. Zipf exponents are uniform in zipf_range.
+    """
+
+    min_rows: int = 100
+    max_rows: int = 500_000
+    rows_decade_scale: float = 1.0
+    dims: tuple[int, ...] = (8, 16, 32, 64, 128)
+    dim_weights: tuple[float, ...] = (0.15, 0.3, 0.25, 0.2, 0.1)
+    one_hot_share: float = 0.4
+    pooling_scale: float = 4.0
+    pooling_tail: float = 1.2
+    max_pooling: float = 100.0
+    zipf_range: tuple[float, float] = (0.3, 1.3)
+
+
+def generate_tables(count: int, seed: int = 0, config: PoolConfig | None = None) -> list[TableSpec]:
+    """`count` tables named t0, t1, ... drawn from `config`'s distributions."""
+    config = config or PoolConfig()
+    rng = np.random.default_rng(seed)
+    decades = rng.exponential(config.rows_decade_scale, count)
+    rows = np.minimum(np.round(config.min_rows * 10**decades), config.max_rows).astype(int)
+    weights = np.asarray(config.dim_weights) / sum(config.dim_weights)
+    dims = rng.choice(config.dims, size=count, p=weights)
+    multi_hot = 1.0 + config.pooling_scale * rng.pareto(config.pooling_tail, count)
+    pooling = np.where(rng.random(count) < config.one_hot_share, 1.0, multi_hot)
+    pooling = np.round(np.minimum(pooling, config.max_pooling), 1)
+    alphas = np.round(rng.uniform(*config.zipf_range, count), 3)
+    return [
+        TableSpec(
+            f"t{i}", int(rows[i]), int(dims[i]), float(pooling[i]), zipf_alpha=float(alphas[i])
+        )
+        for i in range(count)
+    ]
+
+
+def train_eval_pools(
+    train_size: int, eval_size: int, seed: int = 0, config: PoolConfig | None = None
+) -> tuple[list[TableSpec], list[TableSpec]]:
+    """A training pool and a disjoint held-out pool: one generated pool, split at random."""
+    pool = generate_tables(train_size + eval_size, seed, config)
+    order = np.random.default_rng(seed + 1).permutation(len(pool))
+    return [pool[i] for i in order[:train_size]], [pool[i] for i in order[train_size:]]

@@ -1,0 +1,121 @@
+"""Everything that speaks torchrec: collections, `ShardingPlan`s, the planner, its estimates.
+
+- `build_ebc(tables)`: an `EmbeddingBagCollection` with one table per spec (feature = name).
+- `to_sharding_plan(assignment, ebc)`: a table-wise `ShardingPlan` that
+  `DistributedModelParallel` accepts.
+- `torchrec_topology` / `planner_constraints`: our workload in the planner's terms
+  (table-wise only, each table's pooling factor).
+- `analytic_compute_ms(tables)`: torchrec's `EmbeddingPerfEstimator` forward + backward
+  compute per table for a whole batch on one device; a device's analytic estimate is the
+  sum over its tables (the planner cannot see that tables share a kernel).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+
+import torch
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.planner import ParameterConstraints
+from torchrec.distributed.planner import Topology as TorchrecTopology
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
+from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
+from torchrec.distributed.types import ShardingPlan
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+from cost_models.tables import TableSpec
+from cost_models.topology import Topology
+
+
+def build_ebc(tables: Sequence[TableSpec], device: str = "meta") -> EmbeddingBagCollection:
+    """One summing table per spec, its feature named like the table; `meta` allocates nothing."""
+    configs = [
+        EmbeddingBagConfig(
+            name=t.name,
+            embedding_dim=t.embedding_dim,
+            num_embeddings=t.num_embeddings,
+            feature_names=[t.name],
+            pooling=PoolingType.SUM,
+        )
+        for t in tables
+    ]
+    return EmbeddingBagCollection(tables=configs, device=torch.device(device))
+
+
+def to_sharding_plan(
+    assignment: Mapping[str, int],
+    ebc: EmbeddingBagCollection,
+    num_devices: int,
+    module_path: str = "",
+    device_type: str = "cpu",
+) -> ShardingPlan:
+    """Table-wise `ShardingPlan` for `ebc` at `module_path` (e.g. "embedding_bags")."""
+    module_plan = construct_module_sharding_plan(
+        ebc,
+        {name: table_wise(rank=rank) for name, rank in assignment.items()},
+        local_size=num_devices,
+        world_size=num_devices,
+        device_type=device_type,
+    )
+    return ShardingPlan({module_path: module_plan})
+
+
+def torchrec_topology(topology: Topology) -> TorchrecTopology:
+    """A CPU topology: each device's memory is its DDR capacity."""
+    with quiet_planner():
+        return TorchrecTopology(
+            world_size=topology.num_devices,
+            compute_device="cpu",
+            ddr_cap=topology.memory_bytes,
+            local_world_size=min(topology.local_world_size, topology.num_devices),
+            intra_host_bw=topology.intra_host_bw,
+            inter_host_bw=topology.inter_host_bw,
+        )
+
+
+def planner_constraints(tables: Sequence[TableSpec]) -> dict[str, ParameterConstraints]:
+    """Table-wise on the fused kernel (the one `measure` times), with each pooling factor."""
+    return {
+        t.name: ParameterConstraints(
+            sharding_types=["table_wise"],
+            compute_kernels=["fused"],
+            pooling_factors=[t.pooling_factor],
+        )
+        for t in tables
+    }
+
+
+def analytic_compute_ms(tables: Sequence[TableSpec], batch_size: int) -> dict[str, float]:
+    """torchrec's estimated forward + backward compute (ms) of each table for `batch_size`
+    examples on the device that holds it."""
+    topology = torchrec_topology(Topology(num_devices=1, memory_bytes=1 << 50))
+    constraints = planner_constraints(tables)
+    enumerator = EmbeddingEnumerator(
+        topology=topology,
+        batch_size=batch_size,
+        constraints=constraints,
+        estimator=EmbeddingPerfEstimator(topology, constraints=constraints),
+    )
+    with quiet_planner():
+        options = enumerator.enumerate(build_ebc(tables), [EmbeddingBagCollectionSharder()])
+    estimates = {}
+    for option in options:
+        perf = option.shards[0].perf
+        estimates[option.name] = perf.fwd_compute + perf.bwd_compute
+    return estimates
+
+
+@contextlib.contextmanager
+def quiet_planner() -> Iterator[None]:
+    """Silence the planner's advice for real clusters (TopologyFactory, dry-run sizes)."""
+    logger = logging.getLogger("torchrec.distributed.planner")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

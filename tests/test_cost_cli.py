@@ -1,0 +1,76 @@
+"""`shard plan|train|compare` through `register`, as nas/cli.py wires it."""
+
+import argparse
+import json
+
+import pytest
+
+from cost_models.cli import register
+from cost_models.tables import TableSpec, generate_tables, save_tables
+from search_space.errors import RanknasError
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ranknas")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("model")
+    cache = tmp_path_factory.mktemp("cache")
+    assert run(["shard", "train", "--quick", "--out", str(directory), "--cache", str(cache)]) == 0
+    return directory
+
+
+@pytest.fixture
+def table_file(tmp_path):
+    path = tmp_path / "tables.yaml"
+    save_tables(generate_tables(12, seed=5), path)
+    return path
+
+
+def test_plan_prints_devices_memory_and_cost(model, table_file, capsys):
+    assert run(["shard", "plan", str(table_file), "--devices", "3", "--model", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "rl: 12 tables on 3 devices" in out and "predicted max-device cost" in out
+    assert "memory GiB" in out and len(out.splitlines()) == 2 + 1 + 3
+
+
+def test_plan_json(model, table_file, capsys):
+    argv = ["shard", "plan", str(table_file), "--devices", "4", "--json"]
+    assert run([*argv, "--method", "size_greedy", "--model", str(model)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["method"] == "size_greedy" and len(record["assignment"]) == 12
+    assert len(record["memory_bytes"]) == 4 == len(record["predicted_ms"])
+    assert record["predicted_max_ms"] > 0
+
+
+def test_compare_measures_every_method(model, table_file, tmp_path, capsys):
+    argv = ["shard", "compare", str(table_file), "--devices", "2", "--json"]
+    assert run([*argv, "--model", str(model), "--cache", str(tmp_path / "c")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    methods = [p["method"] for p in result["plans"]]
+    assert methods == [
+        "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
+        "torchrec", "rl",
+    ]  # fmt: skip
+    for record in result["plans"]:
+        assert record["measured_max_ms"] >= record["measured_mean_ms"] > 0
+
+
+def test_user_mistakes(model, table_file, tmp_path):
+    with pytest.raises(RanknasError, match="--devices must be at least 1"):
+        run(["shard", "plan", str(table_file), "--devices", "0"])
+    with pytest.raises(RanknasError, match="shard train"):
+        run(["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path)])
+    too_big = tmp_path / "big.json"
+    save_tables([TableSpec("huge", 2_000_000, 128)], too_big)
+    with pytest.raises(RanknasError, match=r"huge \(0.95 GiB\).*short by 0.45 GiB"):
+        run(["shard", "compare", str(too_big), "--devices", "2", "--memory-gb", "0.5"])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tables:\n- {name: a, num_embeddings: many, embedding_dim: 4}\n")
+    with pytest.raises(RanknasError, match=r"tables\[0\] \(a\): 'num_embeddings'"):
+        run(["shard", "plan", str(broken), "--devices", "2", "--method", "random"])

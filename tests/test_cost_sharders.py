@@ -1,0 +1,90 @@
+"""Every sharder: valid plans within memory, clear errors when tables cannot fit."""
+
+import pytest
+
+from cost_models.measure import Measurer
+from cost_models.sharders import HEURISTICS, METHODS, make_sharder
+from cost_models.tables import TableSpec, generate_tables
+from cost_models.topology import GIB, Topology
+from cost_models.training import quick_config, train_sharder
+from search_space.errors import RanknasError
+
+TABLES = generate_tables(40, seed=7)
+TOTAL = sum(t.size_bytes for t in TABLES)
+
+
+@pytest.fixture(scope="module")
+def sharders(tmp_path_factory):
+    """Every method; "rl" from a tiny trained model saved to disk and loaded back."""
+    config = quick_config()
+    directory = tmp_path_factory.mktemp("model")
+    train_sharder(config, Measurer(config.measure), log=lambda _: None).save(directory)
+    return {m: make_sharder(m, model_dir=directory) for m in METHODS}
+
+
+def check_valid(plan, tables, topology):
+    assert set(plan.assignment) == {t.name for t in tables}
+    assert all(0 <= r < topology.num_devices for r in plan.assignment.values())
+    for rank, device_tables in enumerate(plan.device_tables(tables)):
+        assert plan.memory_bytes[rank] == sum(t.size_bytes for t in device_tables)
+        assert plan.memory_bytes[rank] <= topology.memory_bytes
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("devices", [1, 3, 8])
+def test_valid_plan_within_memory(sharders, method, devices):
+    largest = max(t.size_bytes for t in TABLES)
+    # torchrec keeps 15% back and counts buffers: give every method the same, ample room.
+    memory = int(max(2 * TOTAL / devices, 1.5 * largest))
+    topology = Topology(devices, memory_bytes=memory)
+    plan = sharders[method].plan(TABLES, topology)
+    check_valid(plan, TABLES, topology)
+    assert plan.method == method
+
+
+@pytest.mark.parametrize("method", [*HEURISTICS, "rl"])
+def test_tight_memory_is_respected(sharders, method):
+    largest = max(t.size_bytes for t in TABLES)
+    topology = Topology(4, memory_bytes=int(1.15 * max(TOTAL / 4, largest)))
+    check_valid(sharders[method].plan(TABLES, topology), TABLES, topology)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_table_larger_than_a_device(sharders, method):
+    huge = TableSpec("huge", 10_000_000, 128)  # 4.77 GiB
+    with pytest.raises(RanknasError) as info:
+        sharders[method].plan([*TABLES[:5], huge], Topology(4, memory_bytes=4 * GIB))
+    message = str(info.value)
+    assert "huge (4.77 GiB)" in message and "short by 0.77 GiB" in message
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_total_larger_than_all_devices(sharders, method):
+    tables = [TableSpec(f"big{i}", 3_000_000, 128) for i in range(4)]  # 1.43 GiB each
+    with pytest.raises(RanknasError) as info:
+        sharders[method].plan(tables, Topology(2, memory_bytes=2 * GIB))
+    assert "need 5.72 GiB" in str(info.value) and "short by 1.72 GiB" in str(info.value)
+
+
+@pytest.mark.parametrize("method", HEURISTICS)
+def test_no_room_left_names_tables(sharders, method):
+    # Fits in total (3 x 0.6 <= 2 x 1) but no two tables share a device.
+    tables = [TableSpec(f"w{i}", 1_258_292, 128) for i in range(3)]
+    with pytest.raises(RanknasError, match=r"no device has room for table\(s\) w"):
+        sharders[method].plan(tables, Topology(2, memory_bytes=GIB))
+
+
+def test_unknown_method_and_missing_model(tmp_path):
+    with pytest.raises(RanknasError, match="unknown sharding method"):
+        make_sharder("magic")
+    with pytest.raises(RanknasError, match="shard train"):
+        make_sharder("rl", model_dir=tmp_path)
+
+
+def test_greedy_balances_its_own_weight(sharders):
+    plan = sharders["lookup_greedy"].plan(TABLES, Topology(4))
+    loads = [
+        sum(t.embedding_dim * t.pooling_factor for t in ts) for ts in plan.device_tables(TABLES)
+    ]
+    heaviest = max(t.embedding_dim * t.pooling_factor for t in TABLES)
+    assert max(loads) - min(loads) <= heaviest

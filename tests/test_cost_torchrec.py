@@ -1,0 +1,71 @@
+"""Plans as torchrec `ShardingPlan`s, and a real DistributedModelParallel run on 2 processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from torchrec.distributed.types import ShardingPlan, ShardingType
+
+from cost_models.measure import Measurer
+from cost_models.sharders import make_sharder
+from cost_models.tables import generate_tables, save_tables, tables_from_architecture
+from cost_models.topology import Topology
+from cost_models.torchrec_adapter import build_ebc, to_sharding_plan
+from cost_models.training import quick_config, train_sharder
+from search_space.builder import build_model
+from search_space.presets import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_converts_to_a_sharding_plan_for_a_built_model(small_schema):
+    arch = preset("dlrm", small_schema)
+    tables = tables_from_architecture(arch)
+    plan = make_sharder("size_lookup_greedy").plan(tables, Topology(2))
+    model = build_model(arch, seed=0)
+    sharding = to_sharding_plan(plan.assignment, model.embedding_bags, 2, "embedding_bags")
+    assert isinstance(sharding, ShardingPlan)
+    module_plan = sharding.get_plan_for_module("embedding_bags")
+    assert set(module_plan) == {t.name for t in tables}
+    for name, rank in plan.assignment.items():
+        assert module_plan[name].sharding_type == ShardingType.TABLE_WISE.value
+        assert module_plan[name].ranks == [rank]
+
+
+def test_build_ebc_keeps_the_tables():
+    tables = generate_tables(4, seed=2)
+    configs = build_ebc(tables).embedding_bag_configs()
+    assert [(c.name, c.num_embeddings, c.embedding_dim) for c in configs] == [
+        (t.name, t.num_embeddings, t.embedding_dim) for t in tables
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dmp_runs_an_rl_plan_on_two_cpu_processes(tmp_path):
+    config = quick_config(seed=1)
+    sharder = train_sharder(config, Measurer(config.measure), log=lambda _: None).sharder()
+    tables = generate_tables(6, seed=11)
+    plan = sharder.plan(tables, Topology(2))
+    save_tables(tables, tmp_path / "tables.json")
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_dict()))
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "-m", "cost_models.dmp_check",
+        "--tables", str(tmp_path / "tables.json"), "--plan", str(tmp_path / "plan.json"),
+    ]  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in (0, 1):
+        assert f"rank {rank}/2: ok" in done.stdout, done.stdout + done.stderr
+    placed = sorted(n for n, r in plan.assignment.items() if r == 0)
+    assert f"tables {placed}" in done.stdout
