@@ -107,6 +107,15 @@ class PruningConfig(_Section):
     startup_trials: int = Field(default=3, ge=0, description="median: trials before pruning")
 
 
+class ShardingConfig(_Section):
+    devices: int = Field(default=0, ge=0, description="0: do not plan; else plan each trial")
+    method: Literal[
+        "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
+        "torchrec", "rl",
+    ] = "size_lookup_greedy"  # fmt: skip
+    model_dir: str = Field(default="runs/sharding/model", description="`ranknas shard train`")
+
+
 class MlflowConfig(_Section):
     tracking_uri: str | None = Field(
         default=DEFAULT_TRACKING_URI, description="null: do not log to MLflow"
@@ -125,6 +134,7 @@ class StudyConfig(_Section):
     pruning: PruningConfig = PruningConfig()
     storage: str = DEFAULT_STORAGE
     mlflow: MlflowConfig = MlflowConfig()
+    sharding: ShardingConfig = ShardingConfig()
     output_dir: str | None = Field(default=None, description="default: ranknas-data/studies/NAME")
     heartbeat_seconds: int = Field(default=10, ge=1)
     seed: int = 0

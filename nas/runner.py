@@ -28,6 +28,7 @@ from nas.config import StudyConfig
 from nas.oneshot.phase import run_search_phase
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
+from nas.sharding import plan_trial_sharding
 from nas.storage import open_storage, study_lock
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
@@ -239,12 +240,23 @@ def run_trial(
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
+    artifacts = {"architecture.json": arch.to_json()}
+    shard = config.sharding
+    if shard.devices:
+        batch = config.training.batch_size
+        sharding = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
+        artifacts["sharding_plan.json"] = json.dumps(sharding, indent=2)
+        (trial_dir / "sharding_plan.json").write_text(artifacts["sharding_plan.json"])
+        if "predicted_step_ms" in sharding:
+            trial.set_user_attr("predicted_embedding_step_ms", sharding["predicted_step_ms"])
     result, model = _train_within_constraints(trial, arch, analysis, data, config)
     state, values = _outcome(result, config, mflops, params)
     if model is not None and result.status == "complete":
         weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(weights, str(trial_dir / "model.safetensors"))
     summary = result.summary() | {"mflops": mflops, "params": params}
+    if "predicted_embedding_step_ms" in trial.user_attrs:
+        summary["predicted_embedding_step_ms"] = trial.user_attrs["predicted_embedding_step_ms"]
     (trial_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
     for key in ("val_ne", "val_logloss", "val_auc", "test_ne", "test_auc", "throughput"):
         if key in summary:
@@ -267,7 +279,7 @@ def run_trial(
             "worker": worker,
             **({"failure_reason": result.failure_reason} if result.failure_reason else {}),
         },
-        "artifacts": {"architecture.json": arch.to_json()},
+        "artifacts": artifacts,
         "status": {"complete": "FINISHED", "pruned": "KILLED"}.get(result.status, "FAILED"),
     }
 

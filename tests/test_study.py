@@ -184,3 +184,15 @@ def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, 
     assert states["FAIL"] == 1 and states["COMPLETE"] + states["PRUNED"] == 2
     failed = next(t for t in study.trials if t.state == TrialState.FAIL)
     assert failed.user_attrs["failure_reason"] == "MemoryError: cannot allocate the tables"
+
+
+def test_trials_record_the_sharding_plan_of_their_tables(tmp_path):
+    sharding = {"devices": 2, "method": "size_greedy"}
+    config = parse_config(tiny_config(tmp_path, "sharded", budget={"trials": 1}, sharding=sharding))
+    run_study(config, progress=lambda line: None)
+    trial_dir = tmp_path / "sharded" / "trials" / "0"
+    plan = json.loads((trial_dir / "sharding_plan.json").read_text())
+    features = json.loads((trial_dir / "architecture.json").read_text())["embedding"]["features"]
+    assert set(plan["assignment"]) == {f"t_{f['name']}" for f in features}
+    assert set(plan["assignment"].values()) == {0, 1}
+    assert plan["method"] == "size_greedy" and len(plan["memory_bytes"]) == 2

@@ -1,0 +1,30 @@
+"""The sharding plan of a trial's embedding tables and its predicted step cost.
+
+With `sharding.devices > 0` in the study config, every trial places its tables with the
+configured sharder (`cost_models.sharders`) and, where `ranknas shard train` saved a cost
+model, predicts the embedding step cost of the most loaded device.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cost_models.cost_net import load_cost_net
+from cost_models.sharders import make_sharder
+from cost_models.tables import tables_from_architecture
+from cost_models.topology import Topology
+from search_space.architecture import Architecture
+
+
+def plan_trial_sharding(
+    arch: Architecture, devices: int, method: str, model_dir: str, batch_size: int
+) -> dict[str, Any]:
+    tables = tables_from_architecture(arch)
+    topology = Topology(devices)
+    plan = make_sharder(method, model_dir, batch_size).plan(tables, topology)
+    record: dict[str, Any] = plan.to_dict()
+    if (Path(model_dir) / "cost_net.json").exists():
+        predicted = load_cost_net(model_dir).plan_costs(tables, plan, topology)
+        record["predicted_step_ms"] = float(predicted.sum(1).max())
+    return record
