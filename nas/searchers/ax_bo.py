@@ -61,7 +61,8 @@ class AxSampler(BaseSampler):
         return {by_ax_name[k]: v for k, v in parameters.items()}
 
     def _client(self, study: Study) -> Client:
-        client = Client(random_seed=self.seed + len(study.trials))
+        # Spread seeds apart: seed s+1 must not replay seed s shifted by one trial.
+        client = Client(random_seed=self.seed * 1_000_003 + len(study.trials))
         client.configure_experiment(parameters=self._parameters(), name=study.study_name)
         objective = ", ".join(f"-{name}" for name in self.objective_names)
         constraints = [f"{n} <= {v}" for n, v in self.objective_thresholds.items()]
