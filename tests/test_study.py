@@ -85,7 +85,10 @@ def test_rerunning_a_finished_study_adds_nothing(tmp_path):
 
 def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     trials = 4
-    config = tiny_config(tmp_path, "killed", budget={"trials": trials, "examples_per_trial": 6000})
+    # Trials of a few seconds, so that the kill lands inside one.
+    config = tiny_config(
+        tmp_path, "killed", budget={"trials": trials, "examples_per_trial": 80_000}
+    )
     path = write_config(tmp_path, config)
     command = [sys.executable, "-m", "nas.cli", "search", str(path)]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
