@@ -12,17 +12,16 @@ minimizes the MSE of log costs, so errors are relative.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from scipy.stats import kendalltau
 from torch import nn
 
+from cost_models.files import load_net, save_net
 from cost_models.measure import KernelTime, single_threaded
 from cost_models.plan import Plan
 from cost_models.tables import NUM_FEATURES, TableSpec, table_features
@@ -198,22 +197,8 @@ def errors(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, f
 
 
 def save_cost_net(net: CostNet, directory: str | Path) -> None:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(net.state_dict(), directory / "cost_net.safetensors")
-    (directory / "cost_net.json").write_text(json.dumps(asdict(net.config), indent=2))
+    save_net(net, directory, "cost_net")
 
 
 def load_cost_net(directory: str | Path) -> CostNet:
-    directory = Path(directory)
-    try:
-        config = CostNetConfig(**json.loads((directory / "cost_net.json").read_text()))
-        state = load_file(directory / "cost_net.safetensors")
-    except (OSError, ValueError, TypeError) as exc:
-        raise RanknasError(
-            f"{directory}: no readable cost model ({exc}); run `ranknas shard train --out "
-            f"{directory}` first"
-        ) from None
-    net = CostNet(config)
-    net.load_state_dict(state)
-    return net.eval()
+    return load_net(CostNet, CostNetConfig, directory, "cost_net", "cost model")

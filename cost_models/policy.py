@@ -21,19 +21,17 @@ everywhere, and a policy trained on it learns to exploit exactly those mistakes 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from cost_models.cost_net import CostNet, mlp
+from cost_models.files import load_net, save_net
 from cost_models.tables import NUM_FEATURES, TableSpec, table_features
 from cost_models.topology import Topology
-from search_space.errors import RanknasError
 
 NUM_STATE = 9  # cost and memory features per (table, device) pair; see `_Devices.observe`
 SOFT_MAX_TEMPERATURE = 0.05  # in units of the balanced load
@@ -196,22 +194,8 @@ def run_episodes(
 
 
 def save_policy(policy: PolicyNet, directory: str | Path) -> None:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(policy.state_dict(), directory / "policy.safetensors")
-    (directory / "policy.json").write_text(json.dumps(asdict(policy.config), indent=2))
+    save_net(policy, directory, "policy")
 
 
 def load_policy(directory: str | Path) -> PolicyNet:
-    directory = Path(directory)
-    try:
-        config = PolicyConfig(**json.loads((directory / "policy.json").read_text()))
-        state = load_file(directory / "policy.safetensors")
-    except (OSError, ValueError, TypeError) as exc:
-        raise RanknasError(
-            f"{directory}: no readable sharding policy ({exc}); run `ranknas shard train --out "
-            f"{directory}` first"
-        ) from None
-    policy = PolicyNet(config)
-    policy.load_state_dict(state)
-    return policy.eval()
+    return load_net(PolicyNet, PolicyConfig, directory, "policy", "sharding policy")
