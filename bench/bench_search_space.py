@@ -16,11 +16,9 @@ import statistics
 import time
 
 import torch
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from search_space.architecture import analyze
-from search_space.builder import build_model
+from search_space.builder import build_model, embedding_bag_collection
 from search_space.presets import PRESETS, preset
 from search_space.schema import synthetic_schema
 from search_space.spaces import SPACES, make_space
@@ -35,21 +33,6 @@ def per_call_ms(fn, calls: int, repeats: int) -> tuple[float, float]:
             fn(i)
         runs.append((time.perf_counter() - start) / calls * 1e3)
     return statistics.median(runs), max(runs) - min(runs)
-
-
-def embedding_bags_alone(arch) -> EmbeddingBagCollection:
-    emb = arch.embedding
-    return EmbeddingBagCollection(
-        tables=[
-            EmbeddingBagConfig(
-                name=f"t_{f.name}",
-                embedding_dim=emb.feature_dim(f),
-                num_embeddings=f.num_embeddings,
-                feature_names=[f.name],
-            )
-            for f in emb.features
-        ]
-    )
 
 
 def main() -> None:
@@ -83,7 +66,9 @@ def main() -> None:
     for name in PRESETS:
         arch = preset(name, schema)
         build, _ = per_call_ms(lambda i, a=arch: build_model(a), 10, args.repeats)
-        alone, _ = per_call_ms(lambda i, a=arch: embedding_bags_alone(a), 10, args.repeats)
+        alone, _ = per_call_ms(
+            lambda i, a=arch: embedding_bag_collection(a.embedding), 10, args.repeats
+        )
         print(f"| {name} | {build:.1f} | {alone:.1f} | {build / alone:.2f} |")
 
 

@@ -12,9 +12,28 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from search_space.architecture import Analysis, Architecture, analyze
+from search_space.architecture import Analysis, Architecture, EmbeddingConfig, analyze
 from search_space.blocks import OPS
 from search_space.schema import DatasetSchema
+
+
+def embedding_bag_collection(
+    emb: EmbeddingConfig, device: torch.device | str | None = None
+) -> EmbeddingBagCollection:
+    """One sum-pooled table `t_<feature>` per feature, as every ranknas model has."""
+    return EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(
+                name=f"t_{f.name}",
+                embedding_dim=emb.feature_dim(f),
+                num_embeddings=f.num_embeddings,
+                feature_names=[f.name],
+                pooling=PoolingType.SUM,
+            )
+            for f in emb.features
+        ],
+        device=torch.device(device) if device is not None else None,
+    )
 
 
 class RankingModel(nn.Module):
@@ -30,19 +49,7 @@ class RankingModel(nn.Module):
         self.output_name = arch.output_block
         self.embedding_dim = emb.dim
         self.feature_names = [f.name for f in emb.features]
-        self.embedding_bags = EmbeddingBagCollection(
-            tables=[
-                EmbeddingBagConfig(
-                    name=f"t_{f.name}",
-                    embedding_dim=emb.feature_dim(f),
-                    num_embeddings=f.num_embeddings,
-                    feature_names=[f.name],
-                    pooling=PoolingType.SUM,
-                )
-                for f in emb.features
-            ],
-            device=torch.device(device) if device is not None else None,
-        )
+        self.embedding_bags = embedding_bag_collection(emb, device)
         self.feature_projections = nn.ModuleDict(
             {
                 f.name: nn.Linear(emb.feature_dim(f), emb.dim, bias=False)

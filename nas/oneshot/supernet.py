@@ -36,12 +36,12 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from search_space.architecture import Analysis, Architecture, analyze
 from search_space.blocks import OPS
+from search_space.builder import embedding_bag_collection
 from search_space.errors import RanknasError, SpecError
 from search_space.spaces.dag import NONE, DagSpace
 from trainers.data.dataset import TabularData
@@ -138,19 +138,7 @@ class Supernet(nn.Module):
         return found
 
     def _make_ebc(self, arch: Architecture) -> EmbeddingBagCollection:
-        emb = arch.embedding
-        return EmbeddingBagCollection(
-            tables=[
-                EmbeddingBagConfig(
-                    name=f"t_{f.name}",
-                    embedding_dim=emb.feature_dim(f),
-                    num_embeddings=f.num_embeddings,
-                    feature_names=[f.name],
-                    pooling=PoolingType.SUM,
-                )
-                for f in emb.features
-            ]
-        )
+        return embedding_bag_collection(arch.embedding)
 
     def _ensure(self, group: str, key: str, make: Callable[[], nn.Module]) -> tuple[str, str]:
         modules: nn.ModuleDict = getattr(self, group)

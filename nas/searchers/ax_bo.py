@@ -15,10 +15,9 @@ from ax.api.client import Client
 from ax.api.configs import ChoiceParameterConfig
 from optuna import Study
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.searchers.base import distributions
+from nas.searchers.base import SpaceSampler
 from search_space.spaces import SearchSpace
 
 
@@ -32,7 +31,7 @@ def _kind(choices: list[Any]) -> str:
     return "int" if all(isinstance(c, int) for c in choices) else "str"
 
 
-class AxSampler(BaseSampler):
+class AxSampler(SpaceSampler):
     def __init__(
         self,
         space: SearchSpace,
@@ -40,17 +39,10 @@ class AxSampler(BaseSampler):
         objective_thresholds: dict[str, float] | None = None,
         seed: int = 0,
     ) -> None:
-        self.space = space
+        super().__init__(space, seed)
         self.objective_names = objective_names
         self.objective_thresholds = objective_thresholds or {}
-        self.seed = seed
-        self._random = RandomSampler(seed=seed)
         logging.getLogger("ax").setLevel(logging.WARNING)
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return distributions(self.space)
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -88,12 +80,3 @@ class AxSampler(BaseSampler):
                 )
             )
         return configs
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        return self._random.sample_independent(study, trial, param_name, param_distribution)

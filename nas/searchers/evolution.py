@@ -14,27 +14,19 @@ from typing import Any
 
 from optuna import Study
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.searchers.base import distributions
+from nas.searchers.base import SpaceSampler
 from search_space.spaces import SearchSpace
 
 
-class RegularizedEvolutionSampler(BaseSampler):
+class RegularizedEvolutionSampler(SpaceSampler):
     def __init__(
         self, space: SearchSpace, population: int = 16, sample_size: int = 4, seed: int = 0
     ) -> None:
-        self.space = space
+        super().__init__(space, seed)
         self.population = population
         self.sample_size = sample_size
-        self.seed = seed
-        self._random = RandomSampler(seed=seed)
-
-    def infer_relative_search_space(
-        self, study: Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return distributions(self.space)
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -47,12 +39,3 @@ class RegularizedEvolutionSampler(BaseSampler):
         parent = min(rng.sample(population, self.sample_size), key=lambda t: t.values[0])
         child = self.space.mutate(self.space.decode(parent.params), rng)
         return self.space.encode(child)
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        return self._random.sample_independent(study, trial, param_name, param_distribution)
