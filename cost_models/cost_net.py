@@ -105,10 +105,17 @@ class CostNet(nn.Module):
         return torch.where(count > 0, total, torch.zeros_like(total))
 
     @torch.no_grad()
+    def alone_ms(self, tables: Sequence[TableSpec], bandwidth: float) -> np.ndarray:
+        """Predicted ms (compute and communication) of each table alone on a device."""
+        encoded = self.encode(torch.from_numpy(table_features(tables)))
+        return self.device_ms(encoded, torch.ones(len(tables)), bandwidth).numpy()
+
+    @torch.no_grad()
     def plan_costs(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> np.ndarray:
         """Predicted `[num_devices, 3]` ms: forward, backward, communication (0 where empty)."""
-        encoded = self.encode(torch.from_numpy(table_features(tables)))
-        ranks = torch.tensor([plan.assignment[t.name] for t in tables])
+        units = plan.units(tables)
+        encoded = self.encode(torch.from_numpy(table_features(units)))
+        ranks = torch.tensor([plan.assignment[t.name] for t in units])
         summed = torch.zeros(plan.num_devices, encoded.shape[1]).index_add_(0, ranks, encoded)
         costs = self.predict(summed)
         costs[:, 2] *= 1e6 / topology.bandwidth

@@ -1,4 +1,4 @@
-"""Check that a table-wise plan runs under torchrec's DistributedModelParallel.
+"""Check that a plan (whole tables and column shards) runs under torchrec's DMP.
 
     python -m torch.distributed.run --nproc_per_node 2 -m cost_models.dmp_check \\
         --tables tables.json --plan plan.json
@@ -24,6 +24,7 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from cost_models.plan import Plan
 from cost_models.tables import TableSpec, load_tables
 from cost_models.torchrec_adapter import build_ebc, to_sharding_plan
 from search_space.errors import RanknasError
@@ -51,24 +52,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     tables = load_tables(args.tables)
     with open(args.plan) as f:
-        plan = json.load(f)
+        plan = Plan.from_dict(json.load(f))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if plan["num_devices"] != world:
-        raise RanknasError(
-            f"{args.plan}: the plan is for {plan['num_devices']} devices, not {world}"
-        )
+    if plan.num_devices != world:
+        raise RanknasError(f"{args.plan}: the plan is for {plan.num_devices} devices, not {world}")
     ebc = build_ebc(tables)
     model = DistributedModelParallel(
         ebc,
         env=ShardingEnv.from_process_group(dist.group.WORLD),
-        plan=to_sharding_plan(plan["assignment"], ebc, world),
+        plan=to_sharding_plan(plan, ebc),
         sharders=[EmbeddingBagCollectionSharder()],
         device=torch.device("cpu"),
     )
     pooled = model(random_batch(tables, args.batch_size, seed=rank)).values()
     pooled.sum().backward()
-    local = sorted(name for name, r in plan["assignment"].items() if r == rank)
+    local = sorted(name for name, r in plan.assignment.items() if r == rank)
     print(f"rank {rank}/{world}: ok, output {tuple(pooled.shape)}, tables {local}", flush=True)
     del model, pooled  # free the sharded module while the group lives (see trainers.distributed)
     gc.collect()

@@ -1,43 +1,79 @@
-"""A sharding plan: which device holds each table (table-wise), and each device's memory."""
+"""A sharding plan: where each table, or each column shard of a split table, is placed.
+
+Table-wise placement puts a whole table on one device. A table named in `splits` is cut
+by columns into that many equal shards (`<table>/cw<j>`, see `tables.column_shards`),
+each placed on its own: torchrec's column-wise sharding. The heaviest table then no
+longer sets a floor under the plan's cost.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from cost_models.tables import TableSpec
+from cost_models.tables import TableSpec, placement_units, shard_name
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Table-wise placement: table name -> device rank, and the bytes each device holds."""
+    """Placement unit (table or column shard) -> device rank, and the bytes each device holds."""
 
     assignment: Mapping[str, int]
     num_devices: int
     memory_bytes: tuple[int, ...]
     method: str = ""
+    splits: Mapping[str, int] = field(default_factory=dict)  # table -> column shards
+
+    def units(self, tables: Sequence[TableSpec]) -> list[TableSpec]:
+        """What is placed: `tables`, with every split table replaced by its shards."""
+        return placement_units(tables, self.splits)
 
     def device_tables(self, tables: Sequence[TableSpec]) -> list[list[TableSpec]]:
-        """The tables on each rank, in `tables` order."""
+        """The placement units on each rank, in `units(tables)` order."""
         devices: list[list[TableSpec]] = [[] for _ in range(self.num_devices)]
-        for t in tables:
+        for t in self.units(tables):
             devices[self.assignment[t.name]].append(t)
         return devices
+
+    def table_ranks(self) -> dict[str, list[int]]:
+        """Table -> the ranks of its column shards in column order (one rank if whole)."""
+        shards = {shard_name(t, j) for t, parts in self.splits.items() for j in range(parts)}
+        ranks = {name: [rank] for name, rank in self.assignment.items() if name not in shards}
+        for table, parts in self.splits.items():
+            ranks[table] = [self.assignment[shard_name(table, j)] for j in range(parts)]
+        return ranks
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,
             "num_devices": self.num_devices,
             "assignment": dict(self.assignment),
+            "splits": dict(self.splits),
             "memory_bytes": list(self.memory_bytes),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        return cls(
+            assignment=dict(data["assignment"]),
+            num_devices=int(data["num_devices"]),
+            memory_bytes=tuple(data["memory_bytes"]),
+            method=data.get("method", ""),
+            splits=dict(data.get("splits", {})),
+        )
+
 
 def make_plan(
-    assignment: Mapping[str, int], tables: Sequence[TableSpec], num_devices: int, method: str
+    assignment: Mapping[str, int],
+    tables: Sequence[TableSpec],
+    num_devices: int,
+    method: str,
+    splits: Mapping[str, int] | None = None,
 ) -> Plan:
+    """A plan placing the units of `tables` (split by `splits`) as `assignment` says."""
+    splits = {name: parts for name, parts in (splits or {}).items() if parts > 1}
     memory = [0] * num_devices
-    for t in tables:
+    for t in placement_units(tables, splits):
         memory[assignment[t.name]] += t.size_bytes
-    return Plan(dict(assignment), num_devices, tuple(memory), method)
+    return Plan(dict(assignment), num_devices, tuple(memory), method, splits)

@@ -89,6 +89,48 @@ class TableSpec:
         return data
 
 
+# ---------------------------------------------------------------------- column shards
+
+# torchrec cuts column-wise shards in blocks of 4 columns.
+MIN_SHARD_DIM = 4
+
+
+def shard_name(table: str, index: int) -> str:
+    return f"{table}/cw{index}"
+
+
+def column_split_options(table: TableSpec, max_parts: int) -> list[int]:
+    """Shard counts (powers of two up to `max_parts`) that cut `table` into equal shards of a
+    whole number of 4-column blocks."""
+    options, parts = [], 2
+    while parts <= max_parts and table.embedding_dim % (parts * MIN_SHARD_DIM) == 0:
+        options.append(parts)
+        parts *= 2
+    return options
+
+
+def column_shards(table: TableSpec, parts: int) -> list[TableSpec]:
+    """`table` cut by columns into `parts` equal shards: each reads the same ids (same
+    pooling and id distribution) into `embedding_dim / parts` columns."""
+    if table.embedding_dim % parts:
+        raise RanknasError(
+            f"table {table.name}: {table.embedding_dim} columns do not split into {parts} shards"
+        )
+    width = table.embedding_dim // parts
+    return [
+        replace(table, name=shard_name(table.name, j), embedding_dim=width) for j in range(parts)
+    ]
+
+
+def placement_units(tables: Sequence[TableSpec], splits: Mapping[str, int]) -> list[TableSpec]:
+    """`tables` in order, each table named in `splits` replaced by its column shards."""
+    units: list[TableSpec] = []
+    for t in tables:
+        parts = splits.get(t.name, 1)
+        units += column_shards(t, parts) if parts > 1 else [t]
+    return units
+
+
 # ---------------------------------------------------------------------- index distributions
 
 

@@ -1,10 +1,10 @@
 """Everything that speaks torchrec: collections, `ShardingPlan`s, the planner, its estimates.
 
 - `build_ebc(tables)`: an `EmbeddingBagCollection` with one table per spec (feature = name).
-- `to_sharding_plan(assignment, ebc)`: a table-wise `ShardingPlan` that
-  `DistributedModelParallel` accepts.
+- `to_sharding_plan(plan, ebc)`: a `ShardingPlan` (table-wise, and column-wise for split
+  tables) that `DistributedModelParallel` accepts.
 - `torchrec_topology` / `planner_constraints`: our workload in the planner's terms
-  (table-wise only, each table's pooling factor).
+  (table-wise, optionally column-wise; each table's pooling factor).
 - `analytic_compute_ms(tables)`: torchrec's `EmbeddingPerfEstimator` forward + backward
   compute per table for a whole batch on one device; a device's analytic estimate is the
   sum over its tables (the planner cannot see that tables share a kernel).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -22,11 +22,16 @@ from torchrec.distributed.planner import ParameterConstraints
 from torchrec.distributed.planner import Topology as TorchrecTopology
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
-from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
+from torchrec.distributed.sharding_plan import (
+    column_wise,
+    construct_module_sharding_plan,
+    table_wise,
+)
 from torchrec.distributed.types import ShardingPlan
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+from cost_models.plan import Plan
 from cost_models.tables import TableSpec
 from cost_models.topology import Topology
 
@@ -47,18 +52,22 @@ def build_ebc(tables: Sequence[TableSpec], device: str = "meta") -> EmbeddingBag
 
 
 def to_sharding_plan(
-    assignment: Mapping[str, int],
+    plan: Plan,
     ebc: EmbeddingBagCollection,
-    num_devices: int,
     module_path: str = "",
     device_type: str = "cpu",
 ) -> ShardingPlan:
-    """Table-wise `ShardingPlan` for `ebc` at `module_path` (e.g. "embedding_bags")."""
+    """`plan` as a `ShardingPlan` for `ebc` at `module_path` (e.g. "embedding_bags"):
+    table-wise for whole tables, column-wise for split ones."""
+    generators = {
+        name: table_wise(rank=ranks[0]) if len(ranks) == 1 else column_wise(ranks=ranks)
+        for name, ranks in plan.table_ranks().items()
+    }
     module_plan = construct_module_sharding_plan(
         ebc,
-        {name: table_wise(rank=rank) for name, rank in assignment.items()},
-        local_size=num_devices,
-        world_size=num_devices,
+        generators,
+        local_size=plan.num_devices,
+        world_size=plan.num_devices,
         device_type=device_type,
     )
     return ShardingPlan({module_path: module_plan})
@@ -77,13 +86,18 @@ def torchrec_topology(topology: Topology) -> TorchrecTopology:
         )
 
 
-def planner_constraints(tables: Sequence[TableSpec]) -> dict[str, ParameterConstraints]:
-    """Table-wise on the fused kernel (the one `measure` times), with each pooling factor."""
+def planner_constraints(
+    tables: Sequence[TableSpec], column_wise_min_dim: int | None = None
+) -> dict[str, ParameterConstraints]:
+    """Table-wise on the fused kernel (the one `measure` times), with each pooling factor;
+    also column-wise in shards at least `column_wise_min_dim` wide, when given."""
+    sharding_types = ["table_wise"] + (["column_wise"] if column_wise_min_dim else [])
     return {
         t.name: ParameterConstraints(
-            sharding_types=["table_wise"],
+            sharding_types=sharding_types,
             compute_kernels=["fused"],
             pooling_factors=[t.pooling_factor],
+            min_partition=column_wise_min_dim,
         )
         for t in tables
     }

@@ -10,8 +10,15 @@ from pathlib import Path
 from torchrec.distributed.types import ShardingPlan, ShardingType
 
 from cost_models.measure import Measurer
+from cost_models.plan import make_plan
 from cost_models.sharders import make_sharder
-from cost_models.tables import generate_tables, save_tables, tables_from_architecture
+from cost_models.tables import (
+    TableSpec,
+    generate_tables,
+    save_tables,
+    shard_name,
+    tables_from_architecture,
+)
 from cost_models.topology import Topology
 from cost_models.torchrec_adapter import build_ebc, to_sharding_plan
 from cost_models.training import quick_config, train_sharder
@@ -26,13 +33,40 @@ def test_plan_converts_to_a_sharding_plan_for_a_built_model(small_schema):
     tables = tables_from_architecture(arch)
     plan = make_sharder("size_lookup_greedy").plan(tables, Topology(2))
     model = build_model(arch, seed=0)
-    sharding = to_sharding_plan(plan.assignment, model.embedding_bags, 2, "embedding_bags")
+    sharding = to_sharding_plan(plan, model.embedding_bags, "embedding_bags")
     assert isinstance(sharding, ShardingPlan)
     module_plan = sharding.get_plan_for_module("embedding_bags")
     assert set(module_plan) == {t.name for t in tables}
     for name, rank in plan.assignment.items():
         assert module_plan[name].sharding_type == ShardingType.TABLE_WISE.value
         assert module_plan[name].ranks == [rank]
+
+
+def test_split_tables_become_column_wise_shards_on_their_ranks():
+    tables = [TableSpec("wide", 1000, 64, 8.0), TableSpec("narrow", 500, 16)]
+    shards = {shard_name("wide", j): rank for j, rank in enumerate([2, 0, 3, 0])}
+    plan = make_plan(shards | {"narrow": 1}, tables, 4, "test", {"wide": 4})
+    assert plan.memory_bytes == (2 * 1000 * 16 * 4, 500 * 16 * 4, 1000 * 16 * 4, 1000 * 16 * 4)
+    module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
+    assert module_plan["wide"].sharding_type == ShardingType.COLUMN_WISE.value
+    assert module_plan["wide"].ranks == [2, 0, 3, 0]
+    offsets = [s.shard_offsets[1] for s in module_plan["wide"].sharding_spec.shards]
+    assert offsets == [0, 16, 32, 48]
+    assert module_plan["narrow"].ranks == [1]
+
+
+def test_torchrec_column_wise_plans_read_back_as_splits():
+    tables = generate_tables(40, seed=3)
+    total = sum(t.size_bytes for t in tables)
+    memory = max(2 * total / 8, 1.1 * max(t.size_bytes for t in tables))
+    plan = make_sharder("torchrec_cw").plan(tables, Topology(8, memory_bytes=int(memory)))
+    assert plan.splits, "the planner should cut some of the widest tables"
+    units = plan.units(tables)
+    assert sorted(plan.assignment) == sorted(u.name for u in units)
+    assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
+    module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
+    for name, parts in plan.splits.items():
+        assert len(module_plan[name].ranks) == parts
 
 
 def test_build_ebc_keeps_the_tables():

@@ -1,5 +1,6 @@
 """Multi-process training: torchrec DistributedModelParallel on 2 CPU processes (gloo) with a
-table-wise plan takes the same steps as one process training on the whole batch."""
+plan (table-wise, and with a column-wise split) takes the same steps as one process training
+on the whole batch."""
 
 import json
 import socket
@@ -7,6 +8,11 @@ import subprocess
 import sys
 
 import pytest
+
+from cost_models.plan import make_plan
+from cost_models.tables import shard_name, tables_from_architecture
+from search_space.presets import preset
+from search_space.schema import synthetic_schema
 
 
 def _free_port() -> int:
@@ -26,11 +32,45 @@ def _torchrun(processes: int, out, *args: str) -> list[float]:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("arch", ["dlrm", "wukong"])
-def test_two_process_table_wise_training_matches_one_process(tmp_path, arch):
-    plan = json.dumps({f"c{i}": (0 if i < 5 else 1) for i in range(16)})  # uneven on purpose
-    single = _torchrun(1, tmp_path / "one.json", f"--arch={arch}")
-    double = _torchrun(2, tmp_path / "two.json", f"--arch={arch}", f"--plan={plan}")
-    assert double["world_size"] == 2 and set(double["plan"].values()) == {0, 1}
+def _plan_file(path, arch: str, split: bool) -> str:
+    """Tables 0-4 on rank 0, the rest on rank 1 (uneven on purpose); with `split`, table 0
+    cut into two column shards, one per rank."""
+    tables = tables_from_architecture(preset(arch, synthetic_schema(seed=0)))
+    splits = {tables[0].name: 2} if split else {}
+    assignment = {t.name: (0 if i < 5 else 1) for i, t in enumerate(tables)}
+    if split:
+        del assignment[tables[0].name]
+        assignment |= {shard_name(tables[0].name, j): j for j in range(2)}
+    path.write_text(json.dumps(make_plan(assignment, tables, 2, "test", splits).to_dict()))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("arch", "split", "optimizer"),
+    [
+        ("dlrm", False, "rowwise_adagrad"),
+        ("wukong", False, "rowwise_adagrad"),
+        ("dlrm", True, "sgd"),
+    ],
+)
+def test_two_process_training_matches_one_process(tmp_path, arch, split, optimizer):
+    plan = _plan_file(tmp_path / "plan.json", arch, split)
+    common = (f"--arch={arch}", f"--sparse-optimizer={optimizer}")
+    single = _torchrun(1, tmp_path / "one.json", *common)
+    double = _torchrun(2, tmp_path / "two.json", *common, f"--plan={plan}")
+    assert double["world_size"] == 2
+    assert {r for ranks in double["plan"].values() for r in ranks} == {0, 1}
+    assert (double["plan"]["t_c0"] == [0, 1]) == split
     assert single["losses"] == pytest.approx(double["losses"], abs=1e-4)
     assert double["losses"][-1] < double["losses"][0]
+
+
+def test_a_plan_for_other_tables_is_refused(tmp_path):
+    plan = _plan_file(tmp_path / "plan.json", "dlrm", False)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
+               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+               "-m", "trainers.distributed", "--rows=2000", "--steps=1", f"--plan={plan}",
+               ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "plan.json: the plan places" in result.stderr

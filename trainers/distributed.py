@@ -3,12 +3,14 @@
 Run under torchrun (gloo on CPU, nccl on GPU):
 
     torchrun --nproc_per_node 2 -m trainers.distributed --arch dlrm --steps 50 --out run.json
+    ranknas shard plan tables.json --devices 2 --json > plan.json   # tables: t_<feature>
+    torchrun --nproc_per_node 2 -m trainers.distributed --plan plan.json ...
 
 Every rank builds the same model from the same seed; `DistributedModelParallel` shards the
-embedding tables table-wise by the plan (one fused kernel per rank with row-wise Adagrad
-applied in the backward pass) and replicates the dense part (DDP). Each rank trains on its
-slice of every global batch, so one process with the whole batch takes the same steps: the
-test compares the two.
+embedding tables by the plan, table-wise and column-wise (one fused kernel per rank with
+row-wise Adagrad applied in the backward pass) and replicates the dense part (DDP). Each
+rank trains on its slice of every global batch, so one process with the whole batch takes
+the same steps: the test compares the two.
 """
 
 from __future__ import annotations
@@ -25,38 +27,51 @@ import torch.nn.functional as F
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
 from torchrec.distributed.types import ShardingEnv, ShardingPlan
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+from cost_models.plan import Plan, make_plan
+from cost_models.tables import TableSpec, tables_from_architecture
+from cost_models.torchrec_adapter import to_sharding_plan
 from search_space.builder import RankingModel, build_model
 from search_space.presets import PRESETS, preset
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 
 EMBEDDINGS = "embedding_bags"  # the EmbeddingBagCollection's attribute in RankingModel
+SPARSE_OPTIMIZERS = {
+    "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+    "sgd": EmbOptimType.EXACT_SGD,
+}
 
 
-def table_wise_plan(
-    model: RankingModel, ranks: dict[str, int], world_size: int, device_type: str
-) -> ShardingPlan:
-    """A torchrec plan placing each feature's table whole on the given rank."""
-    per_table = {f"t_{feature}": table_wise(rank=rank) for feature, rank in ranks.items()}
-    module_plan = construct_module_sharding_plan(
-        getattr(model, EMBEDDINGS),
-        per_param_sharding=per_table,
-        local_size=world_size,
-        world_size=world_size,
-        device_type=device_type,
-    )
-    return ShardingPlan({EMBEDDINGS: module_plan})
+def load_plan(path: Path | None, tables: list[TableSpec], world_size: int) -> Plan:
+    """A plan file as `ranknas shard plan --json` writes it; round robin table-wise if None."""
+    if path is None:
+        assignment = {t.name: i % world_size for i, t in enumerate(tables)}
+        return make_plan(assignment, tables, world_size, "round_robin")
+    plan = Plan.from_dict(json.loads(path.read_text()))
+    names, planned = {t.name for t in tables}, set(plan.table_ranks())
+    if plan.num_devices != world_size or names != planned:
+        raise SystemExit(
+            f"{path}: the plan places {sorted(planned)} on {plan.num_devices} devices; this run "
+            f"has tables {sorted(names)} on {world_size}"
+        )
+    return plan
 
 
 def shard(
-    model: RankingModel, plan: ShardingPlan, device: torch.device, sparse_lr: float
+    model: RankingModel,
+    plan: ShardingPlan,
+    device: torch.device,
+    sparse_lr: float,
+    sparse_optimizer: str = "rowwise_adagrad",
 ) -> DistributedModelParallel:
+    """Row-wise Adagrad keeps one accumulator per row *of each shard*, so column shards
+    update differently from the whole table; plain SGD does not depend on the plan."""
+    optimizer = SPARSE_OPTIMIZERS[sparse_optimizer]
     sharder = EmbeddingBagCollectionSharder(
-        fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": sparse_lr}
+        fused_params={"optimizer": optimizer, "learning_rate": sparse_lr}
     )
     reference = {k: v.detach().clone() for k, v in model.state_dict().items()}
     dmp = DistributedModelParallel(
@@ -87,10 +102,12 @@ def train_distributed(args: argparse.Namespace) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if args.cuda else "cpu")
     data = generate_synthetic(SyntheticConfig(rows=args.rows, seed=args.seed))
-    model = build_model(preset(args.arch, data.schema), seed=args.seed)
+    arch = preset(args.arch, data.schema)
+    model = build_model(arch, seed=args.seed)
     features = data.schema.feature_names
-    ranks = json.loads(args.plan) if args.plan else {f: i % world for i, f in enumerate(features)}
-    dmp = shard(model, table_wise_plan(model, ranks, world, device.type), device, args.sparse_lr)
+    plan = load_plan(args.plan, tables_from_architecture(arch), world)
+    sharding = to_sharding_plan(plan, getattr(model, EMBEDDINGS), EMBEDDINGS, device.type)
+    dmp = shard(model, sharding, device, args.sparse_lr, args.sparse_optimizer)
     dense_optimizer = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
         lambda params: torch.optim.Adam(params, lr=args.dense_lr),
@@ -113,7 +130,7 @@ def train_distributed(args: argparse.Namespace) -> dict:
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
         losses.append(global_loss.item() / world)
-    return {"world_size": world, "plan": ranks, "losses": losses}
+    return {"world_size": world, "plan": plan.table_ranks(), "losses": losses}
 
 
 def main() -> None:
@@ -124,7 +141,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256, help="global batch size")
     parser.add_argument("--dense-lr", type=float, default=1e-3)
     parser.add_argument("--sparse-lr", type=float, default=0.05)
-    parser.add_argument("--plan", help='JSON {"feature": rank}; default: round robin')
+    parser.add_argument(
+        "--sparse-optimizer", choices=list(SPARSE_OPTIMIZERS), default="rowwise_adagrad"
+    )
+    parser.add_argument(
+        "--plan", type=Path, help="plan JSON from `ranknas shard plan --json`; default: round robin"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cuda", action="store_true", help="nccl on GPUs instead of gloo")
     parser.add_argument("--out", type=Path, help="rank 0 writes the losses here as JSON")

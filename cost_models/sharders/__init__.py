@@ -1,7 +1,8 @@
 """Sharders: one interface, `plan(tables, topology) -> Plan`, and one short file each.
 
 Baselines from AutoShard and DreamShard (random, dim-, size-, lookup- and
-size-lookup-greedy), torchrec's own planner, and the learned RL sharder.
+size-lookup-greedy), torchrec's own planner (table-wise, and with column-wise cuts), and
+the learned RL sharder.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cost_models.sharders.torchrec_planner import TorchrecPlanner
 from search_space.errors import RanknasError
 
 HEURISTICS = ("random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
-METHODS = (*HEURISTICS, "torchrec", "rl")
+METHODS = (*HEURISTICS, "torchrec", "torchrec_cw", "rl")
 
 
 def make_sharder(
@@ -36,8 +37,8 @@ def make_sharder(
         return simple[method]()
     if method == "random":
         return RandomSharder(seed)
-    if method == "torchrec":
-        return TorchrecPlanner(batch_size)
+    if method in ("torchrec", "torchrec_cw"):
+        return TorchrecPlanner(batch_size, column_wise=method == "torchrec_cw")
     if method == "rl":
         if model_dir is None:
             raise RanknasError("method 'rl' needs a trained model: pass --model DIR")

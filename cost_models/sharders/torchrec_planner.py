@@ -1,8 +1,12 @@
-"""torchrec's `EmbeddingShardingPlanner` as a baseline, through its public API, table-wise only.
+"""torchrec's `EmbeddingShardingPlanner` as a baseline, through its public API.
 
-The planner budgets memory its own way (weights plus input/output buffers, and 15% of each
-device kept back, with torchrec's recommended `FixedPercentageStorageReservation`), so it
-may refuse a workload that the other sharders can place.
+`torchrec` plans table-wise only, as the other baselines do; `torchrec_cw` also lets the
+planner cut tables column-wise, in shards at least `CW_MIN_DIM` columns wide (torchrec's
+own default, 128, is meant for GPU tables of 128-512 columns; a quarter of our widest
+tables plays the same part here). The planner budgets memory its own way (weights plus
+input/output buffers, and 15% of each device kept back, with torchrec's recommended
+`FixedPercentageStorageReservation`), so it may refuse a workload that the other sharders
+can place.
 """
 
 from collections.abc import Sequence
@@ -11,10 +15,11 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner import EmbeddingShardingPlanner
 from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
 from torchrec.distributed.planner.types import PlannerError
+from torchrec.distributed.types import ParameterSharding, ShardingType
 
 from cost_models.plan import Plan, make_plan
 from cost_models.sharders.base import Sharder, check_capacity
-from cost_models.tables import TableSpec
+from cost_models.tables import TableSpec, shard_name
 from cost_models.topology import Topology
 from cost_models.torchrec_adapter import (
     build_ebc,
@@ -25,20 +30,23 @@ from cost_models.torchrec_adapter import (
 from search_space.errors import RanknasError
 
 RESERVED_SHARE = 0.15  # the share of memory torchrec's default reservation keeps back
+CW_MIN_DIM = 32
 
 
 class TorchrecPlanner(Sharder):
     name = "torchrec"
 
-    def __init__(self, batch_size: int = 512) -> None:
+    def __init__(self, batch_size: int = 512, column_wise: bool = False) -> None:
         self.batch_size = batch_size  # examples each table reads per step, over all devices
+        self.column_wise = column_wise
+        self.name = "torchrec_cw" if column_wise else "torchrec"
 
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
         planner = EmbeddingShardingPlanner(
             topology=torchrec_topology(topology),
             batch_size=max(1, self.batch_size // topology.num_devices),  # per rank
-            constraints=planner_constraints(tables),
+            constraints=planner_constraints(tables, CW_MIN_DIM if self.column_wise else None),
             storage_reservation=FixedPercentageStorageReservation(RESERVED_SHARE),
         )
         try:
@@ -46,7 +54,28 @@ class TorchrecPlanner(Sharder):
                 sharding = planner.plan(build_ebc(tables), [EmbeddingBagCollectionSharder()])
         except PlannerError as exc:
             first_line = str(exc).strip().splitlines()[0]
-            raise RanknasError(f"torchrec planner found no plan: {first_line}") from None
+            raise RanknasError(f"{self.name} planner found no plan: {first_line}") from None
         module_plan = sharding.plan[""]
-        assignment = {name: module_plan[name].ranks[0] for name in (t.name for t in tables)}
-        return make_plan(assignment, tables, topology.num_devices, self.name)
+        assignment, splits = {}, {}
+        for t in tables:
+            ranks = _column_ranks(t, module_plan[t.name])
+            if len(ranks) == 1:
+                assignment[t.name] = ranks[0]
+            else:
+                splits[t.name] = len(ranks)
+                assignment |= {shard_name(t.name, j): r for j, r in enumerate(ranks)}
+        return make_plan(assignment, tables, topology.num_devices, self.name, splits)
+
+
+def _column_ranks(table: TableSpec, sharding: ParameterSharding) -> list[int]:
+    """The ranks of the table's equal column shards, in column order (one if table-wise)."""
+    if sharding.sharding_type == ShardingType.TABLE_WISE.value:
+        return [sharding.ranks[0]]
+    shards = sorted(sharding.sharding_spec.shards, key=lambda s: s.shard_offsets[1])
+    widths = {s.shard_sizes[1] for s in shards}
+    if sharding.sharding_type != ShardingType.COLUMN_WISE.value or len(widths) != 1:
+        raise RanknasError(
+            f"torchrec planner: table {table.name} got a {sharding.sharding_type} plan with "
+            f"shard widths {sorted(widths)}, which ranknas plans cannot express"
+        )
+    return [s.placement.rank() for s in shards]
