@@ -111,7 +111,7 @@ class ShardingConfig(_Section):
     devices: int = Field(default=0, ge=0, description="0: do not plan; else plan each trial")
     method: Literal[
         "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
-        "torchrec", "rl",
+        "torchrec", "torchrec_cw", "rl",
     ] = "size_lookup_greedy"  # fmt: skip
     model_dir: str = Field(default="runs/sharding/model", description="`ranknas shard train`")
 

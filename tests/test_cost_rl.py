@@ -3,14 +3,16 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 from test_cost_model import synthetic_samples
 
-from cost_models.cost_net import CostNet, FitConfig, fit_cost_net
-from cost_models.measure import Measurer
+from cost_models.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
+from cost_models.measure import KernelTime, Measurer
 from cost_models.policy import PolicyNet, load_policy, run_episodes
 from cost_models.sharders import RLSharder
-from cost_models.tables import generate_tables
+from cost_models.splitting import choose_splits
+from cost_models.tables import TableSpec, column_shards, generate_tables
 from cost_models.topology import Topology
 from cost_models.training import (
     RLConfig,
@@ -27,7 +29,10 @@ def greedy_reward(policy, net, tasks) -> float:
         return float(np.mean([run_episodes(policy, net, *t, 1, True).reward for t in tasks]))
 
 
-def test_policy_learns_on_the_cost_model():
+@pytest.fixture(scope="module")
+def learned():
+    """A cost model fitted to synthetic costs, and a policy trained on it; the policy's
+    greedy reward on 10 fixed tasks before and after training."""
     torch.manual_seed(0)
     net, _ = fit_cost_net(synthetic_samples(150), FitConfig(epochs=30, sets_per_batch=32))
     pool = generate_tables(60, seed=3)
@@ -37,11 +42,58 @@ def test_policy_learns_on_the_cost_model():
     policy = PolicyNet()
     before = greedy_reward(policy, net, fixed)
     history = train_policy(policy, net, pool, RLConfig(iterations=60, episodes=8, lr=3e-3), tasks)
+    return net, policy, pool, history, before, greedy_reward(policy, net, fixed)
+
+
+def test_policy_learns_on_the_cost_model(learned):
+    net, policy, pool, history, before, after = learned
     assert len(history) == 60
-    assert greedy_reward(policy, net, fixed) > before  # lower predicted cost on the same tasks
+    assert after > before  # lower predicted cost on the same tasks
     tables, topology = pool[:12], Topology(3)
     plan = RLSharder(policy, net).plan(tables, topology)
     assert sorted(plan.assignment) == sorted(t.name for t in tables)
+
+
+def test_choose_splits_cuts_only_tables_above_the_limit_into_the_fewest_shards():
+    tables = [TableSpec("hot", 1000, 64, 40.0), TableSpec("odd", 1000, 12, 90.0)]
+    tables += [TableSpec(f"s{i}", 1000, 16, 4.0) for i in range(8)]
+
+    def cost(ts):  # a fixed cost per table plus one per looked-up column
+        return np.asarray([0.1 + 0.001 * t.embedding_dim * t.pooling_factor for t in ts])
+
+    splits = choose_splits(tables, 4, cost, limit_share=1.0)
+    limit = cost(tables).sum() / 4
+    assert splits == {"hot": 4}  # 2 shards still cost more than the limit; 12 columns: no cut
+    assert cost(column_shards(tables[0], 4))[0] <= limit < cost(column_shards(tables[0], 2))[0]
+    assert choose_splits(tables, 2, cost, limit_share=1.0) == {"hot": 2}  # at most one per device
+    assert choose_splits(tables, 4, cost, limit_share=10.0) == {}
+
+
+def lookup_bound_samples(count: int) -> list[CostSample]:
+    """Device sets whose cost is mostly looked-up columns (as for wide, pooled tables)."""
+    pool = generate_tables(200, seed=5)
+    rng = np.random.default_rng(5)
+    samples = []
+    for _ in range(count):
+        tables = tuple(pool[i] for i in rng.choice(len(pool), rng.integers(1, 12), replace=False))
+        forward = 0.01 + 1e-4 * sum(t.embedding_dim * t.pooling_factor for t in tables)
+        samples.append(CostSample(tables, KernelTime(forward, 2 * forward)))
+    return samples
+
+
+def test_rl_sharder_cuts_a_dominant_table_below_the_table_wise_floor():
+    torch.manual_seed(0)
+    net, _ = fit_cost_net(lookup_bound_samples(200), FitConfig(epochs=40, sets_per_batch=32))
+    hot = TableSpec("hot", 2000, 128, 60.0)
+    tables = [hot, *(TableSpec(f"s{i}", 1000, 16, 2.0) for i in range(7))]
+    topology = Topology(4)
+    plan = RLSharder(PolicyNet(), net).plan(tables, topology)
+    assert plan.splits.get("hot", 1) > 1
+    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
+    assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
+    floor = net.alone_ms([hot], topology.bandwidth)[0]
+    assert net.plan_costs(tables, plan, topology).sum(1).max() < floor
+    assert not RLSharder(PolicyNet(), net, split_limits=()).plan(tables, topology).splits
 
 
 def test_episodes_respect_memory_masks():
