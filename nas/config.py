@@ -46,6 +46,12 @@ class SearcherConfig(_Section):
     supernet_sampling: Literal["nasrec", "spos"] = Field(
         default="nasrec", description="oneshot: any-connection (NASRec) or uniform single path"
     )
+    supernet_lr_schedule: Literal["constant", "cosine"] = Field(
+        default="cosine", description="oneshot: learning rates decayed to 0 over the steps"
+    )
+    supernet_grad_clip: float | None = Field(
+        default=None, gt=0, description="oneshot: max norm of the dense gradients"
+    )
     warmup_fraction: float = Field(
         default=0.25, ge=0, le=1, description="oneshot: full-supernet warm-up; dnas: weights only"
     )

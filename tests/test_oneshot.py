@@ -45,14 +45,14 @@ def _space(schema, **overrides):
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [{}, {"max_inputs": 3, "feature_dims": [4, 8], "num_blocks": 4}],
-    ids=["default", "three-inputs-feature-dims"],
+    ("overrides", "sliced"),
+    [({}, True), ({"max_inputs": 3, "feature_dims": [4, 8], "num_blocks": 4}, True), ({}, False)],
+    ids=["default", "three-inputs-feature-dims", "per-shape-modules"],
 )
-def test_extracted_architecture_matches_standalone_exactly(data, overrides):
+def test_extracted_architecture_matches_standalone_exactly(data, overrides, sliced):
     train, _ = data
     space = _space(train.schema, **overrides)
-    supernet = Supernet(space, seed=0)
+    supernet = Supernet(space, seed=0, share_across_shapes=sliced)
     train_supernet(supernet, train, steps=30, batch_size=64, seed=0)
     batch = next(iter(train.loader(64)))
     rng = random.Random(1)
@@ -86,6 +86,66 @@ def test_paths_share_modules_and_training_changes_them(data):
         before, supernet.extract(a)["blocks.b0.layers.0.weight"]
     )
     assert optimizer_step_changed or len(supernet.blocks) > 1
+
+
+def _two_widths(space):
+    """Two architectures whose block b1 runs the same mlp on inputs of widths 8 and 16."""
+    values, _ = sample_arch(space, random.Random(0), "spos")
+    values |= {"b0.op": "mlp", "b0.width": 16, "b0.in1": "dense", "b0.in2": NONE}
+    values |= {"b1.op": "mlp", "b1.width": 8, "b1.in2": NONE}
+    values |= {"b2.op": "mlp", "b2.in1": "b1", "b2.in2": NONE}
+    return space.decode(values | {"b1.in1": "dense"}), space.decode(values | {"b1.in1": "b0"})
+
+
+def test_block_weights_are_shared_across_input_shapes(data):
+    train, _ = data
+    space = _space(train.schema)
+    narrow, wide = _two_widths(space)
+    supernet = Supernet(space, seed=0)
+    assert (
+        supernet.path(narrow).slots["blocks.b1"][:2] == supernet.path(wide).slots["blocks.b1"][:2]
+    )
+    shared = supernet.extract(wide)["blocks.b1.layers.0.weight"]
+    assert shared.shape == (8, 16)
+    assert torch.equal(supernet.extract(narrow)["blocks.b1.layers.0.weight"], shared[:, :8])
+    per_shape = Supernet(space, seed=0, share_across_shapes=False)
+    assert per_shape.path(narrow).slots["blocks.b1"] != per_shape.path(wide).slots["blocks.b1"]
+
+
+def test_optimizer_follows_a_parameter_that_grows(data):
+    from nas.oneshot.supernet import SupernetOptimizer
+
+    train, _ = data
+    space = _space(train.schema)
+    narrow, wide = _two_widths(space)
+    supernet = Supernet(space, seed=0)
+    optimizer = SupernetOptimizer(supernet, dense_lr=0.01, sparse_lr=0.05, max_grad_norm=1.0)
+    batch = next(iter(train.loader(64)))
+    for arch in (narrow, wide, narrow):
+        path = supernet.path(arch)
+        optimizer.refresh()
+        before = supernet.extract(narrow)["blocks.b1.layers.0.weight"]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            supernet(path, batch.dense, batch.sparse), batch.labels
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert not torch.equal(before, supernet.extract(narrow)["blocks.b1.layers.0.weight"])
+    held = {id(p) for g in optimizer.dense.param_groups for p in g["params"]}
+    dense = [p for n, p in supernet.named_parameters() if not n.startswith("embeddings.")]
+    assert held == {id(p) for p in dense}
+    for p in dense:
+        assert optimizer.dense.state[p]["exp_avg"].shape == p.shape
+
+
+def test_cosine_lr_decays_to_zero():
+    from nas.oneshot.supernet import lr_factor
+
+    assert lr_factor(0, 100, "cosine") == 1.0
+    assert lr_factor(50, 100, "cosine") == pytest.approx(0.5)
+    assert lr_factor(100, 100, "cosine") == pytest.approx(0.0)
+    assert lr_factor(70, 100, "constant") == 1.0
 
 
 def test_warmup_probability_decays_to_zero():
@@ -153,7 +213,9 @@ def test_oneshot_search_scores_with_inherited_weights(data, method):
     space = _space(train.schema, num_blocks=2)
     supernet = Supernet(space)
     train_supernet(supernet, train, steps=20, batch_size=128)
-    scorer = Scorer(supernet, valid, finetune_steps=2, batch_size=128, score_rows=400)
+    scorer = Scorer(
+        supernet, valid, finetune_data=train, finetune_steps=2, batch_size=128, score_rows=400
+    )
     if method == "evolution":
         ranked = evolution_search(scorer, candidates=8, population=4, sample_size=2)
     else:
@@ -161,6 +223,7 @@ def test_oneshot_search_scores_with_inherited_weights(data, method):
     assert len(ranked) >= 8
     assert [c.fitness for c in ranked] == sorted(c.fitness for c in ranked)
     assert len({c.digest for c in ranked}) == len(ranked)
+    assert scorer.examples == 2 * 128 * len(scorer.cache)
     best = ranked[0]
     assert 0 < best.ne < 2 and best.mflops == analyze(space.decode(best.values)).flops / 1e6
 
@@ -208,6 +271,10 @@ def test_study_runs_phase_once_and_trains_candidates_as_trials(tmp_path, kind):
     assert [t.number for t in proposed] == [0, 1]
     phase = study.user_attrs[f"{kind}_phase"]
     assert [c["digest"] for c in phase["candidates"]] == [t.user_attrs["digest"] for t in proposed]
+    if kind == "oneshot":  # supernet batches, then 2 fine-tune batches per scored candidate
+        assert phase["examples"] == (30 + 2 * phase["scored"]) * 128
+    else:  # weight batches, then validation batches after the 25% warm-up
+        assert phase["examples"] == (30 + 30 - int(0.25 * 30)) * 128
     assert any(line.startswith(f"{kind}: enqueued 2") for line in lines)
     assert any(f"{kind}: " in line and "step" in line for line in lines)
     # resuming a finished study runs neither the phase nor any trial

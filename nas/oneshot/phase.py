@@ -112,6 +112,8 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         warmup_fraction=s.warmup_fraction,
         dense_lr=t.dense_lr,
         sparse_lr=t.sparse_lr,
+        max_grad_norm=s.supernet_grad_clip,
+        lr_schedule=s.supernet_lr_schedule,
         seed=config.seed,
         log_every=max(1, s.supernet_steps // 10),
         on_loss=on_loss,
@@ -119,6 +121,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     scorer = Scorer(
         supernet,
         data.valid,
+        finetune_data=data.train,
         finetune_steps=s.finetune_steps,
         batch_size=t.batch_size,
         score_rows=s.score_rows,
@@ -152,7 +155,12 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     ]
     for c in candidates:
         c.pop("ne")
-    extra = {"supernet_loss": curve[-1][1] if curve else None, "scored": len(scorer.cache)}
+    supernet_examples = (curve[-1][0] if curve else 0) * t.batch_size
+    extra = {
+        "supernet_loss": curve[-1][1] if curve else None,
+        "scored": len(scorer.cache),
+        "examples": supernet_examples + scorer.examples,
+    }
     return candidates, extra
 
 
@@ -193,5 +201,11 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
             {"values": values, "digest": digest(arch), "mflops": analyze(arch).flops / 1e6}
         )
     last = log[-1] if log else {}
-    extra = {"expected_mflops": last.get("expected_mflops"), "train_loss": last.get("train_loss")}
+    weight_steps = s.supernet_steps
+    arch_steps = s.supernet_steps - int(s.warmup_fraction * s.supernet_steps)
+    extra = {
+        "expected_mflops": last.get("expected_mflops"),
+        "train_loss": last.get("train_loss"),
+        "examples": (weight_steps + arch_steps) * t.batch_size,  # validation batches too
+    }
     return candidates, extra

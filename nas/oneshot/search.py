@@ -1,8 +1,9 @@
 """One-shot search over a trained supernet: regularized evolution or a REINFORCE controller.
 
 Each candidate is scored with inherited weights: `build_model(arch)` loaded with
-`supernet.extract(arch)`, fine-tuned a few steps on the validation split, then evaluated
-(validation NE on `score_rows` rows). The fitness a searcher minimizes is cost-aware,
+`supernet.extract(arch)`, fine-tuned a few steps (on the training split when the scorer is
+given it, else on the validation split), then evaluated (validation NE on `score_rows`
+rows). The fitness a searcher minimizes is cost-aware,
 TuNAS-style: `ne + cost_weight * |mflops / target_mflops - 1|` (no cost term without a
 target).
 """
@@ -64,6 +65,7 @@ class Scorer:
         supernet: Supernet,
         valid: TabularData,
         *,
+        finetune_data: TabularData | None = None,
         finetune_steps: int = 5,
         batch_size: int = 256,
         score_rows: int | None = 5000,
@@ -74,6 +76,7 @@ class Scorer:
         seed: int = 0,
     ) -> None:
         self.supernet, self.valid = supernet, valid
+        self.finetune_data = finetune_data if finetune_data is not None else valid
         self.finetune_steps, self.batch_size, self.score_rows = (
             finetune_steps,
             batch_size,
@@ -84,6 +87,7 @@ class Scorer:
         )
         self.target_mflops, self.cost_weight, self.seed = target_mflops, cost_weight, seed
         self.cache: dict[str, Candidate] = {}
+        self.examples = 0  # training examples consumed by fine-tunes
 
     def inherited_ne(self, arch: Architecture) -> float:
         """Validation NE of `arch` with inherited weights after the short fine-tune."""
@@ -92,9 +96,10 @@ class Scorer:
         if self.finetune_steps:
             model.train()
             optimizers = [o for o in make_optimizers(model, self.train_config) if o is not None]
-            stream = batches(self.valid, self.batch_size, self.seed)
+            stream = batches(self.finetune_data, self.batch_size, self.seed)
             for _ in range(self.finetune_steps):
                 dense, sparse, labels = next(stream)
+                self.examples += len(labels)
                 loss = F.binary_cross_entropy_with_logits(model(dense, sparse), labels)
                 for optimizer in optimizers:
                     optimizer.zero_grad(set_to_none=True)

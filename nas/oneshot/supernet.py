@@ -1,20 +1,26 @@
 """A weight-sharing supernet over the DAG space (NASRec-style "single-operator any-connection").
 
-Every architecture of a `DagSpace` is a path through the supernet. The supernet keeps one
-stand-alone module per *slot key* and creates it on first use:
+Every architecture of a `DagSpace` is a path through the supernet. The supernet keeps the
+weights of one *slot* per key and creates them on first use:
 
-- a block module per (block, op, normalized params, merged input shape): every architecture
-  whose block `b{i}` runs the same operator with the same size on an input of the same shape
-  shares it, whichever sources feed it (the input shape, not the source set, is the key, so a
-  block's weights are shared across connection subsets that merge to the same width);
+- a block slot per (block, op, normalized params): every architecture whose block `b{i}`
+  runs the same operator with the same size shares it, whichever sources feed it;
 - an `EmbeddingBagCollection` per tuple of per-feature embedding dims;
-- a merge projection per (block, source, width, dim), a feature projection per
-  (feature, feature dim, dim), a head per width of the output block.
+- a merge projection per (block, source, dim), a feature projection per
+  (feature, feature dim, dim), one head.
 
-Because each slot is exactly the module `build_model(arch)` creates for that position,
-`extract(arch)` returns a `state_dict` that loads into `build_model(arch)` with
-`strict=True`, and the stand-alone model then computes exactly what the supernet computes
-on that path (`tests/test_oneshot.py` checks it bit for bit).
+Blocks, merge projections and the head see inputs of many shapes (the merged width or
+embedding count depends on the connections and on earlier blocks' choices). Their slots are
+`SharedWeights`: each parameter is held at the largest shape seen so far, and the module of
+a smaller input shape runs on the leading corner of every parameter (weight slicing, as
+elastic supernets do). Keying these slots by the input shape instead
+(`share_across_shapes=False`) spreads a few thousand training steps over hundreds of
+rarely trained modules, and inherited scores then rank architectures poorly.
+
+Because each slot (or corner of one) is exactly a module `build_model(arch)` creates for
+that position, `extract(arch)` returns a `state_dict` that loads into `build_model(arch)`
+with `strict=True`, and the stand-alone model then computes exactly what the supernet
+computes on that path (`tests/test_oneshot.py` checks it bit for bit).
 
 Training (`train_supernet`) samples one path per step: NASRec's single-operator
 any-connection sampling (one op per block, a uniformly drawn number of inputs), with a
@@ -24,6 +30,7 @@ decaying linearly from 1 to 0, or uniform single-path sampling (SPOS).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -47,6 +54,7 @@ from search_space.spaces.dag import NONE, DagSpace
 from trainers.data.dataset import TabularData
 
 Sampling = Literal["nasrec", "spos"]
+LrSchedule = Literal["constant", "cosine"]
 # Called with (step, mean training loss since the last call).
 LossCallback = Callable[[int, float], None]
 
@@ -59,28 +67,109 @@ def _slot(*parts: Any) -> str:
     return f"{safe}_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
+# (ModuleDict name, slot key, input-shape key: "" for a module of one shape)
+Slot = tuple[str, str, str]
+
+
 @dataclass
 class SupernetPath:
     """One architecture as a path: its analysis and, for every submodule prefix of the
-    stand-alone `RankingModel`, the (ModuleDict name, slot key) that holds its weights."""
+    stand-alone `RankingModel`, the slot that holds its weights."""
 
     arch: Architecture
     analysis: Analysis
-    slots: dict[str, tuple[str, str]]
+    slots: dict[str, Slot]
 
     @property
     def inputs(self) -> dict[str, tuple[str, ...]]:
         return {name: self.arch.block(name).inputs for name in self.analysis.order}
 
 
+def _corner(shape: tuple[int, ...] | torch.Size) -> tuple[slice, ...]:
+    return tuple(slice(0, n) for n in shape)
+
+
+def _corner_union(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    """A tensor covering both shapes: `old` in its corner, `new` where `old` does not reach
+    (a region neither covers starts at zero)."""
+    if old is None:
+        return new.clone()
+    shape = tuple(max(a, b) for a, b in zip(old.shape, new.shape, strict=True))
+    out = torch.zeros(shape, dtype=old.dtype, device=old.device)
+    out[_corner(new.shape)] = new.to(old.device)
+    out[_corner(old.shape)] = old.detach()
+    return out
+
+
+def _like_parameter(tensor: torch.Tensor) -> torch.Tensor:
+    """Under no_grad a corner is a leaf that does not require grad; mark it as a parameter
+    would be, since matmul picks its kernel (and summation order) by requires_grad."""
+    if tensor.is_leaf and not tensor.requires_grad:
+        tensor.requires_grad_(True)
+    return tensor
+
+
+class SharedWeights(nn.Module):
+    """One slot's weights for every input shape: each parameter held at the largest shape
+    seen, and the module of a smaller shape run on the leading corner of each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = nn.ParameterDict()
+        # per input shape: a module of that shape (its own parameters unused) and its
+        # parameters' (name, key in `weights`, shape)
+        self._templates: dict[str, nn.Module] = {}
+        self._layouts: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {}
+
+    def has(self, shape_key: str) -> bool:
+        return shape_key in self._templates
+
+    def add_shape(
+        self, shape_key: str, module: nn.Module
+    ) -> list[tuple[nn.Parameter | None, nn.Parameter]]:
+        """Register the (freshly initialized) module of one input shape; returns the
+        (replaced, new) parameters: replaced is None for a new one, else the one it grew."""
+        changes: list[tuple[nn.Parameter | None, nn.Parameter]] = []
+        layout = []
+        for name, value in module.named_parameters():
+            key = name.replace(".", "__")
+            layout.append((name, key, tuple(value.shape)))
+            old = self.weights.get(key)
+            if old is not None and all(n <= o for n, o in zip(value.shape, old.shape, strict=True)):
+                continue
+            grown = nn.Parameter(_corner_union(old, value.detach()))
+            self.weights[key] = grown
+            changes.append((old, grown))
+        self._templates[shape_key] = module
+        self._layouts[shape_key] = layout
+        return changes
+
+    def parameters_at(self, shape_key: str) -> dict[str, torch.Tensor]:
+        """The parameters of the module of `shape_key`: corners of the shared weights
+        (contiguous, so they compute exactly as a stand-alone module's own parameters)."""
+        return {
+            name: _like_parameter(self.weights[key][_corner(shape)].contiguous())
+            for name, key, shape in self._layouts[shape_key]
+        }
+
+    def run(self, shape_key: str, *args: Any) -> Any:
+        template = self._templates[shape_key]
+        return torch.func.functional_call(template, self.parameters_at(shape_key), args)
+
+    def state_at(self, shape_key: str) -> dict[str, torch.Tensor]:
+        state = dict(self._templates[shape_key].state_dict())
+        return state | self.parameters_at(shape_key)
+
+
 class Supernet(nn.Module):
     """All candidate operators, sizes and connections of a `DagSpace`, weights shared."""
 
-    def __init__(self, space: DagSpace, seed: int = 0) -> None:
+    def __init__(self, space: DagSpace, seed: int = 0, share_across_shapes: bool = True) -> None:
         super().__init__()
         if not isinstance(space, DagSpace):
             raise RanknasError("the one-shot supernet supports the dag search space only")
         self.space = space
+        self.share_across_shapes = share_across_shapes
         self.embeddings = nn.ModuleDict()
         self.feature_projections = nn.ModuleDict()
         self.merge_projections = nn.ModuleDict()
@@ -90,11 +179,12 @@ class Supernet(nn.Module):
         self._created = 0
         self._paths: dict[str, SupernetPath] = {}
         self._new_parameters: list[tuple[str, nn.Parameter]] = []
+        self._grown_parameters: list[tuple[nn.Parameter, nn.Parameter]] = []
 
     # ------------------------------------------------------------------ paths
 
     def path(self, arch: Architecture) -> SupernetPath:
-        """The path of `arch`, creating the modules it needs on first use."""
+        """The path of `arch`, creating the weights it needs on first use."""
         text = arch.to_json()
         found = self._paths.get(text)
         if found is not None:
@@ -102,7 +192,7 @@ class Supernet(nn.Module):
         analysis = analyze(arch)
         emb = arch.embedding
         dims = tuple(emb.feature_dim(f) for f in emb.features)
-        slots: dict[str, tuple[str, str]] = {}
+        slots: dict[str, Slot] = {}
         slots["embedding_bags"] = self._ensure(
             "embeddings", _slot("emb", *dims), lambda: self._make_ebc(arch)
         )
@@ -115,9 +205,10 @@ class Supernet(nn.Module):
                     lambda fdim=fdim: nn.Linear(fdim, emb.dim, bias=False),
                 )
         for p in analysis.projections:
-            slots[f"merge_projections.{p.block}__{p.source}"] = self._ensure(
+            slots[f"merge_projections.{p.block}__{p.source}"] = self._ensure_shared(
                 "merge_projections",
-                _slot(p.block, p.source, p.width, emb.dim),
+                (p.block, p.source, emb.dim),
+                p.width,
                 lambda p=p: nn.Linear(p.width, emb.dim),
             )
         for name in analysis.order:
@@ -126,13 +217,16 @@ class Supernet(nn.Module):
                 analysis.params[name],
                 analysis.input_shapes[name],
             )
-            slots[f"blocks.{name}"] = self._ensure(
+            slots[f"blocks.{name}"] = self._ensure_shared(
                 "blocks",
-                _slot(name, op, params, repr(shape)),
+                (name, op, params),
+                shape,
                 lambda op=op, params=params, shape=shape: OPS[op](shape, **params),
             )
         head_in = analysis.shapes[arch.output_block].numel
-        slots["head"] = self._ensure("heads", _slot("head", head_in), lambda: nn.Linear(head_in, 1))
+        slots["head"] = self._ensure_shared(
+            "heads", ("head",), head_in, lambda: nn.Linear(head_in, 1)
+        )
         found = SupernetPath(arch, analysis, slots)
         self._paths[text] = found
         return found
@@ -140,33 +234,66 @@ class Supernet(nn.Module):
     def _make_ebc(self, arch: Architecture) -> EmbeddingBagCollection:
         return embedding_bag_collection(arch.embedding)
 
-    def _ensure(self, group: str, key: str, make: Callable[[], nn.Module]) -> tuple[str, str]:
+    def _seeded(self, make: Callable[[], nn.Module]) -> nn.Module:
+        """A new module, initialized from the supernet's seed and creation count."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self._generator_seed * 1_000_003 + self._created)
+            module = make()
+        self._created += 1
+        device = self._device()
+        return module.to(device) if device is not None else module
+
+    def _ensure(self, group: str, key: str, make: Callable[[], nn.Module]) -> Slot:
         modules: nn.ModuleDict = getattr(self, group)
         if key not in modules:
-            device = self._device()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(self._generator_seed * 1_000_003 + self._created)
-                module = make()
-            self._created += 1
-            modules[key] = module.to(device) if device is not None else module
+            modules[key] = self._seeded(make)
             self._new_parameters += [
                 (f"{group}.{key}.{n}", p) for n, p in modules[key].named_parameters()
             ]
-        return group, key
+        return group, key, ""
+
+    def _ensure_shared(
+        self, group: str, spec: tuple, shape: Any, make: Callable[[], nn.Module]
+    ) -> Slot:
+        """The slot of `spec` at input `shape`, keyed by the spec alone when weights are
+        shared across shapes, by the spec and the shape otherwise."""
+        shape_key = repr(shape)
+        key = _slot(*spec) if self.share_across_shapes else _slot(*spec, shape_key)
+        modules: nn.ModuleDict = getattr(self, group)
+        if key not in modules:
+            modules[key] = SharedWeights()
+        shared: SharedWeights = modules[key]
+        if not shared.has(shape_key):
+            for old, new in shared.add_shape(shape_key, self._seeded(make)):
+                if old is None:
+                    self._new_parameters.append((f"{group}.{key}", new))
+                else:
+                    self._grown_parameters.append((old, new))
+        return group, key, shape_key
 
     def _device(self) -> torch.device | None:
         for p in self.parameters():
             return p.device
         return None
 
-    def module_at(self, path: SupernetPath, prefix: str) -> nn.Module:
-        group, key = path.slots[prefix]
-        return getattr(self, group)[key]
+    def module_at(self, path: SupernetPath, prefix: str) -> Callable[..., Any]:
+        """What computes the submodule `prefix` of the path's stand-alone model."""
+        group, key, shape_key = path.slots[prefix]
+        module = getattr(self, group)[key]
+        if isinstance(module, SharedWeights):
+            return functools.partial(module.run, shape_key)
+        return module
 
     def pop_new_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """Parameters created since the last call (for adding them to optimizers)."""
         new, self._new_parameters = self._new_parameters, []
         return new
+
+    def pop_grown_parameters(self) -> list[tuple[nn.Parameter, nn.Parameter]]:
+        """(old, new) pairs of parameters grown since the last call (the new one holds the
+        old one in its corner; optimizers swap them)."""
+        grown, self._grown_parameters = self._grown_parameters, []
+        return grown
 
     # ------------------------------------------------------------------ forward
 
@@ -245,10 +372,15 @@ class Supernet(nn.Module):
         """The inherited weights of `arch`: a `state_dict` for `build_model(arch)`."""
         path = self.path(arch)
         state: dict[str, torch.Tensor] = {}
-        for prefix in path.slots:
-            module = self.module_at(path, prefix)
-            for key, value in module.state_dict().items():
-                state[f"{prefix}.{key}"] = value.detach().clone()
+        for prefix, (group, key, shape_key) in path.slots.items():
+            module = getattr(self, group)[key]
+            values = (
+                module.state_at(shape_key)
+                if isinstance(module, SharedWeights)
+                else module.state_dict()
+            )
+            for name, value in values.items():
+                state[f"{prefix}.{name}"] = value.detach().clone()
         return state
 
 
@@ -307,15 +439,27 @@ def sample_arch(
 
 class SupernetOptimizer:
     """Adam for dense weights, Adagrad with sparse gradients for the embedding tables (as
-    `trainers.trainer.make_optimizers`), growing as the supernet creates modules."""
+    `trainers.trainer.make_optimizers`), growing as the supernet creates or grows weights.
+    `max_grad_norm` clips the dense gradients (a newly created slot's first steps otherwise
+    give loss spikes that disturb the weights other paths share)."""
 
-    def __init__(self, supernet: Supernet, dense_lr: float, sparse_lr: float) -> None:
+    def __init__(
+        self,
+        supernet: Supernet,
+        dense_lr: float,
+        sparse_lr: float,
+        max_grad_norm: float | None = None,
+    ) -> None:
         self.supernet, self.dense_lr, self.sparse_lr = supernet, dense_lr, sparse_lr
+        self.max_grad_norm = max_grad_norm
         self.dense: torch.optim.Optimizer | None = None
         self.sparse: torch.optim.Optimizer | None = None
         torch.sparse.check_sparse_tensor_invariants.disable()
 
     def refresh(self) -> None:
+        for old, new in self.supernet.pop_grown_parameters():
+            if self.dense is not None:
+                _swap_parameter(self.dense, old, new)
         new = self.supernet.pop_new_parameters()
         if not new:
             return
@@ -328,23 +472,48 @@ class SupernetOptimizer:
             if self.dense is None:
                 self.dense = torch.optim.Adam(dense, lr=self.dense_lr)
             else:
-                self.dense.add_param_group({"params": dense})
+                self.dense.add_param_group({"params": dense, "lr": self.dense_lr})
         if sparse:
             if self.sparse is None:
                 self.sparse = torch.optim.Adagrad(sparse, lr=self.sparse_lr)
             else:
-                self.sparse.add_param_group({"params": sparse})
+                self.sparse.add_param_group({"params": sparse, "lr": self.sparse_lr})
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [o for o in (self.dense, self.sparse) if o is not None]
 
+    def scale_lr(self, factor: float) -> None:
+        """Set every learning rate to `factor` times its base value."""
+        for optimizer, base in ((self.dense, self.dense_lr), (self.sparse, self.sparse_lr)):
+            for group in optimizer.param_groups if optimizer is not None else ():
+                group["lr"] = base * factor
+
     def zero_grad(self) -> None:
         self.supernet.zero_grad(set_to_none=True)
 
     def step(self) -> None:
+        if self.max_grad_norm is not None and self.dense is not None:
+            params = [p for g in self.dense.param_groups for p in g["params"] if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         for optimizer in self.optimizers:
             optimizer.step()
+
+
+def _swap_parameter(optimizer: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parameter) -> None:
+    """Replace `old` by its grown copy `new`, its state padded with zeros."""
+    for group in optimizer.param_groups:
+        for i, p in enumerate(group["params"]):
+            if p is old:
+                group["params"][i] = new
+                state = optimizer.state.pop(old, {})
+                optimizer.state[new] = {
+                    k: _corner_union(v, torch.zeros_like(new))
+                    if torch.is_tensor(v) and v.shape == old.shape and v.dim() > 0
+                    else v
+                    for k, v in state.items()
+                }
+                return
 
 
 def batches(data: TabularData, batch_size: int, seed: int) -> Iterator:
@@ -364,6 +533,13 @@ def warmup_probability(step: int, steps: int, warmup_fraction: float) -> float:
     return max(0.0, 1.0 - step / horizon) if horizon > 0 else 0.0
 
 
+def lr_factor(step: int, steps: int, schedule: LrSchedule) -> float:
+    """The learning-rate multiplier at `step` of `steps` (0-based)."""
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
+    return 1.0
+
+
 def train_supernet(
     supernet: Supernet,
     data: TabularData,
@@ -374,14 +550,17 @@ def train_supernet(
     warmup_fraction: float = 0.25,
     dense_lr: float = 2e-3,
     sparse_lr: float = 0.05,
+    max_grad_norm: float | None = None,
+    lr_schedule: LrSchedule = "constant",
     seed: int = 0,
     log_every: int = 20,
     on_loss: LossCallback | None = None,
     max_seconds: float | None = None,
 ) -> list[tuple[int, float]]:
-    """Train the supernet one sampled path per step; returns the (step, loss) curve."""
+    """Train the supernet one sampled path per step; returns the (step, loss) curve.
+    `lr_schedule` "cosine" decays the learning rates to zero over the steps."""
     rng = random.Random(seed)
-    optimizer = SupernetOptimizer(supernet, dense_lr, sparse_lr)
+    optimizer = SupernetOptimizer(supernet, dense_lr, sparse_lr, max_grad_norm)
     supernet.train()
     curve: list[tuple[int, float]] = []
     total, count, started = 0.0, 0, time.monotonic()
@@ -392,6 +571,7 @@ def train_supernet(
         dense, sparse, labels = next(stream)
         path = supernet.path(arch)
         optimizer.refresh()
+        optimizer.scale_lr(lr_factor(step - 1, steps, lr_schedule))
         loss = F.binary_cross_entropy_with_logits(supernet(path, dense, sparse), labels)
         optimizer.zero_grad()
         loss.backward()
