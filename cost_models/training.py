@@ -1,20 +1,23 @@
 """Training the RL sharder, DreamShard's way.
 
 1. Measure every training table alone, and the device sets of random and heuristic plans
-   on training tasks (table sets drawn from the training pool, device counts and memory
-   drawn too); fit the cost model.
-2. Repeat: train the policy with REINFORCE on the cost model (no hardware in that loop),
-   measure the device sets of the plans it proposes on fresh training tasks, refit.
+   on training tasks (table sets drawn from the training pool, plus a heavier tail of
+   tables, device counts and memory drawn too); fit the cost model.
+2. Repeat: train the policy with REINFORCE on the cost model (no hardware in that loop;
+   half the tasks with their heavy tables cut into column shards first, as the RL sharder
+   cuts them), measure the device sets of the plans it proposes on fresh training tasks
+   (column shards included), refit.
 3. Report the cost model's error on measured plans of held-out tasks (tables from the
    disjoint evaluation pool) next to torchrec's analytic estimate.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +37,15 @@ from cost_models.measure import MeasureConfig, Measurer, single_threaded
 from cost_models.plan import Plan, make_plan
 from cost_models.policy import PolicyNet, run_episodes, save_policy
 from cost_models.sharders import make_sharder
-from cost_models.sharders.rl import RLSharder
-from cost_models.tables import PoolConfig, TableSpec, train_eval_pools
+from cost_models.sharders.rl import SPLIT_LIMITS, RLSharder
+from cost_models.splitting import choose_splits
+from cost_models.tables import (
+    PoolConfig,
+    TableSpec,
+    generate_tables,
+    placement_units,
+    train_eval_pools,
+)
 from cost_models.topology import Topology
 
 
@@ -57,12 +67,14 @@ class RLConfig:
     lr: float = 1e-3
     entropy: float = 0.01
     overflow_penalty: float = 1.0  # reward lost by an episode that ran out of memory
+    split_share: float = 0.5  # tasks whose heavy tables are first cut as the RL sharder cuts
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     train_pool: int = 800
     eval_pool: int = 1000
+    tail_tables: int = 120  # more training tables from a heavier tail (see `tail_pool`)
     initial_tasks: int = 40
     rounds: int = 4
     tasks_per_round: int = 10
@@ -123,6 +135,8 @@ def train_policy(
     history = []
     for _ in range(config.iterations):
         tables, topology = sample_task(pool, rng, tasks)
+        if rng.random() < config.split_share:
+            tables = _cut_heavy_tables(tables, topology, cost_net, float(rng.choice(SPLIT_LIMITS)))
         episodes = run_episodes(
             policy, cost_net, tables, topology, config.episodes, generator=generator
         )
@@ -148,6 +162,7 @@ def train_sharder(
     train_pool, eval_pool = train_eval_pools(
         config.train_pool, config.eval_pool, config.seed, config.pool
     )
+    train_pool += tail_pool(config)
     tasks = [sample_task(train_pool, rng, config.tasks) for _ in range(config.initial_tasks)]
     samples = plan_samples(_one_per_device(train_pool), train_pool, measurer)
     samples += _collect(tasks, ["random", "size_lookup_greedy"], measurer, config.seed)
@@ -189,6 +204,23 @@ def train_sharder(
     return TrainedSharder(net, policy, report)
 
 
+def _cut_heavy_tables(
+    tables: list[TableSpec], topology: Topology, cost_net: CostNet, limit: float
+) -> list[TableSpec]:
+    """The task's tables with the heavy ones cut into column shards, as `RLSharder` would."""
+    cost_alone = functools.partial(cost_net.alone_ms, bandwidth=topology.bandwidth)
+    return placement_units(tables, choose_splits(tables, topology.num_devices, cost_alone, limit))
+
+
+def tail_pool(config: TrainConfig) -> list[TableSpec]:
+    """`config.tail_tables` tables with more rows and more multi-hot features than the pool:
+    the costliest tables are rare in a power-law pool, and a cost model that has not seen
+    their kind underestimates them, and with them the floor they set under a plan."""
+    heavier = replace(config.pool, rows_decade_scale=3.0, one_hot_share=0.2)
+    tables = generate_tables(config.tail_tables, config.seed + 7919, heavier)
+    return [replace(t, name=f"tail{i}") for i, t in enumerate(tables)]
+
+
 def _one_per_device(tables: Sequence[TableSpec]) -> Plan:
     return make_plan({t.name: i for i, t in enumerate(tables)}, tables, len(tables), "singles")
 
@@ -225,6 +257,7 @@ def quick_config(seed: int = 0) -> TrainConfig:
     return TrainConfig(
         train_pool=60,
         eval_pool=40,
+        tail_tables=10,
         initial_tasks=4,
         rounds=1,
         tasks_per_round=2,

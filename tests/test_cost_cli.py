@@ -55,7 +55,7 @@ def test_compare_measures_every_method(model, table_file, tmp_path, capsys):
     methods = [p["method"] for p in result["plans"]]
     assert methods == [
         "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
-        "torchrec", "rl",
+        "torchrec", "torchrec_cw", "rl",
     ]  # fmt: skip
     for record in result["plans"]:
         assert record["measured_max_ms"] >= record["measured_mean_ms"] > 0

@@ -23,7 +23,10 @@ def sharders(tmp_path_factory):
 
 
 def check_valid(plan, tables, topology):
-    assert set(plan.assignment) == {t.name for t in tables}
+    """Every table placed whole or as all its column shards; memory within capacity."""
+    assert set(plan.assignment) == {u.name for u in plan.units(tables)}
+    assert set(plan.table_ranks()) == {t.name for t in tables}
+    assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
     assert all(0 <= r < topology.num_devices for r in plan.assignment.values())
     for rank, device_tables in enumerate(plan.device_tables(tables)):
         assert plan.memory_bytes[rank] == sum(t.size_bytes for t in device_tables)

@@ -1,15 +1,19 @@
 """The learned sharder: a trained policy places tables on the cost model's estimated MDP.
 
-For each candidate cut of the heaviest tables into column shards (none, and the cuts
-`splitting.choose_splits` proposes at each of `split_limits`), it runs one greedy episode
-and `episodes - 1` sampled ones in parallel, and keeps the feasible plan whose soft
-max-device cost (see `policy`) the cost model rates lowest. No measurement happens here.
+Candidate cuts of the heaviest tables into column shards (none, and the cuts that
+`splitting.choose_splits` proposes at each of `split_limits`) are each screened with a
+few episodes (the first greedy); the cut whose best episode has the lowest predicted
+max-device cost wins and gets the rest of the `episodes`. Of that cut's episodes, the
+feasible plan with the lowest soft max-device cost (see `policy`: it keeps a margin
+against the model's errors on the devices just below the max) is returned. No
+measurement happens here.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,7 +27,19 @@ from cost_models.splitting import choose_splits
 from cost_models.tables import TableSpec, placement_units
 from cost_models.topology import Topology
 
-SPLIT_LIMITS = (1.0, 0.6)  # shares of a balanced device's load above which a table is cut
+SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
+SCREEN_EPISODES = 4
+
+
+@dataclass(frozen=True)
+class _Best:
+    """A cut's best feasible episode."""
+
+    splits: dict[str, int]
+    units: list[TableSpec]
+    ranks: list[int]
+    cost_ms: float  # predicted max-device cost
+    soft_ms: float  # soft max-device cost
 
 
 class RLSharder(Sharder):
@@ -48,25 +64,25 @@ class RLSharder(Sharder):
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
-        best: tuple[float, Plan] | None = None
-        stuck = None
-        for splits in self._candidate_splits(tables, topology):
+        generator = torch.Generator().manual_seed(self.seed)
+        candidates = self._candidate_splits(tables, topology)
+        screen = self.episodes if len(candidates) == 1 else min(SCREEN_EPISODES, self.episodes)
+        screened, stuck = [], None
+        for splits in candidates:
             units = placement_units(tables, splits)
-            episodes = self._episodes(units, topology)
-            feasible = episodes.overflow_step == len(units)
-            if not feasible.any():
-                stuck = stuck or (episodes, units)
-                continue
-            soft_ms = torch.where(feasible, episodes.soft_cost * episodes.scale_ms, torch.inf)
-            i = int(soft_ms.argmin())
-            if best is None or float(soft_ms[i]) < best[0]:
-                ranks = episodes.ranks[i].tolist()
-                assignment = {t.name: r for t, r in zip(units, ranks, strict=True)}
-                plan = make_plan(assignment, tables, topology.num_devices, self.name, splits)
-                best = (float(soft_ms[i]), plan)
-        if best is None:
+            episodes = self._episodes(units, topology, screen, True, generator)
+            best = _best(episodes, splits, units)
+            screened += [best] if best else []
+            stuck = stuck or (None if best else (episodes, units))
+        if not screened:
             raise _stuck_error(*stuck, topology)
-        return best[1]
+        chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
+        if self.episodes > screen:
+            more = self._episodes(chosen.units, topology, self.episodes - screen, False, generator)
+            chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
+                         key=lambda b: b.soft_ms)  # fmt: skip
+        assignment = {t.name: r for t, r in zip(chosen.units, chosen.ranks, strict=True)}
+        return make_plan(assignment, tables, topology.num_devices, self.name, chosen.splits)
 
     def _candidate_splits(
         self, tables: Sequence[TableSpec], topology: Topology
@@ -80,12 +96,29 @@ class RLSharder(Sharder):
                 candidates.append(splits)
         return candidates
 
-    def _episodes(self, units: Sequence[TableSpec], topology: Topology) -> Episodes:
-        generator = torch.Generator().manual_seed(self.seed)
+    def _episodes(
+        self,
+        units: Sequence[TableSpec],
+        topology: Topology,
+        count: int,
+        greedy_first: bool,
+        generator: torch.Generator,
+    ) -> Episodes:
         with torch.no_grad():
             return run_episodes(
-                self.policy, self.cost_net, units, topology, self.episodes, True, generator
+                self.policy, self.cost_net, units, topology, count, greedy_first, generator
             )
+
+
+def _best(episodes: Episodes, splits: dict[str, int], units: list[TableSpec]) -> _Best | None:
+    """The feasible episode with the lowest soft cost, or None if all ran out of memory."""
+    feasible = episodes.overflow_step == len(units)
+    if not feasible.any():
+        return None
+    soft_ms = torch.where(feasible, episodes.soft_cost * episodes.scale_ms, torch.inf)
+    i = int(soft_ms.argmin())
+    ranks = episodes.ranks[i].tolist()
+    return _Best(splits, units, ranks, float(episodes.cost_ms[i]), float(soft_ms[i]))
 
 
 def _stuck_error(episodes: Episodes, tables: Sequence[TableSpec], topology: Topology):
