@@ -8,22 +8,22 @@ Targets (issue: Search studies):
 1. Platform overhead per trial (everything but the training itself) under 2% of a 30 s
    trial. Real trials run through `nas.runner.run_study` on a tiny synthetic data set with a
    real SQLite storage in a temp dir, without MLflow and logging to a real `mlflow server`
-   (`mlflow_server.up(ServerConfig(port=0))`) through `StudyLogger`; for diagnosis also with
-   the storage in WAL mode + synchronous=NORMAL (a what-if, not what ranknas does) and on
-   tmpfs (no fsync at all). The columns are interleaved round by round. The runner's parts
-   are timed by wrapping them in this process only (exclusive times: a part nested in
-   another is subtracted from it), and Optuna's write transactions are counted. Overhead =
-   trial wall time - training time, where the training time is `trainers.trainer.train`
-   minus the Optuna `report` and `should_prune` calls it makes (those are platform work). A
-   trial's wall time runs from one call of the runner's ask step to the next, so everything
-   the loop does is in it.
+   (`mlflow_server.up(ServerConfig(port=0))`) through `StudyLogger`; for comparison also
+   with SQLite's default rollback journal + synchronous=FULL (what ranknas did before it
+   opened SQLite in WAL mode) and on tmpfs (no fsync at all). The columns are interleaved
+   round by round. The runner's parts are timed by wrapping them in this process only
+   (exclusive times: a part nested in another is subtracted from it), and Optuna's write
+   transactions are counted. Overhead = trial wall time - training time, where the training
+   time is `trainers.trainer.train` minus the Optuna `report` and `should_prune` calls it
+   makes (those are platform work). A trial's wall time runs from one call of the runner's
+   ask step to the next, so everything the loop does is in it.
 2. `ask` latency with 1,000 finished trials in storage, per sampling searcher: under 100 ms.
    The history is made without training: each searcher's own sampler asks, a cheap synthetic
    objective (a function of the decoded architecture's FLOPs plus noise) is told, in memory;
    the trials are then written to a temp SQLite study with the user attrs and intermediate
    values a real trial has, and the study is opened again as a worker would. Timed: the
    runner's ask step (`nas.runner._next_trial`: stale-trial check, lock, budget count,
-   `study.ask`), the sampler's share of it, and the same with the WAL what-if. Ax rebuilds
+   `study.ask`), the sampler's share of it, and the same with the rollback journal. Ax rebuilds
    its client from every complete trial per ask, so it is measured at growing sizes (its
    history is random), stopping after a size whose ask passes --ax-limit-s and not trying a
    size whose extrapolated ask passes 3x that (the extrapolation is printed instead).
@@ -217,10 +217,10 @@ def pragma_storage(url: str, heartbeat_seconds: int | None, pragmas: list[str]) 
     return storage
 
 
-def wal_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
-    """What-if (not what ranknas does): SQLite in WAL mode with synchronous=NORMAL, so a
-    commit appends to the log without an fsync."""
-    return pragma_storage(url, heartbeat_seconds, ["journal_mode=WAL", "synchronous=NORMAL"])
+def rollback_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
+    """Before (not what ranknas does now): SQLite's default rollback journal with
+    synchronous=FULL, an fsync'd journal per commit."""
+    return pragma_storage(url, heartbeat_seconds, ["journal_mode=DELETE", "synchronous=FULL"])
 
 
 def bulk_storage(url: str) -> RDBStorage:
@@ -241,9 +241,9 @@ def p90(values: list[float]) -> float:
 # --------------------------------------------------------------------------- 1. overhead
 
 VARIANTS = {  # name: (column title, storage, MLflow)
-    "disk": ("SQLite on disk, no MLflow (as shipped)", "disk", False),
-    "mlflow": ("SQLite on disk + MLflow server (as shipped)", "disk", True),
-    "wal": ("what-if: SQLite WAL + synchronous=NORMAL, no MLflow", "wal", False),
+    "disk": ("SQLite on disk (WAL), no MLflow (as shipped)", "disk", False),
+    "mlflow": ("SQLite on disk (WAL) + MLflow server (as shipped)", "disk", True),
+    "rollback": ("before: SQLite rollback journal, no MLflow", "rollback", False),
     "tmpfs": ("reference: SQLite on tmpfs (no fsync), no MLflow", "tmpfs", False),
 }
 
@@ -268,7 +268,7 @@ def overhead_config(
 
 
 def profiled_study(
-    config: StudyConfig, logger: Any = None, wal: bool = False
+    config: StudyConfig, logger: Any = None, rollback: bool = False
 ) -> tuple[Profiler, float]:
     prof = Profiler()
     if logger is not None:
@@ -277,8 +277,8 @@ def profiled_study(
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(instrumented(prof))
-        if wal:
-            stack.enter_context(mock.patch.object(runner, "open_storage", wal_storage))
+        if rollback:
+            stack.enter_context(mock.patch.object(runner, "open_storage", rollback_storage))
         runner.run_study(config, progress=lambda line: None, logger=logger)
     end = time.perf_counter()
     prof.entries.append(end)  # the last entry is the ask step that found the budget spent
@@ -332,7 +332,7 @@ def bench_overhead(args: argparse.Namespace) -> str:
                 uri = server.uri if logged else None
                 config = overhead_config(tmp, storage_dir, f"{variant}-{r}", per_round, uri)
                 logger = StudyLogger(uri, config.study_dir / "mlflow-outbox") if uri else None
-                prof, _ = profiled_study(config, logger, wal=storage == "wal")
+                prof, _ = profiled_study(config, logger, rollback=storage == "rollback")
                 rows[variant] += trial_rows(prof)
                 setup[variant].append(prof.setup_ms)
                 if logger is not None:
@@ -515,7 +515,7 @@ def bench_ask(args: argparse.Namespace) -> str:
         f"{args.history} finished trials asked by each searcher's own sampler (in memory, "
         "told a synthetic NE) and written to a temp SQLite study on disk with the 11 user "
         "attrs and 3 intermediate values of a real trial; a copy of the file is switched to "
-        "WAL mode for the what-if columns (WAL + synchronous=NORMAL, not what ranknas does). "
+        "the rollback journal + synchronous=FULL for the 'before' columns (ranknas uses WAL). "
         "Each study is then opened again (a fresh Optuna cache, as a joining or resuming "
         f"worker: 'first ask'), and {args.asks} asks go through the runner's ask step "
         "(`nas.runner._next_trial`: stale-trial check, lock, budget count, `study.ask`), each "
@@ -540,14 +540,14 @@ def bench_ask(args: argparse.Namespace) -> str:
             bulk = bulk_storage(config.storage)
             runner.open_study(config, space, bulk).add_trials(history)
             bulk.engine.dispose()
-            wal_config = ask_config(tmp, searcher, db=f"{searcher}-wal")
+            before_config = ask_config(tmp, searcher, db=f"{searcher}-rollback")
             shutil.copyfile(config.storage.removeprefix("sqlite:///"),
-                            wal_config.storage.removeprefix("sqlite:///"))  # fmt: skip
-            wal = wal_storage(wal_config.storage, 10)
-            modes[searcher] = journal_mode(wal)
+                            before_config.storage.removeprefix("sqlite:///"))  # fmt: skip
+            before = rollback_storage(before_config.storage, 10)
+            modes[searcher] = journal_mode(before)
             storages = {
                 "disk": (open_storage(config.storage, 10), config),
-                "wal": (wal, wal_config),
+                "rollback": (before, before_config),
             }
             for kind, (storage, c) in storages.items():
                 study = runner.open_study(c, space, storage)
@@ -559,19 +559,19 @@ def bench_ask(args: argparse.Namespace) -> str:
                     times[searcher, kind][key] += values
     out.append(
         "| searcher | history (s) | first ask | runner ask median | p90 | of which sampler, "
-        "median | write transactions per ask | `tell` median | what-if WAL: first ask | "
+        "median | write transactions per ask | `tell` median | before (rollback): first ask | "
         "runner ask median | p90 | target < 100 ms (median, as shipped) |"
     )
     out.append("|---" * 12 + "|")
     for searcher in searchers:
         d = {k: [v * 1e3 for v in values] for k, values in times[searcher, "disk"].items()}
-        w = [v * 1e3 for v in times[searcher, "wal"]["next_trial"]]
+        w = [v * 1e3 for v in times[searcher, "rollback"]["next_trial"]]
         ok = "met" if med(d["next_trial"]) < 100 else "NOT met"
         out.append(
             f"| {searcher} | {history_s[searcher]:.1f} | {first[searcher, 'disk'] * 1e3:.0f} | "
             f"{med(d['next_trial']):.1f} | {p90(d['next_trial']):.1f} | {med(d['sampler']):.1f} "
             f"| {med(times[searcher, 'disk']['writes']):.0f} | {med(d['tell']):.1f} | "
-            f"{first[searcher, 'wal'] * 1e3:.0f} | {med(w):.1f} ({modes[searcher]}) | "
+            f"{first[searcher, 'rollback'] * 1e3:.0f} | {med(w):.1f} ({modes[searcher]}) | "
             f"{p90(w):.1f} | {ok} |"
         )
     out.append("")

@@ -1,0 +1,22 @@
+"""Optuna storage as ranknas opens it: SQLite in WAL mode, errors a person can act on."""
+
+import pytest
+from sqlalchemy import text
+
+from nas.storage import open_storage
+from search_space.errors import RanknasError
+
+
+def test_sqlite_storage_uses_the_write_ahead_log(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/deep/studies.db")
+    with storage.engine.connect() as connection:
+        assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert connection.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+    study_id = storage.create_new_study([], "s")
+    reopened = open_storage(f"sqlite:///{tmp_path}/deep/studies.db")
+    assert reopened.get_study_id_from_name("s") == study_id
+
+
+def test_an_unusable_url_is_a_clear_error():
+    with pytest.raises(RanknasError, match="storage 'nosuchdb://x': cannot open it"):
+        open_storage("nosuchdb://x")
