@@ -1,0 +1,314 @@
+"""Architecture latency: measured on a device, and predicted from an architecture encoding.
+
+`measure_latency` times a built `RankingModel` at a batch size: the forward pass (eval mode,
+no grad) and a training step (forward + backward of the BCE loss), as medians over repeats
+after warm-ups. On a CPU with one torch thread the clock is that thread's CPU time, blind to
+other processes taking the core; otherwise it is wall time, CUDA synchronized.
+
+`LatencyPredictor` is a gradient-boosted regressor on log latency over `arch_features`
+(exact FLOPs and params, per-op block counts and FLOPs, depth, activation sizes). It is
+saved as JSON holding its training measurements and refit on load: no pickle, and with a
+fixed random state the reloaded predictor predicts exactly what the saved one did.
+`FlopsBaseline` (a line through log latency vs log FLOPs) is what it has to beat.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.ensemble import GradientBoostingRegressor
+
+from cost_models.cost_net import errors
+from cost_models.measure import device_name, torch_threads
+from search_space.architecture import Analysis, Architecture, analyze, digest
+from search_space.blocks import OPS
+from search_space.builder import build_model, example_batch
+from search_space.errors import RanknasError
+from search_space.spaces import SearchSpace
+
+FORMAT_VERSION = 1
+FILE_KIND = "ranknas latency predictor"
+REGRESSOR_PARAMS = {
+    "n_estimators": 300,
+    "learning_rate": 0.05,
+    "max_depth": 3,
+    "subsample": 0.8,
+    "random_state": 0,
+}
+
+
+# ---------------------------------------------------------------------- measurement
+
+
+@dataclass(frozen=True)
+class Latency:
+    forward_ms: float
+    train_step_ms: float
+    batch_size: int
+    device: str
+
+
+def measure_latency(
+    arch: Architecture,
+    batch_size: int = 512,
+    device: str | torch.device = "cpu",
+    warmup: int = 3,
+    repeats: int = 15,
+    threads: int = 1,
+) -> Latency:
+    """Median forward and training-step time (ms) of the built `arch` on `device`."""
+    device = torch.device(device)
+    with torch_threads(threads):
+        model = build_model(arch, seed=0, device=device)
+        dense, sparse = example_batch(arch, batch_size)
+        dense, sparse = dense.to(device), sparse.to(device)
+        labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))
+        labels = labels.float().to(device)
+
+        def train_step() -> None:
+            model.zero_grad(set_to_none=True)
+            F.binary_cross_entropy_with_logits(model(dense, sparse), labels).backward()
+
+        model.eval()
+        with torch.no_grad():
+            forward_ms = _median_ms(lambda: model(dense, sparse), device, warmup, repeats)
+        model.train()
+        train_ms = _median_ms(train_step, device, warmup, repeats)
+    return Latency(forward_ms, train_ms, batch_size, _device_label(device, threads))
+
+
+def _median_ms(run: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> float:
+    on_cpu_thread = device.type == "cpu" and torch.get_num_threads() == 1
+    clock = time.thread_time if on_cpu_thread else time.perf_counter
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        _synchronize(device)
+        start = clock()
+        run()
+        _synchronize(device)
+        times.append((clock() - start) * 1e3)
+    return float(np.median(times))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _device_label(device: torch.device, threads: int) -> str:
+    if device.type == "cuda":
+        return f"cuda {torch.cuda.get_device_name(device)}"
+    return device_name(threads)
+
+
+def collect(
+    space: SearchSpace,
+    count: int,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    **measure_options: Any,
+) -> list[tuple[Architecture, Latency]]:
+    """Measure `count` distinct architectures sampled from `space` (fewer if the space runs
+    out of new ones); `progress(done, count)` is called after each measurement."""
+    rng, seen, measured = random.Random(seed), set(), []
+    for _ in range(50 * count):
+        if len(measured) == count:
+            break
+        arch = space.sample(rng)
+        key = digest(arch)
+        if key in seen:
+            continue
+        seen.add(key)
+        measured.append((arch, measure_latency(arch, **measure_options)))
+        if progress is not None:
+            progress(len(measured), count)
+    return measured
+
+
+# ---------------------------------------------------------------------- encoding
+
+
+def arch_features(arch: Architecture) -> tuple[list[str], np.ndarray]:
+    """Named numeric features of a bound architecture, the same names for every one."""
+    analysis = analyze(arch)
+    emb = arch.embedding
+    ops = {name: arch.block(name).op for name in analysis.order}
+    features: dict[str, float] = {
+        "flops": analysis.flops,
+        "dense_params": analysis.dense_params,
+        "embedding_params": analysis.embedding_params,
+        "blocks": len(analysis.order),
+        "depth": _depth(analysis),
+        "activations": sum(analysis.shapes[name].numel for name in analysis.order),
+        "merged_inputs": sum(_numel(analysis.input_shapes[name]) for name in analysis.order),
+        "merge_projections": len(analysis.projections),
+        "head_inputs": analysis.shapes[arch.output_block].numel,
+        "num_dense": arch.num_dense or 0,
+        "embedding_dim": emb.dim,
+        "embedding_features": len(emb.features),
+        "embedding_width": sum(emb.feature_dim(f) for f in emb.features),
+        "projected_features": sum(emb.feature_dim(f) != emb.dim for f in emb.features),
+    }
+    for op in OPS:
+        features[f"{op}_blocks"] = sum(o == op for o in ops.values())
+        features[f"{op}_flops"] = sum(analysis.block_flops[n] for n, o in ops.items() if o == op)
+    return list(features), np.array(list(features.values()), dtype=np.float64)
+
+
+def _depth(analysis: Analysis) -> int:
+    """Blocks on the longest path from the raw inputs to the output."""
+    depth: dict[str, int] = {}
+    for name in analysis.order:
+        inputs = analysis.arch.block(name).inputs
+        depth[name] = 1 + max((depth.get(source, 0) for source in inputs), default=0)
+    return depth[analysis.arch.output_block]
+
+
+def _numel(shape: Any) -> int:
+    return sum(s.numel for s in shape) if isinstance(shape, tuple) else shape.numel
+
+
+def feature_matrix(archs: Sequence[Architecture]) -> tuple[list[str], np.ndarray]:
+    """The features of several architectures, one row each."""
+    encoded = [arch_features(arch) for arch in archs]
+    if not encoded:
+        raise ValueError("no architectures to encode")
+    return encoded[0][0], np.stack([values for _, values in encoded])
+
+
+# ---------------------------------------------------------------------- predictors
+
+
+class LatencyPredictor:
+    """Gradient-boosted trees on log latency over `arch_features`."""
+
+    def __init__(self, batch_size: int = 512, device: str = "", target: str = "forward_ms"):
+        self.batch_size, self.device, self.target = batch_size, device, target
+        self.source = "latency predictor"  # named in errors; the file once loaded
+        self.feature_names: list[str] = []
+        self.features = np.empty((0, 0))
+        self.latencies = np.empty(0)
+        self.regressor = GradientBoostingRegressor(**REGRESSOR_PARAMS)
+
+    def fit(self, archs: Sequence[Architecture], latencies: Sequence[float]) -> LatencyPredictor:
+        names, features = feature_matrix(archs)
+        return self._fit(names, features, np.asarray(latencies, dtype=np.float64))
+
+    def _fit(self, names: list[str], features: np.ndarray, latencies: np.ndarray):
+        self.feature_names, self.features, self.latencies = names, features, latencies
+        self.regressor.fit(features, np.log(latencies))
+        return self
+
+    def predict(self, archs: Sequence[Architecture]) -> np.ndarray:
+        names, features = feature_matrix(archs)
+        if names != self.feature_names:
+            missing = sorted(set(self.feature_names) ^ set(names)) or ["(order)"]
+            raise RanknasError(
+                f"{self.source}: fitted on other architecture features than this version "
+                f"computes (differ: {', '.join(missing)}); refit it with `ranknas latency fit`"
+            )
+        return np.exp(self.regressor.predict(features))
+
+    def evaluate(self, archs: Sequence[Architecture], measured: Sequence[float]) -> dict:
+        """MAPE (%) and Kendall's tau of the predictions against `measured`."""
+        return errors(self.predict(archs), measured)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": FILE_KIND,
+            "format_version": FORMAT_VERSION,
+            "target": self.target,
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "regressor": {"type": "GradientBoostingRegressor", "params": REGRESSOR_PARAMS},
+            "feature_names": self.feature_names,
+            "features": self.features.tolist(),
+            "latencies_ms": self.latencies.tolist(),
+        }
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyPredictor:
+        """Read a saved predictor and refit it on its stored measurements."""
+        data = _read_predictor_file(Path(path))
+        predictor = cls(data["batch_size"], data["device"], data["target"])
+        predictor.source = str(path)
+        predictor.regressor = GradientBoostingRegressor(**data["regressor"]["params"])
+        features = np.asarray(data["features"], dtype=np.float64)
+        return predictor._fit(data["feature_names"], features, np.asarray(data["latencies_ms"]))
+
+
+def _read_predictor_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise RanknasError(f"{path}: cannot read the latency predictor ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RanknasError(f"{path}: not a latency predictor JSON file ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != FILE_KIND:
+        raise RanknasError(f"{path}: not a latency predictor (kind is not {FILE_KIND!r})")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise RanknasError(
+            f"{path}: format_version {data.get('format_version')!r}, this ranknas reads "
+            f"{FORMAT_VERSION}; refit it with `ranknas latency fit`"
+        )
+    for field, kind in (("target", str), ("device", str), ("batch_size", int),
+                        ("regressor", dict), ("feature_names", list), ("features", list),
+                        ("latencies_ms", list)):  # fmt: skip
+        if not isinstance(data.get(field), kind):
+            raise RanknasError(f"{path}: field {field!r} is missing or not a {kind.__name__}")
+    _check_measurements(path, data)
+    return data
+
+
+def _check_measurements(path: Path, data: dict[str, Any]) -> None:
+    width, rows = len(data["feature_names"]), data["features"]
+    if not rows or len(rows) != len(data["latencies_ms"]):
+        raise RanknasError(f"{path}: 'features' and 'latencies_ms' must be non-empty, same length")
+    for index, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != width:
+            raise RanknasError(f"{path}: features[{index}] must hold {width} numbers")
+    if not all(isinstance(v, int | float) and v > 0 for v in data["latencies_ms"]):
+        raise RanknasError(f"{path}: 'latencies_ms' must be positive numbers")
+    if not isinstance(data["regressor"].get("params"), dict):
+        raise RanknasError(f"{path}: field 'regressor.params' is missing or not a mapping")
+
+
+class FlopsBaseline:
+    """log latency = a + b * log FLOPs, fitted by least squares."""
+
+    def fit(self, archs: Sequence[Architecture], latencies: Sequence[float]) -> FlopsBaseline:
+        self.slope, self.intercept = np.polyfit(_log_flops(archs), np.log(latencies), 1)
+        return self
+
+    def predict(self, archs: Sequence[Architecture]) -> np.ndarray:
+        return np.exp(self.intercept + self.slope * _log_flops(archs))
+
+    def evaluate(self, archs: Sequence[Architecture], measured: Sequence[float]) -> dict:
+        return errors(self.predict(archs), measured)
+
+
+def _log_flops(archs: Sequence[Architecture]) -> np.ndarray:
+    return np.log([max(analyze(arch).flops, 1) for arch in archs])
+
+
+def holdout_split(count: int, holdout: float, seed: int) -> tuple[list[int], list[int]]:
+    """Shuffled (train, test) indices with `holdout` of them, at least 2, in the test set."""
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    test = max(2, round(holdout * count))
+    return sorted(order[test:]), sorted(order[:test])
