@@ -193,8 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     _study_commands(command, commands)
     _tool_commands(command, commands)
     from cost_models.cli import register as register_shard_commands
+    from cost_models.latency_cli import register as register_latency_commands
 
     register_shard_commands(commands)
+    register_latency_commands(commands)
     return parser
 
 
