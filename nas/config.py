@@ -47,7 +47,7 @@ class SearcherConfig(_Section):
         default="nasrec", description="oneshot: any-connection (NASRec) or uniform single path"
     )
     supernet_lr_schedule: Literal["constant", "cosine"] = Field(
-        default="cosine", description="oneshot: learning rates decayed to 0 over the steps"
+        default="constant", description="oneshot: cosine decays the learning rates to 0"
     )
     supernet_grad_clip: float | None = Field(
         default=None, gt=0, description="oneshot: max norm of the dense gradients"
@@ -57,7 +57,9 @@ class SearcherConfig(_Section):
     )
     oneshot_search: Literal["evolution", "reinforce"] = "evolution"
     search_candidates: int = Field(default=32, ge=1, description="oneshot: candidates scored")
-    finetune_steps: int = Field(default=5, ge=0, description="oneshot: fine-tune before scoring")
+    finetune_steps: int = Field(
+        default=20, ge=0, description="oneshot: fine-tune steps (training split) before scoring"
+    )
     score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
     target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
     cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")

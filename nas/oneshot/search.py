@@ -66,7 +66,7 @@ class Scorer:
         valid: TabularData,
         *,
         finetune_data: TabularData | None = None,
-        finetune_steps: int = 5,
+        finetune_steps: int = 20,
         batch_size: int = 256,
         score_rows: int | None = 5000,
         dense_lr: float = 2e-3,

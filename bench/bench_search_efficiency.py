@@ -1,0 +1,275 @@
+"""Search efficiency: one-shot, DNAS, regularized evolution and random at equal examples.
+
+Each searcher runs as a real study (`nas.runner.run_study`, SQLite in a temp dir, no MLflow)
+over the same DAG space on the built-in synthetic data. Every training example counts:
+supernet training (DNAS: its weight and architecture batches), the fine-tunes that score
+one-shot candidates, and the stand-alone training of every trial. Each study gives a curve
+of the best validation NE found so far against the examples consumed so far; from it:
+
+- the best NE at equal examples (fractions of evolution's whole budget);
+- the examples each searcher needs to reach the best NE evolution reaches in its whole
+  budget, and evolution's own examples to get there (the target: one-shot or DNAS need at
+  least 5x fewer);
+- the FLOPs of each searcher's best architecture against the FLOPs budget. Evolution and
+  random get the budget as a hard constraint (`objectives.max_mflops`: an architecture over
+  it is pruned untrained, costing no examples); one-shot and DNAS target it with their cost
+  term (TuNAS absolute value / expected-FLOPs penalty).
+
+    .venv/bin/python bench/bench_search_efficiency.py --seed 0     # one seed, ~10 min
+    .venv/bin/python bench/bench_search_efficiency.py --report     # tables (+ plot) of all seeds
+
+Each `--seed` run writes its curves to --out/seed-N.json; `--report` prints Markdown from
+every file there, with medians over seeds, and saves --plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from nas.config import StudyConfig, load_config, parse_config
+from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
+from nas.runner import run_study
+
+SEARCHERS = ("oneshot", "dnas", "evolution", "random")
+FRACTIONS = (0.125, 0.25, 0.5, 1.0)
+TARGET_SPEEDUP = 5.0
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, help="run every searcher with this study seed")
+    parser.add_argument("--report", action="store_true", help="tables from --out")
+    parser.add_argument("--searchers", default=",".join(SEARCHERS))
+    parser.add_argument("--out", default="ranknas-data/bench_search_efficiency")
+    parser.add_argument("--plot", default="bench/search_efficiency.png")
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--trials", type=int, default=48, help="evolution and random")
+    parser.add_argument("--examples-per-trial", type=int, default=80_000)
+    parser.add_argument("--budget-mflops", type=float, default=0.05)
+    parser.add_argument("--population", type=int, default=12, help="evolution")
+    parser.add_argument("--top-k", type=int, default=4, help="one-shot and DNAS")
+    return parser.parse_args()
+
+
+def study_config(tmp: Path, searcher: str, seed: int, args: argparse.Namespace) -> StudyConfig:
+    """The study of one searcher: the space and searcher settings of examples/oneshot.yaml
+    and examples/dnas.yaml, one FLOPs budget for all."""
+    base = load_config(Path(__file__).parent.parent / "examples" / f"{_example(searcher)}.yaml")
+    searcher_section = base.searcher.model_dump() | {"type": searcher, "top_k": args.top_k}
+    if searcher in PHASE_SEARCHERS:
+        searcher_section["target_mflops"] = args.budget_mflops
+        trials = args.top_k
+        objectives = {"metric": "ne"}
+    else:
+        searcher_section |= {"population": args.population, "sample_size": 4}
+        trials = args.trials
+        objectives = {"metric": "ne", "max_mflops": args.budget_mflops}
+    return parse_config(
+        {
+            "name": f"eff-{searcher}-{seed}",
+            "data": {"source": "synthetic", "rows": args.rows, "seed": 0},
+            "search_space": base.search_space.model_dump(mode="json"),
+            "searcher": searcher_section,
+            "objectives": objectives,
+            "budget": {"trials": trials, "examples_per_trial": args.examples_per_trial},
+            "training": base.training.model_dump() | {"evals": 1},
+            "storage": f"sqlite:///{tmp / 'studies.db'}",
+            "output_dir": str(tmp / f"{searcher}-{seed}"),
+            "mlflow": {"tracking_uri": None},
+            "seed": seed,
+        }
+    )
+
+
+def _example(searcher: str) -> str:
+    return "dnas" if searcher == "dnas" else "oneshot"
+
+
+def trial_examples(trial: optuna.trial.FrozenTrial) -> int:
+    """Training examples a trial consumed (0 for one pruned untrained)."""
+    trial_dir = trial.user_attrs.get("trial_dir")
+    metrics = Path(trial_dir) / "metrics.json" if trial_dir else None
+    if metrics is None or not metrics.exists():
+        return 0
+    return int(json.loads(metrics.read_text()).get("examples") or 0)
+
+
+def study_curve(study: optuna.Study, searcher: str) -> dict[str, Any]:
+    """Best NE so far against examples consumed so far, trial by trial (after the phase)."""
+    phase = study.user_attrs.get(phase_attr(searcher), {})
+    consumed = int(phase.get("examples", 0))
+    best, best_mflops, points = math.inf, math.nan, []
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        consumed += trial_examples(trial)
+        if trial.state == TrialState.COMPLETE and trial.values[0] < best:
+            best, best_mflops = trial.values[0], trial.user_attrs["mflops"]
+        points.append((consumed, best))
+    return {
+        "points": points,
+        "phase_examples": int(phase.get("examples", 0)),
+        "best_ne": best,
+        "best_mflops": best_mflops,
+        "bayes_ne": study.user_attrs.get("bayes_ne"),
+    }
+
+
+def run_seed(args: argparse.Namespace) -> None:
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="ranknas-eff-") as tmp:
+        for searcher in args.searchers.split(","):
+            config = study_config(Path(tmp), searcher, args.seed, args)
+            started = time.monotonic()
+            study = run_study(config, progress=lambda line: None)
+            results[searcher] = study_curve(study, searcher) | {
+                "seconds": round(time.monotonic() - started, 1)
+            }
+            r = results[searcher]
+            print(
+                f"<!-- seed {args.seed} {searcher}: best NE {r['best_ne']:.4f} "
+                f"({r['best_mflops']:.4f} MFLOPs) after {r['points'][-1][0]:,} examples, "
+                f"{r['seconds']:.0f} s -->",
+                flush=True,
+            )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k not in ("report", "seed")}
+    (out / f"seed-{args.seed}.json").write_text(
+        json.dumps({"seed": args.seed, "settings": settings, "results": results}, indent=1)
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def best_at(points: list[list[float]], examples: float) -> float:
+    """The best NE found within `examples` (nan before the first result)."""
+    within = [ne for consumed, ne in points if consumed <= examples and math.isfinite(ne)]
+    return within[-1] if within else math.nan
+
+
+def examples_to_reach(points: list[list[float]], target: float) -> float:
+    """Examples consumed when the best NE first reached `target` (inf if never)."""
+    return next((consumed for consumed, ne in points if ne <= target + 1e-12), math.inf)
+
+
+def median(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def fmt_examples(value: float) -> str:
+    return "not reached" if math.isinf(value) else f"{value / 1e6:.2f}M"
+
+
+def report(args: argparse.Namespace) -> None:
+    runs = [json.loads(p.read_text()) for p in sorted(Path(args.out).glob("seed-*.json"))]
+    runs = [r for r in runs if "evolution" in r["results"]]
+    if not runs:
+        raise SystemExit(f"no seed-*.json with an evolution study under {args.out}")
+    searchers = [s for s in SEARCHERS if all(s in r["results"] for r in runs)]
+    seeds = [r["seed"] for r in runs]
+    settings = runs[0]["settings"]
+    budget = settings["trials"] * settings["examples_per_trial"]
+    print(f"Seeds {seeds}; evolution/random: {settings['trials']} trials of "
+          f"{settings['examples_per_trial']:,} examples ({budget / 1e6:.2f}M); one-shot/DNAS: "
+          f"top {settings['top_k']} trained stand-alone; FLOPs budget "
+          f"{settings['budget_mflops']} MFLOPs.\n")  # fmt: skip
+    print_equal_examples(runs, searchers, budget)
+    print_examples_to_reach(runs, searchers)
+    print_flops(runs, searchers, settings["budget_mflops"])
+    if args.plot:
+        plot(runs, searchers, budget, Path(args.plot))
+
+
+def print_equal_examples(runs: list[dict], searchers: list[str], budget: float) -> None:
+    marks = [f * budget for f in FRACTIONS]
+    print("| searcher | " + " | ".join(f"best NE at {m / 1e6:.2f}M" for m in marks)
+          + " | examples consumed in all | seconds |")  # fmt: skip
+    print("|---" * (len(marks) + 3) + "|")
+    for s in searchers:
+        cells = [median([best_at(r["results"][s]["points"], m) for r in runs]) for m in marks]
+        total = median([r["results"][s]["points"][-1][0] for r in runs])
+        seconds = median([r["results"][s]["seconds"] for r in runs])
+        shown = " | ".join("—" if math.isnan(c) else f"{c:.4f}" for c in cells)
+        print(f"| {s} | {shown} | {total / 1e6:.2f}M | {seconds:.0f} |")
+    print()
+
+
+def print_examples_to_reach(runs: list[dict], searchers: list[str]) -> None:
+    print("| seed | evolution's best NE | " + " | ".join(f"{s}: examples" for s in searchers)
+          + " | best speed-up over evolution (one-shot or DNAS) |")  # fmt: skip
+    print("|---" * (len(searchers) + 3) + "|")
+    speedups = []
+    for r in runs:
+        target = r["results"]["evolution"]["best_ne"]
+        needed = {s: examples_to_reach(r["results"][s]["points"], target) for s in searchers}
+        speedup = max(needed["evolution"] / needed[s] for s in searchers if s in PHASE_SEARCHERS)
+        speedups.append(speedup)
+        cells = " | ".join(fmt_examples(needed[s]) for s in searchers)
+        print(f"| {r['seed']} | {target:.4f} | {cells} | {speedup:.2f}x |")
+    met = sum(s >= TARGET_SPEEDUP for s in speedups)
+    print(f"\nMedian speed-up {statistics.median(speedups):.2f}x; the {TARGET_SPEEDUP:.0f}x "
+          f"target met in {met} of {len(runs)} seeds.\n")  # fmt: skip
+
+
+def print_flops(runs: list[dict], searchers: list[str], budget_mflops: float) -> None:
+    print("| searcher | MFLOPs of the best architecture per seed | median | within budget |")
+    print("|---|---|---|---|")
+    for s in searchers:
+        values = [r["results"][s]["best_mflops"] for r in runs]
+        within = sum(v <= budget_mflops for v in values)
+        shown = ", ".join(f"{v:.4f}" for v in values)
+        print(f"| {s} | {shown} | {median(values):.4f} | {within} / {len(values)} |")
+    print()
+
+
+def plot(runs: list[dict], searchers: list[str], budget: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = [budget * i / 200 for i in range(1, 201)]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for s in searchers:
+        curve = [median([best_at(r["results"][s]["points"], x) for r in runs]) for x in grid]
+        ax.plot([x / 1e6 for x in grid], curve, label=s, drawstyle="steps-post")
+    ax.set_xlabel("training examples consumed (millions)")
+    ax.set_ylabel(f"best validation NE so far (median of {len(runs)} seeds)")
+    ax.set_title("Search efficiency on the synthetic data")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"Plot: `{path}`.\n")
+
+
+def main() -> None:
+    args = parse_args()
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+    if args.report:
+        report(args)
+    elif args.seed is not None:
+        run_seed(args)
+    else:
+        raise SystemExit("give --seed N to run, or --report")
+
+
+if __name__ == "__main__":
+    main()
