@@ -78,11 +78,20 @@ class SearcherConfig(_Section):
 
 class ObjectiveConfig(_Section):
     metric: Literal["ne", "logloss"] = "ne"
-    cost: Literal["none", "mflops", "params"] = Field(
+    cost: Literal["none", "mflops", "params", "latency_ms"] = Field(
         default="none", description="a second objective to minimize (Pareto front)"
     )
     max_mflops: float | None = Field(default=None, gt=0, description="constraint")
     max_params: int | None = Field(default=None, gt=0, description="constraint (dense params)")
+    max_latency_ms: float | None = Field(default=None, gt=0, description="constraint (forward)")
+    latency_batch_size: int = Field(default=512, ge=1, description="batch of latency_ms")
+    latency_model: str | None = Field(
+        default=None, description="predictor JSON (`ranknas latency fit`); default: measure"
+    )
+
+    @property
+    def needs_latency(self) -> bool:
+        return self.cost == "latency_ms" or bool(self.max_latency_ms or self.latency_model)
 
 
 class BudgetConfig(_Section):

@@ -12,8 +12,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search_space.errors import RanknasError
 
-COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "throughput",
-           "digest", "worker", "failure_reason")  # fmt: skip
+COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "latency_ms",
+           "throughput", "digest", "worker", "failure_reason")  # fmt: skip
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
@@ -91,10 +91,11 @@ def to_csv(table: list[dict[str, Any]]) -> str:
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
-    header = ["trial", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "digest"]
+    header = ["trial", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "latency ms",
+              "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["test_ne"]),
               _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
-              r["digest"] or "-"] for r in table]  # fmt: skip
+              _num(r["latency_ms"], 3), r["digest"] or "-"] for r in table]  # fmt: skip
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=False)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()

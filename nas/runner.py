@@ -35,7 +35,7 @@ from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace, make_space
 from trainers.data import TabularData, bayes_metrics, load_dataset
-from trainers.trainer import TrainConfig, TrainResult, train
+from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
 
 Progress = Callable[[str], None]
 # This runner asks and tells itself and beats the heartbeat itself (see _heartbeat).
@@ -238,6 +238,9 @@ def run_trial(
         "worker": worker,
         "trial_dir": str(trial_dir.resolve()),
     }
+    latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
+    if latency_ms is not None:
+        attrs["latency_ms"] = latency_ms
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
     artifacts = {"architecture.json": arch.to_json()}
@@ -249,12 +252,14 @@ def run_trial(
         (trial_dir / "sharding_plan.json").write_text(artifacts["sharding_plan.json"])
         if "predicted_step_ms" in sharding:
             trial.set_user_attr("predicted_embedding_step_ms", sharding["predicted_step_ms"])
-    result, model = _train_within_constraints(trial, arch, analysis, data, config)
-    state, values = _outcome(result, config, mflops, params)
+    result, model = _train_within_constraints(trial, arch, analysis, data, config, latency_ms)
+    state, values = _outcome(result, config, mflops, params, latency_ms)
     if model is not None and result.status == "complete":
         weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(weights, str(trial_dir / "model.safetensors"))
     summary = result.summary() | {"mflops": mflops, "params": params}
+    if latency_ms is not None:
+        summary["latency_ms"] = latency_ms
     if "predicted_embedding_step_ms" in trial.user_attrs:
         summary["predicted_embedding_step_ms"] = trial.user_attrs["predicted_embedding_step_ms"]
     (trial_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
@@ -284,8 +289,31 @@ def run_trial(
     }
 
 
+def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
+    """Forward latency at `objectives.latency_batch_size`: predicted by
+    `objectives.latency_model` if set, else measured on the training device."""
+    from cost_models.latency import LatencyPredictor, measure_latency
+
+    o, t = config.objectives, config.training
+    if o.latency_model is None:
+        device = resolve_device(t.device)
+        return measure_latency(arch, o.latency_batch_size, device, threads=t.threads).forward_ms
+    predictor = LatencyPredictor.load(o.latency_model)
+    if predictor.batch_size != o.latency_batch_size:
+        raise RanknasError(
+            f"objectives.latency_model {o.latency_model} was fitted at batch size "
+            f"{predictor.batch_size}, objectives.latency_batch_size is {o.latency_batch_size}"
+        )
+    return float(predictor.predict([arch])[0])
+
+
 def _train_within_constraints(
-    trial: Trial, arch: Architecture, analysis: Analysis, data: StudyData, config: StudyConfig
+    trial: Trial,
+    arch: Architecture,
+    analysis: Analysis,
+    data: StudyData,
+    config: StudyConfig,
+    latency_ms: float | None = None,
 ) -> tuple[TrainResult, RankingModel | None]:
     o = config.objectives
     if o.max_mflops and analysis.flops / 1e6 > o.max_mflops:
@@ -293,6 +321,10 @@ def _train_within_constraints(
         return TrainResult(status="pruned", failure_reason=reason), None
     if o.max_params and analysis.dense_params > o.max_params:
         reason = f"{analysis.dense_params} params exceeds objectives.max_params={o.max_params}"
+        return TrainResult(status="pruned", failure_reason=reason), None
+    if o.max_latency_ms and latency_ms is not None and latency_ms > o.max_latency_ms:
+        reason = (f"{latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
+                  f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
         return TrainResult(status="pruned", failure_reason=reason), None
     t = config.training
     train_config = TrainConfig(
@@ -319,13 +351,20 @@ def _train_within_constraints(
     return train(model, data.train, data.valid, data.test, train_config, on_eval=report), model
 
 
-def _outcome(result: TrainResult, config: StudyConfig, mflops: float, params: int):
+def _outcome(
+    result: TrainResult,
+    config: StudyConfig,
+    mflops: float,
+    params: int,
+    latency_ms: float | None = None,
+):
     if result.status == "pruned":
         return TrialState.PRUNED, None
     if result.status == "failed":
         return TrialState.FAIL, None
     metric = result.validation[config.objectives.metric]
-    cost = {"mflops": mflops, "params": float(params)}.get(config.objectives.cost)
+    costs = {"mflops": mflops, "params": float(params), "latency_ms": latency_ms}
+    cost = costs.get(config.objectives.cost)
     return TrialState.COMPLETE, [metric] if cost is None else [metric, cost]
 
 
