@@ -1,0 +1,51 @@
+"""The Ax sampler keeps one client and tells it only what finished since its last ask."""
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.searchers.ax_bo import AxSampler
+from nas.searchers.base import distributions
+from search_space.schema import synthetic_schema
+from search_space.spaces import make_space
+
+
+@pytest.fixture(scope="module")
+def space():
+    return make_space({"type": "dag", "num_blocks": 2}, synthetic_schema())
+
+
+def _run(study: optuna.Study, trials: int) -> None:
+    for k in range(trials):
+        trial = study.ask(distributions(study.sampler.space))
+        if k % 4 == 3:
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, [0.8 + 0.01 * k])
+
+
+def _ax_trials(sampler: AxSampler) -> dict[str, int]:
+    trials = sampler._client._experiment.trials.values()
+    return {status: sum(t.status.name == status for t in trials) for status in
+            ("COMPLETED", "FAILED", "RUNNING", "CANDIDATE")}  # fmt: skip
+
+
+def test_one_client_told_each_finished_trial_once(space):
+    sampler = AxSampler(space, ["ne"], seed=0)
+    study = optuna.create_study(sampler=sampler, study_name="ax")
+    _run(study, 6)
+    client = sampler._client
+    study.ask(distributions(space))  # tells the client about the sixth trial, proposes a seventh
+    assert sampler._client is client
+    assert _ax_trials(sampler) == {"COMPLETED": 5, "FAILED": 1, "RUNNING": 1, "CANDIDATE": 0}
+    assert sampler._told == set(range(6))
+
+
+def test_a_new_sampler_attaches_the_finished_trials_of_others(space):
+    first = optuna.create_study(sampler=AxSampler(space, ["ne"], seed=1), study_name="shared")
+    _run(first, 5)
+    joining = AxSampler(space, ["ne"], seed=2)
+    study = optuna.load_study(study_name="shared", storage=first._storage, sampler=joining)
+    params = study.ask(distributions(space)).params
+    assert set(params) == set(space.parameters())
+    assert _ax_trials(joining)["COMPLETED"] == 4  # attached; the failed one is not
