@@ -13,8 +13,9 @@ measured (no sampling), all plans of a workload interleaved in one shuffled pass
 costliest devices of each plan are then timed twice more (again interleaved) and keep the
 median (see `cost_models.evaluate.measure_plans`). The table-wise floor is the costliest
 table alone on a device, among the 16 costliest by either estimator: only plans that cut
-tables column-wise (rl, torchrec_cw) can go below it. `rl_table_wise` is the RL sharder
-without column cuts, an ablation. Measurements are cached in
+tables column-wise (rl, torchrec_cw) can go below it. Two ablations, not counted as
+competitors: `rl_table_wise` is the RL sharder without column cuts, `greedy_rl_cuts` is
+size-lookup-greedy placing the column shards of the RL plan. Measurements are cached in
 --cache, so only the first run pays for them. Prints Markdown.
 """
 
@@ -32,7 +33,7 @@ from scipy.stats import kendalltau
 from cost_models.cost_net import CostSample, errors, load_cost_net, predict_kernel_ms
 from cost_models.evaluate import analytic_kernel_ms, measure_plans
 from cost_models.measure import KernelTime, Measurer
-from cost_models.plan import make_plan
+from cost_models.plan import Plan, make_plan
 from cost_models.policy import load_policy
 from cost_models.sharders import METHODS, RLSharder, make_sharder
 from cost_models.tables import PoolConfig, TableSpec, train_eval_pools
@@ -42,7 +43,8 @@ from search_space.errors import RanknasError
 
 DEFAULT_CONFIGS = "50x4,50x8,200x16,200x32,800x64,800x128"
 TABLE_WISE_RL = "rl_table_wise"
-COLUMNS = (*METHODS, TABLE_WISE_RL)
+GREEDY_ON_RL_CUTS = "greedy_rl_cuts"
+COLUMNS = (*METHODS, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
 MEMORY_SLACK = 2.0
 
 
@@ -93,6 +95,9 @@ class Bench:
                 row["methods"][method] = {"error": str(exc)}
                 continue
             row["methods"][method] = {"seconds": time.perf_counter() - start}
+        if "rl" in plans:
+            plans[GREEDY_ON_RL_CUTS] = greedy_on_cuts(plans["rl"], tables, topology)
+            row["methods"][GREEDY_ON_RL_CUTS] = {"seconds": float("nan")}
         measured = measure_plans(plans, tables, self.measurer, topology, seed=self.seed)
         for method, plan in plans.items():
             row["methods"][method] |= self._costs(plan, tables, topology, measured[method])
@@ -125,6 +130,13 @@ class Bench:
         alone = make_plan({t.name: i for i, t in enumerate(candidates)}, candidates, len(top), "")
         costs = measure_plans({"alone": alone}, candidates, self.measurer, topology)["alone"]
         return float(costs.sum(1).max())
+
+
+def greedy_on_cuts(plan: Plan, tables: list[TableSpec], topology: Topology) -> Plan:
+    """Ablation: size-lookup-greedy placing the same column shards as `plan`."""
+    units = plan.units(tables)
+    placed = make_sharder("size_lookup_greedy").plan(units, topology)
+    return make_plan(placed.assignment, tables, topology.num_devices, "greedy", plan.splits)
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
