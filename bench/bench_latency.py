@@ -6,6 +6,8 @@ held-out MAPE and Kendall tau, medians over several random splits. A second meas
 some architectures gives the noise floor: how well one measurement predicts another.
 
     .venv/bin/python bench/bench_latency.py [--archs 150] [--space examples/space_dag.yaml]
+
+About a minute on 2 shared CPU cores (one torch thread). Prints Markdown.
 """
 
 from __future__ import annotations
