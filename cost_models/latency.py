@@ -193,19 +193,22 @@ def feature_matrix(archs: Sequence[Architecture]) -> tuple[list[str], np.ndarray
 class LatencyPredictor:
     """Gradient-boosted trees on log latency over `arch_features`."""
 
-    def __init__(self, batch_size: int = 512, device: str = "", target: str = "forward_ms"):
+    def __init__(self, batch_size: int = 512, device: str = "", target: str = "forward_ms") -> None:
         self.batch_size, self.device, self.target = batch_size, device, target
         self.source = "latency predictor"  # named in errors; the file once loaded
         self.feature_names: list[str] = []
         self.features = np.empty((0, 0))
         self.latencies = np.empty(0)
-        self.regressor = GradientBoostingRegressor(**REGRESSOR_PARAMS)
+        self.params = dict(REGRESSOR_PARAMS)  # only what differs from sklearn's defaults
+        self.regressor = GradientBoostingRegressor(**self.params)
 
     def fit(self, archs: Sequence[Architecture], latencies: Sequence[float]) -> LatencyPredictor:
         names, features = feature_matrix(archs)
         return self._fit(names, features, np.asarray(latencies, dtype=np.float64))
 
-    def _fit(self, names: list[str], features: np.ndarray, latencies: np.ndarray):
+    def _fit(
+        self, names: list[str], features: np.ndarray, latencies: np.ndarray
+    ) -> LatencyPredictor:
         self.feature_names, self.features, self.latencies = names, features, latencies
         self.regressor.fit(features, np.log(latencies))
         return self
@@ -213,14 +216,16 @@ class LatencyPredictor:
     def predict(self, archs: Sequence[Architecture]) -> np.ndarray:
         names, features = feature_matrix(archs)
         if names != self.feature_names:
-            missing = sorted(set(self.feature_names) ^ set(names)) or ["(order)"]
+            differ = sorted(set(self.feature_names) ^ set(names)) or ["(order)"]
             raise RanknasError(
                 f"{self.source}: fitted on other architecture features than this version "
-                f"computes (differ: {', '.join(missing)}); refit it with `ranknas latency fit`"
+                f"computes (differ: {', '.join(differ)}); refit it with `ranknas latency fit`"
             )
         return np.exp(self.regressor.predict(features))
 
-    def evaluate(self, archs: Sequence[Architecture], measured: Sequence[float]) -> dict:
+    def evaluate(
+        self, archs: Sequence[Architecture], measured: Sequence[float]
+    ) -> dict[str, float]:
         """MAPE (%) and Kendall's tau of the predictions against `measured`."""
         return errors(self.predict(archs), measured)
 
@@ -231,7 +236,7 @@ class LatencyPredictor:
             "target": self.target,
             "device": self.device,
             "batch_size": self.batch_size,
-            "regressor": {"type": "GradientBoostingRegressor", "params": REGRESSOR_PARAMS},
+            "regressor": {"type": "GradientBoostingRegressor", "params": self.params},
             "feature_names": self.feature_names,
             "features": self.features.tolist(),
             "latencies_ms": self.latencies.tolist(),
@@ -247,9 +252,13 @@ class LatencyPredictor:
         data = _read_predictor_file(Path(path))
         predictor = cls(data["batch_size"], data["device"], data["target"])
         predictor.source = str(path)
-        predictor.regressor = GradientBoostingRegressor(**data["regressor"]["params"])
         features = np.asarray(data["features"], dtype=np.float64)
-        return predictor._fit(data["feature_names"], features, np.asarray(data["latencies_ms"]))
+        try:
+            predictor.params = data["regressor"]["params"]
+            predictor.regressor = GradientBoostingRegressor(**predictor.params)
+            return predictor._fit(data["feature_names"], features, np.array(data["latencies_ms"]))
+        except (TypeError, ValueError) as exc:
+            raise RanknasError(f"{path}: cannot refit from 'regressor.params' ({exc})") from None
 
 
 def _read_predictor_file(path: Path) -> dict[str, Any]:
@@ -298,7 +307,9 @@ class FlopsBaseline:
     def predict(self, archs: Sequence[Architecture]) -> np.ndarray:
         return np.exp(self.intercept + self.slope * _log_flops(archs))
 
-    def evaluate(self, archs: Sequence[Architecture], measured: Sequence[float]) -> dict:
+    def evaluate(
+        self, archs: Sequence[Architecture], measured: Sequence[float]
+    ) -> dict[str, float]:
         return errors(self.predict(archs), measured)
 
 

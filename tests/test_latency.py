@@ -102,6 +102,7 @@ def _saved(tmp_path, archs, change):
         (lambda d: d.pop("latencies_ms"), "'latencies_ms' is missing"),
         (lambda d: d["features"][3].pop(), "features[3] must hold"),
         (lambda d: d.update(kind="something else"), "not a latency predictor"),
+        (lambda d: d["regressor"]["params"].update(depth=3), "cannot refit from 'regressor"),
     ],
 )
 def test_a_bad_predictor_file_is_one_error_naming_the_file(tmp_path, archs, change, expected):
