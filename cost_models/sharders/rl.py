@@ -1,9 +1,9 @@
 """The learned sharder: a trained policy places tables on the cost model's estimated MDP.
 
 Candidate cuts of the heaviest tables into column shards (none, and the cuts that
-`splitting.choose_splits` proposes at each of `split_limits`) are each screened with a
-few episodes (the first greedy); the cut whose best episode has the lowest predicted
-max-device cost wins and gets the rest of the `episodes`. Of that cut's episodes, the
+`splitting.choose_splits` proposes at each of `split_limits`) are each screened with the
+policy's greedy episode; the cut whose greedy plan has the lowest predicted max-device
+cost wins and gets `episodes - 1` sampled episodes more. Of that cut's episodes, the
 feasible plan with the lowest soft max-device cost (see `policy`: it keeps a margin
 against the model's errors on the devices just below the max) is returned. No
 measurement happens here.
@@ -28,7 +28,6 @@ from cost_models.tables import TableSpec, placement_units
 from cost_models.topology import Topology
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
-SCREEN_EPISODES = 4
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class RLSharder(Sharder):
         check_capacity(tables, topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
-        screen = self.episodes if len(candidates) == 1 else min(SCREEN_EPISODES, self.episodes)
+        screen = self.episodes if len(candidates) == 1 else 1
         screened, stuck = [], None
         for splits in candidates:
             units = placement_units(tables, splits)
