@@ -8,6 +8,7 @@ died is failed by the heartbeat check and retried with the same architecture.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -160,6 +161,8 @@ def run_study(
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = open_study(config, space, storage)
+    if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
+        _latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr("schema", data.train.schema.to_dict())
     if data.bayes_ne is not None:
         study.set_user_attr("bayes_ne", data.bayes_ne)
@@ -292,19 +295,27 @@ def run_trial(
 def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
     """Forward latency at `objectives.latency_batch_size`: predicted by
     `objectives.latency_model` if set, else measured on the training device."""
-    from cost_models.latency import LatencyPredictor, measure_latency
+    from cost_models.latency import measure_latency
 
     o, t = config.objectives, config.training
     if o.latency_model is None:
         device = resolve_device(t.device)
         return measure_latency(arch, o.latency_batch_size, device, threads=t.threads).forward_ms
-    predictor = LatencyPredictor.load(o.latency_model)
-    if predictor.batch_size != o.latency_batch_size:
+    return float(_latency_predictor(o.latency_model, o.latency_batch_size).predict([arch])[0])
+
+
+@functools.cache
+def _latency_predictor(path: str, batch_size: int) -> Any:
+    """The study's latency predictor, loaded (and refitted) once per process."""
+    from cost_models.latency import LatencyPredictor
+
+    predictor = LatencyPredictor.load(path)
+    if predictor.batch_size != batch_size:
         raise RanknasError(
-            f"objectives.latency_model {o.latency_model} was fitted at batch size "
-            f"{predictor.batch_size}, objectives.latency_batch_size is {o.latency_batch_size}"
+            f"objectives.latency_model {path} was fitted at batch size "
+            f"{predictor.batch_size}, objectives.latency_batch_size is {batch_size}"
         )
-    return float(predictor.predict([arch])[0])
+    return predictor
 
 
 def _train_within_constraints(

@@ -4,6 +4,7 @@ import json
 import re
 
 import numpy as np
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -178,3 +179,9 @@ def test_a_study_minimizes_predicted_latency(tmp_path, archs, capsys):
     config["name"] = "lat64"
     assert main(["search", str(write_config(tmp_path, config))]) == 2
     assert "fitted at batch size 512" in capsys.readouterr().err
+    assert optuna.load_study(study_name="lat64", storage=config["storage"]).trials == []
+    config["objectives"]["latency_model"] = str(tmp_path / "missing.json")
+    config["name"] = "missing"
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    assert "missing.json" in capsys.readouterr().err
+    assert optuna.load_study(study_name="missing", storage=config["storage"]).trials == []
