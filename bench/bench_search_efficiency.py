@@ -12,14 +12,17 @@ of the best validation NE found so far against the examples consumed so far; fro
   least 5x fewer);
 - the FLOPs of each searcher's best architecture against the FLOPs budget. Evolution and
   random get the budget as a hard constraint (`objectives.max_mflops`: an architecture over
-  it is pruned untrained, costing no examples); one-shot and DNAS target it with their cost
-  term (TuNAS absolute value / expected-FLOPs penalty).
+  it is pruned untrained, costing no examples); one-shot and DNAS get it as the target of
+  their cost term: TuNAS's absolute value |mflops / budget - 1| (`oneshot`, `dnas`), or as a
+  ceiling max(0, mflops / budget - 1) (`oneshot-ceiling`, `dnas-ceiling`), which, like the
+  constraint, does not push architectures up toward the budget.
 
     .venv/bin/python bench/bench_search_efficiency.py --seed 0     # one seed, ~10 min
     .venv/bin/python bench/bench_search_efficiency.py --report     # tables (+ plot) of all seeds
 
-Each `--seed` run writes its curves to --out/seed-N.json; `--report` prints Markdown from
-every file there, with medians over seeds, and saves --plot.
+Each `--seed` run adds its curves to --out/seed-N.json (a searcher run again replaces its
+entry); `--report` prints Markdown from every file there, with medians over seeds, and
+saves --plot.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from nas.config import StudyConfig, load_config, parse_config
 from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
 from nas.runner import run_study
 
-SEARCHERS = ("oneshot", "dnas", "evolution", "random")
+SEARCHERS = ("oneshot", "oneshot-ceiling", "dnas", "dnas-ceiling", "evolution", "random")
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 TARGET_SPEEDUP = 5.0
 
@@ -64,13 +67,16 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def study_config(tmp: Path, searcher: str, seed: int, args: argparse.Namespace) -> StudyConfig:
-    """The study of one searcher: the space and searcher settings of examples/oneshot.yaml
-    and examples/dnas.yaml, one FLOPs budget for all."""
+def study_config(tmp: Path, name: str, seed: int, args: argparse.Namespace) -> StudyConfig:
+    """The study of one searcher (`name`: a searcher type, `-ceiling` for the ceiling cost
+    term): the space and searcher settings of examples/oneshot.yaml and examples/dnas.yaml,
+    one FLOPs budget for all."""
+    searcher = name.removesuffix("-ceiling")
     base = load_config(Path(__file__).parent.parent / "examples" / f"{_example(searcher)}.yaml")
     searcher_section = base.searcher.model_dump() | {"type": searcher, "top_k": args.top_k}
     if searcher in PHASE_SEARCHERS:
         searcher_section["target_mflops"] = args.budget_mflops
+        searcher_section["cost_penalty"] = "above" if name.endswith("-ceiling") else "absolute"
         trials = args.top_k
         objectives = {"metric": "ne"}
     else:
@@ -79,7 +85,7 @@ def study_config(tmp: Path, searcher: str, seed: int, args: argparse.Namespace) 
         objectives = {"metric": "ne", "max_mflops": args.budget_mflops}
     return parse_config(
         {
-            "name": f"eff-{searcher}-{seed}",
+            "name": f"eff-{name}-{seed}",
             "data": {"source": "synthetic", "rows": args.rows, "seed": 0},
             "search_space": base.search_space.model_dump(mode="json"),
             "searcher": searcher_section,
@@ -87,11 +93,15 @@ def study_config(tmp: Path, searcher: str, seed: int, args: argparse.Namespace) 
             "budget": {"trials": trials, "examples_per_trial": args.examples_per_trial},
             "training": base.training.model_dump() | {"evals": 1},
             "storage": f"sqlite:///{tmp / 'studies.db'}",
-            "output_dir": str(tmp / f"{searcher}-{seed}"),
+            "output_dir": str(tmp / f"{name}-{seed}"),
             "mlflow": {"tracking_uri": None},
             "seed": seed,
         }
     )
+
+
+def _is_phase(name: str) -> bool:
+    return name.removesuffix("-ceiling") in PHASE_SEARCHERS
 
 
 def _example(searcher: str) -> str:
@@ -109,7 +119,7 @@ def trial_examples(trial: optuna.trial.FrozenTrial) -> int:
 
 def study_curve(study: optuna.Study, searcher: str) -> dict[str, Any]:
     """Best NE so far against examples consumed so far, trial by trial (after the phase)."""
-    phase = study.user_attrs.get(phase_attr(searcher), {})
+    phase = study.user_attrs.get(phase_attr(searcher.removesuffix("-ceiling")), {})
     consumed = int(phase.get("examples", 0))
     best, best_mflops, points = math.inf, math.nan, []
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
@@ -127,7 +137,8 @@ def study_curve(study: optuna.Study, searcher: str) -> dict[str, Any]:
 
 
 def run_seed(args: argparse.Namespace) -> None:
-    results: dict[str, Any] = {}
+    path = Path(args.out) / f"seed-{args.seed}.json"
+    results: dict[str, Any] = json.loads(path.read_text())["results"] if path.exists() else {}
     with tempfile.TemporaryDirectory(prefix="ranknas-eff-") as tmp:
         for searcher in args.searchers.split(","):
             config = study_config(Path(tmp), searcher, args.seed, args)
@@ -143,10 +154,9 @@ def run_seed(args: argparse.Namespace) -> None:
                 f"{r['seconds']:.0f} s -->",
                 flush=True,
             )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    settings = {k: v for k, v in vars(args).items() if k not in ("report", "seed")}
-    (out / f"seed-{args.seed}.json").write_text(
+    path.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k not in ("report", "seed", "searchers")}
+    path.write_text(
         json.dumps({"seed": args.seed, "settings": settings, "results": results}, indent=1)
     )
 
@@ -182,9 +192,10 @@ def report(args: argparse.Namespace) -> None:
     searchers = [s for s in SEARCHERS if all(s in r["results"] for r in runs)]
     seeds = [r["seed"] for r in runs]
     settings = runs[0]["settings"]
-    budget = settings["trials"] * settings["examples_per_trial"]
+    budget = median([r["results"]["evolution"]["points"][-1][0] for r in runs])
     print(f"Seeds {seeds}; evolution/random: {settings['trials']} trials of "
-          f"{settings['examples_per_trial']:,} examples ({budget / 1e6:.2f}M); one-shot/DNAS: "
+          f"{settings['examples_per_trial']:,} examples (those over the FLOPs budget pruned "
+          f"untrained: evolution consumed {budget / 1e6:.2f}M, median); one-shot/DNAS: "
           f"top {settings['top_k']} trained stand-alone; FLOPs budget "
           f"{settings['budget_mflops']} MFLOPs.\n")  # fmt: skip
     print_equal_examples(runs, searchers, budget)
@@ -216,7 +227,7 @@ def print_examples_to_reach(runs: list[dict], searchers: list[str]) -> None:
     for r in runs:
         target = r["results"]["evolution"]["best_ne"]
         needed = {s: examples_to_reach(r["results"][s]["points"], target) for s in searchers}
-        speedup = max(needed["evolution"] / needed[s] for s in searchers if s in PHASE_SEARCHERS)
+        speedup = max(needed["evolution"] / needed[s] for s in searchers if _is_phase(s))
         speedups.append(speedup)
         cells = " | ".join(fmt_examples(needed[s]) for s in searchers)
         print(f"| {r['seed']} | {target:.4f} | {cells} | {speedup:.2f}x |")

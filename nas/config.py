@@ -63,6 +63,11 @@ class SearcherConfig(_Section):
     score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
     target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
     cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")
+    cost_penalty: Literal["absolute", "above"] = Field(
+        default="absolute",
+        description="absolute: |mflops/target - 1|, TuNAS (a target); above: "
+        "max(0, mflops/target - 1) (a ceiling)",
+    )
     dnas_tau_start: float = Field(default=5.0, gt=0, description="dnas: Gumbel temperature")
     dnas_tau_end: float = Field(default=0.5, gt=0)
     dnas_arch_lr: float = Field(default=0.01, gt=0, description="dnas: Adam lr of the logits")

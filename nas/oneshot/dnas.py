@@ -15,7 +15,8 @@ blocks' `flops` classmethods (merge projections and, for the output block, the h
 included), with the input shapes of earlier blocks taken from the argmax architecture;
 each block's term is weighted by the probability that it is live (reached from the
 output), computed from the input-slot probabilities. With a one-hot distribution this is
-exactly `analyze(arch).flops`. The penalty is `cost_weight * |E[FLOPs] / target - 1|`.
+exactly `analyze(arch).flops`. The penalty is `cost_weight * |E[FLOPs] / target - 1|`, or
+`cost_weight * max(0, E[FLOPs] / target - 1)` when the target is a ceiling.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from nas.oneshot.search import CostPenalty
 from nas.oneshot.supernet import PathGates, Supernet, SupernetOptimizer, batches, sample_arch
 from search_space.architecture import Architecture, analyze, digest
 from search_space.blocks import OPS
@@ -287,6 +289,7 @@ def train_dnas(
     sparse_lr: float = 0.05,
     target_mflops: float | None = None,
     cost_weight: float = 0.0,
+    cost_penalty: CostPenalty = "absolute",
     seed: int = 0,
     log_every: int = 20,
     on_progress: DnasCallback | None = None,
@@ -323,7 +326,7 @@ def train_dnas(
                 gates = _gates(dist.space, arch, values, y) if y is not None else None
                 logits = supernet(arch, dense, sparse, gates)
                 val_loss = F.binary_cross_entropy_with_logits(logits, labels)
-                total = val_loss + _penalty(dist, target_mflops, cost_weight)
+                total = val_loss + _penalty(dist, target_mflops, cost_weight, cost_penalty)
                 arch_opt.zero_grad()
                 weights.zero_grad()
                 total.backward()
@@ -348,9 +351,13 @@ def train_dnas(
 
 
 def _penalty(
-    dist: ArchitectureDistribution, target_mflops: float | None, cost_weight: float
+    dist: ArchitectureDistribution,
+    target_mflops: float | None,
+    cost_weight: float,
+    penalty: CostPenalty = "absolute",
 ) -> torch.Tensor:
     if target_mflops is None or cost_weight == 0:
         return torch.zeros(())
-    mflops = dist.expected_flops() / 1e6
-    return (cost_weight * (mflops / target_mflops - 1).abs()).float()
+    excess = dist.expected_flops() / 1e6 / target_mflops - 1
+    excess = excess.abs() if penalty == "absolute" else excess.clamp(min=0)
+    return (cost_weight * excess).float()

@@ -129,6 +129,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         sparse_lr=t.sparse_lr,
         target_mflops=s.target_mflops,
         cost_weight=s.cost_weight,
+        cost_penalty=s.cost_penalty,
         seed=config.seed,
     )
     every = max(1, s.search_candidates // 8)
@@ -190,6 +191,7 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         sparse_lr=t.sparse_lr,
         target_mflops=s.target_mflops,
         cost_weight=s.cost_weight,
+        cost_penalty=s.cost_penalty,
         seed=config.seed,
         log_every=max(1, s.supernet_steps // 10),
         on_progress=on_progress,

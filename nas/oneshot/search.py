@@ -5,7 +5,7 @@ Each candidate is scored with inherited weights: `build_model(arch)` loaded with
 given it, else on the validation split), then evaluated (validation NE on `score_rows`
 rows). The fitness a searcher minimizes is cost-aware,
 TuNAS-style: `ne + cost_weight * |mflops / target_mflops - 1|` (no cost term without a
-target).
+target); with `cost_penalty="above"` the target is a ceiling: `max(0, mflops / target - 1)`.
 """
 
 from __future__ import annotations
@@ -48,13 +48,28 @@ class Candidate:
         }
 
 
-def fitness(ne: float, mflops: float, target_mflops: float | None, cost_weight: float) -> float:
-    """NE plus the TuNAS absolute-value cost penalty (lower is better)."""
+CostPenalty = Literal["absolute", "above"]
+
+
+def cost_excess(ratio: float, penalty: CostPenalty) -> float:
+    """The cost term of `ratio` = cost / target: |ratio - 1| (TuNAS: a target to meet), or
+    max(0, ratio - 1) (a ceiling: no reward for costing less)."""
+    return abs(ratio - 1.0) if penalty == "absolute" else max(0.0, ratio - 1.0)
+
+
+def fitness(
+    ne: float,
+    mflops: float,
+    target_mflops: float | None,
+    cost_weight: float,
+    penalty: CostPenalty = "absolute",
+) -> float:
+    """NE plus the cost penalty (lower is better)."""
     if not math.isfinite(ne):
         return math.inf
     if target_mflops is None or cost_weight == 0:
         return ne
-    return ne + cost_weight * abs(mflops / target_mflops - 1.0)
+    return ne + cost_weight * cost_excess(mflops / target_mflops, penalty)
 
 
 class Scorer:
@@ -73,6 +88,7 @@ class Scorer:
         sparse_lr: float = 0.05,
         target_mflops: float | None = None,
         cost_weight: float = 0.0,
+        cost_penalty: CostPenalty = "absolute",
         seed: int = 0,
     ) -> None:
         self.supernet, self.valid = supernet, valid
@@ -86,6 +102,7 @@ class Scorer:
             batch_size=batch_size, dense_lr=dense_lr, sparse_lr=sparse_lr
         )
         self.target_mflops, self.cost_weight, self.seed = target_mflops, cost_weight, seed
+        self.cost_penalty = cost_penalty
         self.cache: dict[str, Candidate] = {}
         self.examples = 0  # training examples consumed by fine-tunes
 
@@ -126,7 +143,7 @@ class Scorer:
             digest=key,
             ne=ne,
             mflops=mflops,
-            fitness=fitness(ne, mflops, self.target_mflops, self.cost_weight),
+            fitness=fitness(ne, mflops, self.target_mflops, self.cost_weight, self.cost_penalty),
         )
         self.cache[key] = found
         return found
