@@ -99,6 +99,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(_plan_record(plan, predicted, seconds), indent=2))
         return 0
     print(f"{plan.method}: {len(tables)} tables on {plan.num_devices} devices in {seconds:.3f} s")
+    if plan.splits:
+        cuts = ", ".join(f"{name} into {parts}" for name, parts in plan.splits.items())
+        print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
     if predicted is None:
         print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
     else:
