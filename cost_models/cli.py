@@ -22,7 +22,7 @@ from cost_models.measure import Measurer
 from cost_models.plan import Plan
 from cost_models.sharders import METHODS, make_sharder
 from cost_models.sharders.base import check_capacity
-from cost_models.tables import TableSpec, load_tables
+from cost_models.tables import TableSpec, load_tables, tables_from_architecture
 from cost_models.topology import GIB, Topology
 from cost_models.training import TrainConfig, quick_config, train_sharder
 from search_space.errors import RanknasError
@@ -58,7 +58,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _workload_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("tables", metavar="TABLES", help="YAML or JSON file with `tables: [...]`")
+    parser.add_argument(
+        "tables",
+        metavar="TABLES",
+        help="YAML/JSON file with `tables: [...]`, or a preset name or architecture JSON "
+        "(its embedding tables, named t_<feature>)",
+    )
+    parser.add_argument("--schema", help="dataset schema YAML for an architecture")
     parser.add_argument("--devices", type=int, required=True, help="number of devices")
     parser.add_argument(
         "--memory-gb",
@@ -76,7 +82,29 @@ def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
     if not args.memory_gb > 0:
         raise RanknasError(f"--memory-gb must be positive, got {args.memory_gb}")
     topology = Topology(args.devices, memory_bytes=int(args.memory_gb * GIB))
-    return load_tables(args.tables), topology
+    return _tables(args.tables, args.schema), topology
+
+
+def _tables(source: str, schema: str | None) -> list[TableSpec]:
+    """A table file, or the embedding tables of a preset / architecture file."""
+    from nas.cli import load_architecture, load_schema
+    from search_space.presets import PRESETS
+
+    path = Path(source)
+    if source not in PRESETS and not path.exists():
+        raise RanknasError(f"{source}: neither a table file nor a preset ({', '.join(PRESETS)})")
+    is_arch = source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
+    if is_arch:
+        return tables_from_architecture(load_architecture(source, load_schema(schema)))
+    return load_tables(path)
+
+
+def _has_blocks(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False  # load_tables reports what is wrong with it
+    return isinstance(data, dict) and "blocks" in data
 
 
 def _cost_net(model: Path) -> CostNet | None:

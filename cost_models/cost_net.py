@@ -74,6 +74,9 @@ class Exp(nn.Module):
         return x.clamp(max=20.0).exp()
 
 
+MAX_Z = 8.0
+
+
 class CostNet(nn.Module):
     def __init__(self, config: CostNetConfig | None = None) -> None:
         super().__init__()
@@ -87,9 +90,15 @@ class CostNet(nn.Module):
         self.feature_mean.copy_(features.mean(0))
         self.feature_std.copy_(features.std(0).clamp_min(1e-3))
 
+    def normalize(self, features: torch.Tensor) -> torch.Tensor:
+        """Standardized features, clipped to `MAX_Z` standard deviations: a table unlike any
+        measured one (e.g. 10 rows, every id read thousands of times) must not send the
+        exponential encoder to absurd costs. Training pools stay within about 8."""
+        return ((features - self.feature_mean) / self.feature_std).clamp(-MAX_Z, MAX_Z)
+
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """`[N, 21]` raw table features -> `[N, embedding]`."""
-        return self.encoder((features - self.feature_mean) / self.feature_std)
+        return self.encoder(self.normalize(features))
 
     def predict(self, summed: torch.Tensor) -> torch.Tensor:
         """Summed table encodings `[..., embedding]` -> `[..., 3]`: forward ms, backward ms,

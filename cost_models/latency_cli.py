@@ -63,12 +63,6 @@ def _measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed runs (median)")
 
 
-def _schema(path: str | None):
-    from search_space.schema import DatasetSchema, synthetic_schema
-
-    return DatasetSchema.from_yaml(path) if path else synthetic_schema()
-
-
 def _measure_kwargs(args: argparse.Namespace) -> dict:
     import torch
 
@@ -81,9 +75,9 @@ def _measure_kwargs(args: argparse.Namespace) -> dict:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from nas.cli import load_architecture
+    from nas.cli import load_architecture, load_schema
 
-    arch = load_architecture(args.arch, _schema(args.schema))
+    arch = load_architecture(args.arch, load_schema(args.schema))
     latency = measure_latency(arch, **_measure_kwargs(args))
     if args.json:
         print(json.dumps(asdict(latency) | {"architecture": arch.name or args.arch}, indent=2))
@@ -95,13 +89,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from nas.cli import load_schema
     from search_space.spaces import load_space
 
     if args.archs < MIN_ARCHS:
         raise RanknasError(f"--archs must be at least {MIN_ARCHS}")
     if not 0 < args.holdout < 1:
         raise RanknasError("--holdout must be between 0 and 1")
-    space = load_space(args.space, _schema(args.schema))
+    space = load_space(args.space, load_schema(args.schema))
     options = _measure_kwargs(args)
     measured = collect(space, args.archs, args.seed, progress=_progress, **options)
     if len(measured) < MIN_ARCHS:
@@ -131,10 +126,10 @@ def _report_held_out(archs: list, latencies: list[float], holdout: float, seed: 
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from nas.cli import load_architecture
+    from nas.cli import load_architecture, load_schema
 
     predictor = LatencyPredictor.load(args.predictor)
-    arch = load_architecture(args.arch, _schema(args.schema))
+    arch = load_architecture(args.arch, load_schema(args.schema))
     predicted = float(predictor.predict([arch])[0])
     if args.json:
         record = {"architecture": arch.name or args.arch, "forward_ms": predicted,

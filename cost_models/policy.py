@@ -94,7 +94,7 @@ class _Tables:
         with torch.no_grad():
             cost_codes = cost_net.encode(features)
             single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), bandwidth)
-        normalized = (features - cost_net.feature_mean) / cost_net.feature_std
+        normalized = cost_net.normalize(features)
         sizes = torch.tensor([float(t.size_bytes) for t in tables])
         return cls(cost_codes, policy.table_encoder(normalized), sizes, single)
 

@@ -19,10 +19,11 @@ from search_space.errors import RanknasError
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _schema(args: argparse.Namespace):
+def load_schema(path: str | None):
+    """A dataset schema YAML, or the built-in synthetic schema when `path` is None."""
     from search_space.schema import DatasetSchema, synthetic_schema
 
-    return DatasetSchema.from_yaml(args.schema) if args.schema else synthetic_schema()
+    return DatasetSchema.from_yaml(path) if path else synthetic_schema()
 
 
 def load_architecture(name_or_file: str, schema):
@@ -57,7 +58,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from search_space.architecture import analyze
     from search_space.presets import PRESETS, preset
 
-    schema = _schema(args)
+    schema = load_schema(args.schema)
     rows, records = [], []
     for name, factory in PRESETS.items():
         analysis = analyze(preset(name, schema))
@@ -114,7 +115,7 @@ def arch_report(arch) -> dict[str, Any]:
 
 
 def cmd_arch_show(args: argparse.Namespace) -> int:
-    arch = load_architecture(args.arch, _schema(args))
+    arch = load_architecture(args.arch, load_schema(args.schema))
     report = arch_report(arch)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -145,7 +146,7 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
 def cmd_space_sample(args: argparse.Namespace) -> int:
     from search_space.spaces import load_space
 
-    space = load_space(args.config, _schema(args))
+    space = load_space(args.config, load_schema(args.schema))
     arch = space.sample(args.seed)
     report = arch_report(arch)
     report["values"] = space.encode(arch)

@@ -48,6 +48,13 @@ def test_plan_json(model, table_file, capsys):
     assert record["predicted_max_ms"] > 0
 
 
+def test_plan_takes_a_preset_s_tables(model, capsys):
+    assert run(["shard", "plan", "dlrm", "--devices", "2", "--model", str(model), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert sorted(record["assignment"]) == sorted(f"t_c{i}" for i in range(16))
+    assert 0 < record["predicted_max_ms"] < 100  # tiny tables: no extrapolated nonsense
+
+
 def test_compare_measures_every_method(model, table_file, tmp_path, capsys):
     argv = ["shard", "compare", str(table_file), "--devices", "2", "--json"]
     assert run([*argv, "--model", str(model), "--cache", str(tmp_path / "c")]) == 0
