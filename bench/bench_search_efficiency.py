@@ -17,7 +17,7 @@ of the best validation NE found so far against the examples consumed so far; fro
   ceiling max(0, mflops / budget - 1) (`oneshot-ceiling`, `dnas-ceiling`), which, like the
   constraint, does not push architectures up toward the budget.
 
-    .venv/bin/python bench/bench_search_efficiency.py --seed 0     # one seed, ~10 min
+    .venv/bin/python bench/bench_search_efficiency.py --seed 0     # one seed, 4-9 min
     .venv/bin/python bench/bench_search_efficiency.py --report     # tables (+ plot) of all seeds
 
 Each `--seed` run adds its curves to --out/seed-N.json (a searcher run again replaces its
