@@ -23,10 +23,11 @@ Targets (issue: Search studies):
    the trials are then written to a temp SQLite study with the user attrs and intermediate
    values a real trial has, and the study is opened again as a worker would. Timed: the
    runner's ask step (`nas.runner._next_trial`: stale-trial check, lock, budget count,
-   `study.ask`), the sampler's share of it, and the same with the rollback journal. Ax rebuilds
-   its client from every complete trial per ask, so it is measured at growing sizes (its
-   history is random), stopping after a size whose ask passes --ax-limit-s and not trying a
-   size whose extrapolated ask passes 3x that (the extrapolation is printed instead).
+   `study.ask`), the sampler's share of it, and the same with the rollback journal. Ax fits
+   a model at every ask, so it is measured at growing sizes (its history is random): the
+   first ask of a fresh sampler (which builds its client from every finished trial) and the
+   asks after it, stopping after a size whose ask passes --ax-limit-s and not trying a size
+   whose extrapolated ask passes 3x that (the extrapolation is printed instead).
 3. Each searcher vs random on the synthetic data at an equal trial budget: best validation
    NE after N trials per seed, the median over seeds, and the difference to random.
 
@@ -44,6 +45,7 @@ import math
 import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -64,6 +66,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 import nas.runner as runner
+import nas.storage
 from nas.config import StudyConfig, parse_config
 from nas.searchers.base import distributions
 from nas.storage import open_storage
@@ -219,8 +222,14 @@ def pragma_storage(url: str, heartbeat_seconds: int | None, pragmas: list[str]) 
 
 def rollback_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
     """Before (not what ranknas does now): SQLite's default rollback journal with
-    synchronous=FULL, an fsync'd journal per commit."""
-    return pragma_storage(url, heartbeat_seconds, ["journal_mode=DELETE", "synchronous=FULL"])
+    synchronous=FULL, an fsync'd journal per commit. An existing file is switched back from
+    WAL first, on a connection of its own."""
+    path = Path(url.removeprefix("sqlite:///"))
+    if path.exists():
+        with contextlib.closing(sqlite3.connect(path)) as connection:
+            connection.execute("PRAGMA journal_mode=DELETE")
+    with mock.patch.object(nas.storage, "_write_ahead_log", lambda engine: None):
+        return open_storage(url, heartbeat_seconds)
 
 
 def bulk_storage(url: str) -> RDBStorage:
@@ -328,7 +337,7 @@ def bench_overhead(args: argparse.Namespace) -> str:
         for r in range(args.rounds):  # the variants interleaved, so load changes hit all alike
             for variant in variants:
                 _, storage, logged = VARIANTS[variant]
-                storage_dir = fast if storage == "tmpfs" else tmp
+                storage_dir = {"tmpfs": fast, "rollback": tmp / "rollback"}.get(storage, tmp)
                 uri = server.uri if logged else None
                 config = overhead_config(tmp, storage_dir, f"{variant}-{r}", per_round, uri)
                 logger = StudyLogger(uri, config.study_dir / "mlflow-outbox") if uri else None
@@ -483,8 +492,8 @@ def timed_asks(
             for name in hooks:
                 fn = prof.wrap("sampler", getattr(sampler, name))
                 stack.enter_context(mock.patch.object(sampler, name, fn))
-            fn = prof.wrap("ax_client", AxSampler._client)
-            stack.enter_context(mock.patch.object(AxSampler, "_client", fn))
+            fn = prof.wrap("ax_client", AxSampler._updated_client)
+            stack.enter_context(mock.patch.object(AxSampler, "_updated_client", fn))
             stack.enter_context(prof.counting_writes())
             start = time.perf_counter()
             trial = runner._next_trial(study, config, space)
@@ -584,17 +593,18 @@ def bench_ax(args: argparse.Namespace, space: SearchSpace) -> str:
     sizes = [int(s) for s in args.ax_sizes.split(",")]
     out = [
         "### Ax at growing history\n",
-        "The history is random (Ax's own sampler would cost the sum of all its asks to build; "
-        "Ax rebuilds its client from the complete trials at every ask regardless of where they "
-        f"came from). One objective. Up to {args.ax_asks} asks per size, fewer once their sum "
+        "The history is random (Ax's own sampler would cost the sum of all its asks to build). "
+        "At each size a fresh sampler asks first (a joining or resuming worker: it builds its "
+        "client from every finished trial), then keeps asking (its client is only told what "
+        f"finished since). One objective. Up to {args.ax_asks} asks per size, fewer once their sum "
         f"passes {args.ax_limit_s:.0f} s (at least one); the sizes stop after one whose ask "
         f"passes {args.ax_limit_s:.0f} s, and a size is not tried when the power-law trend "
         f"of the two sizes before it predicts over {AX_SKIP_FACTOR * args.ax_limit_s:.0f} s."
         "\n",
-        "| complete trials | asks | runner ask median (s) | of which: rebuild client "
-        "(configure + attach/complete every trial) (s) | of which: generate (model fit + "
-        "acquisition) (s) |",
-        "|---|---|---|---|---|",
+        "| complete trials | first ask, fresh sampler (s) | of which: build the client (s) | "
+        "asks | runner ask median (s) | of which: tell the client (s) | sampler in all "
+        "(tell + model fit + acquisition) (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     measured: list[tuple[int, float]] = []
     with tempfile.TemporaryDirectory(prefix="ranknas-bench-") as tmp_name:
@@ -603,7 +613,7 @@ def bench_ax(args: argparse.Namespace, space: SearchSpace) -> str:
             config, space, max(sizes), sampler=optuna.samplers.RandomSampler(seed=config.seed)
         )
         bulk = runner.open_study(config, space, bulk_storage(config.storage))
-        study = runner.open_study(config, space, open_storage(config.storage, 10))
+        storage = open_storage(config.storage, 10)
         for size in sizes:
             predicted = extrapolate(measured, size)
             if predicted > AX_SKIP_FACTOR * args.ax_limit_s:  # too long to try even once
@@ -611,15 +621,17 @@ def bench_ax(args: argparse.Namespace, space: SearchSpace) -> str:
                     f"| {size} | 0 (skipped) | ~{predicted:.0f} (extrapolated from the trend) | | |"
                 )
                 continue
-            have = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+            have = len(bulk.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
             if size > have:  # renumbered on insertion, so taking the next slice is fine
                 bulk.add_trials(history[have:size])
+            study = runner.open_study(config, space, storage)  # a fresh sampler
+            first = timed_asks(study, config, space, 1)
             t = timed_asks(study, config, space, args.ax_asks, limit_s=args.ax_limit_s)
             ask, client = med(t["next_trial"]), med(t["ax_client"])
             measured.append((size, ask))
             out.append(
-                f"| {size} | {len(t['next_trial'])} | {ask:.2f} | {client:.2f} | "
-                f"{med(t['sampler']):.2f} |"
+                f"| {size} | {first['next_trial'][0]:.2f} | {first['ax_client'][0]:.2f} | "
+                f"{len(t['next_trial'])} | {ask:.2f} | {client:.3f} | {med(t['sampler']):.2f} |"
             )
             if ask > args.ax_limit_s:
                 break

@@ -16,6 +16,7 @@ from typing import Any
 
 from ax.api.client import Client
 from ax.api.configs import ChoiceParameterConfig
+from ax.utils.common.logger import set_stderr_log_level
 from optuna import Study
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
@@ -51,7 +52,7 @@ class AxSampler(SpaceSampler):
         self._study_name = ""
         self._proposed: dict[int, int] = {}  # Optuna trial number -> Ax trial index
         self._told: set[int] = set()  # Optuna trial numbers the client knows the end of
-        logging.getLogger("ax").setLevel(logging.WARNING)
+        set_stderr_log_level(logging.WARNING)  # Ax's own handler prints every trial at INFO
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
