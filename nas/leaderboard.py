@@ -91,11 +91,16 @@ def to_csv(table: list[dict[str, Any]]) -> str:
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
+    """Aligned columns; the latency column only when some trial has a latency."""
     header = ["trial", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "latency ms",
               "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["test_ne"]),
               _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
               _num(r["latency_ms"], 3), r["digest"] or "-"] for r in table]  # fmt: skip
+    if all(r["latency_ms"] is None for r in table):
+        drop = header.index("latency ms")
+        header = header[:drop] + header[drop + 1 :]
+        lines = [line[:drop] + line[drop + 1 :] for line in lines]
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=False)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
