@@ -60,6 +60,9 @@ class SearcherConfig(_Section):
     finetune_steps: int = Field(
         default=20, ge=0, description="oneshot: fine-tune steps (training split) before scoring"
     )
+    finetune_batch_size: int | None = Field(
+        default=None, ge=1, description="oneshot: fine-tune batch (default: training.batch_size)"
+    )
     score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
     target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
     cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")

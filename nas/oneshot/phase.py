@@ -123,7 +123,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         data.valid,
         finetune_data=data.train,
         finetune_steps=s.finetune_steps,
-        batch_size=t.batch_size,
+        batch_size=s.finetune_batch_size or t.batch_size,
         score_rows=s.score_rows,
         dense_lr=t.dense_lr,
         sparse_lr=t.sparse_lr,
