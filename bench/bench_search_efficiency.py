@@ -259,8 +259,10 @@ def print_reverse_speedup(runs: list[dict], searchers: list[str]) -> None:
             evo.append(examples_to_reach(r["results"]["evolution"]["points"], target))
             ratios.append(evo[-1] / own[-1])
         shown = ", ".join("∞" if math.isinf(x) else f"{x:.1f}x" for x in ratios)
+        mid = median(ratios)
         print(f"| {s} | {median(best):.4f} | {fmt_examples(median(own))} | "
-              f"{fmt_examples(median(evo))} | {shown} | {median(ratios):.1f}x |")  # fmt: skip
+              f"{fmt_examples(median(evo))} | {shown} | "
+              f"{'∞' if math.isinf(mid) else f'{mid:.1f}x'} |")  # fmt: skip
     print()
 
 

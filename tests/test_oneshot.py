@@ -270,6 +270,7 @@ def test_study_runs_phase_once_and_trains_candidates_as_trials(tmp_path, kind):
         "population": 4,
         "sample_size": 2,
         "finetune_steps": 2,
+        "finetune_batch_size": 32,
         "score_rows": 300,
         "oneshot_search": "reinforce" if kind == "oneshot" else "evolution",
         "target_mflops": 0.01,
@@ -285,8 +286,8 @@ def test_study_runs_phase_once_and_trains_candidates_as_trials(tmp_path, kind):
     assert [t.number for t in proposed] == [0, 1]
     phase = study.user_attrs[f"{kind}_phase"]
     assert [c["digest"] for c in phase["candidates"]] == [t.user_attrs["digest"] for t in proposed]
-    if kind == "oneshot":  # supernet batches, then 2 fine-tune batches per scored candidate
-        assert phase["examples"] == (30 + 2 * phase["scored"]) * 128
+    if kind == "oneshot":  # supernet batches, then 2 fine-tune batches of 32 per candidate
+        assert phase["examples"] == 30 * 128 + 2 * 32 * phase["scored"]
     else:  # weight batches, then validation batches after the 25% warm-up
         assert phase["examples"] == (30 + 30 - int(0.25 * 30)) * 128
     assert any(line.startswith(f"{kind}: enqueued 2") for line in lines)
