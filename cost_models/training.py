@@ -94,7 +94,7 @@ class TrainedSharder:
     policy: PolicyNet
     report: dict[str, Any]
 
-    def sharder(self, episodes: int = 16) -> RLSharder:
+    def sharder(self, episodes: int | None = None) -> RLSharder:
         return RLSharder(self.policy, self.cost_net, episodes)
 
     def save(self, directory: str | Path) -> None:

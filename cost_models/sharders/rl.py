@@ -3,7 +3,9 @@
 Candidate cuts of the heaviest tables into column shards (none, and the cuts that
 `splitting.choose_splits` proposes at each of `split_limits`) are each screened with the
 policy's greedy episode; the cut whose greedy plan has the lowest predicted max-device
-cost wins and gets `episodes - 1` sampled episodes more. Of that cut's episodes, the
+cost wins and gets `episodes - 1` sampled episodes more: by default as many as fit a fixed
+amount of work (16 for 800 tables on 128 devices, up to 512 for small workloads; more
+samples keep a margin against the cost model's errors). Of that cut's episodes, the
 feasible plan with the lowest soft max-device cost (see `policy`: it keeps a margin
 against the model's errors on the devices just below the max) is returned. No
 measurement happens here.
@@ -28,6 +30,9 @@ from cost_models.tables import TableSpec, placement_units
 from cost_models.topology import Topology
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
+# Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
+EPISODE_WORK = 16 * 800 * 128
+MIN_EPISODES, MAX_EPISODES = 16, 512
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class RLSharder(Sharder):
         self,
         policy: PolicyNet,
         cost_net: CostNet,
-        episodes: int = 16,
+        episodes: int | None = None,
         seed: int = 0,
         split_limits: Sequence[float] = SPLIT_LIMITS,
     ) -> None:
@@ -56,7 +61,7 @@ class RLSharder(Sharder):
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
 
     @classmethod
-    def load(cls, directory: str | Path, episodes: int = 16) -> RLSharder:
+    def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
         """The policy and cost model that `ranknas shard train` saved in `directory`."""
         return cls(load_policy(directory), load_cost_net(directory), episodes)
 
@@ -65,7 +70,9 @@ class RLSharder(Sharder):
         check_capacity(tables, topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
-        screen = self.episodes if len(candidates) == 1 else 1
+        most_units = len(placement_units(tables, candidates[-1]))  # the last cuts the most
+        count = self.episodes or episode_count(most_units, topology.num_devices)
+        screen = count if len(candidates) == 1 else 1
         screened, stuck = [], None
         for splits in candidates:
             units = placement_units(tables, splits)
@@ -76,8 +83,8 @@ class RLSharder(Sharder):
         if not screened:
             raise _stuck_error(*stuck, topology)
         chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
-        if self.episodes > screen:
-            more = self._episodes(chosen.units, topology, self.episodes - screen, False, generator)
+        if count > screen:
+            more = self._episodes(chosen.units, topology, count - screen, False, generator)
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
         assignment = {t.name: r for t, r in zip(chosen.units, chosen.ranks, strict=True)}
@@ -107,6 +114,11 @@ class RLSharder(Sharder):
             return run_episodes(
                 self.policy, self.cost_net, units, topology, count, greedy_first, generator
             )
+
+
+def episode_count(units: int, devices: int) -> int:
+    """Episodes for a plan of `units` on `devices`: a fixed amount of work, within bounds."""
+    return int(min(MAX_EPISODES, max(MIN_EPISODES, EPISODE_WORK // (units * devices))))
 
 
 def _best(episodes: Episodes, splits: dict[str, int], units: list[TableSpec]) -> _Best | None:
