@@ -11,6 +11,7 @@ from cost_models.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
 from cost_models.measure import KernelTime, Measurer
 from cost_models.policy import PolicyNet, load_policy, run_episodes
 from cost_models.sharders import RLSharder
+from cost_models.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
 from cost_models.splitting import choose_splits
 from cost_models.tables import TableSpec, column_shards, generate_tables
 from cost_models.topology import Topology
@@ -134,3 +135,10 @@ def test_dreamshard_loop_saves_a_policy_that_plans_other_sizes(tmp_path):
         assert sorted(plan.assignment) == sorted(t.name for t in tables)
         assert set(plan.assignment.values()) <= set(range(devices))
     assert load_policy(tmp_path).config == trained.policy.config
+
+
+def test_episodes_fill_a_fixed_amount_of_work():
+    assert episode_count(800, 128) == MIN_EPISODES  # the largest benchmark workload
+    assert episode_count(50, 4) == MAX_EPISODES
+    assert MIN_EPISODES < episode_count(400, 64) < MAX_EPISODES
+    assert episode_count(400, 64) * 400 * 64 <= EPISODE_WORK
