@@ -164,8 +164,9 @@ def train_sharder(
     )
     train_pool += tail_pool(config)
     tasks = [sample_task(train_pool, rng, config.tasks) for _ in range(config.initial_tasks)]
+    log(f"measuring {len(train_pool)} training tables alone, then {len(tasks)} training tasks")
     samples = plan_samples(_one_per_device(train_pool), train_pool, measurer)
-    samples += _collect(tasks, ["random", "size_lookup_greedy"], measurer, config.seed)
+    samples += _collect(tasks, ["random", "size_lookup_greedy"], measurer, config.seed, log)
     log(f"measured {len(samples)} device sets ({measurer.kernel}); fitting the cost model")
     net_config = CostNetConfig(
         batch_size=config.measure.batch_size, kernel=measurer.kernel, device=measurer.device
@@ -230,12 +231,19 @@ def _collect(
     methods: Sequence[str],
     measurer: Measurer,
     seed: int,
+    log: Callable[[str], None] | None = None,
 ) -> list[CostSample]:
-    samples = []
+    """Measured device sets of each method's plan on each task; with `log`, progress with
+    the time left about five times along the way."""
+    samples, start, every = [], time.perf_counter(), max(1, len(tasks) // 5)
     for k, (tables, topology) in enumerate(tasks):
         for method in methods:
             plan = make_sharder(method, seed=seed + k).plan(tables, topology)
             samples += plan_samples(plan, tables, measurer)
+        done = k + 1
+        if log is not None and (done % every == 0 or done == len(tasks)):
+            left = (time.perf_counter() - start) / done * (len(tasks) - done)
+            log(f"  tasks {done}/{len(tasks)}: {len(samples)} device sets, ~{left:.0f} s left")
     return samples
 
 
