@@ -24,6 +24,7 @@ import yaml
 
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
+from search_space.files import read_data_file
 from search_space.schema import DatasetSchema
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
@@ -174,16 +175,7 @@ def table_features(tables: Sequence[TableSpec]) -> np.ndarray:
 
 def load_tables(path: str | Path) -> list[TableSpec]:
     """Read `tables: [...]` from a YAML or JSON file; errors name the entry and the field."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RanknasError(f"{path}: cannot read the table file ({exc.strerror})") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise RanknasError(f"{path}: not valid {kind} ({exc})") from None
+    data = read_data_file(path, "the table file")
     return parse_tables(data, str(path))
 
 

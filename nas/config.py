@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from search_space.errors import RanknasError
+from search_space.files import read_data_file
 from search_space.spaces import AnySpaceConfig, format_validation_error
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
@@ -214,13 +214,4 @@ def parse_config(data: Any, source: str = "study config") -> StudyConfig:
 
 
 def load_config(path: str | Path) -> StudyConfig:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RanknasError(f"{path}: cannot read the study config ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RanknasError(f"{path}: not valid YAML ({exc})") from None
-    return parse_config(data, source=str(path))
+    return parse_config(read_data_file(path, "the study config"), source=str(path))

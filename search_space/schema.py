@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from search_space.errors import RanknasError
+from search_space.files import read_data_file
 
 
 @dataclass(frozen=True)
@@ -88,16 +87,7 @@ class DatasetSchema:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> DatasetSchema:
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise RanknasError(f"{path}: cannot read the schema file ({exc.strerror})") from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise RanknasError(f"{path}: not valid YAML ({exc})") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_data_file(path, "the schema file"), source=str(path))
 
 
 def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
 from search_space.errors import SpecError
+from search_space.files import read_data_file
 from search_space.schema import DatasetSchema
 from search_space.spaces.base import Categorical, Integer, Parameter, SearchSpace, SpaceConfig
 from search_space.spaces.dag import DagConfig, DagSpace
@@ -61,13 +61,7 @@ def make_space(config: SpaceConfig | dict[str, Any], schema: DatasetSchema) -> S
 
 def load_space(path: str | Path, schema: DatasetSchema) -> SearchSpace:
     """A space from a YAML file holding either the space config or `search_space: {...}`."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read the space config ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML ({exc})") from None
+    data = read_data_file(path, "the space config", SpecError)
     if isinstance(data, dict) and "search_space" in data:
         data = data["search_space"]
     return make_space(parse_space_config(data, source=f"{path}: search_space"), schema)

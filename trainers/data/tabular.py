@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from search_space.errors import RanknasError
+from search_space.files import read_data_file
 from search_space.schema import CategoricalFeature, DatasetSchema
 from trainers.data.dataset import TabularData
 from trainers.data.encoding import check_encoding, frequency_ids, hashed_ids
@@ -58,12 +59,7 @@ class TabularSchema:
 def read_tabular_schema(path: str | Path) -> TabularSchema:
     """Parse a schema YAML; categorical entries are names or `{name: .., cardinality: ..}`."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise RanknasError(f"{path}: cannot read the schema file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise RanknasError(f"{path}: not valid YAML ({exc})") from None
+    data = read_data_file(path, "the schema file")
     if not isinstance(data, dict):
         raise RanknasError(f"{path}: expected a mapping with 'label', 'dense', 'categorical'")
     entries = data.get("categorical") or []
