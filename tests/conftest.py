@@ -1,8 +1,10 @@
 import logging
+from collections.abc import Iterator
 
 import pytest
 import torch
 
+from mlflow_server import ServerConfig, ServerInfo, down, up
 from search_space.schema import CategoricalFeature, DatasetSchema
 
 # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about on first use.
@@ -19,3 +21,17 @@ def small_schema() -> DatasetSchema:
         categorical=tuple(CategoricalFeature(f"c{i}", 20 + 7 * i) for i in range(6)),
         name="small",
     )
+
+
+@pytest.fixture(scope="module")
+def server_config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
+    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+
+
+@pytest.fixture(scope="module")
+def server(server_config: ServerConfig) -> Iterator[ServerInfo]:
+    """A real `mlflow server` for the test module; a restart comes back on the same port."""
+    info = up(server_config)
+    server_config.port = info.port
+    yield info
+    down(server_config)

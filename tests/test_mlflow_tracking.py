@@ -4,7 +4,6 @@ import shutil
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,6 @@ from mlflow_server import ServerConfig, ServerInfo, StudyLogger, down, up
 from search_space.errors import RanknasError
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
-
-
-@pytest.fixture(scope="module")
-def config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
-    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
-
-
-@pytest.fixture(scope="module")
-def server(config: ServerConfig) -> Iterator[ServerInfo]:
-    info = up(config)
-    config.port = info.port  # a restart must come back on the same port
-    yield info
-    down(config)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +115,7 @@ def test_relogging_a_trial_and_resuming_a_study_do_not_duplicate_runs(
 
 
 def test_outage_keeps_records_and_delivers_them_once_in_order(
-    client: MlflowClient, config: ServerConfig, server: ServerInfo, tmp_path: Path
+    client: MlflowClient, server_config: ServerConfig, server: ServerInfo, tmp_path: Path
 ) -> None:
     outbox = tmp_path / "outbox"
     logger = StudyLogger(server.uri, outbox, retry_interval_s=0)
@@ -137,7 +123,7 @@ def test_outage_keeps_records_and_delivers_them_once_in_order(
     _log_trial(logger, 0)
     assert logger.pending() == 0
 
-    down(config)
+    down(server_config)
     for number in range(1, 5):
         started = time.monotonic()
         _log_trial(logger, number)
@@ -146,7 +132,7 @@ def test_outage_keeps_records_and_delivers_them_once_in_order(
     assert logger.pending() == 5 and logger.last_error is not None
     assert logger.flush(timeout_s=0.5) == 5
 
-    up(config)
+    up(server_config)
     backup = tmp_path / "outbox-before-delivery.db"
     shutil.copy(outbox / "outbox.db", backup)
     assert logger.flush(timeout_s=30) == 0 and logger.last_error is None

@@ -1,30 +1,14 @@
 """A study logged to a real `mlflow server`: parent and nested runs with their content, and
 an MLflow outage in the middle of the study loses nothing."""
 
-from collections.abc import Iterator
-
-import pytest
 from mlflow import MlflowClient
 
-from mlflow_server import ServerConfig, ServerInfo, StudyLogger, down, up
+from mlflow_server import StudyLogger, down, up
 from nas.commands import log_summary
 from nas.config import parse_config
 from nas.leaderboard import rows
 from nas.runner import run_study
 from study_helpers import tiny_config
-
-
-@pytest.fixture(scope="module")
-def server_config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
-    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
-
-
-@pytest.fixture(scope="module")
-def server(server_config: ServerConfig) -> Iterator[ServerInfo]:
-    info = up(server_config)
-    server_config.port = info.port  # a restart comes back on the same port
-    yield info
-    down(server_config)
 
 
 def _runs(client: MlflowClient, experiment: str):
