@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,15 @@ from optuna.trial import TrialState
 
 from nas.config import StudyConfig, load_config, parse_config
 from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
-from nas.runner import run_study
+from nas.runner import StudyData, prepare_data, run_study, trial_train_config
+from search_space.architecture import Architecture
+from search_space.builder import build_model
+from trainers.trainer import train
 
 SEARCHERS = ("oneshot", "oneshot-ceiling", "dnas", "dnas-ceiling", "evolution", "random")
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 TARGET_SPEEDUP = 5.0
+REEVAL_SEED = 10_000  # far from every study's trial seeds (study seed + trial number)
 
 
 def parse_args() -> argparse.Namespace:
@@ -64,7 +69,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--budget-mflops", type=float, default=0.05)
     parser.add_argument("--population", type=int, default=12, help="evolution")
     parser.add_argument("--top-k", type=int, default=4, help="one-shot and DNAS")
-    parser.add_argument("--finetune-steps", type=int, help="one-shot (default: the example's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="one-shot/DNAS searcher setting over the example's, e.g. "
+                        "refine_candidates=16 (repeatable)")  # fmt: skip
+    parser.add_argument("--reeval-seeds", type=int, default=3, help="per incumbent")
     return parser.parse_args()
 
 
@@ -78,8 +86,9 @@ def study_config(tmp: Path, name: str, seed: int, args: argparse.Namespace) -> S
     if searcher in PHASE_SEARCHERS:
         searcher_section["target_mflops"] = args.budget_mflops
         searcher_section["cost_penalty"] = "above" if name.endswith("-ceiling") else "absolute"
-        if args.finetune_steps is not None:
-            searcher_section["finetune_steps"] = args.finetune_steps
+        for item in args.set:
+            key, _, value = item.partition("=")
+            searcher_section[key] = json.loads(value)
         trials = args.top_k
         objectives = {"metric": "ne"}
     else:
@@ -121,17 +130,30 @@ def trial_examples(trial: optuna.trial.FrozenTrial) -> int:
 
 
 def study_curve(study: optuna.Study, searcher: str) -> dict[str, Any]:
-    """Best NE so far against examples consumed so far, trial by trial (after the phase)."""
+    """Best NE so far against examples consumed so far, trial by trial (after the phase),
+    and the incumbents: each trial that became the best so far, with its architecture."""
     phase = study.user_attrs.get(phase_attr(searcher.removesuffix("-ceiling")), {})
     consumed = int(phase.get("examples", 0))
-    best, best_mflops, points = math.inf, math.nan, []
+    best, best_mflops, points, incumbents = math.inf, math.nan, [], []
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         consumed += trial_examples(trial)
         if trial.state == TrialState.COMPLETE and trial.values[0] < best:
             best, best_mflops = trial.values[0], trial.user_attrs["mflops"]
+            arch_file = Path(trial.user_attrs["trial_dir"]) / "architecture.json"
+            incumbents.append(
+                {
+                    "examples": consumed,
+                    "trial": trial.number,
+                    "ne": best,
+                    "mflops": best_mflops,
+                    "digest": trial.user_attrs["digest"],
+                    "architecture": arch_file.read_text(),
+                }
+            )
         points.append((consumed, best))
     return {
         "points": points,
+        "incumbents": incumbents,
         "phase_examples": int(phase.get("examples", 0)),
         "best_ne": best,
         "best_mflops": best_mflops,
@@ -139,9 +161,41 @@ def study_curve(study: optuna.Study, searcher: str) -> dict[str, Any]:
     }
 
 
+def reevaluate(
+    incumbents: list[dict], config: StudyConfig, data: StudyData, seeds: int, cache_path: Path
+) -> None:
+    """Retrain every incumbent stand-alone with `seeds` fresh training seeds, exactly as its
+    study trains a trial, and add the mean validation and test NE (`reeval_val_ne`,
+    `reeval_test_ne`) and their spread across seeds. The test split is never seen by any
+    searcher, and the fresh seeds remove the luck that made a trial the best of many."""
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    setting = f"{config.data.rows}:{config.budget.examples_per_trial}"
+    for incumbent in incumbents:
+        runs = []
+        for k in range(seeds):
+            seed = REEVAL_SEED + k
+            key = f"{incumbent['digest']}:{seed}:{setting}"
+            if key not in cache:
+                arch = Architecture.from_json(incumbent["architecture"])
+                model = build_model(arch, seed=seed)
+                train_config = trial_train_config(config, seed)
+                result = train(model, data.train, data.valid, data.test, train_config)
+                cache[key] = [result.validation["ne"], result.test["ne"]]
+                cache_path.write_text(json.dumps(cache))
+            runs.append(cache[key])
+        val, test = zip(*runs, strict=True)
+        incumbent |= {
+            "reeval_val_ne": statistics.fmean(val),
+            "reeval_test_ne": statistics.fmean(test),
+            "reeval_test_sd": statistics.stdev(test) if seeds > 1 else 0.0,
+        }
+
+
 def run_seed(args: argparse.Namespace) -> None:
     path = Path(args.out) / f"seed-{args.seed}.json"
     results: dict[str, Any] = json.loads(path.read_text())["results"] if path.exists() else {}
+    cache = Path(args.out) / "reeval-cache.json"
+    cache.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ranknas-eff-") as tmp:
         for searcher in args.searchers.split(","):
             config = study_config(Path(tmp), searcher, args.seed, args)
@@ -151,10 +205,13 @@ def run_seed(args: argparse.Namespace) -> None:
                 "seconds": round(time.monotonic() - started, 1)
             }
             r = results[searcher]
+            reevaluate(r["incumbents"], config, prepare_data(config), args.reeval_seeds, cache)
+            final = r["incumbents"][-1]
             print(
                 f"<!-- seed {args.seed} {searcher}: best NE {r['best_ne']:.4f} "
                 f"({r['best_mflops']:.4f} MFLOPs) after {r['points'][-1][0]:,} examples, "
-                f"{r['seconds']:.0f} s -->",
+                f"{r['seconds']:.0f} s; re-evaluated test NE {final['reeval_test_ne']:.4f} "
+                f"± {final['reeval_test_sd']:.4f} -->",
                 flush=True,
             )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,6 +244,29 @@ def fmt_examples(value: float) -> str:
     return "not reached" if math.isinf(value) else f"{value / 1e6:.2f}M"
 
 
+@dataclass(frozen=True)
+class View:
+    """One way to read a study's result: its curve of (examples consumed, NE) and its final
+    NE. `recorded`: the best validation NE among the trials, as the study saw it.
+    `re-evaluated`: the test NE, averaged over fresh training seeds, of the architecture the
+    study held as its best at that point (see `reevaluate`)."""
+
+    name: str
+    label: str
+
+    def points(self, result: dict) -> list[list[float]]:
+        if self.name == "recorded":
+            return result["points"]
+        return [[inc["examples"], inc["reeval_test_ne"]] for inc in result["incumbents"]]
+
+    def final(self, result: dict) -> float:
+        return self.points(result)[-1][1]
+
+
+RECORDED = View("recorded", "best validation NE recorded")
+REEVALUATED = View("re-evaluated", "test NE of the incumbent, mean of fresh seeds")
+
+
 def report(args: argparse.Namespace) -> None:
     runs = [json.loads(p.read_text()) for p in sorted(Path(args.out).glob("seed-*.json"))]
     runs = [r for r in runs if "evolution" in r["results"]]
@@ -201,21 +281,27 @@ def report(args: argparse.Namespace) -> None:
           f"untrained: evolution consumed {budget / 1e6:.2f}M, median); one-shot/DNAS: "
           f"top {settings['top_k']} trained stand-alone; FLOPs budget "
           f"{settings['budget_mflops']} MFLOPs.\n")  # fmt: skip
-    print_equal_examples(runs, searchers, budget)
-    print_examples_to_reach(runs, searchers)
+    views = [RECORDED]
+    if all("reeval_test_ne" in inc for r in runs for s in searchers
+           for inc in r["results"][s]["incumbents"]):  # fmt: skip
+        views.append(REEVALUATED)
+    for view in views:
+        print(f"#### {view.label}\n")
+        print_equal_examples(runs, searchers, budget, view)
+        print_examples_to_reach(runs, searchers, view)
     print_reverse_speedup(runs, searchers)
     print_flops(runs, searchers, settings["budget_mflops"])
     if args.plot:
-        plot(runs, searchers, Path(args.plot))
+        plot(runs, searchers, Path(args.plot), views)
 
 
-def print_equal_examples(runs: list[dict], searchers: list[str], budget: float) -> None:
+def print_equal_examples(runs: list[dict], searchers: list[str], budget: float, view: View) -> None:
     marks = [f * budget for f in FRACTIONS]
-    print("| searcher | " + " | ".join(f"best NE at {m / 1e6:.2f}M" for m in marks)
+    print("| searcher | " + " | ".join(f"NE at {m / 1e6:.2f}M" for m in marks)
           + " | examples consumed in all | seconds |")  # fmt: skip
     print("|---" * (len(marks) + 3) + "|")
     for s in searchers:
-        cells = [median([best_at(r["results"][s]["points"], m) for r in runs]) for m in marks]
+        cells = [median([best_at(view.points(r["results"][s]), m) for r in runs]) for m in marks]
         total = median([r["results"][s]["points"][-1][0] for r in runs])
         seconds = median([r["results"][s]["seconds"] for r in runs])
         shown = " | ".join("—" if math.isnan(c) else f"{c:.4f}" for c in cells)
@@ -223,14 +309,14 @@ def print_equal_examples(runs: list[dict], searchers: list[str], budget: float) 
     print()
 
 
-def print_examples_to_reach(runs: list[dict], searchers: list[str]) -> None:
-    print("| seed | evolution's best NE | " + " | ".join(f"{s}: examples" for s in searchers)
+def print_examples_to_reach(runs: list[dict], searchers: list[str], view: View) -> None:
+    print("| seed | evolution's final NE | " + " | ".join(f"{s}: examples" for s in searchers)
           + " | best speed-up over evolution (one-shot or DNAS) |")  # fmt: skip
     print("|---" * (len(searchers) + 3) + "|")
     speedups = []
     for r in runs:
-        target = r["results"]["evolution"]["best_ne"]
-        needed = {s: examples_to_reach(r["results"][s]["points"], target) for s in searchers}
+        target = view.final(r["results"]["evolution"])
+        needed = {s: examples_to_reach(view.points(r["results"][s]), target) for s in searchers}
         speedup = max(needed["evolution"] / needed[s] for s in searchers if _is_phase(s))
         speedups.append(speedup)
         cells = " | ".join(fmt_examples(needed[s]) for s in searchers)
@@ -239,7 +325,7 @@ def print_examples_to_reach(runs: list[dict], searchers: list[str]) -> None:
     met = sum(s >= TARGET_SPEEDUP for s in speedups)
     print(f"\nThe {TARGET_SPEEDUP:.0f}x target met in {met} of {len(runs)} seeds "
           f"(median speed-up {statistics.median(speedups):.2f}x; 0 where one-shot and DNAS "
-          "never reach evolution's best).\n")  # fmt: skip
+          "never reach evolution's final NE).\n")  # fmt: skip
 
 
 def print_reverse_speedup(runs: list[dict], searchers: list[str]) -> None:
@@ -277,24 +363,27 @@ def print_flops(runs: list[dict], searchers: list[str], budget_mflops: float) ->
     print()
 
 
-def plot(runs: list[dict], searchers: list[str], path: Path) -> None:
+def plot(runs: list[dict], searchers: list[str], path: Path, views: list[View]) -> None:
+    """One panel per view: the median curve of each searcher over the seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for s in searchers:
-        end = median([r["results"][s]["points"][-1][0] for r in runs])  # where it stopped
-        grid = [end * i / 200 for i in range(1, 201)]
-        curve = [median([best_at(r["results"][s]["points"], x) for r in runs]) for x in grid]
-        (line,) = ax.plot([x / 1e6 for x in grid], curve, label=s, drawstyle="steps-post")
-        ax.plot([end / 1e6], [curve[-1]], "o", color=line.get_color())
-    ax.set_xlabel("training examples consumed (millions)")
-    ax.set_ylabel(f"best validation NE so far (median of {len(runs)} seeds)")
-    ax.set_title("Search efficiency on the synthetic data")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(views), figsize=(7 * len(views), 4.2), squeeze=False)
+    for ax, view in zip(axes[0], views, strict=True):
+        for s in searchers:
+            end = median([r["results"][s]["points"][-1][0] for r in runs])  # where it stopped
+            grid = [end * i / 200 for i in range(1, 201)]
+            curve = [median([best_at(view.points(r["results"][s]), x) for r in runs])
+                     for x in grid]  # fmt: skip
+            (line,) = ax.plot([x / 1e6 for x in grid], curve, label=s, drawstyle="steps-post")
+            ax.plot([end / 1e6], [curve[-1]], "o", color=line.get_color())
+        ax.set_xlabel("training examples consumed (millions)")
+        ax.set_ylabel(f"{view.label} (median of {len(runs)} seeds)", fontsize=8)
+        ax.set_title(f"Search efficiency on the synthetic data: {view.name}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"Plot: `{path}`.\n")

@@ -64,6 +64,10 @@ class SearcherConfig(_Section):
         default=None, ge=1, description="oneshot: fine-tune batch (default: training.batch_size)"
     )
     score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
+    refine_candidates: int = Field(
+        default=0, ge=0, description="oneshot: best candidates rescored after a longer fine-tune"
+    )
+    refine_steps: int = Field(default=160, ge=1, description="oneshot: that longer fine-tune")
     target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
     cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")
     cost_penalty: Literal["absolute", "above"] = Field(

@@ -318,6 +318,24 @@ def _latency_predictor(path: str, batch_size: int) -> Any:
     return predictor
 
 
+def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
+    """How the study trains one trial stand-alone (its budget and `training` section)."""
+    t = config.training
+    return TrainConfig(
+        batch_size=t.batch_size,
+        max_examples=config.budget.examples_per_trial,
+        max_seconds=config.budget.trial_seconds,
+        dense_optimizer=t.dense_optimizer,
+        dense_lr=t.dense_lr,
+        weight_decay=t.weight_decay,
+        sparse_optimizer=t.sparse_optimizer,
+        sparse_lr=t.sparse_lr,
+        evals=t.evals,
+        seed=seed,
+        device=t.device,
+    )
+
+
 def _train_within_constraints(
     trial: Trial,
     arch: Architecture,
@@ -337,21 +355,8 @@ def _train_within_constraints(
         reason = (f"{latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
                   f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
         return TrainResult(status="pruned", failure_reason=reason), None
-    t = config.training
-    train_config = TrainConfig(
-        batch_size=t.batch_size,
-        max_examples=config.budget.examples_per_trial,
-        max_seconds=config.budget.trial_seconds,
-        dense_optimizer=t.dense_optimizer,
-        dense_lr=t.dense_lr,
-        weight_decay=t.weight_decay,
-        sparse_optimizer=t.sparse_optimizer,
-        sparse_lr=t.sparse_lr,
-        evals=t.evals,
-        seed=config.seed + trial.number,
-        device=t.device,
-    )
-    model = build_model(arch, seed=config.seed + trial.number)
+    train_config = trial_train_config(config, seed=config.seed + trial.number)
+    model = build_model(arch, seed=train_config.seed)
 
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
         if config.multi_objective:

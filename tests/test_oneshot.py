@@ -228,6 +228,30 @@ def test_oneshot_search_scores_with_inherited_weights(data, method):
     assert 0 < best.ne < 2 and best.mflops == analyze(space.decode(best.values)).flops / 1e6
 
 
+def test_refine_rescores_the_best_after_a_longer_fine_tune(data):
+    train, valid = data
+    space = _space(train.schema, num_blocks=2)
+    supernet = Supernet(space)
+    train_supernet(supernet, train, steps=20, batch_size=128)
+    scorer = Scorer(
+        supernet, valid, finetune_data=train, finetune_steps=2, batch_size=128, score_rows=400
+    )
+    ranked = evolution_search(scorer, candidates=8, population=4, sample_size=2)
+    before = scorer.examples
+    refined = scorer.refine(ranked, count=3, steps=12)
+    assert scorer.examples == before + 3 * 12 * 128
+    head, tail = refined[:3], refined[3:]
+    assert {c.digest for c in head} == {c.digest for c in ranked[:3]}
+    assert [c.fitness for c in head] == sorted(c.fitness for c in head)
+    assert tail == ranked[3:]
+    coarse = {c.digest: c.ne for c in ranked[:3]}
+    for c in head:
+        assert c.coarse_ne == coarse[c.digest]
+        arch = space.decode(c.values)
+        assert c.ne == pytest.approx(scorer.inherited_ne(arch, 12))  # deterministic rescoring
+    assert any(c.ne != c.coarse_ne for c in head)
+
+
 def test_cost_aware_fitness():
     from nas.oneshot.search import fitness
 

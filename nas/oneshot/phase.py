@@ -151,6 +151,11 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         seed=config.seed,
         on_progress=on_progress,
     )
+    if s.refine_candidates:
+        progress(f"oneshot: rescoring the best {s.refine_candidates} after {s.refine_steps} "
+                 "fine-tune steps")  # fmt: skip
+        ranked = scorer.refine(ranked, s.refine_candidates, s.refine_steps)
+        _log(logger, {"oneshot_best_refined_ne": ranked[0].ne})
     candidates = [
         {"values": c.values, **c.to_dict(), "inherited_ne": c.ne} for c in ranked[: s.top_k]
     ]

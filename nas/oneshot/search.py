@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -38,14 +38,12 @@ class Candidate:
     ne: float
     mflops: float
     fitness: float
+    coarse_ne: float | None = None  # the short fine-tune's score, once `refine`d
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "digest": self.digest,
-            "ne": self.ne,
-            "mflops": self.mflops,
-            "fitness": self.fitness,
-        }
+        out = {"digest": self.digest, "ne": self.ne, "mflops": self.mflops}
+        out["fitness"] = self.fitness
+        return out | ({"coarse_ne": self.coarse_ne} if self.coarse_ne is not None else {})
 
 
 CostPenalty = Literal["absolute", "above"]
@@ -106,15 +104,17 @@ class Scorer:
         self.cache: dict[str, Candidate] = {}
         self.examples = 0  # training examples consumed by fine-tunes
 
-    def inherited_ne(self, arch: Architecture) -> float:
-        """Validation NE of `arch` with inherited weights after the short fine-tune."""
+    def inherited_ne(self, arch: Architecture, steps: int | None = None) -> float:
+        """Validation NE of `arch` with inherited weights after a fine-tune of `steps`
+        (default: `finetune_steps`)."""
+        steps = self.finetune_steps if steps is None else steps
         model = build_model(arch)
         model.load_state_dict(self.supernet.extract(arch), strict=True)
-        if self.finetune_steps:
+        if steps:
             model.train()
             optimizers = [o for o in make_optimizers(model, self.train_config) if o is not None]
             stream = batches(self.finetune_data, self.batch_size, self.seed)
-            for _ in range(self.finetune_steps):
+            for _ in range(steps):
                 dense, sparse, labels = next(stream)
                 self.examples += len(labels)
                 loss = F.binary_cross_entropy_with_logits(model(dense, sparse), labels)
@@ -151,6 +151,19 @@ class Scorer:
     def top(self, k: int) -> list[Candidate]:
         ranked = sorted(self.cache.values(), key=lambda c: c.fitness)
         return [c for c in ranked if math.isfinite(c.fitness)][:k]
+
+    def refine(self, ranked: list[Candidate], count: int, steps: int) -> list[Candidate]:
+        """Successive halving's second rung: rescore the best `count` of `ranked` after a
+        longer fine-tune of `steps` from their inherited weights, and rank them by that
+        score ahead of the rest. The short fine-tune finds the promising region cheaply but
+        barely ranks the architectures inside it; the longer one ranks them better."""
+        head, tail = ranked[:count], ranked[count:]
+        refined = []
+        for c in head:
+            ne = self.inherited_ne(self.supernet.space.decode(c.values), steps)
+            score = fitness(ne, c.mflops, self.target_mflops, self.cost_weight, self.cost_penalty)
+            refined.append(replace(c, ne=ne, fitness=score, coarse_ne=c.ne))
+        return sorted(refined, key=lambda c: c.fitness) + tail
 
 
 def evolution_search(
