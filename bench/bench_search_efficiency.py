@@ -313,6 +313,7 @@ def report(args: argparse.Namespace) -> None:
         print(f"#### {view.label}\n")
         print_equal_examples(runs, searchers, budget, view)
         print_examples_to_reach(runs, searchers, view)
+        print_median_reach(runs, searchers, view)
         print_reverse_speedup(runs, searchers, view)
         print_flops(runs, searchers, settings["budget_mflops"], view)
     if args.plot:
@@ -350,6 +351,29 @@ def print_examples_to_reach(runs: list[dict], searchers: list[str], view: View) 
     print(f"\nThe {TARGET_SPEEDUP:.0f}x target met in {met} of {len(runs)} seeds "
           f"(median speed-up {statistics.median(speedups):.2f}x; 0 where one-shot and DNAS "
           "never reach evolution's best NE).\n")  # fmt: skip
+
+
+def median_curve(runs: list[dict], searcher: str, view: View) -> list[list[float]]:
+    """The median over seeds of a searcher's curve, at every point where any seed's moves."""
+    marks = sorted({x for r in runs for x, _ in view.points(r["results"][searcher])})
+    curve = [[x, median([best_at(view.points(r["results"][searcher]), x) for r in runs])]
+             for x in marks]  # fmt: skip
+    return [[x, ne] for x, ne in curve if not math.isnan(ne)]
+
+
+def print_median_reach(runs: list[dict], searchers: list[str], view: View) -> None:
+    """Seed by seed, "reaching evolution's best" is decided by one draw each; on the median
+    curves over the seeds: the examples each needs to reach what evolution's median curve
+    reaches at the end of its budget."""
+    target = median_curve(runs, "evolution", view)[-1][1]
+    evolution = examples_to_reach(median_curve(runs, "evolution", view), target)
+    cells = []
+    for s in searchers:
+        needed = examples_to_reach(median_curve(runs, s, view), target)
+        ratio = "" if s == "evolution" or math.isinf(needed) else f", {evolution / needed:.1f}x"
+        cells.append(f"{s} {fmt_examples(needed)}{ratio}")
+    print(f"On the median curves: evolution ends at {target:.4f}; examples to reach it: "
+          + "; ".join(cells) + ".\n")  # fmt: skip
 
 
 def print_reverse_speedup(runs: list[dict], searchers: list[str], view: View) -> None:

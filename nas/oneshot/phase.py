@@ -155,7 +155,10 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         progress(f"oneshot: rescoring the best {s.refine_candidates} after {s.refine_steps} "
                  "fine-tune steps")  # fmt: skip
         ranked = scorer.refine(ranked, s.refine_candidates, s.refine_steps)
-        _log(logger, {"oneshot_best_refined_ne": ranked[0].ne})
+        best = ranked[0]
+        progress(f"oneshot: best after rescoring: inherited NE {best.ne:.4f} (short fine-tune "
+                 f"{best.coarse_ne:.4f}, {best.mflops:.3f} MFLOPs)")  # fmt: skip
+        _log(logger, {"oneshot_best_refined_ne": best.ne})
     candidates = [
         {"values": c.values, **c.to_dict(), "inherited_ne": c.ne} for c in ranked[: s.top_k]
     ]
