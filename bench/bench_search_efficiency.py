@@ -4,12 +4,15 @@ Each searcher runs as a real study (`nas.runner.run_study`, SQLite in a temp dir
 over the same DAG space on the built-in synthetic data. Every training example counts:
 supernet training (DNAS: its weight and architecture batches), the fine-tunes that score
 one-shot candidates, and the stand-alone training of every trial. Each study gives a curve
-of the best validation NE found so far against the examples consumed so far; from it:
+of NE against the examples consumed so far, read two ways (`View`): the best validation NE
+recorded so far (one training run per trial), and the re-evaluated one: every incumbent
+retrained with fresh seeds and scored on the test split, which removes the luck of the
+best of many single runs. From each:
 
-- the best NE at equal examples (fractions of evolution's whole budget);
+- the NE at equal examples (fractions of evolution's whole budget);
 - the examples each searcher needs to reach the best NE evolution reaches in its whole
   budget, and evolution's own examples to get there (the target: one-shot or DNAS need at
-  least 5x fewer);
+  least 5x fewer), seed by seed and on the median curves;
 - the FLOPs of each searcher's best architecture against the FLOPs budget. Evolution and
   random get the budget as a hard constraint (`objectives.max_mflops`: an architecture over
   it is pruned untrained, costing no examples); one-shot and DNAS get it as the target of
@@ -17,12 +20,14 @@ of the best validation NE found so far against the examples consumed so far; fro
   ceiling max(0, mflops / budget - 1) (`oneshot-ceiling`, `dnas-ceiling`), which, like the
   constraint, does not push architectures up toward the budget.
 
-    .venv/bin/python bench/bench_search_efficiency.py --seed 0     # one seed, 4-9 min
+    .venv/bin/python bench/bench_search_efficiency.py --seed 0 --reeval-seeds 5  # 5-8 min
     .venv/bin/python bench/bench_search_efficiency.py --report     # tables (+ plot) of all seeds
 
-Each `--seed` run adds its curves to --out/seed-N.json (a searcher run again replaces its
-entry); `--report` prints Markdown from every file there, with medians over seeds, and
-saves --plot.
+Each `--seed` run adds its curves and incumbents to --out/seed-N.json (a searcher run again
+replaces its entry); re-evaluation runs are cached in --out/reeval-cache.json; `--reeval`
+re-evaluates the saved incumbents (with more seeds, say); `--report` prints Markdown from
+every file there, with medians over seeds, and saves --plot. `--set KEY=VALUE` overrides a
+one-shot/DNAS searcher setting for tuning runs (use another --out).
 """
 
 from __future__ import annotations
