@@ -58,16 +58,16 @@ class SearcherConfig(_Section):
     oneshot_search: Literal["evolution", "reinforce"] = "evolution"
     search_candidates: int = Field(default=32, ge=1, description="oneshot: candidates scored")
     finetune_steps: int = Field(
-        default=20, ge=0, description="oneshot: fine-tune steps (training split) before scoring"
+        default=20, ge=0, description="oneshot/dnas_rescore: fine-tune steps before scoring"
     )
     finetune_batch_size: int | None = Field(
-        default=None, ge=1, description="oneshot: fine-tune batch (default: training.batch_size)"
+        default=None, ge=1, description="oneshot/dnas: fine-tune batch (default: batch_size)"
     )
-    score_rows: int = Field(default=5000, ge=100, description="oneshot: validation rows scored")
+    score_rows: int = Field(default=5000, ge=100, description="oneshot/dnas: validation rows")
     refine_candidates: int = Field(
-        default=0, ge=0, description="oneshot: best candidates rescored after a longer fine-tune"
+        default=0, ge=0, description="oneshot/dnas: the best rescored after a longer fine-tune"
     )
-    refine_steps: int = Field(default=160, ge=1, description="oneshot: that longer fine-tune")
+    refine_steps: int = Field(default=160, ge=1, description="oneshot/dnas: that longer fine-tune")
     target_mflops: float | None = Field(default=None, gt=0, description="oneshot/dnas: budget")
     cost_weight: float = Field(default=0.0, ge=0, description="weight of |mflops/target - 1|")
     cost_penalty: Literal["absolute", "above"] = Field(
@@ -78,6 +78,12 @@ class SearcherConfig(_Section):
     dnas_tau_start: float = Field(default=5.0, gt=0, description="dnas: Gumbel temperature")
     dnas_tau_end: float = Field(default=0.5, gt=0)
     dnas_arch_lr: float = Field(default=0.01, gt=0, description="dnas: Adam lr of the logits")
+    dnas_rescore: int = Field(
+        default=0,
+        ge=0,
+        description="dnas: score this many of the most probable architectures with inherited "
+        "weights (as oneshot does) and enqueue the best; 0: the argmax and the most probable",
+    )
 
     @model_validator(mode="after")
     def _tournament_fits(self) -> SearcherConfig:

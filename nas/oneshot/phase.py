@@ -118,20 +118,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         log_every=max(1, s.supernet_steps // 10),
         on_loss=on_loss,
     )
-    scorer = Scorer(
-        supernet,
-        data.valid,
-        finetune_data=data.train,
-        finetune_steps=s.finetune_steps,
-        batch_size=s.finetune_batch_size or t.batch_size,
-        score_rows=s.score_rows,
-        dense_lr=t.dense_lr,
-        sparse_lr=t.sparse_lr,
-        target_mflops=s.target_mflops,
-        cost_weight=s.cost_weight,
-        cost_penalty=s.cost_penalty,
-        seed=config.seed,
-    )
+    scorer = _scorer(config, supernet, data)
     every = max(1, s.search_candidates // 8)
 
     def on_progress(scored: int, best: Candidate) -> None:
@@ -151,19 +138,8 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         seed=config.seed,
         on_progress=on_progress,
     )
-    if s.refine_candidates:
-        progress(f"oneshot: rescoring the best {s.refine_candidates} after {s.refine_steps} "
-                 "fine-tune steps")  # fmt: skip
-        ranked = scorer.refine(ranked, s.refine_candidates, s.refine_steps)
-        best = ranked[0]
-        progress(f"oneshot: best after rescoring: inherited NE {best.ne:.4f} (short fine-tune "
-                 f"{best.coarse_ne:.4f}, {best.mflops:.3f} MFLOPs)")  # fmt: skip
-        _log(logger, {"oneshot_best_refined_ne": best.ne})
-    candidates = [
-        {"values": c.values, **c.to_dict(), "inherited_ne": c.ne} for c in ranked[: s.top_k]
-    ]
-    for c in candidates:
-        c.pop("ne")
+    ranked = _refine(config, scorer, ranked, progress, logger)
+    candidates = _enqueued(ranked, s.top_k)
     supernet_examples = (curve[-1][0] if curve else 0) * t.batch_size
     extra = {
         "supernet_loss": curve[-1][1] if curve else None,
@@ -171,6 +147,49 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         "examples": supernet_examples + scorer.examples,
     }
     return candidates, extra
+
+
+def _scorer(config, supernet: Supernet, data) -> Scorer:
+    s, t = config.searcher, config.training
+    return Scorer(
+        supernet,
+        data.valid,
+        finetune_data=data.train,
+        finetune_steps=s.finetune_steps,
+        batch_size=s.finetune_batch_size or t.batch_size,
+        score_rows=s.score_rows,
+        dense_lr=t.dense_lr,
+        sparse_lr=t.sparse_lr,
+        target_mflops=s.target_mflops,
+        cost_weight=s.cost_weight,
+        cost_penalty=s.cost_penalty,
+        seed=config.seed,
+    )
+
+
+def _refine(config, scorer: Scorer, ranked: list[Candidate], progress, logger) -> list[Candidate]:
+    """The second rung (`searcher.refine_candidates`), if configured."""
+    s, kind = config.searcher, config.searcher.type
+    if not s.refine_candidates or not ranked:
+        return ranked
+    progress(f"{kind}: rescoring the best {s.refine_candidates} after {s.refine_steps} "
+             "fine-tune steps")  # fmt: skip
+    ranked = scorer.refine(ranked, s.refine_candidates, s.refine_steps)
+    best = ranked[0]
+    progress(f"{kind}: best after rescoring: inherited NE {best.ne:.4f} (short fine-tune "
+             f"{best.coarse_ne:.4f}, {best.mflops:.3f} MFLOPs)")  # fmt: skip
+    _log(logger, {f"{kind}_best_refined_ne": best.ne})
+    return ranked
+
+
+def _enqueued(ranked: list[Candidate], top_k: int) -> list[dict]:
+    """The candidates' records for `enqueue_trial`: values, digest, costs, inherited NE."""
+    candidates = []
+    for c in ranked[:top_k]:
+        record = {"values": c.values, **c.to_dict(), "inherited_ne": c.ne}
+        record.pop("ne")
+        candidates.append(record)
+    return candidates
 
 
 def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
@@ -204,18 +223,31 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         log_every=max(1, s.supernet_steps // 10),
         on_progress=on_progress,
     )
-    candidates = []
-    for values in dist.top_values(s.top_k, seed=config.seed):
-        arch = space.decode(values)
-        candidates.append(
-            {"values": values, "digest": digest(arch), "mflops": analyze(arch).flops / 1e6}
-        )
+    scored_examples = 0
+    if s.dnas_rescore:
+        # score the distribution's most probable architectures with the weights trained
+        # beside it, as one-shot scores its candidates, instead of trusting the argmax
+        scorer = _scorer(config, supernet, data)
+        found = [scorer(v) for v in dist.top_values(s.dnas_rescore, seed=config.seed)]
+        ranked = sorted((c for c in found if c is not None), key=lambda c: c.fitness)
+        progress(f"dnas: scored the {len(ranked)} most probable architectures with inherited "
+                 "weights")  # fmt: skip
+        candidates = _enqueued(_refine(config, scorer, ranked, progress, logger), s.top_k)
+        scored_examples = scorer.examples
+    else:
+        candidates = []
+        for values in dist.top_values(s.top_k, seed=config.seed):
+            arch = space.decode(values)
+            candidates.append(
+                {"values": values, "digest": digest(arch), "mflops": analyze(arch).flops / 1e6}
+            )
     last = log[-1] if log else {}
     weight_steps = s.supernet_steps
     arch_steps = s.supernet_steps - int(s.warmup_fraction * s.supernet_steps)
     extra = {
         "expected_mflops": last.get("expected_mflops"),
         "train_loss": last.get("train_loss"),
-        "examples": (weight_steps + arch_steps) * t.batch_size,  # validation batches too
+        # validation batches of the architecture steps count too
+        "examples": (weight_steps + arch_steps) * t.batch_size + scored_examples,
     }
     return candidates, extra
