@@ -194,6 +194,7 @@ def reevaluate(
         val, test = zip(*runs, strict=True)
         incumbent |= {
             "reeval_val_ne": statistics.fmean(val),
+            "reeval_val_sd": statistics.stdev(val) if seeds > 1 else 0.0,
             "reeval_test_ne": statistics.fmean(test),
             "reeval_test_sd": statistics.stdev(test) if seeds > 1 else 0.0,
         }
@@ -310,6 +311,7 @@ def report(args: argparse.Namespace) -> None:
           f"untrained: evolution consumed {budget / 1e6:.2f}M, median); one-shot/DNAS: "
           f"top {settings['top_k']} trained stand-alone; FLOPs budget "
           f"{settings['budget_mflops']} MFLOPs.\n")  # fmt: skip
+    print_noise(runs, searchers)
     views = [RECORDED]
     if all("reeval_test_ne" in inc for r in runs for s in searchers
            for inc in r["results"][s]["incumbents"]):  # fmt: skip
@@ -323,6 +325,27 @@ def report(args: argparse.Namespace) -> None:
         print_flops(runs, searchers, settings["budget_mflops"], view)
     if args.plot:
         plot(runs, searchers, Path(args.plot), views)
+
+
+def print_noise(runs: list[dict], searchers: list[str]) -> None:
+    """How noisy one training run is, from the re-evaluations: the spread of an
+    architecture's validation NE over fresh seeds, and how much better each searcher's
+    recorded best is than the same architecture's mean validation NE over fresh seeds."""
+    incumbents = [inc for r in runs for s in searchers for inc in r["results"][s]["incumbents"]]
+    spread = {inc["digest"]: inc["reeval_val_sd"] for inc in incumbents if "reeval_val_sd" in inc}
+    if not spread:
+        return
+
+    def luck(result: dict) -> float:
+        final = result["incumbents"][-1]
+        return final["reeval_val_ne"] - final["ne"]
+
+    lucky = [f"{s} {median([luck(r['results'][s]) for r in runs]):+.4f}" for s in searchers]
+    print(f"One run's noise: an architecture's validation NE over fresh seeds has a median "
+          f"standard deviation of {median(list(spread.values())):.4f} ({len(spread)} "
+          "architectures). How much better each searcher's recorded best is than the same "
+          "architecture's mean over fresh seeds (median over seeds): "
+          + ", ".join(lucky) + ".\n")  # fmt: skip
 
 
 def print_equal_examples(runs: list[dict], searchers: list[str], budget: float, view: View) -> None:
