@@ -95,14 +95,13 @@ def _log(logger: Any, metrics: dict[str, float]) -> None:
         logger.log_study_summary(metrics=metrics, status=None)
 
 
-def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
+def trained_supernet(
+    config: Any, space: DagSpace, data: Any, on_loss: Callable[[int, float], None] | None = None
+) -> tuple[Supernet, list[tuple[int, float]]]:
+    """The supernet of `searcher.type: oneshot`, trained on the training split as its
+    settings say; returns it with its (step, loss) curve."""
     s, t = config.searcher, config.training
     supernet = Supernet(space, seed=config.seed)
-
-    def on_loss(step: int, loss: float) -> None:
-        progress(f"oneshot: supernet step {step}/{s.supernet_steps} train loss {loss:.4f}")
-        _log(logger, {"oneshot_supernet_loss": loss})
-
     curve = train_supernet(
         supernet,
         data.train,
@@ -118,7 +117,18 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         log_every=max(1, s.supernet_steps // 10),
         on_loss=on_loss,
     )
-    scorer = _scorer(config, supernet, data)
+    return supernet, curve
+
+
+def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
+    s, t = config.searcher, config.training
+
+    def on_loss(step: int, loss: float) -> None:
+        progress(f"oneshot: supernet step {step}/{s.supernet_steps} train loss {loss:.4f}")
+        _log(logger, {"oneshot_supernet_loss": loss})
+
+    supernet, curve = trained_supernet(config, space, data, on_loss)
+    scorer = make_scorer(config, supernet, data)
     every = max(1, s.search_candidates // 8)
 
     def on_progress(scored: int, best: Candidate) -> None:
@@ -149,7 +159,8 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     return candidates, extra
 
 
-def _scorer(config, supernet: Supernet, data) -> Scorer:
+def make_scorer(config: Any, supernet: Supernet, data: Any) -> Scorer:
+    """The inherited-weight scorer the searcher's settings describe."""
     s, t = config.searcher, config.training
     return Scorer(
         supernet,
@@ -227,7 +238,7 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     if s.dnas_rescore:
         # score the distribution's most probable architectures with the weights trained
         # beside it, as one-shot scores its candidates, instead of trusting the argmax
-        scorer = _scorer(config, supernet, data)
+        scorer = make_scorer(config, supernet, data)
         found = [scorer(v) for v in dist.top_values(s.dnas_rescore, seed=config.seed)]
         ranked = sorted((c for c in found if c is not None), key=lambda c: c.fitness)
         progress(f"dnas: scored the {len(ranked)} most probable architectures with inherited "
