@@ -210,13 +210,15 @@ class StudyConfig(_Section):
 
 
 def parse_config(data: Any, source: str = "study config") -> StudyConfig:
+    """Validate a study config mapping; errors name `source` (the file), the field and what
+    is allowed, one line each."""
     if not isinstance(data, dict):
         raise RanknasError(f"{source}: expected a mapping with name, search_space, ...")
     try:
         config = StudyConfig.model_validate(data)
     except ValidationError as exc:
         tag = (data.get("search_space") or {}).get("type")
-        lines = format_validation_error(exc, source, skip=None).splitlines()
+        lines = format_validation_error(exc, source, joiner=": ").splitlines()
         if tag:  # a space error's location carries the union tag: drop it
             lines = [line.replace(f"search_space.{tag}.", "search_space.") for line in lines]
         raise RanknasError("\n".join(lines)) from None

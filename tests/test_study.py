@@ -143,6 +143,8 @@ def test_invalid_configs_get_one_clear_error(tmp_path, capsys, change, expected)
     err = capsys.readouterr().err
     assert expected in err
     assert "Traceback" not in err
+    if "data" not in change:  # a config error names the file, then the field
+        assert f"{path}: {expected}" in err
 
 
 def test_status_leaderboard_and_export_commands(tmp_path, capsys):

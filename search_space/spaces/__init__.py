@@ -39,8 +39,11 @@ def parse_space_config(data: Any, source: str = "search_space") -> SpaceConfig:
         raise SpecError(format_validation_error(exc, source, skip=tag)) from None
 
 
-def format_validation_error(exc: ValidationError, source: str, skip: Any = None) -> str:
-    """One line per problem: `source.field.path: message` (`skip`: a union's tag in loc)."""
+def format_validation_error(
+    exc: ValidationError, source: str, skip: Any = None, joiner: str = "."
+) -> str:
+    """One line per problem: `source.field.path: message` (`skip`: a union's tag in loc;
+    `joiner` ": " for a source that is a file)."""
     lines = []
     for error in exc.errors():
         loc = list(error["loc"])
@@ -48,7 +51,9 @@ def format_validation_error(exc: ValidationError, source: str, skip: Any = None)
             loc = loc[1:]
         location = ".".join(str(part) for part in loc)
         lines.append(
-            f"{source}.{location}: {error['msg']}" if location else f"{source}: {error['msg']}"
+            f"{source}{joiner}{location}: {error['msg']}"
+            if location
+            else f"{source}: {error['msg']}"
         )
     return "\n".join(lines)
 
