@@ -50,15 +50,13 @@ from optuna.trial import TrialState
 
 from nas.config import StudyConfig, load_config, parse_config
 from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
-from nas.runner import StudyData, prepare_data, run_study, trial_train_config
+from nas.reevaluate import REEVAL_SEED, retrain
+from nas.runner import StudyData, prepare_data, run_study
 from search_space.architecture import Architecture
-from search_space.builder import build_model
-from trainers.trainer import train
 
 SEARCHERS = ("oneshot", "oneshot-ceiling", "dnas", "dnas-ceiling", "evolution", "random")
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 TARGET_SPEEDUP = 5.0
-REEVAL_SEED = 10_000  # far from every study's trial seeds (study seed + trial number)
 
 
 def parse_args() -> argparse.Namespace:
@@ -185,9 +183,7 @@ def reevaluate(
             key = f"{incumbent['digest']}:{seed}:{setting}"
             if key not in cache:
                 arch = Architecture.from_json(incumbent["architecture"])
-                model = build_model(arch, seed=seed)
-                train_config = trial_train_config(config, seed)
-                result = train(model, data.train, data.valid, data.test, train_config)
+                result = retrain(arch, config, data, seed)
                 cache[key] = [result.validation["ne"], result.test["ne"]]
                 cache_path.write_text(json.dumps(cache))
             runs.append(cache[key])

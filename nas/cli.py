@@ -227,6 +227,14 @@ def _study_commands(command, commands) -> None:
     board.add_argument("--all", action="store_true", help="also failed, pruned, running trials")
     board.add_argument("--csv", action="store_true")
     board.add_argument("--json", action="store_true")
+    again = command(
+        "reevaluate",
+        handlers.cmd_reevaluate,
+        "retrain the best trials with fresh seeds; rank them by mean validation NE",
+    )
+    again.add_argument("config", metavar="CONFIG", help="the study's YAML")
+    again.add_argument("--top", type=int, default=3, help="leaderboard trials to retrain")
+    again.add_argument("--seeds", type=int, default=3, help="fresh seeds per trial")
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
     export.add_argument("--trial", default="best", help="'best' or a trial number")

@@ -123,6 +123,23 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reevaluate(args: argparse.Namespace) -> int:
+    from nas import leaderboard
+    from nas.config import load_config
+    from nas.reevaluate import reevaluate_study
+
+    config = load_config(args.config)
+    print(f"study {config.name!r}: retraining the top {args.top} trials with {args.seeds} "
+          "fresh seeds each")  # fmt: skip
+    table = reevaluate_study(config, args.top, args.seeds, lambda line: print(line, flush=True))
+    print()
+    print(leaderboard.format_reevaluation(table))
+    best = table[0]["trial"]
+    print(f"export the best on average: ranknas export {config.name} --storage {config.storage} "
+          f"--trial {best} --out winner/")  # fmt: skip
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.export import export_model

@@ -101,11 +101,25 @@ def format_table(table: list[dict[str, Any]]) -> str:
         drop = header.index("latency ms")
         header = header[:drop] + header[drop + 1 :]
         lines = [line[:drop] + line[drop + 1 :] for line in lines]
+    return align(header, lines)
+
+
+def align(header: list[str], lines: list[list[str]]) -> str:
+    """A plain-text table: each column as wide as its widest cell."""
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=False)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in [header, *lines]
     )
+
+
+def format_reevaluation(table: list[dict[str, Any]]) -> str:
+    """The rows of `nas.reevaluate.reevaluate_study`."""
+    header = ["trial", "recorded val NE", "mean val NE", "sd", "mean test NE", "MFLOPs", "seeds"]
+    lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
+              _num(r["sd_val_ne"]), _num(r["mean_test_ne"]), _num(r["mflops"], 3),
+              str(r["seeds"])] for r in table]  # fmt: skip
+    return align(header, lines)
 
 
 def _num(value: float | None, digits: int = 4) -> str:

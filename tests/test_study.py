@@ -201,3 +201,38 @@ def test_trials_record_the_sharding_plan_of_their_tables(tmp_path):
     assert set(plan["assignment"]) == {f"t_{f['name']}" for f in features}
     assert set(plan["assignment"].values()) == {0, 1}
     assert plan["method"] == "size_greedy" and len(plan["memory_bytes"]) == 2
+
+
+def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
+    from nas.leaderboard import best_trial, rows
+    from nas.reevaluate import REEVAL_SEED, reevaluate_study, retrain
+    from search_space.architecture import Architecture
+
+    config = parse_config(tiny_config(tmp_path, "again", budget={"trials": 3}))
+    study = run_study(config, progress=print)
+    best = best_trial(study)
+    # with the trial's own seed, a retrain reproduces the recorded NE exactly
+    arch = Architecture.load(f"{best.user_attrs['trial_dir']}/architecture.json")
+    again = retrain(arch, config, prepare_data(config), config.seed + best.number)
+    assert again.validation["ne"] == best.user_attrs["val_ne"]
+
+    lines: list[str] = []
+    table = reevaluate_study(config, top=2, seeds=2, progress=lines.append)
+    assert len(lines) == 4 and lines[-1].startswith("[4/4] trial")
+    assert [r["mean_val_ne"] for r in table] == sorted(r["mean_val_ne"] for r in table)
+    assert {r["trial"] for r in table} == {r["trial"] for r in rows(study)[:2]}
+    record = load_study("again", config.storage).user_attrs["reevaluation"]
+    assert all(set(runs) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)} for runs in record.values())
+    # a third seed trains only what is missing; what was recorded is kept
+    lines.clear()
+    table = reevaluate_study(config, top=2, seeds=3, progress=lines.append)
+    assert len(lines) == 2 and all(r["seeds"] == 3 and r["sd_val_ne"] > 0 for r in table)
+    kept = load_study("again", config.storage).user_attrs["reevaluation"]
+    assert all(kept[n][s] == runs[s] for n, runs in record.items() for s in runs)
+
+    path = write_config(tmp_path, tiny_config(tmp_path, "again", budget={"trials": 3}))
+    assert main(["reevaluate", str(path), "--top", "2", "--seeds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "mean val NE" in out and f"--trial {table[0]['trial']}" in out
+    assert main(["reevaluate", str(path), "--top", "0"]) == 2
+    assert "--top and --seeds must be at least 1" in capsys.readouterr().err
