@@ -235,6 +235,7 @@ def _study_commands(command, commands) -> None:
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
     again.add_argument("--top", type=int, default=3, help="leaderboard trials to retrain")
     again.add_argument("--seeds", type=int, default=3, help="fresh seeds per trial")
+    again.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
     export.add_argument("--trial", default="best", help="'best' or a trial number")

@@ -123,17 +123,46 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
+    """Each retrained trial's mean and spread on its nested run; the table and the best on
+    average on the study's parent run."""
+    from nas import leaderboard
+
+    logger.start_study(study_name)
+    for row in table:
+        metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
+                   "reeval_seeds": row["seeds"]}  # fmt: skip
+        if row["mean_test_ne"] is not None:
+            metrics["reeval_mean_test_ne"] = row["mean_test_ne"]
+        logger.log_trial(row["trial"], metrics=metrics)
+    best = table[0]
+    logger.log_study_summary(
+        metrics={"reeval_best_mean_val_ne": best["mean_val_ne"]},
+        artifacts={"reevaluation.csv": leaderboard.to_csv(table)},
+        tags={"reeval_best_trial": str(best["trial"])},
+    )
+
+
 def cmd_reevaluate(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.reevaluate import reevaluate_study
 
     config = load_config(args.config)
+    if args.no_mlflow:
+        config.mlflow.tracking_uri = None
     print(f"study {config.name!r}: retraining the top {args.top} trials with {args.seeds} "
           "fresh seeds each")  # fmt: skip
     table = reevaluate_study(config, args.top, args.seeds, lambda line: print(line, flush=True))
     print()
     print(leaderboard.format_reevaluation(table))
+    logger = _logger(config)
+    if logger is not None:
+        log_reevaluation(logger, config.name, table)
+        pending = logger.flush(timeout_s=30)
+        if pending:
+            print(f"MLflow unreachable: {pending} records kept in "
+                  f"{config.study_dir / 'mlflow-outbox'}", file=sys.stderr)  # fmt: skip
     best = table[0]["trial"]
     print(f"export the best on average: ranknas export {config.name} --storage {config.storage} "
           f"--trial {best} --out winner/")  # fmt: skip

@@ -83,8 +83,9 @@ def status(study: optuna.Study) -> dict[str, Any]:
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
+    """CSV of rows that share their keys (leaderboard rows: `COLUMNS`)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(COLUMNS))
+    writer = csv.DictWriter(out, fieldnames=list(table[0]) if table else list(COLUMNS))
     writer.writeheader()
     writer.writerows(table)
     return out.getvalue()

@@ -72,3 +72,27 @@ def test_mlflow_stopped_in_the_middle_of_a_study_loses_no_record(tmp_path, serve
     _, trials = _runs(MlflowClient(tracking_uri=server.uri), "outage")
     assert sorted(trials) == [t.number for t in study.trials]
     assert all(run.info.status in ("FINISHED", "KILLED", "FAILED") for run in trials.values())
+
+
+def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, capsys):
+    from nas.cli import main
+    from study_helpers import write_config
+
+    config, logger = _study(tmp_path, server, "reevaluated")
+    study = run_study(config, logger=logger, progress=lambda line: None)
+    log_summary(logger, study, rows(study))
+    assert logger.flush(timeout_s=30) == 0
+    path = write_config(tmp_path, config.model_dump(mode="json"))
+    assert main(["reevaluate", str(path), "--top", "2", "--seeds", "2"]) == 0
+    best = capsys.readouterr().out.split("--trial ")[1].split()[0]
+    client = MlflowClient(tracking_uri=server.uri)
+    parent, trials = _runs(client, "reevaluated")
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["reeval_best_trial"] == best
+    assert "reeval_best_mean_val_ne" in parent.data.metrics
+    assert "reevaluation.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}
+    retrained = [n for n, run in trials.items() if "reeval_mean_val_ne" in run.data.metrics]
+    assert len(retrained) == 2 and int(best) in retrained
+    for number in retrained:  # what the search logged is still there
+        assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
+        assert trials[number].data.metrics["reeval_seeds"] == 2
