@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-import optuna
-import torch
 from optuna.trial import TrialState
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_oneshot import better_half
-from bench_search_efficiency import study_config
+from bench_search_efficiency import quiet_single_thread, study_config
 
 from nas.oneshot.phase import make_scorer, trained_supernet
 from nas.oneshot.search import kendall_tau
@@ -77,10 +73,7 @@ def trained_architectures(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     args = parse_args()
-    warnings.filterwarnings("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
-    torch.set_num_threads(1)
+    quiet_single_thread()
     trained = trained_architectures(args)
     recorded = [t["ne"] for t in trained]
     archs = [Architecture.from_json(t["architecture"]) for t in trained]

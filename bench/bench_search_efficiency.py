@@ -460,12 +460,17 @@ def plot(runs: list[dict], searchers: list[str], path: Path, views: list[View]) 
     print(f"Plot: `{path}`.\n")
 
 
-def main() -> None:
-    args = parse_args()
+def quiet_single_thread() -> None:
+    """Benchmark settings: no library chatter, one torch thread (as studies train)."""
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     torch.set_num_threads(1)
+
+
+def main() -> None:
+    args = parse_args()
+    quiet_single_thread()
     if args.report:
         report(args)
     elif args.reeval:

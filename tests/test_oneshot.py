@@ -207,15 +207,20 @@ def test_dnas_flops_penalty_moves_architecture_toward_budget(data):
     assert derived[20.0][1] < derived[0.0][1]
 
 
-@pytest.mark.parametrize("method", ["evolution", "reinforce"])
-def test_oneshot_search_scores_with_inherited_weights(data, method):
+def _small_scorer(data) -> Scorer:
+    """A scorer over a 2-block supernet trained 20 steps (2 fine-tune steps of 128)."""
     train, valid = data
-    space = _space(train.schema, num_blocks=2)
-    supernet = Supernet(space)
+    supernet = Supernet(_space(train.schema, num_blocks=2))
     train_supernet(supernet, train, steps=20, batch_size=128)
-    scorer = Scorer(
+    return Scorer(
         supernet, valid, finetune_data=train, finetune_steps=2, batch_size=128, score_rows=400
     )
+
+
+@pytest.mark.parametrize("method", ["evolution", "reinforce"])
+def test_oneshot_search_scores_with_inherited_weights(data, method):
+    scorer = _small_scorer(data)
+    space = scorer.supernet.space
     if method == "evolution":
         ranked = evolution_search(scorer, candidates=8, population=4, sample_size=2)
     else:
@@ -229,13 +234,8 @@ def test_oneshot_search_scores_with_inherited_weights(data, method):
 
 
 def test_refine_rescores_the_best_after_a_longer_fine_tune(data):
-    train, valid = data
-    space = _space(train.schema, num_blocks=2)
-    supernet = Supernet(space)
-    train_supernet(supernet, train, steps=20, batch_size=128)
-    scorer = Scorer(
-        supernet, valid, finetune_data=train, finetune_steps=2, batch_size=128, score_rows=400
-    )
+    scorer = _small_scorer(data)
+    space = scorer.supernet.space
     ranked = evolution_search(scorer, candidates=8, population=4, sample_size=2)
     before = scorer.examples
     refined = scorer.refine(ranked, count=3, steps=12)
