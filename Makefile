@@ -59,6 +59,7 @@ demo: setup
 	@echo "Winner:        ranknas-data/winner/ (architecture.json, model.safetensors, ranknas_model.py, model_card.md)"
 	@echo "Registry:      models:/ranknas-quickstart@champion"
 	@echo "Study storage: sqlite:///ranknas-data/studies.db  ('ranknas status quickstart')"
+	@echo "Finalists:     $(RANKNAS) reevaluate examples/quickstart.yaml --top 3  (fresh seeds)"
 	@echo "Stop MLflow:   $(RANKNAS) mlflow down"
 
 bench: setup
