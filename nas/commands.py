@@ -49,16 +49,21 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     if logger is not None:
         if summarize and table:
             log_summary(logger, study, table)
-        pending = logger.flush(timeout_s=30)
-        if pending:
-            outbox = config.study_dir / "mlflow-outbox"
-            print(
-                f"MLflow unreachable: {pending} records kept in {outbox}; "
-                "they are delivered by the next run of this study",
-                file=sys.stderr,
-            )
+        flush(logger, config)
     print(f"export the best: ranknas export {config.name} --storage {config.storage} --out winner/")
     return 0
+
+
+def flush(logger, config) -> None:
+    """Deliver what the logger holds; say where what could not be delivered waits."""
+    pending = logger.flush(timeout_s=30)
+    if pending:
+        outbox = config.study_dir / "mlflow-outbox"
+        print(
+            f"MLflow unreachable: {pending} records kept in {outbox}; "
+            "they are delivered by the next run of this study",
+            file=sys.stderr,
+        )
 
 
 def log_summary(logger, study, table) -> None:
@@ -159,10 +164,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     logger = _logger(config)
     if logger is not None:
         log_reevaluation(logger, config.name, table)
-        pending = logger.flush(timeout_s=30)
-        if pending:
-            print(f"MLflow unreachable: {pending} records kept in "
-                  f"{config.study_dir / 'mlflow-outbox'}", file=sys.stderr)  # fmt: skip
+        flush(logger, config)
     best = table[0]["trial"]
     print(f"export the best on average: ranknas export {config.name} --storage {config.storage} "
           f"--trial {best} --out winner/")  # fmt: skip

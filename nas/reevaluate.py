@@ -55,11 +55,11 @@ def reevaluate_study(
     for row in chosen:
         number = row["trial"]
         runs = dict(record.get(str(number), {}))
-        for seed in wanted:
-            if seed in runs:
-                continue
+        missing = [seed for seed in wanted if seed not in runs]
+        if missing:
             data = data or prepare_data(config)
             arch = Architecture.load(f"{trials[number].user_attrs['trial_dir']}/architecture.json")
+        for seed in missing:
             result = retrain(arch, config, data, int(seed))
             runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
             record[str(number)] = runs
