@@ -50,8 +50,8 @@ from optuna.trial import TrialState
 
 from nas.config import StudyConfig, load_config, parse_config
 from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
-from nas.reevaluate import REEVAL_SEED, retrain
-from nas.runner import StudyData, prepare_data, run_study
+from nas.reevaluate import REEVAL_SEED
+from nas.runner import StudyData, prepare_data, run_study, train_architecture
 from search_space.architecture import Architecture
 
 SEARCHERS = ("oneshot", "oneshot-ceiling", "dnas", "dnas-ceiling", "evolution", "random")
@@ -183,7 +183,7 @@ def reevaluate(
             key = f"{incumbent['digest']}:{seed}:{setting}"
             if key not in cache:
                 arch = Architecture.from_json(incumbent["architecture"])
-                result = retrain(arch, config, data, seed)
+                result, _ = train_architecture(arch, data, config, seed)
                 cache[key] = [result.validation["ne"], result.test["ne"]]
                 cache_path.write_text(json.dumps(cache))
             runs.append(cache[key])

@@ -174,20 +174,26 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.export import export_model
-    from search_space.architecture import Architecture
+    from nas.trial_record import (
+        WEIGHTS_FILE,
+        StudyAttr,
+        TrialAttr,
+        read_architecture,
+        read_metrics,
+    )
     from search_space.schema import DatasetSchema
 
     study = _study(args)
     trial = leaderboard.best_trial(study, args.trial)
-    trial_dir = Path(trial.user_attrs.get("trial_dir", ""))
-    weights = trial_dir / "model.safetensors"
+    trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
+    weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
         raise RanknasError(f"trial {trial.number}: weights not found at {weights}")
     from safetensors.torch import load_file
 
-    arch = Architecture.load(trial_dir / "architecture.json")
-    metrics = json.loads((trial_dir / "metrics.json").read_text())
-    schema = study.user_attrs.get("schema")
+    arch = read_architecture(trial_dir)
+    metrics = read_metrics(trial_dir)
+    schema = study.user_attrs.get(StudyAttr.SCHEMA)
     result = export_model(
         arch,
         load_file(str(weights)),

@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from nas.trial_record import StudyAttr
 from search_space.errors import RanknasError
 
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "latency_ms",
@@ -72,13 +73,13 @@ def status(study: optuna.Study) -> dict[str, Any]:
     best = min(complete, key=lambda t: t.values[0]) if complete else None
     return {
         "study": study.study_name,
-        "budget_trials": study.user_attrs.get("budget_trials"),
-        "searcher": study.user_attrs.get("searcher"),
-        "objectives": study.user_attrs.get("objectives"),
+        "budget_trials": study.user_attrs.get(StudyAttr.BUDGET_TRIALS),
+        "searcher": study.user_attrs.get(StudyAttr.SEARCHER),
+        "objectives": study.user_attrs.get(StudyAttr.OBJECTIVES),
         "trials": counts,
         "best_trial": best.number if best else None,
         "best_val_ne": best.user_attrs.get("val_ne") if best else None,
-        "bayes_ne": study.user_attrs.get("bayes_ne"),
+        "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
     }
 
 
@@ -145,7 +146,7 @@ def pareto_png(study: optuna.Study) -> bytes:
                  color="0.6", label="trials")  # fmt: skip
     axes.plot([p["mflops"] for p in front], [p["val_ne"] for p in front], "o-",
               color="tab:red", label="Pareto front")  # fmt: skip
-    bayes = study.user_attrs.get("bayes_ne")
+    bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         axes.axhline(
             bayes, color="tab:green", linestyle="--", label=f"Bayes-optimal NE {bayes:.3f}"

@@ -18,21 +18,13 @@ from typing import Any
 
 from nas.config import StudyConfig
 from nas.leaderboard import rows
-from nas.runner import StudyData, prepare_data, trial_train_config
+from nas.runner import prepare_data, train_architecture
 from nas.storage import load_study
-from search_space.architecture import Architecture
-from search_space.builder import build_model
+from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
-from trainers.trainer import TrainResult, train
 
 REEVAL_SEED = 10_000  # far from every trial's seed (study seed + trial number)
-ATTR = "reevaluation"
-
-
-def retrain(arch: Architecture, config: StudyConfig, data: StudyData, seed: int) -> TrainResult:
-    """Train `arch` from scratch as `config`'s study trains a trial, with `seed`."""
-    model = build_model(arch, seed=seed)
-    return train(model, data.train, data.valid, data.test, trial_train_config(config, seed))
+ATTR = StudyAttr.REEVALUATION
 
 
 def reevaluate_study(
@@ -48,7 +40,7 @@ def reevaluate_study(
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
-    data: StudyData | None = None
+    data = None
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(seed not in record.get(str(r["trial"]), {}) for r in chosen for seed in wanted)
     done = 0
@@ -58,9 +50,9 @@ def reevaluate_study(
         missing = [seed for seed in wanted if seed not in runs]
         if missing:
             data = data or prepare_data(config)
-            arch = Architecture.load(f"{trials[number].user_attrs['trial_dir']}/architecture.json")
+            arch = read_architecture(trials[number].user_attrs[TrialAttr.DIR])
         for seed in missing:
-            result = retrain(arch, config, data, int(seed))
+            result, _ = train_architecture(arch, data, config, int(seed))
             runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
             record[str(number)] = runs
             study.set_user_attr(ATTR, record)

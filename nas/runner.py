@@ -15,15 +15,16 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
 import torch
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
-from safetensors.torch import save_file
 
 from nas.config import StudyConfig
 from nas.oneshot.phase import run_search_phase
@@ -31,7 +32,18 @@ from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.sharding import plan_trial_sharding
 from nas.storage import open_storage, study_lock
-from search_space.architecture import Analysis, Architecture, analyze, digest
+from nas.trial_record import (
+    ARCHITECTURE_FILE,
+    METRIC_ATTRS,
+    SHARDING_FILE,
+    StudyAttr,
+    TrialAttr,
+    mlflow_record,
+    write_architecture,
+    write_metrics,
+    write_weights,
+)
+from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace, make_space
@@ -39,10 +51,6 @@ from trainers.data import TabularData, bayes_metrics, load_dataset
 from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
 
 Progress = Callable[[str], None]
-# This runner asks and tells itself and beats the heartbeat itself (see _heartbeat).
-warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-warnings.filterwarnings("ignore", category=FutureWarning, module="ax")
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
@@ -96,13 +104,13 @@ def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> 
         directions=["minimize"] * len(objective_names(config)),
         load_if_exists=True,
     )
-    recorded = study.user_attrs.get("search_space")
+    recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
     current = config.search_space.model_dump(mode="json")
     if recorded is None:
-        study.set_user_attr("search_space", current)
-        study.set_user_attr("objectives", objective_names(config))
-        study.set_user_attr("searcher", s.type)
-        study.set_user_attr("budget_trials", config.budget.trials)
+        study.set_user_attr(StudyAttr.SEARCH_SPACE, current)
+        study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
+        study.set_user_attr(StudyAttr.SEARCHER, s.type)
+        study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
     elif recorded != current:
         raise RanknasError(
             f"study {config.name!r} in {config.storage} was created with another search_space; "
@@ -111,8 +119,9 @@ def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> 
     return study
 
 
-def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> threading.Event:
-    """Record a heartbeat for `trial` every `seconds` until the returned event is set.
+@contextmanager
+def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> Iterator[None]:
+    """Record a heartbeat for `trial` every `seconds` while the block runs.
     (Optuna beats only inside `study.optimize`; this runner asks and tells itself.)"""
     stop = threading.Event()
     trial_id = trial._trial_id  # Optuna's storage key of the trial
@@ -123,7 +132,21 @@ def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> threading.Eve
 
     storage.record_heartbeat(trial_id)
     threading.Thread(target=beat, daemon=True).start()
-    return stop
+    try:
+        yield
+    finally:
+        stop.set()
+
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Silence the warnings this runner's own design triggers."""
+    with warnings.catch_warnings():
+        # It asks and tells itself and beats the heartbeat itself (see _heartbeat).
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning, module="ax")
+        yield
 
 
 def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> Trial | None:
@@ -154,6 +177,13 @@ def run_study(
     worker: str | None = None,
 ) -> optuna.Study:
     """Run trials until the study has `budget.trials` complete or pruned trials."""
+    with _quiet_optuna():
+        return _run_study(config, progress, logger, worker)
+
+
+def _run_study(
+    config: StudyConfig, progress: Progress, logger: Any, worker: str | None
+) -> optuna.Study:
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
@@ -163,9 +193,9 @@ def run_study(
         study = open_study(config, space, storage)
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
         _latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
-    study.set_user_attr("schema", data.train.schema.to_dict())
+    study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     if data.bayes_ne is not None:
-        study.set_user_attr("bayes_ne", data.bayes_ne)
+        study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if logger is not None:
         logger.start_study(
             config.name,
@@ -183,9 +213,9 @@ def run_study(
         trial = _next_trial(study, config, space)
         if trial is None:
             break
-        stop = _heartbeat(storage, trial, config.heartbeat_seconds)
         try:
-            record = run_trial(trial, study, space, data, config, worker)
+            with _heartbeat(storage, trial, config.heartbeat_seconds):
+                record = run_trial(trial, study, space, data, config, worker)
         except KeyboardInterrupt:
             _fail(study, trial, "interrupted")
             study.enqueue_trial(trial.params)  # the next run retries this architecture
@@ -195,8 +225,6 @@ def run_study(
             raise
         except Exception as exc:  # a broken trial is a recorded result, not the study's end
             record = _fail(study, trial, f"{type(exc).__name__}: {exc}", config, worker)
-        finally:
-            stop.set()
         if logger is not None:
             logger.log_trial(trial.number, **record)
         progress(_progress_line(study, config, record, started))
@@ -210,13 +238,28 @@ def _fail(
     config: StudyConfig | None = None,
     worker: str = "",
 ) -> dict[str, Any]:
-    trial.set_user_attr("failure_reason", reason)
+    trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
     study.tell(trial, state=TrialState.FAIL)
-    tags = {"status": "failed", "failure_reason": reason, "worker": worker}
-    if config is not None:
-        tags["searcher"] = config.searcher.type
-    return {"params": trial.params, "metrics": {}, "curves": {}, "tags": tags,
-            "artifacts": {}, "status": "FAILED"}  # fmt: skip
+    tags = {TrialAttr.WORKER: worker} | ({"searcher": config.searcher.type} if config else {})
+    summary = {"status": "failed", "failure_reason": reason}
+    return mlflow_record(trial.params, summary, {}, tags, {})
+
+
+@dataclass
+class Costs:
+    """What an architecture costs before it is trained."""
+
+    mflops: float
+    params: int
+    latency_ms: float | None = None
+
+    def summary(self) -> dict[str, float]:
+        out = {"mflops": self.mflops, "params": self.params}
+        return out | ({} if self.latency_ms is None else {"latency_ms": self.latency_ms})
+
+    def objective(self, name: str) -> float | None:
+        return {"mflops": self.mflops, "params": float(self.params),
+                "latency_ms": self.latency_ms}.get(name)  # fmt: skip
 
 
 def run_trial(
@@ -227,69 +270,68 @@ def run_trial(
     config: StudyConfig,
     worker: str,
 ) -> dict[str, Any]:
-    """Decode, cost, train and tell one trial; returns what MLflow gets for it."""
+    """Cost, plan, train and record one trial; returns what MLflow gets for it."""
     arch = space.decode(trial.params)
-    analysis = analyze(arch)
-    mflops, params = analysis.flops / 1e6, analysis.dense_params
-    trial_dir = config.study_dir / "trials" / str(trial.number)
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "architecture.json").write_text(arch.to_json())
-    attrs = {
-        "digest": digest(arch),
-        "mflops": mflops,
-        "params": params,
-        "worker": worker,
-        "trial_dir": str(trial_dir.resolve()),
-    }
-    latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
-    if latency_ms is not None:
-        attrs["latency_ms"] = latency_ms
+    directory = config.study_dir / "trials" / str(trial.number)
+    write_architecture(directory, arch)
+    costs = architecture_costs(arch, config)
+    tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker}
+    _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
+    sharding = plan_sharding(arch, config, directory)
+    result, model = _train_within_constraints(trial, arch, costs, data, config)
+    summary = record_result(directory, costs, sharding, result, model)
+    _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
+                                                   TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
+    state, values = _outcome(result, config, costs)
+    study.tell(trial, values, state=state)
+    tags["searcher"] = config.searcher.type
+    return mlflow_record(trial.params, summary, result.curves, tags, _artifacts(directory))
+
+
+def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
     for key, value in attrs.items():
-        trial.set_user_attr(key, value)
-    artifacts = {"architecture.json": arch.to_json()}
+        if value is not None:
+            trial.set_user_attr(key, value)
+
+
+def architecture_costs(arch: Architecture, config: StudyConfig) -> Costs:
+    analysis = analyze(arch)
+    latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
+    return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms)
+
+
+def plan_sharding(arch: Architecture, config: StudyConfig, directory: Path) -> dict | None:
+    """The embedding sharding plan of `sharding.devices` devices (none when not asked)."""
     shard = config.sharding
-    if shard.devices:
-        batch = config.training.batch_size
-        sharding = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
-        artifacts["sharding_plan.json"] = json.dumps(sharding, indent=2)
-        (trial_dir / "sharding_plan.json").write_text(artifacts["sharding_plan.json"])
-        if "predicted_step_ms" in sharding:
-            trial.set_user_attr("predicted_embedding_step_ms", sharding["predicted_step_ms"])
-    result, model = _train_within_constraints(trial, arch, analysis, data, config, latency_ms)
-    state, values = _outcome(result, config, mflops, params, latency_ms)
+    if not shard.devices:
+        return None
+    batch = config.training.batch_size
+    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
+    (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
+    return plan
+
+
+def record_result(
+    directory: Path,
+    costs: Costs,
+    sharding: dict | None,
+    result: TrainResult,
+    model: RankingModel | None,
+) -> dict[str, Any]:
+    """Write the weights (of a complete run) and metrics.json; returns the metrics."""
     if model is not None and result.status == "complete":
-        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(weights, str(trial_dir / "model.safetensors"))
-    summary = result.summary() | {"mflops": mflops, "params": params}
-    if latency_ms is not None:
-        summary["latency_ms"] = latency_ms
-    if "predicted_embedding_step_ms" in trial.user_attrs:
-        summary["predicted_embedding_step_ms"] = trial.user_attrs["predicted_embedding_step_ms"]
-    (trial_dir / "metrics.json").write_text(json.dumps(summary, indent=2))
-    for key in ("val_ne", "val_logloss", "val_auc", "test_ne", "test_auc", "throughput"):
-        if key in summary:
-            trial.set_user_attr(key, summary[key])
-    if result.failure_reason:
-        trial.set_user_attr("failure_reason", result.failure_reason)
-    study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
-    return {
-        "params": trial.params,
-        "metrics": {
-            k: v
-            for k, v in summary.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        },
-        "curves": {f"curve_{k}": v for k, v in result.curves.items()},
-        "tags": {
-            "searcher": config.searcher.type,
-            "status": result.status,
-            "digest": attrs["digest"],
-            "worker": worker,
-            **({"failure_reason": result.failure_reason} if result.failure_reason else {}),
-        },
-        "artifacts": artifacts,
-        "status": {"complete": "FINISHED", "pruned": "KILLED"}.get(result.status, "FAILED"),
-    }
+        write_weights(directory, model)
+    summary = result.summary() | costs.summary()
+    if sharding and "predicted_step_ms" in sharding:
+        summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]
+    write_metrics(directory, summary)
+    return summary
+
+
+def _artifacts(directory: Path) -> dict[str, str]:
+    """The trial's text files that go to its MLflow run."""
+    names = (ARCHITECTURE_FILE, SHARDING_FILE)
+    return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
 
 
 def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
@@ -337,26 +379,19 @@ def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
 
 
 def _train_within_constraints(
-    trial: Trial,
-    arch: Architecture,
-    analysis: Analysis,
-    data: StudyData,
-    config: StudyConfig,
-    latency_ms: float | None = None,
+    trial: Trial, arch: Architecture, costs: Costs, data: StudyData, config: StudyConfig
 ) -> tuple[TrainResult, RankingModel | None]:
     o = config.objectives
-    if o.max_mflops and analysis.flops / 1e6 > o.max_mflops:
-        reason = f"{analysis.flops / 1e6:.3f} MFLOPs exceeds objectives.max_mflops={o.max_mflops}"
-        return TrainResult(status="pruned", failure_reason=reason), None
-    if o.max_params and analysis.dense_params > o.max_params:
-        reason = f"{analysis.dense_params} params exceeds objectives.max_params={o.max_params}"
-        return TrainResult(status="pruned", failure_reason=reason), None
-    if o.max_latency_ms and latency_ms is not None and latency_ms > o.max_latency_ms:
-        reason = (f"{latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
+    reason = None
+    if o.max_mflops and costs.mflops > o.max_mflops:
+        reason = f"{costs.mflops:.3f} MFLOPs exceeds objectives.max_mflops={o.max_mflops}"
+    elif o.max_params and costs.params > o.max_params:
+        reason = f"{costs.params} params exceeds objectives.max_params={o.max_params}"
+    elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:
+        reason = (f"{costs.latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
                   f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
+    if reason:
         return TrainResult(status="pruned", failure_reason=reason), None
-    train_config = trial_train_config(config, seed=config.seed + trial.number)
-    model = build_model(arch, seed=train_config.seed)
 
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
         if config.multi_objective:
@@ -364,23 +399,31 @@ def _train_within_constraints(
         trial.report(metrics[config.objectives.metric], step)
         return trial.should_prune()
 
-    return train(model, data.train, data.valid, data.test, train_config, on_eval=report), model
+    return train_architecture(arch, data, config, config.seed + trial.number, report)
+
+
+def train_architecture(
+    arch: Architecture,
+    data: StudyData,
+    config: StudyConfig,
+    seed: int,
+    on_eval: Callable[[int, int, dict[str, float]], bool] | None = None,
+) -> tuple[TrainResult, RankingModel]:
+    """Train `arch` from scratch exactly as the study trains a trial, with `seed`."""
+    model = build_model(arch, seed=seed)
+    train_config = trial_train_config(config, seed)
+    return train(model, data.train, data.valid, data.test, train_config, on_eval=on_eval), model
 
 
 def _outcome(
-    result: TrainResult,
-    config: StudyConfig,
-    mflops: float,
-    params: int,
-    latency_ms: float | None = None,
-):
+    result: TrainResult, config: StudyConfig, costs: Costs
+) -> tuple[TrialState, list[float] | None]:
     if result.status == "pruned":
         return TrialState.PRUNED, None
     if result.status == "failed":
         return TrialState.FAIL, None
     metric = result.validation[config.objectives.metric]
-    costs = {"mflops": mflops, "params": float(params), "latency_ms": latency_ms}
-    cost = costs.get(config.objectives.cost)
+    cost = costs.objective(config.objectives.cost)
     return TrialState.COMPLETE, [metric] if cost is None else [metric, cost]
 
 
@@ -392,14 +435,9 @@ def _progress_line(study: optuna.Study, config: StudyConfig, record: dict, start
     metric = config.objectives.metric
     value = record["metrics"].get(f"val_{metric}")
     elapsed = time.monotonic() - started
-    mine = max(
-        1,
-        sum(
-            1
-            for t in trials
-            if t.state in DONE and t.user_attrs.get("worker") == record["tags"]["worker"]
-        ),
-    )
+    worker = record["tags"][TrialAttr.WORKER]
+    mine = max(1, sum(t.state in DONE and t.user_attrs.get(TrialAttr.WORKER) == worker
+                      for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
     return (

@@ -205,7 +205,8 @@ def test_trials_record_the_sharding_plan_of_their_tables(tmp_path):
 
 def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     from nas.leaderboard import best_trial, rows
-    from nas.reevaluate import REEVAL_SEED, reevaluate_study, retrain
+    from nas.reevaluate import REEVAL_SEED, reevaluate_study
+    from nas.runner import train_architecture
     from search_space.architecture import Architecture
 
     config = parse_config(tiny_config(tmp_path, "again", budget={"trials": 3}))
@@ -213,7 +214,7 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     best = best_trial(study)
     # with the trial's own seed, a retrain reproduces the recorded NE exactly
     arch = Architecture.load(f"{best.user_attrs['trial_dir']}/architecture.json")
-    again = retrain(arch, config, prepare_data(config), config.seed + best.number)
+    again, _ = train_architecture(arch, prepare_data(config), config, config.seed + best.number)
     assert again.validation["ne"] == best.user_attrs["val_ne"]
 
     lines: list[str] = []

@@ -1,0 +1,107 @@
+"""The trial record: what a trained architecture leaves behind, named in one place.
+
+A trial (and a baseline, which is trained the same way) writes a directory
+(`studies/NAME/trials/N/` or `studies/NAME/baselines/KEY/`) with the files below, sets the
+`TrialAttr` user attributes on its Optuna trial, and is logged to MLflow as one nested
+run built by `mlflow_record`. The study's own attributes are `StudyAttr`. Everything that
+reads a study back (leaderboard, export, reevaluate, baselines) uses these names.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from search_space.architecture import Architecture
+
+ARCHITECTURE_FILE = "architecture.json"
+METRICS_FILE = "metrics.json"
+WEIGHTS_FILE = "model.safetensors"
+SHARDING_FILE = "sharding_plan.json"
+
+
+class TrialAttr(StrEnum):
+    """User attributes of a trial (a `str`, so `trial.user_attrs[TrialAttr.DIGEST]` works)."""
+
+    DIGEST = "digest"
+    MFLOPS = "mflops"
+    PARAMS = "params"
+    LATENCY_MS = "latency_ms"
+    WORKER = "worker"
+    DIR = "trial_dir"
+    FAILURE_REASON = "failure_reason"
+    PREDICTED_STEP_MS = "predicted_embedding_step_ms"
+
+
+class StudyAttr(StrEnum):
+    """User attributes of a study."""
+
+    SEARCH_SPACE = "search_space"
+    OBJECTIVES = "objectives"
+    SEARCHER = "searcher"
+    BUDGET_TRIALS = "budget_trials"
+    SCHEMA = "schema"
+    BAYES_NE = "bayes_ne"
+    REEVALUATION = "reevaluation"
+    BASELINES = "baselines"
+
+
+# The training metrics copied from metrics.json onto the trial, for the leaderboard.
+METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "test_ne", "test_logloss", "test_auc",
+                "throughput")  # fmt: skip
+# A TrainResult's status, as the MLflow run status.
+RUN_STATUS = {"complete": "FINISHED", "pruned": "KILLED"}
+
+
+def write_architecture(directory: Path, arch: Architecture) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ARCHITECTURE_FILE).write_text(arch.to_json())
+
+
+def write_weights(directory: Path, model: torch.nn.Module) -> None:
+    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(weights, str(directory / WEIGHTS_FILE))
+
+
+def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
+    (directory / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+
+
+def read_architecture(directory: str | Path) -> Architecture:
+    return Architecture.load(Path(directory) / ARCHITECTURE_FILE)
+
+
+def read_metrics(directory: str | Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / METRICS_FILE).read_text())
+
+
+def numeric(values: dict[str, Any]) -> dict[str, float]:
+    """The int and float entries of `values` (MLflow metrics), booleans left out."""
+    return {
+        k: v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def mlflow_record(
+    params: dict[str, Any],
+    summary: dict[str, Any],
+    curves: dict[str, list[tuple[int, float]]],
+    tags: dict[str, Any],
+    artifacts: dict[str, str],
+) -> dict[str, Any]:
+    """What `StudyLogger.log_trial` gets for one trained architecture."""
+    status = summary.get("status", "failed")
+    reason = summary.get("failure_reason")
+    return {
+        "params": params,
+        "metrics": numeric(summary),
+        "curves": {f"curve_{k}": v for k, v in curves.items()},
+        "tags": {**tags, "status": status, **({"failure_reason": reason} if reason else {})},
+        "artifacts": artifacts,
+        "status": RUN_STATUS.get(status, "FAILED"),
+    }
