@@ -65,8 +65,10 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+import nas.protocol as protocol
 import nas.runner as runner
 import nas.storage
+import nas.trial_record as trial_record
 from nas.config import StudyConfig, parse_config
 from nas.searchers.base import distributions
 from nas.storage import open_storage
@@ -190,11 +192,11 @@ def instrumented(prof: Profiler) -> Iterator[None]:
         (Trial, "should_prune", prof.wrap("report", Trial.should_prune)),
         (runner, "_heartbeat", prof.wrap("heartbeat", runner._heartbeat)),
         (runner, "make_space", make_space_timed),
-        (runner, "analyze", prof.wrap("analyze", runner.analyze)),
+        (protocol, "analyze", prof.wrap("analyze", protocol.analyze)),
         (runner, "digest", prof.wrap("analyze", runner.digest)),
-        (runner, "build_model", prof.wrap("build", runner.build_model)),
-        (runner, "train", prof.wrap("train", runner.train)),
-        (runner, "save_file", prof.wrap("save", runner.save_file)),
+        (protocol, "build_model", prof.wrap("build", protocol.build_model)),
+        (protocol, "train", prof.wrap("train", protocol.train)),
+        (trial_record, "save_file", prof.wrap("save", trial_record.save_file)),
         (runner, "run_trial", prof.wrap("run_trial", runner.run_trial)),
         (runner, "_progress_line", prof.wrap("progress", runner._progress_line)),
     ]

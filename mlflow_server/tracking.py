@@ -55,6 +55,7 @@ _log = logging.getLogger(__name__)
 STUDY_TAG = "ranknas.study"
 TRIAL_TAG = "ranknas.trial"
 KIND_TAG = "ranknas.kind"
+BASELINE_TAG = "ranknas.baseline"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 # MLflow 3.17 limits (mlflow.utils.validation)
@@ -119,12 +120,26 @@ class StudyLogger:
         """
         payload = {
             "trial": int(trial_number),
-            "params": _params(params),
-            "metrics": _metrics(metrics),
-            "curves": _curves(curves),
-            "tags": _tags(tags),
-            "artifacts": _artifacts(artifacts),
-            "status": _status(status),
+            **_run_payload(params, metrics, curves, tags, artifacts, status),
+        }
+        self._enqueue("trial", payload)
+
+    def log_baseline(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, float] | None = None,
+        curves: Curves | None = None,
+        tags: Mapping[str, Any] | None = None,
+        artifacts: Artifacts | None = None,
+        status: str = "FINISHED",
+    ) -> None:
+        """Log a baseline (an engineer's model trained like a trial) as a nested run named
+        `baseline-<name>`, found again by its name; arguments as in `log_trial`."""
+        _check_quotable(name)
+        payload = {
+            "baseline": name,
+            **_run_payload(params, metrics, curves, tags, artifacts, status),
         }
         self._enqueue("trial", payload)
 
@@ -220,10 +235,16 @@ class _Writer:
     def _trial(self, record: dict[str, Any]) -> None:
         experiment_id = self._experiment_id(record["experiment"])
         parent_id = self._parent_run(record)
-        number = str(record["trial"])
-        match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
+        if "baseline" in record:
+            name = record["baseline"]
+            match = {STUDY_TAG: record["study"], KIND_TAG: "baseline", BASELINE_TAG: name}
+            run_name = f"baseline-{name}"
+        else:
+            number = str(record["trial"])
+            match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
+            run_name = f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
-        run_id = self._find_or_create(experiment_id, match, f"trial-{number}", extra)
+        run_id = self._find_or_create(experiment_id, match, run_name, extra)
         self._log_batch(run_id, record)
         self._upload(run_id, record["artifacts"])
         self._set_status(run_id, record["status"], record["ts"])
@@ -304,6 +325,24 @@ class _Writer:
             self._client.update_run(run_id, status=status)
         else:
             self._client.set_terminated(run_id, status=status, end_time=ts)
+
+
+def _run_payload(
+    params: Mapping[str, Any] | None,
+    metrics: Mapping[str, float] | None,
+    curves: Curves | None,
+    tags: Mapping[str, Any] | None,
+    artifacts: Artifacts | None,
+    status: str,
+) -> dict[str, Any]:
+    return {
+        "params": _params(params),
+        "metrics": _metrics(metrics),
+        "curves": _curves(curves),
+        "tags": _tags(tags),
+        "artifacts": _artifacts(artifacts),
+        "status": _status(status),
+    }
 
 
 def _is_invalid_request(exc: Exception) -> bool:

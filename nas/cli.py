@@ -236,6 +236,21 @@ def _study_commands(command, commands) -> None:
     again.add_argument("--top", type=int, default=3, help="leaderboard trials to retrain")
     again.add_argument("--seeds", type=int, default=3, help="fresh seeds per trial")
     again.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    baseline = commands.add_parser("baseline", help="baselines: your own models in a study")
+    baseline_commands = baseline.add_subparsers(
+        dest="baseline_command", metavar="COMMAND", required=True
+    )
+    add = command(
+        "add",
+        handlers.cmd_baseline_add,
+        "train a preset or architecture file as the study trains a trial and add it as a "
+        "baseline (the study may be running or finished)",
+        baseline_commands,
+    )
+    add.add_argument("config", metavar="CONFIG", help="the study's YAML")
+    add.add_argument("baselines", metavar="PRESET_OR_FILE", nargs="+",
+                     help="preset names (ranknas presets) or architecture JSON files")  # fmt: skip
+    add.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
     export.add_argument("--trial", default="best", help="'best' or a trial number")

@@ -43,15 +43,27 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     table = leaderboard.rows(study)
     print()
     print(leaderboard.format_table(table[:10]))
-    state = leaderboard.status(study)
-    if state["bayes_ne"]:
-        print(f"Bayes-optimal validation NE of this data: {state['bayes_ne']:.4f}")
+    print_comparison(study)
     if logger is not None:
         if summarize and table:
             log_summary(logger, study, table)
         flush(logger, config)
     print(f"export the best: ranknas export {config.name} --storage {config.storage} --out winner/")
     return 0
+
+
+def print_comparison(study) -> None:
+    """The baselines, the verdict and the Bayes floor, as far as the study has them."""
+    from nas import leaderboard
+
+    state = leaderboard.status(study)
+    if state["baselines"]:
+        print("\nBaselines (trained like every trial, outside the budget):")
+        print(leaderboard.format_baselines(state["baselines"]))
+    if state["verdict"]:
+        print(leaderboard.format_verdict(state["verdict"]))
+    if state["bayes_ne"]:
+        print(f"Bayes-optimal validation NE of this data: {state['bayes_ne']:.4f}")
 
 
 def flush(logger, config) -> None:
@@ -71,19 +83,27 @@ def log_summary(logger, study, table) -> None:
     from nas import leaderboard
 
     best = table[0]
+    metrics = {
+        "best_val_ne": best["val_ne"],
+        "best_test_ne": best["test_ne"] or float("nan"),
+        "best_mflops": best["mflops"],
+        "complete_trials": len(table),
+    }
+    tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"]}
+    verdict = leaderboard.verdict(study)
+    if verdict:
+        metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
+        tags["verdict"] = leaderboard.format_verdict(verdict)
     logger.log_study_summary(
-        metrics={
-            "best_val_ne": best["val_ne"],
-            "best_test_ne": best["test_ne"] or float("nan"),
-            "best_mflops": best["mflops"],
-            "complete_trials": len(table),
-        },
+        metrics=metrics,
         artifacts={
-            "leaderboard.csv": leaderboard.to_csv(table),
+            "leaderboard.csv": leaderboard.to_csv(
+                leaderboard.with_baselines(table, leaderboard.baseline_rows(study))
+            ),
             "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),
             "pareto_front.png": leaderboard.pareto_png(study),
         },
-        tags={"best_trial": str(best["trial"]), "best_digest": best["digest"]},
+        tags=tags,
     )
 
 
@@ -108,6 +128,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
     if state["best_trial"] is not None:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
+    if state["verdict"]:
+        print(leaderboard.format_verdict(state["verdict"]))
     return 0
 
 
@@ -117,14 +139,48 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     study = _study(args)
     table = leaderboard.rows(study, include_all=args.all)[: args.top]
     front = leaderboard.pareto_front(study)
+    bases = leaderboard.baseline_rows(study)
     if args.json:
-        print(json.dumps({"leaderboard": table, "pareto_front": front}, indent=2))
+        print(json.dumps({"leaderboard": table, "pareto_front": front, "baselines": bases,
+                          "verdict": leaderboard.verdict(study)}, indent=2))  # fmt: skip
     elif args.csv:
-        print(leaderboard.to_csv(table), end="")
+        print(leaderboard.to_csv(leaderboard.with_baselines(table, bases)), end="")
     else:
         print(leaderboard.format_table(table))
         print("\nPareto front (validation NE vs MFLOPs):")
         print(leaderboard.format_table(front))
+        print_comparison(study)
+    return 0
+
+
+def cmd_baseline_add(args: argparse.Namespace) -> int:
+    import torch
+
+    from nas.baselines import train_baselines
+    from nas.config import load_config
+    from nas.protocol import prepare_data
+    from nas.storage import load_study
+
+    config = load_config(args.config)
+    if args.no_mlflow:
+        config.mlflow.tracking_uri = None
+    study = load_study(config.name, config.storage)
+    logger = _logger(config)
+    if logger is not None:
+        logger.start_study(config.name)
+    print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
+          "trial")  # fmt: skip
+    torch.set_num_threads(config.training.threads)
+    data = prepare_data(config)
+    train_baselines(study, config, args.baselines, data, logger, lambda x: print(x, flush=True))
+    print_comparison(study)
+    if logger is not None:
+        from nas import leaderboard
+
+        table = leaderboard.rows(study)
+        if table:
+            log_summary(logger, study, table)
+        flush(logger, config)
     return 0
 
 
@@ -139,8 +195,12 @@ def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
                    "reeval_seeds": row["seeds"]}  # fmt: skip
         if row["mean_test_ne"] is not None:
             metrics["reeval_mean_test_ne"] = row["mean_test_ne"]
-        logger.log_trial(row["trial"], metrics=metrics)
-    best = table[0]
+        key = str(row["trial"])
+        if key.startswith("baseline:"):
+            logger.log_baseline(key.removeprefix("baseline:"), metrics=metrics)
+        else:
+            logger.log_trial(row["trial"], metrics=metrics)
+    best = next(r for r in table if isinstance(r["trial"], int))
     logger.log_study_summary(
         metrics={"reeval_best_mean_val_ne": best["mean_val_ne"]},
         artifacts={"reevaluation.csv": leaderboard.to_csv(table)},
@@ -152,6 +212,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.reevaluate import reevaluate_study
+    from nas.storage import load_study
 
     config = load_config(args.config)
     if args.no_mlflow:
@@ -165,7 +226,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     if logger is not None:
         log_reevaluation(logger, config.name, table)
         flush(logger, config)
-    best = table[0]["trial"]
+    print_comparison(load_study(config.name, config.storage))
+    best = next(r["trial"] for r in table if isinstance(r["trial"], int))
     print(f"export the best on average: ranknas export {config.name} --storage {config.storage} "
           f"--trial {best} --out winner/")  # fmt: skip
     return 0

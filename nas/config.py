@@ -170,6 +170,11 @@ class StudyConfig(_Section):
     storage: str = DEFAULT_STORAGE
     mlflow: MlflowConfig = MlflowConfig()
     sharding: ShardingConfig = ShardingConfig()
+    baselines: list[str] = Field(
+        default_factory=list,
+        description="preset names or architecture files trained like every trial, outside "
+        "the budget and unseen by the searcher, to compare the search against",
+    )
     output_dir: str | None = Field(default=None, description="default: ranknas-data/studies/NAME")
     heartbeat_seconds: int = Field(default=10, ge=1)
     seed: int = 0

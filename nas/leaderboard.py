@@ -5,16 +5,21 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from nas import baselines
 from nas.trial_record import StudyAttr
 from search_space.errors import RanknasError
 
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "latency_ms",
            "throughput", "digest", "worker", "failure_reason")  # fmt: skip
+BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
+                    "val_auc", "test_auc", "mflops", "params", "digest",
+                    "failure_reason")  # fmt: skip
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
@@ -34,20 +39,87 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
     return [trial_row(t) for t in [*complete, *others]]
 
 
+def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The study's baselines (`nas.baselines`), in the order the config lists them."""
+    table = []
+    for key, record in baselines.recorded(study).items():
+        row = {"baseline": key, "state": record.get("status")}
+        table.append(row | {c: record.get(c) for c in BASELINE_COLUMNS if c not in row})
+    return table
+
+
 def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
     """Complete trials that no other beats on both validation NE and MFLOPs."""
     points = [r for r in rows(study) if r["val_ne"] is not None and r["mflops"] is not None]
-    front = [
-        p
-        for p in points
-        if not any(
-            q["val_ne"] <= p["val_ne"]
-            and q["mflops"] <= p["mflops"]
-            and (q["val_ne"], q["mflops"]) != (p["val_ne"], p["mflops"])
-            for q in points
-        )
-    ]
+    front = [p for p in points if not any(_dominates(q, p) for q in points)]
     return sorted(front, key=lambda r: r["mflops"])
+
+
+def _dominates(q: dict[str, Any], p: dict[str, Any]) -> bool:
+    """`q` is no worse than `p` on validation NE and MFLOPs, and better on one."""
+    return (q["val_ne"] <= p["val_ne"] and q["mflops"] <= p["mflops"]
+            and (q["val_ne"], q["mflops"]) != (p["val_ne"], p["mflops"]))  # fmt: skip
+
+
+def verdict(study: optuna.Study) -> dict[str, Any] | None:
+    """The best found architecture against the best baseline (None without both).
+
+    By validation NE of the recorded runs, or of seed means once `reevaluate` has retrained
+    the finalists and the baselines with the same fresh seeds; test NE is reported beside it.
+    """
+    found = [r for r in rows(study) if r["val_ne"] is not None]
+    bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
+    if not found or not bases:
+        return None
+    basis = "recorded runs"
+    means = _seed_means(study)
+    if means and any(str(r["trial"]) in means for r in found):
+        found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
+        bases = [r | means.get(f"baseline:{r['baseline']}", {}) for r in bases]
+        basis = f"seed means over {min(m['seeds'] for m in means.values())} fresh seeds"
+    best = min(found, key=lambda r: r["val_ne"])
+    base = min(bases, key=lambda r: r["val_ne"])
+    delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
+                  else best["test_ne"] - base["test_ne"])  # fmt: skip
+    return {
+        "basis": basis,
+        "best_trial": {k: best[k] for k in ("trial", "val_ne", "test_ne", "mflops")},
+        "best_baseline": {k: base[k] for k in ("baseline", "val_ne", "test_ne", "mflops")},
+        "delta_val_ne": best["val_ne"] - base["val_ne"],
+        "delta_test_ne": delta_test,
+        "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
+        "search_wins": best["val_ne"] < base["val_ne"],
+        "dominated_baselines": [
+            b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
+        ],
+    }
+
+
+def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """Mean validation and test NE of each re-evaluated trial and baseline."""
+    out = {}
+    for key, runs in study.user_attrs.get(StudyAttr.REEVALUATION, {}).items():
+        val = [v for v, _ in runs.values() if v is not None]
+        test = [t for _, t in runs.values() if t is not None]
+        if val:
+            out[key] = {"val_ne": statistics.fmean(val), "seeds": len(val),
+                        "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
+    return out
+
+
+def format_verdict(v: dict[str, Any]) -> str:
+    """Two lines: who wins on validation NE (and on test NE), at what FLOPs."""
+    found, base = v["best_trial"], v["best_baseline"]
+    outcome = "the search wins" if v["search_wins"] else "the baseline wins"
+    test = ("" if v["delta_test_ne"] is None else
+            f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "
+            f"({v['delta_test_ne']:+.4f})")  # fmt: skip
+    ratio = "" if v["flops_ratio"] is None else f", at {v['flops_ratio']:.2f}x its FLOPs"
+    dominated = ", ".join(v["dominated_baselines"]) or "none"
+    return (f"verdict ({v['basis']}): {outcome}: trial {found['trial']} validation NE "
+            f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
+            f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
+            f"baselines Pareto-dominated by found architectures: {dominated}")  # fmt: skip
 
 
 def best_trial(study: optuna.Study, which: str = "best") -> FrozenTrial:
@@ -80,6 +152,8 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best_trial": best.number if best else None,
         "best_val_ne": best.user_attrs.get("val_ne") if best else None,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
+        "baselines": baseline_rows(study),
+        "verdict": verdict(study),
     }
 
 
@@ -90,6 +164,15 @@ def to_csv(table: list[dict[str, Any]]) -> str:
     writer.writeheader()
     writer.writerows(table)
     return out.getvalue()
+
+
+def with_baselines(
+    table: list[dict[str, Any]], bases: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Trial rows, then baseline rows, in one set of columns (for CSV): `baseline` names
+    the baseline and is empty for trials."""
+    trials = [r | {"baseline": None} for r in table]
+    return trials + [{c: b.get(c) for c in COLUMNS} | {"baseline": b["baseline"]} for b in bases]
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
@@ -103,6 +186,14 @@ def format_table(table: list[dict[str, Any]]) -> str:
         drop = header.index("latency ms")
         header = header[:drop] + header[drop + 1 :]
         lines = [line[:drop] + line[drop + 1 :] for line in lines]
+    return align(header, lines)
+
+
+def format_baselines(table: list[dict[str, Any]]) -> str:
+    header = ["baseline", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "digest"]
+    lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r["test_ne"]),
+              _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
+              r["digest"] or "-"] for r in table]  # fmt: skip
     return align(header, lines)
 
 
@@ -141,11 +232,21 @@ def pareto_png(study: optuna.Study) -> bytes:
 
     points = [r for r in rows(study) if r["val_ne"] is not None]
     front = pareto_front(study)
-    figure, axes = plt.subplots(figsize=(6, 4), dpi=120)
+    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     axes.scatter([p["mflops"] for p in points], [p["val_ne"] for p in points], s=14,
                  color="0.6", label="trials")  # fmt: skip
     axes.plot([p["mflops"] for p in front], [p["val_ne"] for p in front], "o-",
               color="tab:red", label="Pareto front")  # fmt: skip
+    for p in front:
+        axes.annotate(str(p["trial"]), (p["mflops"], p["val_ne"]), fontsize=7,
+                      xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    bases = [b for b in baseline_rows(study) if b["val_ne"] is not None]
+    if bases:
+        axes.scatter([b["mflops"] for b in bases], [b["val_ne"] for b in bases], marker="*",
+                     s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
+        for b in bases:
+            axes.annotate(b["baseline"], (b["mflops"], b["val_ne"]), fontsize=8, color="tab:blue",
+                          xytext=(4, -10), textcoords="offset points")  # fmt: skip
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         axes.axhline(

@@ -16,9 +16,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from nas.baselines import recorded
 from nas.config import StudyConfig
-from nas.leaderboard import rows
-from nas.runner import prepare_data, train_architecture
+from nas.leaderboard import baseline_rows, rows
+from nas.protocol import prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
@@ -35,32 +38,39 @@ def reevaluate_study(
     if top < 1 or seeds < 1:
         raise RanknasError(f"--top and --seeds must be at least 1 (got {top} and {seeds})")
     study = load_study(config.name, config.storage)
+    torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
+    bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
+    archs |= {f"baseline:{b['baseline']}": recorded(study)[b["baseline"]]["dir"] for b in bases}
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
-    data = None
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
-    todo = sum(seed not in record.get(str(r["trial"]), {}) for r in chosen for seed in wanted)
-    done = 0
-    for row in chosen:
-        number = row["trial"]
-        runs = dict(record.get(str(number), {}))
+    todo = sum(seed not in record.get(key, {}) for key in archs for seed in wanted)
+    data, done = None, 0
+    for key, directory in archs.items():
+        runs = dict(record.get(key, {}))
         missing = [seed for seed in wanted if seed not in runs]
         if missing:
             data = data or prepare_data(config)
-            arch = read_architecture(trials[number].user_attrs[TrialAttr.DIR])
+            arch = read_architecture(directory)
         for seed in missing:
             result, _ = train_architecture(arch, data, config, int(seed))
             runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
-            record[str(number)] = runs
+            record[key] = runs
             study.set_user_attr(ATTR, record)
             done += 1
-            progress(f"[{done}/{todo}] trial {number} seed {seed}: validation NE "
+            progress(f"[{done}/{todo}] {_label(key)} seed {seed}: validation NE "
                      f"{runs[seed][0]:.4f}")  # fmt: skip
-    return sorted((_summary(row, record[str(row["trial"])], seeds) for row in chosen),
+    table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
+    return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
                   key=lambda r: r["mean_val_ne"])  # fmt: skip
+
+
+def _label(key: str) -> str:
+    return key.replace("baseline:", "baseline ") if key.startswith("baseline:") else f"trial {key}"
 
 
 def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> dict[str, Any]:

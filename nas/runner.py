@@ -8,16 +8,12 @@ died is failed by the heartbeat check and retried with the same architecture.
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import socket
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +22,22 @@ import torch
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
 
+from nas.baselines import train_baselines
 from nas.config import StudyConfig
 from nas.oneshot.phase import run_search_phase
+from nas.protocol import (
+    Costs,
+    StudyData,
+    architecture_costs,
+    latency_predictor,
+    plan_sharding,
+    prepare_data,
+    record_result,
+    train_architecture,
+)
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
-from nas.sharding import plan_trial_sharding
-from nas.storage import open_storage, study_lock
+from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     METRIC_ATTRS,
@@ -40,35 +46,15 @@ from nas.trial_record import (
     TrialAttr,
     mlflow_record,
     write_architecture,
-    write_metrics,
-    write_weights,
 )
-from search_space.architecture import Architecture, analyze, digest
-from search_space.builder import RankingModel, build_model
+from search_space.architecture import Architecture, digest
+from search_space.builder import RankingModel
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace, make_space
-from trainers.data import TabularData, bayes_metrics, load_dataset
-from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
+from trainers.trainer import TrainResult
 
 Progress = Callable[[str], None]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-@dataclass
-class StudyData:
-    train: TabularData
-    valid: TabularData
-    test: TabularData
-    bayes_ne: float | None  # the floor no model can beat, known for synthetic data
-
-
-def prepare_data(config: StudyConfig) -> StudyData:
-    d = config.data
-    options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
-    data = load_dataset(d.source, d.schema_path, **options)
-    train_part, valid, test = data.split(d.split, seed=d.seed)
-    bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
-    return StudyData(train_part, valid, test, bayes)
 
 
 def objective_names(config: StudyConfig) -> list[str]:
@@ -119,23 +105,12 @@ def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> 
     return study
 
 
-@contextmanager
 def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> Iterator[None]:
     """Record a heartbeat for `trial` every `seconds` while the block runs.
     (Optuna beats only inside `study.optimize`; this runner asks and tells itself.)"""
-    stop = threading.Event()
     trial_id = trial._trial_id  # Optuna's storage key of the trial
-
-    def beat() -> None:
-        while not stop.wait(seconds):
-            storage.record_heartbeat(trial_id)
-
     storage.record_heartbeat(trial_id)
-    threading.Thread(target=beat, daemon=True).start()
-    try:
-        yield
-    finally:
-        stop.set()
+    return beating(seconds, lambda: storage.record_heartbeat(trial_id))
 
 
 @contextmanager
@@ -192,7 +167,7 @@ def _run_study(
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = open_study(config, space, storage)
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
-        _latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
+        latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
@@ -202,6 +177,8 @@ def _run_study(
             params=config.model_dump(mode="json"),
             tags={"searcher": config.searcher.type},
         )
+    if config.baselines:
+        train_baselines(study, config, config.baselines, data, logger, progress, worker)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes
@@ -245,23 +222,6 @@ def _fail(
     return mlflow_record(trial.params, summary, {}, tags, {})
 
 
-@dataclass
-class Costs:
-    """What an architecture costs before it is trained."""
-
-    mflops: float
-    params: int
-    latency_ms: float | None = None
-
-    def summary(self) -> dict[str, float]:
-        out = {"mflops": self.mflops, "params": self.params}
-        return out | ({} if self.latency_ms is None else {"latency_ms": self.latency_ms})
-
-    def objective(self, name: str) -> float | None:
-        return {"mflops": self.mflops, "params": float(self.params),
-                "latency_ms": self.latency_ms}.get(name)  # fmt: skip
-
-
 def run_trial(
     trial: Trial,
     study: optuna.Study,
@@ -294,88 +254,10 @@ def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
             trial.set_user_attr(key, value)
 
 
-def architecture_costs(arch: Architecture, config: StudyConfig) -> Costs:
-    analysis = analyze(arch)
-    latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
-    return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms)
-
-
-def plan_sharding(arch: Architecture, config: StudyConfig, directory: Path) -> dict | None:
-    """The embedding sharding plan of `sharding.devices` devices (none when not asked)."""
-    shard = config.sharding
-    if not shard.devices:
-        return None
-    batch = config.training.batch_size
-    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
-    (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
-    return plan
-
-
-def record_result(
-    directory: Path,
-    costs: Costs,
-    sharding: dict | None,
-    result: TrainResult,
-    model: RankingModel | None,
-) -> dict[str, Any]:
-    """Write the weights (of a complete run) and metrics.json; returns the metrics."""
-    if model is not None and result.status == "complete":
-        write_weights(directory, model)
-    summary = result.summary() | costs.summary()
-    if sharding and "predicted_step_ms" in sharding:
-        summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]
-    write_metrics(directory, summary)
-    return summary
-
-
 def _artifacts(directory: Path) -> dict[str, str]:
     """The trial's text files that go to its MLflow run."""
     names = (ARCHITECTURE_FILE, SHARDING_FILE)
     return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
-
-
-def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
-    """Forward latency at `objectives.latency_batch_size`: predicted by
-    `objectives.latency_model` if set, else measured on the training device."""
-    from cost_models.latency import measure_latency
-
-    o, t = config.objectives, config.training
-    if o.latency_model is None:
-        device = resolve_device(t.device)
-        return measure_latency(arch, o.latency_batch_size, device, threads=t.threads).forward_ms
-    return float(_latency_predictor(o.latency_model, o.latency_batch_size).predict([arch])[0])
-
-
-@functools.cache
-def _latency_predictor(path: str, batch_size: int) -> Any:
-    """The study's latency predictor, loaded (and refitted) once per process."""
-    from cost_models.latency import LatencyPredictor
-
-    predictor = LatencyPredictor.load(path)
-    if predictor.batch_size != batch_size:
-        raise RanknasError(
-            f"objectives.latency_model {path} was fitted at batch size "
-            f"{predictor.batch_size}, objectives.latency_batch_size is {batch_size}"
-        )
-    return predictor
-
-
-def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
-    """How the study trains one trial stand-alone (its budget and `training` section)."""
-    t = config.training
-    return TrainConfig(
-        batch_size=t.batch_size,
-        max_examples=config.budget.examples_per_trial,
-        max_seconds=config.budget.trial_seconds,
-        dense_optimizer=t.dense_optimizer,
-        dense_lr=t.dense_lr,
-        weight_decay=t.weight_decay,
-        sparse_optimizer=t.sparse_optimizer,
-        sparse_lr=t.sparse_lr,
-        evals=t.evals,
-        seed=seed,
-        device=t.device,
-    )
 
 
 def _train_within_constraints(
@@ -400,19 +282,6 @@ def _train_within_constraints(
         return trial.should_prune()
 
     return train_architecture(arch, data, config, config.seed + trial.number, report)
-
-
-def train_architecture(
-    arch: Architecture,
-    data: StudyData,
-    config: StudyConfig,
-    seed: int,
-    on_eval: Callable[[int, int, dict[str, float]], bool] | None = None,
-) -> tuple[TrainResult, RankingModel]:
-    """Train `arch` from scratch exactly as the study trains a trial, with `seed`."""
-    model = build_model(arch, seed=seed)
-    train_config = trial_train_config(config, seed)
-    return train(model, data.train, data.valid, data.test, train_config, on_eval=on_eval), model
 
 
 def _outcome(

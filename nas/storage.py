@@ -8,7 +8,8 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
@@ -106,3 +107,20 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
         return
     yield  # other databases: best effort
+
+
+@contextlib.contextmanager
+def beating(seconds: float, beat: Callable[[], None]) -> Iterator[None]:
+    """Call `beat` every `seconds` in a daemon thread while the block runs (heartbeats of
+    trials and of baseline claims)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            beat()
+
+    threading.Thread(target=loop, daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()

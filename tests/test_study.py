@@ -172,9 +172,9 @@ def test_status_leaderboard_and_export_commands(tmp_path, capsys):
 
 
 def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, monkeypatch):
-    import nas.runner
+    import nas.protocol
 
-    real_build, calls = nas.runner.build_model, []
+    real_build, calls = nas.protocol.build_model, []
 
     def build_once_broken(*args, **kwargs):
         calls.append(1)
@@ -182,7 +182,7 @@ def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, 
             raise MemoryError("cannot allocate the tables")
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(nas.runner, "build_model", build_once_broken)
+    monkeypatch.setattr(nas.protocol, "build_model", build_once_broken)
     study = run_study(parse_config(tiny_config(tmp_path, "broken", budget={"trials": 2})),
                       progress=lambda line: None)  # fmt: skip
     states = _states(study)

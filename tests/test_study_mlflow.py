@@ -1,6 +1,8 @@
 """A study logged to a real `mlflow server`: parent and nested runs with their content, and
 an MLflow outage in the middle of the study loses nothing."""
 
+from pathlib import Path
+
 from mlflow import MlflowClient
 
 from mlflow_server import StudyLogger, down, up
@@ -16,9 +18,28 @@ def _runs(client: MlflowClient, experiment: str):
     runs = client.search_runs([experiment_id], max_results=1000)
     parents = [r for r in runs if r.data.tags.get("ranknas.kind") == "study"]
     trials = {int(r.data.tags["ranknas.trial"]): r for r in runs if "ranknas.trial" in r.data.tags}
+    baselines = [r for r in runs if r.data.tags.get("ranknas.kind") == "baseline"]
     assert len(parents) == 1
-    assert len(trials) == len(runs) - 1, "a trial was logged twice"
+    assert len(trials) == len(runs) - 1 - len(baselines), "a trial was logged twice"
     return parents[0], trials
+
+
+def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
+    config, logger = _study(tmp_path, server, "with-baselines", trials=1)
+    config.baselines = ["dlrm"]
+    study = run_study(config, logger=logger, progress=lambda line: None)
+    log_summary(logger, study, rows(study))
+    assert logger.flush(timeout_s=30) == 0
+    client = MlflowClient(tracking_uri=server.uri)
+    parent, _ = _runs(client, "with-baselines")
+    experiment_id = client.get_experiment_by_name("with-baselines").experiment_id
+    (run,) = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'baseline'")
+    assert run.info.run_name == "baseline-dlrm" and run.data.tags["baseline"] == "dlrm"
+    assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert run.data.metrics["val_ne"] == study.user_attrs["baselines:dlrm"]["val_ne"]
+    board = client.download_artifacts(parent.info.run_id, "leaderboard.csv", str(tmp_path))
+    assert ",dlrm" in Path(board).read_text()
+    assert "verdict" in client.get_run(parent.info.run_id).data.tags
 
 
 def _study(tmp_path, server, name, trials=3):

@@ -1,0 +1,135 @@
+"""Baselines: the engineers' own models, trained inside a study exactly as its trials are.
+
+A baseline is a preset name (`dlrm`) or an architecture file (`my_model.json`), listed under
+`baselines:` in the study config or added later with `ranknas baseline add`. It is trained
+with the trial protocol (data, split, budget, optimizers, seed `config.seed`) and recorded
+as a study user attribute `baseline:<key>`, never as an Optuna trial: samplers do not see
+it and it does not count toward the budget. Its files go to `studies/NAME/baselines/<key>/`
+(the trial record's layout) and its MLflow run is nested under the study, tagged baseline.
+
+Several workers share the work: each baseline is claimed (`baseline-claim:<key>`, beaten
+like a trial's heartbeat) before it is trained, so it is trained once; a claim whose worker
+died goes stale and is taken over.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from nas.config import StudyConfig
+from nas.protocol import (
+    StudyData,
+    architecture_costs,
+    plan_sharding,
+    record_result,
+    train_architecture,
+)
+from nas.storage import beating, study_lock
+from nas.trial_record import METRIC_ATTRS, StudyAttr, mlflow_record, write_architecture
+from search_space.architecture import Architecture, digest
+from search_space.errors import RanknasError
+from search_space.schema import DatasetSchema
+
+RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
+CLAIM_PREFIX = "baseline-claim:"
+
+
+def baseline_key(name_or_file: str) -> str:
+    """`dlrm` for a preset, the file's stem for an architecture file."""
+    return Path(name_or_file).stem if name_or_file.endswith(".json") else name_or_file
+
+
+def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
+    from nas.cli import load_architecture
+
+    try:
+        return load_architecture(name_or_file, schema)
+    except RanknasError as exc:
+        raise RanknasError(f"baselines: {exc}") from None
+
+
+def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """The study's baselines by key, in the order they were listed."""
+    attrs = study.user_attrs
+    found = {k.removeprefix(RECORD_PREFIX): v for k, v in attrs.items()
+             if k.startswith(RECORD_PREFIX)}  # fmt: skip
+    return dict(sorted(found.items(), key=lambda item: item[1].get("order", 0)))
+
+
+def train_baselines(
+    study: optuna.Study,
+    config: StudyConfig,
+    names: list[str],
+    data: StudyData,
+    logger: Any = None,
+    progress: Callable[[str], None] = print,
+    worker: str = "",
+) -> dict[str, dict[str, Any]]:
+    """Train every baseline in `names` that the study has not recorded (nor another worker
+    is training); returns the study's baselines."""
+    archs = {baseline_key(n): load_baseline(n, data.train.schema) for n in names}
+    for order, (key, arch) in enumerate(archs.items()):
+        if not _claim(study, config, key):
+            continue
+        with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
+            record = _train_one(study, config, key, arch, data, order, worker)
+        study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
+        if logger is not None:
+            logger.log_baseline(key, **record["mlflow"])
+        progress(_line(key, record["attrs"]))
+    return recorded(study)
+
+
+def _train_one(
+    study: optuna.Study,
+    config: StudyConfig,
+    key: str,
+    arch: Architecture,
+    data: StudyData,
+    order: int,
+    worker: str,
+) -> dict[str, Any]:
+    directory = config.study_dir / "baselines" / key
+    write_architecture(directory, arch)
+    costs = architecture_costs(arch, config)
+    sharding = plan_sharding(arch, config, directory)
+    result, model = train_architecture(arch, data, config, config.seed)
+    summary = record_result(directory, costs, sharding, result, model)
+    attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),
+             "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,
+             **costs.summary()}  # fmt: skip
+    attrs |= {k: summary[k] for k in METRIC_ATTRS if summary.get(k) is not None}
+    if result.failure_reason:
+        attrs["failure_reason"] = result.failure_reason
+    tags = {"baseline": key, "digest": attrs["digest"], "worker": worker}
+    artifacts = {"architecture.json": arch.to_json()}
+    return {"attrs": attrs,
+            "mlflow": mlflow_record({}, summary, result.curves, tags, artifacts)}  # fmt: skip
+
+
+def _claim(study: optuna.Study, config: StudyConfig, key: str) -> bool:
+    """Claim `key` for this process unless it is recorded or claimed by a live worker."""
+    with study_lock(config.storage, config.name):
+        attrs = study.user_attrs  # read from the storage: other workers' claims included
+        if RECORD_PREFIX + key in attrs:
+            return False
+        stamp = attrs.get(CLAIM_PREFIX + key)
+        if stamp and time.time() - stamp["time"] < 3 * config.heartbeat_seconds + 10:
+            return False
+        _stamp(study, key, "")
+        return True
+
+
+def _stamp(study: optuna.Study, key: str, worker: str) -> None:
+    study.set_user_attr(CLAIM_PREFIX + key, {"time": time.time(), "worker": worker})
+
+
+def _line(key: str, attrs: dict[str, Any]) -> str:
+    ne = attrs.get("val_ne")
+    shown = f"validation NE {ne:.4f}" if ne is not None else attrs.get("failure_reason", "")
+    return f"baseline {key}: {attrs['status']}, {shown}, {attrs['mflops']:.3f} MFLOPs"

@@ -1,0 +1,149 @@
+"""The trial protocol: how a study prepares its data and costs, trains and records one
+architecture. Trials (`nas.runner`), baselines (`nas.baselines`) and re-evaluation
+(`nas.reevaluate`) all go through here, so they are comparable by construction.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nas.config import StudyConfig
+from nas.sharding import plan_trial_sharding
+from nas.trial_record import SHARDING_FILE, TrialAttr, write_metrics, write_weights
+from search_space.architecture import Architecture, analyze
+from search_space.builder import RankingModel, build_model
+from search_space.errors import RanknasError
+from trainers.data import TabularData, bayes_metrics, load_dataset
+from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
+
+EvalHook = Callable[[int, int, dict[str, float]], bool]
+
+
+@dataclass
+class StudyData:
+    train: TabularData
+    valid: TabularData
+    test: TabularData
+    bayes_ne: float | None  # the floor no model can beat, known for synthetic data
+
+
+def prepare_data(config: StudyConfig) -> StudyData:
+    d = config.data
+    options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
+    data = load_dataset(d.source, d.schema_path, **options)
+    train_part, valid, test = data.split(d.split, seed=d.seed)
+    bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
+    return StudyData(train_part, valid, test, bayes)
+
+
+@dataclass
+class Costs:
+    """What an architecture costs before it is trained."""
+
+    mflops: float
+    params: int
+    latency_ms: float | None = None
+
+    def summary(self) -> dict[str, float]:
+        out = {"mflops": self.mflops, "params": self.params}
+        return out | ({} if self.latency_ms is None else {"latency_ms": self.latency_ms})
+
+    def objective(self, name: str) -> float | None:
+        return {"mflops": self.mflops, "params": float(self.params),
+                "latency_ms": self.latency_ms}.get(name)  # fmt: skip
+
+
+def architecture_costs(arch: Architecture, config: StudyConfig) -> Costs:
+    analysis = analyze(arch)
+    latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
+    return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms)
+
+
+def plan_sharding(arch: Architecture, config: StudyConfig, directory: Path) -> dict | None:
+    """The embedding sharding plan of `sharding.devices` devices (none when not asked)."""
+    shard = config.sharding
+    if not shard.devices:
+        return None
+    batch = config.training.batch_size
+    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
+    (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
+    return plan
+
+
+def record_result(
+    directory: Path,
+    costs: Costs,
+    sharding: dict | None,
+    result: TrainResult,
+    model: RankingModel | None,
+) -> dict[str, Any]:
+    """Write the weights (of a complete run) and metrics.json; returns the metrics."""
+    if model is not None and result.status == "complete":
+        write_weights(directory, model)
+    summary = result.summary() | costs.summary()
+    if sharding and "predicted_step_ms" in sharding:
+        summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]
+    write_metrics(directory, summary)
+    return summary
+
+
+def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
+    """Forward latency at `objectives.latency_batch_size`: predicted by
+    `objectives.latency_model` if set, else measured on the training device."""
+    from cost_models.latency import measure_latency
+
+    o, t = config.objectives, config.training
+    if o.latency_model is None:
+        device = resolve_device(t.device)
+        return measure_latency(arch, o.latency_batch_size, device, threads=t.threads).forward_ms
+    return float(latency_predictor(o.latency_model, o.latency_batch_size).predict([arch])[0])
+
+
+@functools.cache
+def latency_predictor(path: str, batch_size: int) -> Any:
+    """The study's latency predictor, loaded (and refitted) once per process."""
+    from cost_models.latency import LatencyPredictor
+
+    predictor = LatencyPredictor.load(path)
+    if predictor.batch_size != batch_size:
+        raise RanknasError(
+            f"objectives.latency_model {path} was fitted at batch size "
+            f"{predictor.batch_size}, objectives.latency_batch_size is {batch_size}"
+        )
+    return predictor
+
+
+def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
+    """How the study trains one trial stand-alone (its budget and `training` section)."""
+    t = config.training
+    return TrainConfig(
+        batch_size=t.batch_size,
+        max_examples=config.budget.examples_per_trial,
+        max_seconds=config.budget.trial_seconds,
+        dense_optimizer=t.dense_optimizer,
+        dense_lr=t.dense_lr,
+        weight_decay=t.weight_decay,
+        sparse_optimizer=t.sparse_optimizer,
+        sparse_lr=t.sparse_lr,
+        evals=t.evals,
+        seed=seed,
+        device=t.device,
+    )
+
+
+def train_architecture(
+    arch: Architecture,
+    data: StudyData,
+    config: StudyConfig,
+    seed: int,
+    on_eval: Callable[[int, int, dict[str, float]], bool] | None = None,
+) -> tuple[TrainResult, RankingModel]:
+    """Train `arch` from scratch exactly as the study trains a trial, with `seed`."""
+    model = build_model(arch, seed=seed)
+    train_config = trial_train_config(config, seed)
+    return train(model, data.train, data.valid, data.test, train_config, on_eval=on_eval), model

@@ -1,0 +1,88 @@
+"""Baselines inside a study: trained like trials, outside the budget, unseen by samplers,
+on the leaderboard (text, CSV, JSON), in the verdict, and added to a finished study."""
+
+import csv
+import io
+import json
+
+from nas.baselines import recorded
+from nas.cli import main
+from nas.config import parse_config
+from nas.leaderboard import verdict
+from nas.reevaluate import REEVAL_SEED, reevaluate_study
+from nas.runner import run_study
+from nas.storage import load_study
+from study_helpers import tiny_config, write_config
+
+
+def _config(tmp_path, name, baselines=("logistic_regression", "dlrm"), **overrides):
+    return tiny_config(tmp_path, name, baselines=list(baselines), **overrides)
+
+
+def test_baselines_are_trained_outside_the_budget_and_never_reach_the_sampler(tmp_path):
+    config = parse_config(_config(tmp_path, "base", budget={"trials": 2}))
+    study = run_study(config, progress=lambda line: None)
+    assert len(study.trials) == 2  # the budget: trials only
+    assert all("baseline" not in str(t.params) for t in study.trials)
+    bases = recorded(study)
+    assert list(bases) == ["logistic_regression", "dlrm"]
+    for key, record in bases.items():
+        assert record["status"] == "complete" and 0 < record["val_ne"] < 1.5
+        assert record["mflops"] > 0 and record["digest"]
+        assert (tmp_path / "base" / "baselines" / key / "model.safetensors").exists()
+    # resuming trains neither the trials nor the baselines again
+    again = run_study(config, progress=lambda line: None)
+    assert len(again.trials) == 2 and recorded(again) == bases
+
+
+def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys):
+    config = _config(tmp_path, "board", budget={"trials": 2})
+    storage = ["--storage", config["storage"]]
+    assert main(["search", str(write_config(tmp_path, config)), "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "Baselines (trained like every trial" in out and "verdict (recorded runs)" in out
+
+    assert main(["leaderboard", "board", *storage, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert [b["baseline"] for b in board["baselines"]] == ["logistic_regression", "dlrm"]
+    for b in board["baselines"]:
+        assert {"val_ne", "test_ne", "val_logloss", "val_auc", "mflops", "params"} <= set(b)
+    v = board["verdict"]
+    assert v["best_baseline"]["baseline"] in ("logistic_regression", "dlrm")
+    best_base = min(board["baselines"], key=lambda b: b["val_ne"])
+    assert v["delta_val_ne"] == board["leaderboard"][0]["val_ne"] - best_base["val_ne"]
+    assert v["search_wins"] == (v["delta_val_ne"] < 0)
+
+    assert main(["leaderboard", "board", *storage, "--csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["baseline"] for r in table if r["baseline"]] == ["logistic_regression", "dlrm"]
+    assert sum(not r["baseline"] for r in table) == 2
+
+    assert main(["status", "board", *storage, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == v
+    assert main(["status", "board", *storage]) == 0
+    assert "verdict" in capsys.readouterr().out
+
+
+def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_path, capsys):
+    config = _config(tmp_path, "later", baselines=(), budget={"trials": 2})
+    path = write_config(tmp_path, config)
+    study = run_study(parse_config(config), progress=lambda line: None)
+    assert verdict(study) is None and recorded(study) == {}
+
+    assert main(["baseline", "add", str(path), "dlrm", "--no-mlflow"]) == 0
+    assert "verdict (recorded runs)" in capsys.readouterr().out
+    study = load_study("later", config["storage"])
+    assert list(recorded(study)) == ["dlrm"] and len(study.trials) == 2
+
+    table = reevaluate_study(parse_config(config), top=1, seeds=2, progress=lambda line: None)
+    assert len(table) == 2 and "baseline:dlrm" in {str(r["trial"]) for r in table}
+    runs = load_study("later", config["storage"]).user_attrs["reevaluation"]
+    assert set(runs["baseline:dlrm"]) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)}
+    v = verdict(load_study("later", config["storage"]))
+    assert v["basis"] == "seed means over 2 fresh seeds"
+    mean_dlrm = sum(val for val, _ in runs["baseline:dlrm"].values()) / 2
+    assert v["best_baseline"]["val_ne"] == mean_dlrm
+
+    assert main(["baseline", "add", str(path), "no_such_model", "--no-mlflow"]) == 2
+    assert "baselines: no_such_model: neither a preset" in capsys.readouterr().err
