@@ -8,6 +8,7 @@ import pytest
 from helpers import check_costs_and_training_step
 from search_space.architecture import analyze, digest
 from search_space.errors import SpecError
+from search_space.presets import PRESETS, preset
 from search_space.spaces import SPACES, Categorical, Integer, load_space, make_space
 
 SAMPLES = 500
@@ -39,6 +40,16 @@ WIDE_CONFIGS = {
         "top_width": [8],
         "embedding_dims": [4, 8],
     },
+    # Around DHEN's preset (mlp, dhen, dhen, mlp): every kind of swap, insertions before
+    # every block, per-feature dims.
+    "around": {
+        "type": "around",
+        "base": "dhen",
+        "embedding_dims": [4, 8],
+        "width_multipliers": [0.25, 0.5],
+        "insert_at": ["bottom", "dhen1", "dhen2", "top"],
+        "feature_dims": [2, 4],
+    },
 }
 
 
@@ -60,7 +71,8 @@ def test_encode_inverts_decode_and_sampling_is_seeded(space_type, small_schema):
     space = make_space(WIDE_CONFIGS[space_type], small_schema)
     for seed in range(50):
         arch = space.sample(seed)
-        assert space.decode(space.encode(arch)).to_dict() == arch.to_dict()
+        if space_type != "around":  # it encodes only its base (see test_around_space_...)
+            assert space.decode(space.encode(arch)).to_dict() == arch.to_dict()
         assert space.sample(seed).to_dict() == arch.to_dict()
     digests = {digest(space.sample(seed)) for seed in range(50)}
     assert len(digests) > 25
@@ -71,17 +83,41 @@ def test_mutation_changes_one_parameter_and_gives_a_new_valid_network(space_type
     space = make_space(WIDE_CONFIGS[space_type], small_schema)
     rng = random.Random(0)
     for seed in range(50):
-        parent = space.sample(seed)
-        child = space.mutate(parent, rng)
+        values = space.sample_values(random.Random(seed))
+        parent = space.decode(values)
+        child = space.decode(space.mutate_values(values, rng))
         analyze(child)
         assert digest(child) != digest(parent)
-        values = space.encode(parent)
         one_step = (
             values | {name: choice}
             for name, parameter in space.parameters().items()
             for choice in parameter.choices
         )
         assert any(space.decode(v).to_dict() == child.to_dict() for v in one_step)
+
+
+@pytest.mark.parametrize("base", list(PRESETS))
+def test_around_space_holds_its_base_and_varies_it(base, small_schema):
+    space = make_space({"type": "around", "base": base}, small_schema)
+    preset_arch = preset(base, small_schema)
+    assert digest(space.decode(space.base_values())) == digest(preset_arch)
+    assert space.encode(preset_arch) == space.base_values()
+    variants = {digest(space.sample(seed)) for seed in range(40)}
+    assert len(variants) >= 20
+    for seed in range(10):
+        check_costs_and_training_step(space.sample(seed))
+
+
+def test_around_space_parameters_name_the_base_blocks(small_schema):
+    params = make_space({"type": "around", "base": "dlrm"}, small_schema).parameters()
+    assert params["embedding_dim"].choices == (8, 16, 32)
+    assert params["bottom.op"].choices == ("mlp", "cross")
+    assert params["interaction.op"].choices == ("dot", "fm")
+    assert params["top.depth"] == Integer(1, 2)
+    assert params["top.in.interaction"].choices == (True, False)
+    assert params["insert.top"].choices[0] == "none"
+    with pytest.raises(SpecError, match=r"search_space.base: .*no_such\.json"):
+        make_space({"type": "around", "base": "no_such.json"}, small_schema)
 
 
 def test_parameters_are_typed(small_schema):

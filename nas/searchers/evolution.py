@@ -37,5 +37,4 @@ class RegularizedEvolutionSampler(SpaceSampler):
         rng = random.Random(self.seed * 1_000_003 + trial.number)
         population = sorted(complete, key=lambda t: t.number)[-self.population :]
         parent = min(rng.sample(population, self.sample_size), key=lambda t: t.values[0])
-        child = self.space.mutate(self.space.decode(parent.params), rng)
-        return self.space.encode(child)
+        return self.space.mutate_values(dict(parent.params), rng)

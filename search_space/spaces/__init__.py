@@ -1,7 +1,7 @@
 """Search spaces, configurable from YAML.
 
 search_space:
-  type: dag            # dag | wukong | dhen
+  type: dag            # dag | wukong | dhen | around (with base: PRESET_OR_FILE)
   num_blocks: 5
   ops: [mlp, cross, dot, fm, efc, attention]
   widths: [32, 64, 128]
@@ -18,13 +18,21 @@ from pydantic import Field, TypeAdapter, ValidationError
 from search_space.errors import SpecError
 from search_space.files import read_data_file
 from search_space.schema import DatasetSchema
+from search_space.spaces.around import AroundConfig, AroundSpace
 from search_space.spaces.base import Categorical, Integer, Parameter, SearchSpace, SpaceConfig
 from search_space.spaces.dag import DagConfig, DagSpace
 from search_space.spaces.dhen import DhenConfig, DhenSpace
 from search_space.spaces.wukong import WukongConfig, WukongSpace
 
-SPACES: dict[str, type[SearchSpace]] = {"dag": DagSpace, "wukong": WukongSpace, "dhen": DhenSpace}
-AnySpaceConfig = Annotated[DagConfig | WukongConfig | DhenConfig, Field(discriminator="type")]
+SPACES: dict[str, type[SearchSpace]] = {
+    "dag": DagSpace,
+    "wukong": WukongSpace,
+    "dhen": DhenSpace,
+    "around": AroundSpace,
+}
+AnySpaceConfig = Annotated[
+    DagConfig | WukongConfig | DhenConfig | AroundConfig, Field(discriminator="type")
+]
 _CONFIG = TypeAdapter(AnySpaceConfig)
 
 
@@ -74,6 +82,7 @@ def load_space(path: str | Path, schema: DatasetSchema) -> SearchSpace:
 
 __all__ = [
     "SPACES",
+    "AroundSpace",
     "Categorical",
     "DagSpace",
     "DhenSpace",

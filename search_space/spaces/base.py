@@ -138,14 +138,20 @@ class SearchSpace(ABC):
 
     def mutate(self, arch: Architecture, rng: random.Random, tries: int = 20) -> Architecture:
         """A different architecture that changes one active parameter of `arch`."""
-        values = self.encode(arch)
-        original = digest(arch)
+        return self.decode(self.mutate_values(self.encode(arch), rng, tries))
+
+    def mutate_values(
+        self, values: dict[str, Any], rng: random.Random, tries: int = 20
+    ) -> dict[str, Any]:
+        """Values that change one active parameter and decode to a different architecture."""
+        original = digest(self.decode(values))
         names = [n for n in self.active(values) if len(self._parameters[n].choices) > 1]
+        child = values
         for _ in range(tries):
             name = rng.choice(names)
             new = rng.choice([c for c in self._parameters[name].choices if c != values[name]])
-            child = self.decode(values | {name: new})
-            if digest(child) != original:
+            child = values | {name: new}
+            if digest(self.decode(child)) != original:
                 return child
         return child
 

@@ -1,0 +1,274 @@
+"""The variations of an engineer's architecture: search around the model you have.
+
+`search_space: {type: around, base: dlrm}` (a preset name or an architecture file) makes a
+space whose every point is the base with some of these changes (Rankitect's "start from
+the production model"):
+- `<block>.op`: the block's op swapped for another of its kind (same input and output kind:
+  mlp <-> cross; dot <-> fm; attention <-> wukong <-> dhen <-> efc);
+- `<block>.width`: a width multiplier of its size knob (MLP widths, cross rank, ...), and
+  `<block>.depth`: the first k layers of a multi-layer MLP;
+- `<block>.in.<source>`: each input (dense, sparse, an earlier block) kept or dropped, added
+  or not; a block left with no input keeps its base inputs;
+- `insert.<block>`: an interaction block (`insert_ops`) inserted before `<block>`, reading the
+  block's inputs and feeding it (at `insert_at`, by default the output block);
+- `embedding_dim` (default: half, the same, and twice the base's) and, with `feature_dims`,
+  one dim per feature.
+The values that leave everything as it is decode to the base (`base_values`). Every point is
+valid by construction; FLOPs are exact because `analyze` computes them from the spec.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from search_space.architecture import Architecture, BlockSpec
+from search_space.blocks import OPS
+from search_space.errors import SpecError
+from search_space.schema import DatasetSchema
+from search_space.spaces.base import Categorical, Integer, Parameter, SearchSpace, SpaceConfig
+from search_space.spaces.dag import _output_count
+
+KEEP = "none"
+# Ops a block may be swapped for, by (input kind, output kind); each has params derivable
+# from a width multiplier and the number of embeddings it reads (`_op_params`).
+SWAPS = {
+    ("dense", "dense"): ("mlp", "cross"),
+    ("sparse", "dense"): ("dot", "fm"),
+    ("sparse", "sparse"): ("attention", "wukong", "dhen", "efc"),
+}
+INSERT_OPS = ("cross", "fm", "dot", "attention", "wukong", "dhen")
+
+
+class AroundConfig(SpaceConfig):
+    type: Literal["around"] = "around"
+    base: str = Field(description="a preset name or an architecture JSON file")
+    embedding_dims: list[int] | None = Field(  # type: ignore[assignment]
+        default=None, min_length=1, description="default: half, the same and twice the base's"
+    )
+    width_multipliers: list[float] = Field(default=[0.5, 1.0, 2.0], min_length=1)
+    swap_ops: bool = True
+    connections: bool = Field(default=True, description="search adding/removing inputs")
+    insert_ops: list[str] = Field(default=list(INSERT_OPS))
+    insert_at: list[str] | None = Field(default=None, description="default: the output block")
+
+    @field_validator("width_multipliers")
+    @classmethod
+    def _multipliers(cls, values: list[float]) -> list[float]:
+        if any(not 0 < v <= 16 for v in values):
+            raise ValueError("every multiplier must be in (0, 16]")
+        return values
+
+    @field_validator("insert_ops")
+    @classmethod
+    def _insert_ops(cls, ops: list[str]) -> list[str]:
+        unknown = [op for op in ops if op not in INSERT_OPS]
+        if unknown:
+            raise ValueError(f"unknown op(s) {unknown}; insertable: {list(INSERT_OPS)}")
+        return ops
+
+
+class AroundSpace(SearchSpace):
+    type_name = "around"
+    config: AroundConfig
+
+    def __init__(self, schema: DatasetSchema, config: AroundConfig) -> None:
+        self.base = _load_base(config.base, schema)
+        if config.embedding_dims is None:
+            dim = self.base.embedding.dim
+            dims = sorted({max(1, dim // 2), dim, dim * 2})
+            config = config.model_copy(update={"embedding_dims": dims})
+        names = [b.name for b in self.base.blocks]
+        unknown = [n for n in config.insert_at or () if n not in names]
+        if unknown:
+            raise SpecError(f"search_space.insert_at: {unknown} not blocks of the base {names}")
+        super().__init__(schema, config)
+
+    # ------------------------------------------------------------------- parameters
+
+    def _build_parameters(self) -> dict[str, Parameter]:
+        c, params = self.config, {}
+        sources = self._raw_sources()
+        for block in self.base.blocks:
+            kinds = (OPS[block.op].input_kind, OPS[block.op].output_kind)
+            if c.swap_ops and block.op in SWAPS.get(kinds, ()):
+                params[f"{block.name}.op"] = Categorical(SWAPS[kinds])
+            if _has_width(block.op):
+                params[f"{block.name}.width"] = Categorical(tuple(c.width_multipliers))
+            if block.op == "mlp" and len(block.params["widths"]) > 1:
+                params[f"{block.name}.depth"] = Integer(1, len(block.params["widths"]))
+            if c.connections:
+                for source in sources:
+                    params[f"{block.name}.in.{source}"] = Categorical((True, False))
+            sources = (*sources, block.name)
+        for name in self._insert_points():
+            params[f"insert.{name}"] = Categorical((KEEP, *c.insert_ops))
+        return params
+
+    def _raw_sources(self) -> tuple[str, ...]:
+        return tuple(s for s, n in (("dense", self.schema.num_dense),
+                                    ("sparse", self.schema.num_sparse)) if n)  # fmt: skip
+
+    def _insert_points(self) -> list[str]:
+        return list(self.config.insert_at or [self.base.output_block])
+
+    def base_values(self) -> dict[str, Any]:
+        """The values that decode to the base architecture itself."""
+        values: dict[str, Any] = {"embedding_dim": self.base.embedding.dim}
+        if self.config.feature_dims:
+            dims = self.config.feature_dims
+            for f in self.base.embedding.features:
+                dim = self.base.embedding.feature_dim(f)
+                values[f"dim.{f.name}"] = dim if dim in dims else dims[0]
+        blocks = {b.name: b for b in self.base.blocks}
+        for name, p in self._parameters.items():
+            block, _, knob = name.partition(".")
+            if knob == "op":
+                values[name] = blocks[block].op
+            elif knob == "width":
+                values[name] = min(p.choices, key=lambda m: abs(m - 1.0))
+            elif knob == "depth":
+                values[name] = len(blocks[block].params["widths"])
+            elif knob.startswith("in."):
+                values[name] = knob.removeprefix("in.") in blocks[block].inputs
+            elif block == "insert":
+                values[name] = KEEP
+        return values
+
+    def active(self, values: dict[str, Any]) -> list[str]:
+        active = []
+        for name in self._parameters:
+            block, _, knob = name.partition(".")
+            op = values.get(f"{block}.op", self._base_op(block))
+            if knob == "width" and not _has_width(op):
+                continue
+            if knob == "depth" and op != "mlp":
+                continue
+            active.append(name)
+        return active
+
+    def _base_op(self, name: str) -> str | None:
+        return next((b.op for b in self.base.blocks if b.name == name), None)
+
+    # ------------------------------------------------------------------- decoding
+
+    def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
+        counts = {"dense": 0, "sparse": self.schema.num_sparse}  # 0 marks a dense output
+        inserts = set(self._insert_points())
+        blocks: list[BlockSpec] = []
+        for base in self.base.blocks:
+            inputs = self._inputs(values, base)
+            if base.name in inserts and values[f"insert.{base.name}"] != KEEP:
+                op = values[f"insert.{base.name}"]
+                extra = self._block(f"{base.name}_{op}", op, inputs, None, 1.0, counts)
+                blocks.append(extra)
+                counts[extra.name] = _output_count(op, extra.params, _count(inputs, counts))
+                inputs = (*inputs, extra.name)
+            op = values.get(f"{base.name}.op", base.op)
+            block = self._block(base.name, op, inputs, base, values, counts)
+            blocks.append(block)
+            counts[block.name] = _output_count(op, block.params, _count(inputs, counts))
+        return tuple(blocks), self.base.output_block
+
+    def _inputs(self, values: dict[str, Any], base: BlockSpec) -> tuple[str, ...]:
+        if not self.config.connections:
+            return base.inputs
+        chosen = [k.split(".in.", 1)[1] for k in self._parameters
+                  if k.startswith(f"{base.name}.in.") and values[k]]  # fmt: skip
+        ordered = [s for s in base.inputs if s in chosen] + [s for s in chosen
+                                                             if s not in base.inputs]  # fmt: skip
+        return tuple(ordered) or base.inputs
+
+    def _block(
+        self,
+        name: str,
+        op: str,
+        inputs: tuple[str, ...],
+        base: BlockSpec | None,
+        values: dict[str, Any] | float,
+        counts: dict[str, int],
+    ) -> BlockSpec:
+        if isinstance(values, dict):
+            multiplier = values.get(f"{name}.width", 1.0)
+            depth = values.get(f"{name}.depth")
+        else:
+            multiplier, depth = values, None
+        same = base is not None and base.op == op
+        params = _op_params(op, dict(base.params) if same else None, multiplier, depth,
+                            _count(inputs, counts))  # fmt: skip
+        return BlockSpec(name, op, inputs, params)
+
+    def _encode_blocks(self, arch: Architecture) -> dict[str, Any]:
+        from search_space.architecture import digest
+
+        if digest(arch) != digest(self.base):
+            raise SpecError(
+                "the around space encodes only its base architecture; work with parameter "
+                "values (`decode`, `mutate_values`) for the others"
+            )
+        return {k: v for k, v in self.base_values().items()
+                if k != "embedding_dim" and not k.startswith("dim.")}  # fmt: skip
+
+
+def _load_base(name_or_file: str, schema: DatasetSchema) -> Architecture:
+    from search_space.presets import PRESETS, preset
+
+    if name_or_file in PRESETS:
+        return preset(name_or_file, schema)
+    try:
+        return Architecture.load(name_or_file).bind(schema)
+    except SpecError as exc:
+        raise SpecError(
+            f"search_space.base: {exc}; give a preset ({', '.join(PRESETS)}) or a file"
+        ) from None
+
+
+def _count(inputs: tuple[str, ...], counts: dict[str, int]) -> int:
+    """Embeddings a sparse op reads from `inputs` (a dense input becomes one)."""
+    return sum(counts[s] or 1 for s in inputs)
+
+
+def _has_width(op: str) -> bool:
+    return op in ("mlp", "cross", "sum", "efc", "wukong", "dhen")
+
+
+def _scaled(value: int, multiplier: float) -> int:
+    return max(1, round(value * multiplier))
+
+
+def _op_params(
+    op: str, base: dict[str, Any] | None, multiplier: float, depth: int | None, in_count: int
+) -> dict[str, Any]:
+    """Params of `op`: the base block's own (scaled) when it keeps its op, else defaults
+    sized like the presets."""
+    if op == "mlp":
+        widths = list(base["widths"]) if base else [64]
+        return {"widths": [_scaled(w, multiplier) for w in widths[: depth or len(widths)]]}
+    if op == "cross":
+        params = dict(base) if base else {"num_layers": 2, "low_rank": 32}
+        if params.get("low_rank"):
+            params["low_rank"] = _scaled(params["low_rank"], multiplier)
+        return params
+    if op == "sum":
+        params = dict(base or {})
+        if params.get("width"):
+            params["width"] = _scaled(params["width"], multiplier)
+        return params
+    if op == "efc":
+        return {"num_out": _scaled(base["num_out"] if base else in_count, multiplier)}
+    if op == "wukong":
+        params = dict(base) if base else {"num_fm": 8, "num_lc": 8, "rank": 24, "fmb_widths": [128]}
+        return params | {"fmb_widths": [_scaled(w, multiplier) for w in params["fmb_widths"]]}
+    if op == "dhen":
+        params = dict(base) if base else {"modules": ["dot", "attention"], "hidden": 64}
+        if in_count < 2:  # a dot module needs two embeddings
+            params["modules"] = [m for m in params["modules"] if m != "dot"] or ["linear"]
+        return params | {"hidden": _scaled(params.get("hidden", 64), multiplier)}
+    if op == "dot":
+        return (base or {}) | ({"self_interaction": True} if in_count < 2 else {})
+    if base is not None:
+        return base
+    if op == "attention":
+        return {"num_heads": 2}
+    return {}
