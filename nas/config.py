@@ -39,7 +39,11 @@ class SearcherConfig(_Section):
     type: Literal["random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas"] = "tpe"
     population: int = Field(default=16, ge=2, description="evolution: population size")
     sample_size: int = Field(default=4, ge=1, description="evolution: tournament size")
-    startup_trials: int = Field(default=5, ge=0, description="tpe/nsga2/ax: random trials first")
+    startup_trials: int = Field(
+        default=5,
+        ge=0,
+        description="tpe/nsga2/ax: random trials first (around: variants of the base)",
+    )
     # oneshot / dnas (nas/oneshot/): a phase before the trials, then its top_k are trained
     top_k: int = Field(default=3, ge=1, description="oneshot/dnas: candidates enqueued")
     supernet_steps: int = Field(default=300, ge=1, description="oneshot/dnas: training steps")

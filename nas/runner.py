@@ -93,6 +93,8 @@ def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> 
     recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
     current = config.search_space.model_dump(mode="json")
     if recorded is None:
+        for values in space.starting_points(s.startup_trials, config.seed):
+            study.enqueue_trial(values)
         study.set_user_attr(StudyAttr.SEARCH_SPACE, current)
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
         study.set_user_attr(StudyAttr.SEARCHER, s.type)

@@ -19,11 +19,12 @@ valid by construction; FLOPs are exact because `analyze` computes them from the 
 
 from __future__ import annotations
 
+import random
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from search_space.architecture import Architecture, BlockSpec
+from search_space.architecture import Architecture, BlockSpec, digest
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
@@ -136,6 +137,23 @@ class AroundSpace(SearchSpace):
                 values[name] = KEEP
         return values
 
+    def starting_points(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """`count` distinct variants of the base, one or two changes away: a study around a
+        model starts near it (the base itself is trained as a baseline)."""
+        rng, base = random.Random(seed), self.base_values()
+        seen, points = {digest(self.decode(base))}, []
+        for _ in range(20 * count):
+            values = self.mutate_values(base, rng)
+            if rng.random() < 0.5:
+                values = self.mutate_values(values, rng)
+            key = digest(self.decode(values))
+            if key not in seen:
+                seen.add(key)
+                points.append(values)
+            if len(points) == count:
+                break
+        return points
+
     def active(self, values: dict[str, Any]) -> list[str]:
         active = []
         for name in self._parameters:
@@ -200,8 +218,6 @@ class AroundSpace(SearchSpace):
         return BlockSpec(name, op, inputs, params)
 
     def _encode_blocks(self, arch: Architecture) -> dict[str, Any]:
-        from search_space.architecture import digest
-
         if digest(arch) != digest(self.base):
             raise SpecError(
                 "the around space encodes only its base architecture; work with parameter "

@@ -155,6 +155,10 @@ class SearchSpace(ABC):
                 return child
         return child
 
+    def starting_points(self, count: int, seed: int) -> list[dict[str, Any]]:
+        """Values a study tries first (enqueued before its searcher samples); none here."""
+        return []
+
     def check_values(self, values: dict[str, Any]) -> None:
         """Raise `SpecError` naming each missing, unknown or out-of-range parameter."""
         problems = [
