@@ -123,12 +123,17 @@ def format_verdict(v: dict[str, Any]) -> str:
 
 
 def best_trial(study: optuna.Study, which: str = "best") -> FrozenTrial:
-    """`best` (lowest first objective among complete trials) or a trial number."""
+    """`best` (the lowest mean validation NE among re-evaluated trials, else the lowest
+    first objective among complete trials) or a trial number."""
     trials = study.get_trials(deepcopy=False)
     if which == "best":
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         if not complete:
             raise RanknasError(f"study {study.study_name!r} has no complete trial yet")
+        means = _seed_means(study)
+        retrained = [t for t in complete if str(t.number) in means]
+        if retrained:  # re-evaluated: the best on average, not the luckiest run
+            return min(retrained, key=lambda t: means[str(t.number)]["val_ne"])
         return min(complete, key=lambda t: t.values[0])
     if not which.isdigit() or int(which) >= len(trials):
         raise RanknasError(f"--trial must be 'best' or a trial number below {len(trials)}")

@@ -33,8 +33,9 @@ ATTR = StudyAttr.REEVALUATION
 def reevaluate_study(
     config: StudyConfig, top: int, seeds: int, progress: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
-    """Retrain the `top` complete trials of `config`'s study with `seeds` fresh seeds each;
-    returns one row per trial, best mean validation NE first."""
+    """Retrain the `top` complete trials and the `top` best baselines of `config`'s study
+    with the same `seeds` fresh seeds each; returns one row per trial or baseline (`trial`
+    is then `baseline:<key>`), best mean validation NE first."""
     if top < 1 or seeds < 1:
         raise RanknasError(f"--top and --seeds must be at least 1 (got {top} and {seeds})")
     study = load_study(config.name, config.storage)
@@ -44,7 +45,8 @@ def reevaluate_study(
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
-    bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
+    bases = sorted((b for b in baseline_rows(study) if b["state"] == "complete"),
+                   key=lambda b: b["val_ne"])[:top]  # fmt: skip
     archs |= {f"baseline:{b['baseline']}": recorded(study)[b["baseline"]]["dir"] for b in bases}
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
