@@ -257,10 +257,13 @@ def _study_commands(command, commands) -> None:
     export.add_argument("--out", required=True, help="output directory")
     export.add_argument("--register", metavar="NAME", help="register in the MLflow registry")
     export.add_argument("--tracking-uri", default="http://127.0.0.1:5000")
+    export.add_argument("--force", action="store_true",
+                        help="export a diverged trial (validation NE >= 1) anyway")  # fmt: skip
 
 
 def _tool_commands(command, commands) -> None:
     from nas import commands as handlers
+    from trainers.trainer import TrainConfig
 
     mlflow = command("mlflow", handlers.cmd_mlflow, "start, check or stop the MLflow server")
     mlflow.add_argument("action", choices=["up", "status", "down"])
@@ -276,8 +279,17 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--schema", help="schema YAML for CSV/Parquet data")
     train.add_argument("--rows", type=int, default=200_000, help="synthetic rows")
     train.add_argument("--examples", type=int, help="budget: training examples")
+    train.add_argument("--epochs", type=float, help="budget: passes over the training split")
     train.add_argument("--seconds", type=float, help="budget: training seconds")
-    train.add_argument("--batch-size", type=int, default=512)
+    defaults = TrainConfig()  # the defaults studies train with, too
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    train.add_argument("--dense-lr", type=float, default=defaults.dense_lr, help="Adam lr")
+    train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr, help="Adagrad lr")
+    train.add_argument("--evals", type=int, default=defaults.evals,
+                       help="validation evaluations over the budget")  # fmt: skip
+    train.add_argument("--patience", type=int, default=defaults.early_stopping_patience,
+                       help="early stopping: evaluations without improvement (0: off); the "
+                       "run ends with the best evaluation's weights")  # fmt: skip
     train.add_argument("--device", default="auto")
     train.add_argument("--threads", type=int, default=1, help="CPU threads (1 is fastest "
                        "for small models; more processes use more cores)")  # fmt: skip

@@ -246,7 +246,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from search_space.schema import DatasetSchema
 
     study = _study(args)
-    trial = leaderboard.best_trial(study, args.trial)
+    trial = leaderboard.best_trial(study, args.trial, force=args.force)
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
@@ -320,7 +320,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     train_part, valid, test = data.split(seed=args.seed)
     arch = load_architecture(args.arch, data.schema)
     config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
-                         max_seconds=args.seconds, seed=args.seed, device=args.device)  # fmt: skip
+                         max_epochs=args.epochs, max_seconds=args.seconds,
+                         dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
+                         early_stopping_patience=args.patience, seed=args.seed,
+                         device=args.device)  # fmt: skip
     result = train(build_model(arch, seed=args.seed), train_part, valid, test, config)
     summary = result.summary()
     if data.true_prob is not None:
@@ -334,6 +337,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 print(
                     f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value}"
                 )
+    if result.status != "complete":
+        print(f"error: the run {result.status}: {result.failure_reason}", file=sys.stderr)
     return 0 if result.status == "complete" else 1
 
 

@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.spaces import AnySpaceConfig, format_validation_error
+from trainers.trainer import TrainConfig
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
 DEFAULT_STORAGE = "sqlite:///ranknas-data/studies.db"
 DEFAULT_TRACKING_URI = "http://127.0.0.1:5000"
+_TRAIN = TrainConfig()  # the one source of training defaults
 
 
 class _Section(BaseModel):
@@ -119,19 +121,39 @@ class ObjectiveConfig(_Section):
 class BudgetConfig(_Section):
     trials: int = Field(default=20, ge=1)
     examples_per_trial: int = Field(default=200_000, ge=1)
+    epochs_per_trial: float | None = Field(
+        default=None, gt=0, description="instead of examples_per_trial: passes over the data"
+    )
     trial_seconds: float | None = Field(default=None, gt=0)
     time_limit_minutes: float | None = Field(default=None, gt=0, description="whole study")
     max_failures: int | None = Field(default=None, ge=1, description="default: trials")
 
+    @model_validator(mode="after")
+    def _one_size(self) -> BudgetConfig:
+        if self.epochs_per_trial and "examples_per_trial" in self.model_fields_set:
+            raise ValueError("give examples_per_trial or epochs_per_trial, not both")
+        return self
+
 
 class TrainingConfig(_Section):
-    batch_size: int = Field(default=512, ge=1)
-    dense_optimizer: Literal["adam", "adamw"] = "adam"
-    dense_lr: float = Field(default=2e-3, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
-    sparse_lr: float = Field(default=0.05, gt=0)
-    evals: int = Field(default=4, ge=1)
+    """How every trial, baseline and re-evaluation is trained; the defaults are the
+    trainer's (`trainers.trainer.TrainConfig`), which `ranknas train` uses too."""
+
+    batch_size: int = Field(default=_TRAIN.batch_size, ge=1)
+    dense_optimizer: Literal["adam", "adamw"] = _TRAIN.dense_optimizer
+    dense_lr: float = Field(default=_TRAIN.dense_lr, gt=0)
+    weight_decay: float = Field(default=_TRAIN.weight_decay, ge=0)
+    sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = _TRAIN.sparse_optimizer
+    sparse_lr: float = Field(default=_TRAIN.sparse_lr, gt=0)
+    evals: int = Field(default=_TRAIN.evals, ge=1, description="validation evaluations per run")
+    early_stopping_patience: int = Field(
+        default=_TRAIN.early_stopping_patience,
+        ge=0,
+        description="stop after this many evaluations without improvement; 0: never",
+    )
+    restore_best: bool = Field(
+        default=_TRAIN.restore_best, description="end with the best evaluation's weights"
+    )
     device: str = "auto"
     threads: int = Field(
         default=1,

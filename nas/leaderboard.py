@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nas import baselines
-from nas.trial_record import StudyAttr
+from nas.trial_record import StudyAttr, TrialAttr
 from search_space.errors import RanknasError
 
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "latency_ms",
@@ -122,7 +122,7 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"baselines Pareto-dominated by found architectures: {dominated}")  # fmt: skip
 
 
-def best_trial(study: optuna.Study, which: str = "best") -> FrozenTrial:
+def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:
     """`best` (the lowest mean validation NE among re-evaluated trials, else the lowest
     first objective among complete trials) or a trial number."""
     trials = study.get_trials(deepcopy=False)
@@ -138,7 +138,10 @@ def best_trial(study: optuna.Study, which: str = "best") -> FrozenTrial:
     if not which.isdigit() or int(which) >= len(trials):
         raise RanknasError(f"--trial must be 'best' or a trial number below {len(trials)}")
     trial = trials[int(which)]
-    if trial.state != TrialState.COMPLETE:
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON) or ""
+    if reason.startswith("diverged") and not force:
+        raise RanknasError(f"trial {which} {reason}; pass --force to export it anyway")
+    if trial.state != TrialState.COMPLETE and not reason.startswith("diverged"):
         raise RanknasError(f"trial {which} is {trial.state.name.lower()}, not complete")
     return trial
 

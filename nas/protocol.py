@@ -82,8 +82,10 @@ def record_result(
     result: TrainResult,
     model: RankingModel | None,
 ) -> dict[str, Any]:
-    """Write the weights (of a complete run) and metrics.json; returns the metrics."""
-    if model is not None and result.status == "complete":
+    """Write the weights (of a complete or diverged run) and metrics.json; returns the
+    metrics."""
+    diverged = (result.failure_reason or "").startswith("diverged")
+    if model is not None and (result.status == "complete" or diverged):
         write_weights(directory, model)
     summary = result.summary() | costs.summary()
     if sharding and "predicted_step_ms" in sharding:
@@ -120,17 +122,20 @@ def latency_predictor(path: str, batch_size: int) -> Any:
 
 def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
     """How the study trains one trial stand-alone (its budget and `training` section)."""
-    t = config.training
+    t, budget = config.training, config.budget
     return TrainConfig(
         batch_size=t.batch_size,
-        max_examples=config.budget.examples_per_trial,
-        max_seconds=config.budget.trial_seconds,
+        max_examples=None if budget.epochs_per_trial else budget.examples_per_trial,
+        max_epochs=budget.epochs_per_trial,
+        max_seconds=budget.trial_seconds,
         dense_optimizer=t.dense_optimizer,
         dense_lr=t.dense_lr,
         weight_decay=t.weight_decay,
         sparse_optimizer=t.sparse_optimizer,
         sparse_lr=t.sparse_lr,
         evals=t.evals,
+        early_stopping_patience=t.early_stopping_patience,
+        restore_best=t.restore_best,
         seed=seed,
         device=t.device,
     )

@@ -20,7 +20,7 @@ def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
             "embedding_dims": [4],
         },
         "searcher": {"type": "random"},
-        "budget": {"trials": 3, "examples_per_trial": 1500},
+        "budget": {"trials": 3, "epochs_per_trial": 3},
         "training": {"batch_size": 128, "evals": 2},
         "storage": f"sqlite:///{tmp_path / 'studies.db'}",
         "output_dir": str(tmp_path / name),

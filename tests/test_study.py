@@ -14,8 +14,10 @@ from optuna.trial import TrialState
 
 from nas.cli import main
 from nas.config import parse_config
-from nas.runner import prepare_data, run_study
+from nas.protocol import prepare_data
+from nas.runner import run_study
 from nas.storage import load_study
+from search_space.errors import RanknasError
 from search_space.spaces import make_space
 from study_helpers import tiny_config, write_config
 
@@ -87,7 +89,10 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     trials = 4
     # Trials of a few seconds, so that the kill lands inside one.
     config = tiny_config(
-        tmp_path, "killed", budget={"trials": trials, "examples_per_trial": 80_000}
+        tmp_path,
+        "killed",
+        budget={"trials": trials, "epochs_per_trial": 2},
+        data={"rows": 40_000},
     )
     path = write_config(tmp_path, config)
     command = [sys.executable, "-m", "nas.cli", "search", str(path)]
@@ -237,3 +242,23 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     assert "mean val NE" in out and f"--trial {table[0]['trial']}" in out
     assert main(["reevaluate", str(path), "--top", "0"]) == 2
     assert "--top and --seeds must be at least 1" in capsys.readouterr().err
+
+
+def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_forced(
+    tmp_path, capsys
+):
+    config = tiny_config(tmp_path, "weak", budget={"trials": 1, "epochs_per_trial": 0.05,
+                                                  "max_failures": 1})  # fmt: skip
+    with pytest.raises(RanknasError, match="1 trials failed"):
+        run_study(parse_config(config), progress=print)
+    study = load_study("weak", config["storage"])
+    (trial,) = study.trials
+    assert trial.state.name == "FAIL" and trial.user_attrs["val_ne"] >= 1.0
+    assert trial.user_attrs["failure_reason"].startswith("diverged: validation NE")
+    storage = ["--storage", config["storage"]]
+    out = str(tmp_path / "weak-export")
+    assert main(["export", "weak", *storage, "--out", out]) == 2
+    assert "no complete trial" in capsys.readouterr().err
+    assert main(["export", "weak", *storage, "--trial", "0", "--out", out]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["export", "weak", *storage, "--trial", "0", "--out", out, "--force"]) == 0

@@ -3,6 +3,7 @@ acceptance ordering on the synthetic data (interaction models near the Bayes flo
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from search_space.builder import build_model
 from search_space.presets import preset
 from trainers.data import SyntheticConfig, bayes_metrics, generate_synthetic
 from trainers.metrics import entropy, ranking_metrics
-from trainers.trainer import TrainConfig, train
+from trainers.trainer import TrainConfig, evaluate, train
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +43,10 @@ def test_metrics_follow_their_definitions():
 
 def test_budget_in_steps_and_examples(splits):
     assert _train(splits, max_steps=7).steps == 7
-    result = _train(splits, max_examples=1280)
-    assert (result.steps, result.examples) == (10, 1280)
+    result = _train(splits, max_examples=12800, early_stopping_patience=0)
+    assert (result.steps, result.examples) == (100, 12800)
     assert result.status == "complete" and result.throughput > 0
+    assert _train(splits, max_epochs=0.5).examples == 2304  # 4800 rows / 2, whole batches
     assert {"ne", "logloss", "auc", "calibration"} <= set(result.validation)
     assert {"ne", "logloss", "auc", "calibration"} <= set(result.test)
     assert len(result.curves["val_ne"]) >= 1 and result.peak_memory_bytes > 0
@@ -96,8 +98,30 @@ def test_the_eval_callback_can_prune_and_early_stopping_stops(splits):
     assert stopped.stopped_early and stopped.steps < 200
 
 
+def test_the_run_ends_with_the_best_evaluations_weights(splits):
+    train_part, valid, test = splits
+    model = build_model(preset("dlrm", train_part.schema), seed=0)
+    config = TrainConfig(batch_size=128, max_steps=300, evals=10, early_stopping_patience=0,
+                         sparse_lr=0.5, dense_lr=0.01)  # fmt: skip
+    result = train(model, train_part, valid, test, config)  # overfits 4,800 rows for 8 epochs
+    best_step, best_ne = min(result.curves["val_ne"], key=lambda point: point[1])
+    assert result.restored_step == best_step < 300
+    # the validation split (600 rows) is within eval_examples: the curve saw all of it
+    assert result.validation["ne"] == pytest.approx(best_ne, abs=1e-6)
+    assert evaluate(model, valid)["ne"] == pytest.approx(result.validation["ne"], abs=1e-6)
+    kept = train(build_model(preset("dlrm", train_part.schema), seed=0), train_part, valid,
+                 test, replace(config, restore_best=False))  # fmt: skip
+    assert kept.restored_step is None and kept.validation["ne"] > result.validation["ne"]
+
+
+def test_a_run_worse_than_the_base_rate_is_a_failure(splits):
+    result = _train(splits, max_steps=5)  # five steps: not better than predicting the mean
+    assert result.status == "failed" and result.validation["ne"] >= 1.0
+    assert result.failure_reason.startswith("diverged: validation NE")
+
+
 def test_cli_train_prints_json_with_the_bayes_floor(capsys):
-    code = main(["train", "--arch", "deepfm", "--rows", "4000", "--examples", "2000", "--json"])
+    code = main(["train", "--arch", "deepfm", "--rows", "4000", "--epochs", "3", "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["status"] == "complete"
@@ -109,7 +133,8 @@ def test_cli_data_synth_writes_data_schema_and_stats(tmp_path, capsys):
     assert main(["data", "synth", "--out", str(out), "--rows", "3000", "--format", "csv"]) == 0
     assert {"data.csv", "schema.yaml", "stats.json"} <= {p.name for p in out.iterdir()}
     code = main(["train", "--arch", "dlrm", "--data", str(out / "data.csv"), "--schema",
-                 str(out / "schema.yaml"), "--examples", "1000", "--json"])  # fmt: skip
+                 str(out / "schema.yaml"), "--epochs", "5", "--batch-size", "128",
+                 "--json"])  # fmt: skip
     assert code == 0
 
 

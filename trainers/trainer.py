@@ -35,23 +35,26 @@ class TrainConfig:
 
     batch_size: int = 512
     max_examples: int | None = None
+    max_epochs: float | None = None
     max_steps: int | None = None
     max_seconds: float | None = None
     dense_optimizer: Literal["adam", "adamw"] = "adam"
-    dense_lr: float = 1e-3
+    dense_lr: float = 2e-3
     weight_decay: float = 0.0
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
     sparse_lr: float = 0.05
-    evals: int = 8  # intermediate validation evaluations over the budget
+    evals: int = 6  # intermediate validation evaluations over the budget
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
-    early_stopping_patience: int = 0  # evaluations without improvement; 0 = off
+    early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
+    restore_best: bool = True  # end with the weights of the best evaluation
     log_every: int = 20  # steps between train-loss curve points
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     bf16: bool = True  # autocast on CUDA
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "max_examples", "max_steps", "max_seconds", "evals", "log_every")
+        positive = ("batch_size", "max_examples", "max_epochs", "max_steps", "max_seconds",
+                    "evals", "log_every")  # fmt: skip
         for name in positive:
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -75,6 +78,7 @@ class TrainResult:
     peak_memory_bytes: int = 0
     device: str = "cpu"
     stopped_early: bool = False
+    restored_step: int | None = None  # the evaluation whose weights the run ended with
 
     def summary(self) -> dict[str, Any]:
         """Flat, JSON-ready metrics."""
@@ -89,6 +93,7 @@ class TrainResult:
             "peak_memory_bytes": self.peak_memory_bytes,
             "device": self.device,
             "stopped_early": self.stopped_early,
+            "restored_step": self.restored_step,
         }
         return out
 
@@ -186,13 +191,14 @@ def train(
     device = resolve_device(config.device)
     result = TrainResult(status="complete", device=str(device))
     try:
-        _loop(model, train_data, valid_data, config, on_eval, device, result)
+        best = _loop(model, train_data, valid_data, config, on_eval, device, result)
         if result.status != "failed":
+            if config.restore_best:
+                _restore_best(model, valid_data, config, best, result)
             result.validation = evaluate(model, valid_data)
             result.test = evaluate(model, test_data) if test_data is not None else {}
-            if not math.isfinite(result.validation["logloss"]):
-                result.status = "failed"
-                result.failure_reason = "validation predictions are nan/inf after training"
+            if result.status == "complete":
+                _check_diverged(result)
     except torch.OutOfMemoryError as exc:
         result.status, result.failure_reason = "failed", f"out of memory: {exc}"
     except RanknasError:  # the user's input, not the candidate, is wrong
@@ -203,7 +209,37 @@ def train(
     return result
 
 
-def _loop(model, train_data, valid_data, config, on_eval, device, result) -> None:
+@dataclass
+class _Best:
+    """The best intermediate evaluation: its NE on the evaluation rows, step and weights."""
+
+    ne: float = math.inf
+    step: int = 0
+    state: dict[str, torch.Tensor] | None = None
+
+
+def _restore_best(model, valid_data, config, best: _Best, result: TrainResult) -> None:
+    """Load the best evaluation's weights if the final ones are worse on the same rows."""
+    if best.state is None or evaluate(model, valid_data, config.eval_examples)["ne"] <= best.ne:
+        return
+    model.load_state_dict(best.state)
+    result.restored_step = best.step
+
+
+def _check_diverged(result: TrainResult) -> None:
+    """Worse than predicting the base rate (NE >= 1) or no number at all: a failed run."""
+    ne = result.validation.get("ne", math.nan)
+    if not math.isfinite(result.validation.get("logloss", math.nan)):
+        result.status = "failed"
+        result.failure_reason = "validation predictions are nan/inf after training"
+    elif not ne < 1.0:
+        result.status = "failed"
+        result.failure_reason = (
+            f"diverged: validation NE {ne:.4f} >= 1.0 (worse than predicting the base rate)"
+        )
+
+
+def _loop(model, train_data, valid_data, config, on_eval, device, result) -> _Best:
     torch.manual_seed(config.seed)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
@@ -211,7 +247,7 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> Non
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     autocast = device.type == "cuda" and config.bf16
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
-    loss_sum, best_ne, stale, eval_seconds = torch.zeros((), device=device), math.inf, 0, 0.0
+    loss_sum, best, stale, eval_seconds = torch.zeros((), device=device), _Best(), 0, 0.0
     started = time.perf_counter()
     for step, batch in enumerate(_batches(train_data, config), start=1):
         dense, sparse, labels = _to(batch, device)
@@ -249,7 +285,9 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> Non
             if on_eval is not None and on_eval(step, result.examples, metrics):
                 result.status = "pruned"
                 break
-            best_ne, stale = (metrics["ne"], 0) if metrics["ne"] < best_ne else (best_ne, stale + 1)
+            stale = stale + 1
+            if metrics["ne"] < best.ne:
+                best, stale = _Best(metrics["ne"], step, _snapshot(model, config)), 0
             if config.early_stopping_patience and stale >= config.early_stopping_patience:
                 result.stopped_early = True
                 break
@@ -257,16 +295,25 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> Non
             break
     result.train_seconds = time.perf_counter() - started - eval_seconds
     result.throughput = result.examples / result.train_seconds if result.train_seconds else 0.0
+    return best
+
+
+def _snapshot(model: nn.Module, config: TrainConfig) -> dict[str, torch.Tensor] | None:
+    if not config.restore_best:
+        return None
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 def _budget_steps(rows: int, config: TrainConfig) -> int | None:
-    """Steps the budget allows when it is counted in steps or examples (None: time only).
-    With no budget at all, one epoch."""
+    """Steps the budget allows when it is counted in steps, examples or epochs (None: time
+    only). With no budget at all, one epoch."""
     limits = []
     if config.max_steps:
         limits.append(config.max_steps)
     if config.max_examples:
         limits.append(max(1, config.max_examples // config.batch_size))
+    if config.max_epochs:
+        limits.append(max(1, int(config.max_epochs * rows) // config.batch_size))
     if not limits and not config.max_seconds:
         limits.append(max(1, rows // config.batch_size))
     return min(limits) if limits else None
