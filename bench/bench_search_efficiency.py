@@ -50,8 +50,9 @@ from optuna.trial import TrialState
 
 from nas.config import StudyConfig, load_config, parse_config
 from nas.oneshot.phase import PHASE_SEARCHERS, phase_attr
+from nas.protocol import StudyData, prepare_data, train_architecture, trial_train_config
 from nas.reevaluate import REEVAL_SEED
-from nas.runner import StudyData, prepare_data, run_study, train_architecture
+from nas.runner import run_study
 from search_space.architecture import Architecture
 
 SEARCHERS = ("oneshot", "oneshot-ceiling", "dnas", "dnas-ceiling", "evolution", "random")
@@ -175,7 +176,7 @@ def reevaluate(
     `reeval_test_ne`) and their spread across seeds. The test split is never seen by any
     searcher, and the fresh seeds remove the luck that made a trial the best of many."""
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    setting = f"{config.data.rows}:{config.budget.examples_per_trial}"
+    setting = f"{config.data.rows}:{trial_train_config(config, 0).max_examples}"
     for incumbent in incumbents:
         runs = []
         for k in range(seeds):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -305,10 +306,15 @@ def _tool_commands(command, commands) -> None:
     synth.add_argument("--format", choices=["parquet", "csv"], default="parquet")
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
     try:
         return args.handler(args)
     except RanknasError as exc:

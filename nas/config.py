@@ -21,6 +21,7 @@ SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
 DEFAULT_STORAGE = "sqlite:///ranknas-data/studies.db"
 DEFAULT_TRACKING_URI = "http://127.0.0.1:5000"
 _TRAIN = TrainConfig()  # the one source of training defaults
+DEFAULT_EXAMPLES = 200_000  # a trial's budget when neither examples nor epochs are given
 
 
 class _Section(BaseModel):
@@ -120,7 +121,9 @@ class ObjectiveConfig(_Section):
 
 class BudgetConfig(_Section):
     trials: int = Field(default=20, ge=1)
-    examples_per_trial: int = Field(default=200_000, ge=1)
+    examples_per_trial: int | None = Field(
+        default=None, ge=1, description=f"default: {DEFAULT_EXAMPLES:,} (or epochs_per_trial)"
+    )
     epochs_per_trial: float | None = Field(
         default=None, gt=0, description="instead of examples_per_trial: passes over the data"
     )
@@ -130,7 +133,7 @@ class BudgetConfig(_Section):
 
     @model_validator(mode="after")
     def _one_size(self) -> BudgetConfig:
-        if self.epochs_per_trial and "examples_per_trial" in self.model_fields_set:
+        if self.epochs_per_trial and self.examples_per_trial:
             raise ValueError("give examples_per_trial or epochs_per_trial, not both")
         return self
 

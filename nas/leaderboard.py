@@ -32,8 +32,9 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
 def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]:
     """Complete trials, best first (by the first objective); every trial with `include_all`."""
     trials = study.get_trials(deepcopy=False)
-    complete = sorted(
-        (t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.values[0]
+    complete = sorted(  # an architecture proposed again is listed once, as first trained
+        (t for t in trials if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs),
+        key=lambda t: t.values[0],
     )
     others = [t for t in trials if t.state != TrialState.COMPLETE] if include_all else []
     return [trial_row(t) for t in [*complete, *others]]
@@ -190,6 +191,10 @@ def format_table(table: list[dict[str, Any]]) -> str:
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["test_ne"]),
               _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
               _num(r["latency_ms"], 3), r["digest"] or "-"] for r in table]  # fmt: skip
+    if any(r["failure_reason"] for r in table):  # `--all`: why trials failed or were pruned
+        header.append("failure reason")
+        for line, r in zip(lines, table, strict=True):
+            line.append(r["failure_reason"] or "")
     if all(r["latency_ms"] is None for r in table):
         drop = header.index("latency ms")
         header = header[:drop] + header[drop + 1 :]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nas.config import StudyConfig
+from nas.config import DEFAULT_EXAMPLES, StudyConfig
 from nas.sharding import plan_trial_sharding
 from nas.trial_record import SHARDING_FILE, TrialAttr, write_metrics, write_weights
 from search_space.architecture import Architecture, analyze
@@ -125,7 +125,9 @@ def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
     t, budget = config.training, config.budget
     return TrainConfig(
         batch_size=t.batch_size,
-        max_examples=None if budget.epochs_per_trial else budget.examples_per_trial,
+        max_examples=None
+        if budget.epochs_per_trial
+        else budget.examples_per_trial or DEFAULT_EXAMPLES,
         max_epochs=budget.epochs_per_trial,
         max_seconds=budget.trial_seconds,
         dense_optimizer=t.dense_optimizer,

@@ -8,19 +8,21 @@ died is failed by the heartbeat check and retried with the same architecture.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 import torch
 from optuna.storages import RDBStorage
-from optuna.trial import Trial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.baselines import train_baselines
 from nas.config import StudyConfig
@@ -54,6 +56,8 @@ from search_space.spaces import SearchSpace, make_space
 from trainers.trainer import TrainResult
 
 Progress = Callable[[str], None]
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
+DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
@@ -62,14 +66,16 @@ def objective_names(config: StudyConfig) -> list[str]:
     return [config.objectives.metric] + ([] if cost == "none" else [cost])
 
 
-def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> optuna.Study:
+def open_study(
+    config: StudyConfig, space: SearchSpace, storage: RDBStorage, worker: str = ""
+) -> optuna.Study:
     """Create the study, or load it to resume; a changed search space is refused."""
     o, s = config.objectives, config.searcher
     sampler = make_sampler(
         s.type,
         space,
         objective_names=objective_names(config),
-        seed=config.seed,
+        seed=_sampler_seed(config, storage, worker),
         population=s.population,
         sample_size=s.sample_size,
         startup_trials=s.startup_trials,
@@ -107,6 +113,17 @@ def open_study(config: StudyConfig, space: SearchSpace, storage: RDBStorage) -> 
     return study
 
 
+def _sampler_seed(config: StudyConfig, storage: RDBStorage, worker: str) -> int:
+    """`seed` for the process that creates the study (a run is reproducible); for one that
+    joins or resumes it, a seed of its own, so that workers do not replay one sequence."""
+    try:
+        trials = len(storage.get_all_trials(storage.get_study_id_from_name(config.name)))
+    except KeyError:
+        return config.seed
+    key = f"{config.seed}:{worker}:{trials}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
+
+
 def _heartbeat(storage: RDBStorage, trial: Trial, seconds: int) -> Iterator[None]:
     """Record a heartbeat for `trial` every `seconds` while the block runs.
     (Optuna beats only inside `study.optimize`; this runner asks and tells itself.)"""
@@ -126,6 +143,12 @@ def _quiet_optuna() -> Iterator[None]:
         yield
 
 
+def _is_error(trial: FrozenTrial) -> bool:
+    """A failure that counts toward `max_failures`: not an interrupt, not a dead worker."""
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)
+    return trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
+
+
 def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> Trial | None:
     """Ask for a trial if the budget allows one; None when the study is done."""
     while True:
@@ -134,13 +157,15 @@ def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) ->
             trials = study.get_trials(deepcopy=False)
             done = sum(t.state in DONE for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
-            failed = sum(t.state == TrialState.FAIL for t in trials)
+            failed = sum(_is_error(t) for t in trials)
             if done >= config.budget.trials:
                 return None
-            if failed >= (config.budget.max_failures or config.budget.trials):
+            limit = config.budget.max_failures or config.budget.trials
+            if failed >= limit:
                 raise RanknasError(
-                    f"study {config.name!r}: {failed} trials failed; see their failure_reason "
-                    "with `ranknas leaderboard --all` and fix the config before resuming"
+                    f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
+                    f"{limit}); see why with `ranknas leaderboard {config.name} --all`, then "
+                    "fix the config, or raise budget.max_failures to go on"
                 )
             if done + running < config.budget.trials:
                 return study.ask(distributions(space))
@@ -167,7 +192,7 @@ def _run_study(
     space = make_space(config.search_space, data.train.schema)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
-        study = open_study(config, space, storage)
+        study = open_study(config, space, storage, worker)
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
@@ -188,51 +213,100 @@ def _run_study(
         else None
     )
     started = time.monotonic()
+    if logger is not None:
+        _log_dead_trials(study, logger)
     while deadline is None or time.monotonic() < deadline:
         trial = _next_trial(study, config, space)
         if trial is None:
             break
         try:
             with _heartbeat(storage, trial, config.heartbeat_seconds):
-                record = run_trial(trial, study, space, data, config, worker)
+                outcome = _reused(study, trial, space, config, worker) or run_trial(
+                    trial, space, data, config, worker
+                )
         except KeyboardInterrupt:
-            _fail(study, trial, "interrupted")
+            _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
             study.enqueue_trial(trial.params)  # the next run retries this architecture
             raise
         except RanknasError:
-            _fail(study, trial, "invalid input")
+            _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)
             raise
         except Exception as exc:  # a broken trial is a recorded result, not the study's end
-            record = _fail(study, trial, f"{type(exc).__name__}: {exc}", config, worker)
-        if logger is not None:
-            logger.log_trial(trial.number, **record)
-        progress(_progress_line(study, config, record, started))
+            outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
+        _finish(study, trial, outcome, logger)
+        progress(_progress_line(study, config, outcome.record, started))
     return study
 
 
-def _fail(
-    study: optuna.Study,
-    trial: Trial,
-    reason: str,
-    config: StudyConfig | None = None,
-    worker: str = "",
-) -> dict[str, Any]:
+@dataclass
+class Outcome:
+    """A trained (or failed) trial, before it is told: Optuna's state and values, and what
+    MLflow gets for it."""
+
+    state: TrialState
+    values: list[float] | None
+    record: dict[str, Any]
+
+
+def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) -> None:
+    """Queue the MLflow record in the durable outbox, then tell Optuna: a kill in between
+    leaves a trial that its missed heartbeats fail and retry, never a finished trial that
+    MLflow never hears of."""
+    if logger is not None:
+        logger.log_trial(trial.number, **outcome.record)
+    study.tell(trial, outcome.values, state=outcome.state)
+
+
+def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outcome:
     trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
-    study.tell(trial, state=TrialState.FAIL)
-    tags = {TrialAttr.WORKER: worker} | ({"searcher": config.searcher.type} if config else {})
+    tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
     summary = {"status": "failed", "failure_reason": reason}
-    return mlflow_record(trial.params, summary, {}, tags, {})
+    return Outcome(TrialState.FAIL, None, mlflow_record(trial.params, summary, {}, tags, {}))
+
+
+def _reused(
+    study: optuna.Study, trial: Trial, space: SearchSpace, config: StudyConfig, worker: str
+) -> Outcome | None:
+    """The outcome of an earlier trial of the same architecture, if there is one: an
+    architecture is trained once per study (a sampler may propose it again, a worker may
+    replay it), so the budget goes to new architectures."""
+    key = digest(space.decode(trial.params))
+    earlier = next((t for t in study.get_trials(deepcopy=False) if _trained(t)
+                    and t.user_attrs.get(TrialAttr.DIGEST) == key), None)  # fmt: skip
+    if earlier is None:
+        return None
+    _set_attrs(trial, dict(earlier.user_attrs) | {"reused_from": earlier.number,
+                                                  TrialAttr.WORKER: worker})  # fmt: skip
+    tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
+            "reused_from": earlier.number}  # fmt: skip
+    summary = {k: v for k, v in earlier.user_attrs.items() if k in METRIC_ATTRS}
+    summary["status"] = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
+        earlier.state, "failed"
+    )
+    summary["failure_reason"] = earlier.user_attrs.get(TrialAttr.FAILURE_REASON)
+    record = mlflow_record(trial.params, summary, {}, tags, {})
+    return Outcome(earlier.state, earlier.values, record)
+
+
+def _trained(trial: FrozenTrial) -> bool:
+    """Complete, pruned, or diverged: a result of the protocol, not of an accident."""
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON) or ""
+    return trial.state in DONE or (trial.state == TrialState.FAIL and reason.startswith("diverged"))
+
+
+def _log_dead_trials(study: optuna.Study, logger: Any) -> None:
+    """Trials failed by missed heartbeats (their process died) get their MLflow run too."""
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        if TrialAttr.FAILURE_REASON not in trial.user_attrs:
+            summary = {"status": "failed", "failure_reason": DIED}
+            logger.log_trial(trial.number, **mlflow_record(trial.params, summary, {}, {}, {}))
 
 
 def run_trial(
-    trial: Trial,
-    study: optuna.Study,
-    space: SearchSpace,
-    data: StudyData,
-    config: StudyConfig,
-    worker: str,
-) -> dict[str, Any]:
-    """Cost, plan, train and record one trial; returns what MLflow gets for it."""
+    trial: Trial, space: SearchSpace, data: StudyData, config: StudyConfig, worker: str
+) -> Outcome:
+    """Cost, plan, train and record one trial (its files and attributes); the caller tells
+    Optuna the outcome."""
     arch = space.decode(trial.params)
     directory = config.study_dir / "trials" / str(trial.number)
     write_architecture(directory, arch)
@@ -245,9 +319,9 @@ def run_trial(
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
     state, values = _outcome(result, config, costs)
-    study.tell(trial, values, state=state)
     tags["searcher"] = config.searcher.type
-    return mlflow_record(trial.params, summary, result.curves, tags, _artifacts(directory))
+    record = mlflow_record(trial.params, summary, result.curves, tags, _artifacts(directory))
+    return Outcome(state, values, record)
 
 
 def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:

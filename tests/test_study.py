@@ -1,7 +1,6 @@
 """Search studies against real storage: every searcher, resume after SIGKILL, config errors."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -96,18 +95,7 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     )
     path = write_config(tmp_path, config)
     command = [sys.executable, "-m", "nas.cli", "search", str(path)]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # kill it in the middle of its second trial
-        time.sleep(0.3)
-        try:
-            states = _states(load_study("killed", config["storage"]))
-        except Exception:
-            continue
-        if states["COMPLETE"] >= 1 and states["RUNNING"] == 1:
-            break
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait()
+    _signal_inside_a_trial(command, config, signal.SIGKILL)
     killed = _states(load_study("killed", config["storage"]))
     assert killed["RUNNING"] == 1 and killed["COMPLETE"] < trials
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -115,10 +103,52 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     study = load_study("killed", config["storage"])
     states = _states(study)
     assert states["COMPLETE"] + states["PRUNED"] == trials
-    assert states["RUNNING"] == 0 and states["FAIL"] == 1  # the killed one, failed as stale
-    failed = next(t for t in study.trials if t.state == TrialState.FAIL)
+    stale = [t for t in study.trials if t.state == TrialState.FAIL
+             and not t.user_attrs.get("failure_reason")]  # fmt: skip
+    assert states["RUNNING"] == 0 and len(stale) == 1  # the killed one, failed as stale
+    failed = stale[0]
     retried = [t for t in study.trials if t.state != TrialState.FAIL and t.params == failed.params]
     assert retried, "the killed trial's architecture was not retried"
+
+
+def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
+    """Start `command` and send `sig` in the middle of a trial after the first; its exit code."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    complete = _complete_so_far(config)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        try:
+            states = _states(load_study(config["name"], config["storage"]))
+        except Exception:
+            continue
+        if states["COMPLETE"] > complete and states["RUNNING"] == 1:
+            break
+    process.send_signal(sig)
+    return process.wait(timeout=60)
+
+
+def _complete_so_far(config: dict) -> int:
+    try:
+        return _states(load_study(config["name"], config["storage"]))["COMPLETE"]
+    except Exception:  # no study yet
+        return 0
+
+
+def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
+    config = tiny_config(tmp_path, "stopped", budget={"trials": 4, "epochs_per_trial": 2,
+                                                     "max_failures": 1},
+                         data={"rows": 40_000})  # fmt: skip
+    command = [sys.executable, "-m", "nas.cli", "search", str(write_config(tmp_path, config))]
+    for _ in range(2):  # two `kill`s (SIGTERM): more than max_failures, yet no error
+        assert _signal_inside_a_trial(command, config, signal.SIGTERM) == 130
+    stopped = load_study("stopped", config["storage"])
+    interrupted = [t for t in stopped.trials if t.state == TrialState.FAIL]
+    assert len(interrupted) == 2
+    assert all(t.user_attrs["failure_reason"] == "interrupted" for t in interrupted)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _states(load_study("stopped", config["storage"]))["COMPLETE"] == 4
 
 
 def test_a_changed_search_space_is_refused_on_resume(tmp_path):
@@ -262,3 +292,29 @@ def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_f
     assert main(["export", "weak", *storage, "--trial", "0", "--out", out]) == 2
     assert "pass --force" in capsys.readouterr().err
     assert main(["export", "weak", *storage, "--trial", "0", "--out", out, "--force"]) == 0
+
+
+def test_an_architecture_is_trained_once_per_study(tmp_path):
+    space = {
+        "type": "dag",
+        "num_blocks": 1,
+        "ops": ["mlp"],
+        "widths": [8],
+        "embedding_dims": [4],
+        "max_inputs": 1,
+    }  # fmt: skip  (two architectures)
+    config = parse_config(tiny_config(tmp_path, "small", search_space=space,
+                                      budget={"trials": 5}))  # fmt: skip
+    study = run_study(config, progress=lambda line: None)
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 5
+    trained = [t for t in study.trials if "reused_from" not in t.user_attrs]
+    reused = [t for t in study.trials if "reused_from" in t.user_attrs]
+    assert len({t.user_attrs["digest"] for t in trained}) == len(trained) <= 2 and reused
+    assert all(t.state == study.trials[t.user_attrs["reused_from"]].state for t in reused)
+    for t in reused:
+        original = study.trials[t.user_attrs["reused_from"]]
+        assert t.user_attrs["digest"] == original.user_attrs["digest"]
+        assert t.values == original.values
+    assert sorted(p.name for p in (tmp_path / "small" / "trials").iterdir()) == sorted(
+        str(t.number) for t in trained
+    )
