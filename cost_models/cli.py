@@ -87,8 +87,8 @@ def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
 
 def _tables(source: str, schema: str | None) -> list[TableSpec]:
     """A table file, or the embedding tables of a preset / architecture file."""
-    from nas.cli import load_architecture, load_schema
-    from search_space.presets import PRESETS
+    from search_space.presets import PRESETS, load_architecture
+    from search_space.schema import load_schema
 
     path = Path(source)
     if source not in PRESETS and not path.exists():

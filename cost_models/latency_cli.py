@@ -75,7 +75,8 @@ def _measure_kwargs(args: argparse.Namespace) -> dict:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from nas.cli import load_architecture, load_schema
+    from search_space.presets import load_architecture
+    from search_space.schema import load_schema
 
     arch = load_architecture(args.arch, load_schema(args.schema))
     latency = measure_latency(arch, **_measure_kwargs(args))
@@ -89,7 +90,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from nas.cli import load_schema
+    from search_space.schema import load_schema
     from search_space.spaces import load_space
 
     if args.archs < MIN_ARCHS:
@@ -126,7 +127,8 @@ def _report_held_out(archs: list, latencies: list[float], holdout: float, seed: 
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from nas.cli import load_architecture, load_schema
+    from search_space.presets import load_architecture
+    from search_space.schema import load_schema
 
     predictor = LatencyPredictor.load(args.predictor)
     arch = load_architecture(args.arch, load_schema(args.schema))

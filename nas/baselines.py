@@ -33,6 +33,7 @@ from nas.storage import beating, study_lock
 from nas.trial_record import METRIC_ATTRS, StudyAttr, mlflow_record, write_architecture
 from search_space.architecture import Architecture, digest
 from search_space.errors import RanknasError
+from search_space.presets import load_architecture
 from search_space.schema import DatasetSchema
 
 RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
@@ -45,8 +46,6 @@ def baseline_key(name_or_file: str) -> str:
 
 
 def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
-    from nas.cli import load_architecture
-
     try:
         return load_architecture(name_or_file, schema)
     except RanknasError as exc:

@@ -12,34 +12,11 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from search_space.errors import RanknasError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def load_schema(path: str | None):
-    """A dataset schema YAML, or the built-in synthetic schema when `path` is None."""
-    from search_space.schema import DatasetSchema, synthetic_schema
-
-    return DatasetSchema.from_yaml(path) if path else synthetic_schema()
-
-
-def load_architecture(name_or_file: str, schema):
-    """A preset name or an architecture JSON file, bound to the schema."""
-    from search_space.architecture import Architecture
-    from search_space.presets import PRESETS, preset
-
-    if name_or_file in PRESETS:
-        return preset(name_or_file, schema)
-    path = Path(name_or_file)
-    if not path.exists():
-        raise RanknasError(
-            f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
-        )
-    return Architecture.load(path).bind(schema)
 
 
 def _human(n: float) -> str:
@@ -49,15 +26,11 @@ def _human(n: float) -> str:
     return str(int(n))
 
 
-def _print_table(rows: list[list[str]], header: list[str]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
 def cmd_presets(args: argparse.Namespace) -> int:
+    from nas.leaderboard import align
     from search_space.architecture import analyze
     from search_space.presets import PRESETS, preset
+    from search_space.schema import load_schema
 
     schema = load_schema(args.schema)
     rows, records = [], []
@@ -86,7 +59,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(json.dumps(records, indent=2))
     else:
         print(f"presets on dataset {schema.name!r} (FLOPs and params per example):")
-        _print_table(rows, ["name", "FLOPs", "params", "emb.params", "description"])
+        header = ["name", "FLOPs", "params", "emb.params", "description"]
+        print(align(header, [[str(c) for c in r] for r in rows]))
     return 0
 
 
@@ -116,6 +90,10 @@ def arch_report(arch) -> dict[str, Any]:
 
 
 def cmd_arch_show(args: argparse.Namespace) -> int:
+    from nas.leaderboard import align
+    from search_space.presets import load_architecture
+    from search_space.schema import load_schema
+
     arch = load_architecture(args.arch, load_schema(args.schema))
     report = arch_report(arch)
     if args.json:
@@ -135,7 +113,8 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
         ]
         for b in report["blocks"]
     ]
-    _print_table(rows, ["block", "op", "inputs", "output", "FLOPs", "params"])
+    header = ["block", "op", "inputs", "output", "FLOPs", "params"]
+    print(align(header, [[str(c) for c in r] for r in rows]))
     print(
         f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
         f"dense params, {_human(report['embedding_params'])} embedding params "
@@ -145,6 +124,7 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
 
 
 def cmd_space_sample(args: argparse.Namespace) -> int:
+    from search_space.schema import load_schema
     from search_space.spaces import load_space
 
     space = load_space(args.config, load_schema(args.schema))

@@ -309,8 +309,8 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.cli import load_architecture
     from search_space.builder import build_model
+    from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
     from trainers.trainer import TrainConfig, train
 

@@ -7,6 +7,7 @@ below leave `num_dense` and the features to the schema.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig
@@ -113,3 +114,15 @@ def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
         raise SpecError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     arch = PRESETS[name]()
     return arch.bind(schema) if schema is not None else arch
+
+
+def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
+    """A preset name or an architecture JSON file, bound to the schema."""
+    if name_or_file in PRESETS:
+        return preset(name_or_file, schema)
+    path = Path(name_or_file)
+    if not path.exists():
+        raise SpecError(
+            f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
+        )
+    return Architecture.load(path).bind(schema)

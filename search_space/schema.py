@@ -116,3 +116,8 @@ def synthetic_schema(num_dense: int = 8, num_sparse: int = 16, seed: int = 0) ->
         categorical=tuple(CategoricalFeature(f"c{i}", int(c)) for i, c in enumerate(cardinalities)),
         name="synthetic",
     )
+
+
+def load_schema(path: str | None) -> DatasetSchema:
+    """A dataset schema YAML, or the built-in synthetic schema when `path` is None."""
+    return DatasetSchema.from_yaml(path) if path else synthetic_schema()

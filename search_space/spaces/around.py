@@ -75,7 +75,12 @@ class AroundSpace(SearchSpace):
     config: AroundConfig
 
     def __init__(self, schema: DatasetSchema, config: AroundConfig) -> None:
-        self.base = _load_base(config.base, schema)
+        from search_space.presets import load_architecture
+
+        try:
+            self.base = load_architecture(config.base, schema)
+        except SpecError as exc:
+            raise SpecError(f"search_space.base: {exc}") from None
         if config.embedding_dims is None:
             dim = self.base.embedding.dim
             dims = sorted({max(1, dim // 2), dim, dim * 2})
@@ -225,19 +230,6 @@ class AroundSpace(SearchSpace):
             )
         return {k: v for k, v in self.base_values().items()
                 if k != "embedding_dim" and not k.startswith("dim.")}  # fmt: skip
-
-
-def _load_base(name_or_file: str, schema: DatasetSchema) -> Architecture:
-    from search_space.presets import PRESETS, preset
-
-    if name_or_file in PRESETS:
-        return preset(name_or_file, schema)
-    try:
-        return Architecture.load(name_or_file).bind(schema)
-    except SpecError as exc:
-        raise SpecError(
-            f"search_space.base: {exc}; give a preset ({', '.join(PRESETS)}) or a file"
-        ) from None
 
 
 def _count(inputs: tuple[str, ...], counts: dict[str, int]) -> int:
