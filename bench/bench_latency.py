@@ -17,14 +17,14 @@ import time
 
 import numpy as np
 
-from cost_models.cost_net import errors
-from cost_models.latency import (
+from cost_models.latency.model import (
     FlopsBaseline,
     LatencyPredictor,
     collect,
     holdout_split,
     measure_latency,
 )
+from cost_models.sharding.cost_net import errors
 from search_space.schema import synthetic_schema
 from search_space.spaces import load_space
 

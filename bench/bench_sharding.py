@@ -11,7 +11,7 @@ real fused kernel (forward + backward, batch 512, one thread), communication is 
 from tensor sizes and torchrec's bandwidth constants. Every device of every plan is
 measured (no sampling), all plans of a workload interleaved in one shuffled pass; the 4
 costliest devices of each plan are then timed twice more (again interleaved) and keep the
-median (see `cost_models.evaluate.measure_plans`). The table-wise floor is the costliest
+median (see `cost_models.sharding.evaluate.measure_plans`). The table-wise floor is the costliest
 table alone on a device, among the 16 costliest by either estimator: only plans that cut
 tables column-wise (rl, torchrec_cw) can go below it. Two ablations, not counted as
 competitors: `rl_table_wise` is the RL sharder without column cuts, `greedy_rl_cuts` is
@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import kendalltau
 
-from cost_models.cost_net import CostSample, errors, load_cost_net, predict_kernel_ms
-from cost_models.evaluate import analytic_kernel_ms, measure_plans
-from cost_models.measure import KernelTime, Measurer
-from cost_models.plan import Plan, make_plan
-from cost_models.policy import load_policy
-from cost_models.sharders import METHODS, RLSharder, make_sharder
-from cost_models.tables import PoolConfig, TableSpec, train_eval_pools
-from cost_models.topology import Topology
-from cost_models.training import TrainConfig, TrainedSharder, train_sharder
+from cost_models.sharding.cost_net import CostSample, errors, load_cost_net, predict_kernel_ms
+from cost_models.sharding.evaluate import analytic_kernel_ms, measure_plans
+from cost_models.sharding.measure import KernelTime, Measurer
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.policy import load_policy
+from cost_models.sharding.sharders import METHODS, RLSharder, make_sharder
+from cost_models.sharding.tables import PoolConfig, TableSpec, train_eval_pools
+from cost_models.sharding.topology import Topology
+from cost_models.sharding.training import ShardTrainConfig, TrainedSharder, train_sharder
 from search_space.errors import RanknasError
 
 DEFAULT_CONFIGS = "50x4,50x8,200x16,200x32,800x64,800x128"
@@ -53,7 +53,7 @@ def load_or_train(directory: Path, measurer: Measurer) -> tuple[TrainedSharder, 
         report = json.loads((directory / "report.json").read_text())
         return TrainedSharder(load_cost_net(directory), load_policy(directory), report), 0.0
     start = time.perf_counter()
-    trained = train_sharder(TrainConfig(), measurer, log=lambda m: print(f"<!-- {m} -->"))
+    trained = train_sharder(ShardTrainConfig(), measurer, log=lambda m: print(f"<!-- {m} -->"))
     trained.save(directory)
     return trained, time.perf_counter() - start
 

@@ -1,14 +1,10 @@
-"""ranknas: cost_models.
+"""ranknas: cost models, in two parts.
 
-Embedding sharding, AutoShard / DreamShard style, plugged into torchrec:
+- `cost_models.latency`: what an architecture costs in time on a device (measured, and a
+  learned predictor), used by studies as an objective or a constraint.
+- `cost_models.sharding`: how a model's embedding tables are placed on devices (table
+  workloads, kernel measurements, a learned cost model, sharders from greedy heuristics to
+  an RL policy, torchrec `ShardingPlan`s).
 
-- `tables`: `TableSpec` workloads (files, architectures, schemas, generated pools) and
-  their 21 features; `topology`: devices, memory, bandwidth, communication cost.
-- `measure`: forward + backward timings of a device's tables on the real kernel, cached.
-- `cost_net`: the neural cost model; `evaluate`: measured plan costs and estimator errors.
-- `sharders`: one interface, `plan(tables, topology) -> Plan`, one file per sharder
-  (heuristics, torchrec's planner, the RL sharder); `policy` and `training`: the RL policy
-  and DreamShard's measure / fit / train loop.
-- `torchrec_adapter`: `ShardingPlan`s, planner inputs, torchrec's analytic estimates;
-  `dmp_check`: runs a plan under DistributedModelParallel; `cli`: `ranknas shard ...`.
+Neither imports `nas`; `nas` calls them.
 """

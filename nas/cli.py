@@ -174,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--json", action="store_true", help="spec + costs + parameter values")
     _study_commands(command, commands)
     _tool_commands(command, commands)
-    from cost_models.cli import register as register_shard_commands
-    from cost_models.latency_cli import register as register_latency_commands
+    from cost_models.latency.cli import register as register_latency_commands
+    from cost_models.sharding.cli import register as register_shard_commands
 
     register_shard_commands(commands)
     register_latency_commands(commands)

@@ -97,7 +97,7 @@ def record_result(
 def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
     """Forward latency at `objectives.latency_batch_size`: predicted by
     `objectives.latency_model` if set, else measured on the training device."""
-    from cost_models.latency import measure_latency
+    from cost_models.latency.model import measure_latency
 
     o, t = config.objectives, config.training
     if o.latency_model is None:
@@ -109,7 +109,7 @@ def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
 @functools.cache
 def latency_predictor(path: str, batch_size: int) -> Any:
     """The study's latency predictor, loaded (and refitted) once per process."""
-    from cost_models.latency import LatencyPredictor
+    from cost_models.latency.model import LatencyPredictor
 
     predictor = LatencyPredictor.load(path)
     if predictor.batch_size != batch_size:

@@ -1,7 +1,7 @@
 """The sharding plan of a trial's embedding tables and its predicted step cost.
 
 With `sharding.devices > 0` in the study config, every trial places its tables with the
-configured sharder (`cost_models.sharders`) and, where `ranknas shard train` saved a cost
+configured sharder (`cost_models.sharding.sharders`) and, where `ranknas shard train` saved a cost
 model, predicts the embedding step cost of the most loaded device.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cost_models.cost_net import load_cost_net
-from cost_models.sharders import make_sharder
-from cost_models.tables import tables_from_architecture
-from cost_models.topology import Topology
+from cost_models.sharding.cost_net import load_cost_net
+from cost_models.sharding.sharders import make_sharder
+from cost_models.sharding.tables import tables_from_architecture
+from cost_models.sharding.topology import Topology
 from search_space.architecture import Architecture
 
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cost_models.cli import register
-from cost_models.tables import TableSpec, generate_tables, save_tables
+from cost_models.sharding.cli import register
+from cost_models.sharding.tables import TableSpec, generate_tables, save_tables
 from search_space.errors import RanknasError
 
 

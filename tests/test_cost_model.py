@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cost_models.cost_net import (
+from cost_models.sharding.cost_net import (
     CostNet,
     CostSample,
     FitConfig,
@@ -16,11 +16,11 @@ from cost_models.cost_net import (
     predict_kernel_ms,
     save_cost_net,
 )
-from cost_models.evaluate import analytic_kernel_ms, measure_plans
-from cost_models.measure import EMBEDDING_BAG, FBGEMM, KernelTime, MeasureConfig, Measurer
-from cost_models.plan import make_plan
-from cost_models.tables import TableSpec, generate_tables
-from cost_models.topology import Topology, comm_megabytes
+from cost_models.sharding.evaluate import analytic_kernel_ms, measure_plans
+from cost_models.sharding.measure import EMBEDDING_BAG, FBGEMM, KernelTime, MeasureConfig, Measurer
+from cost_models.sharding.plan import make_plan
+from cost_models.sharding.tables import TableSpec, generate_tables
+from cost_models.sharding.topology import Topology, comm_megabytes
 
 SMALL = MeasureConfig(batch_size=64, warmup=1, repeats=3)
 

@@ -7,15 +7,15 @@ import pytest
 import torch
 from test_cost_model import synthetic_samples
 
-from cost_models.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
-from cost_models.measure import KernelTime, Measurer
-from cost_models.policy import PolicyNet, load_policy, run_episodes
-from cost_models.sharders import RLSharder
-from cost_models.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
-from cost_models.splitting import choose_splits
-from cost_models.tables import TableSpec, column_shards, generate_tables
-from cost_models.topology import Topology
-from cost_models.training import (
+from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
+from cost_models.sharding.measure import KernelTime, Measurer
+from cost_models.sharding.policy import PolicyNet, load_policy, run_episodes
+from cost_models.sharding.sharders import RLSharder
+from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
+from cost_models.sharding.splitting import choose_splits
+from cost_models.sharding.tables import TableSpec, column_shards, generate_tables
+from cost_models.sharding.topology import Topology
+from cost_models.sharding.training import (
     RLConfig,
     TaskConfig,
     quick_config,

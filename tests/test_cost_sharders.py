@@ -2,11 +2,11 @@
 
 import pytest
 
-from cost_models.measure import Measurer
-from cost_models.sharders import HEURISTICS, METHODS, make_sharder
-from cost_models.tables import TableSpec, generate_tables
-from cost_models.topology import GIB, Topology
-from cost_models.training import quick_config, train_sharder
+from cost_models.sharding.measure import Measurer
+from cost_models.sharding.sharders import HEURISTICS, METHODS, make_sharder
+from cost_models.sharding.tables import TableSpec, generate_tables
+from cost_models.sharding.topology import GIB, Topology
+from cost_models.sharding.training import quick_config, train_sharder
 from search_space.errors import RanknasError
 
 TABLES = generate_tables(40, seed=7)

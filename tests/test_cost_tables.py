@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from cost_models.tables import (
+from cost_models.sharding.tables import (
     HISTOGRAM_BINS,
     NUM_FEATURES,
     TableSpec,

@@ -9,19 +9,19 @@ from pathlib import Path
 
 from torchrec.distributed.types import ShardingPlan, ShardingType
 
-from cost_models.measure import Measurer
-from cost_models.plan import make_plan
-from cost_models.sharders import make_sharder
-from cost_models.tables import (
+from cost_models.sharding.measure import Measurer
+from cost_models.sharding.plan import make_plan
+from cost_models.sharding.sharders import make_sharder
+from cost_models.sharding.tables import (
     TableSpec,
     generate_tables,
     save_tables,
     shard_name,
     tables_from_architecture,
 )
-from cost_models.topology import Topology
-from cost_models.torchrec_adapter import build_ebc, to_sharding_plan
-from cost_models.training import quick_config, train_sharder
+from cost_models.sharding.topology import Topology
+from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
+from cost_models.sharding.training import quick_config, train_sharder
 from search_space.builder import build_model
 from search_space.presets import preset
 
@@ -93,7 +93,7 @@ def test_dmp_runs_an_rl_plan_on_two_cpu_processes(tmp_path):
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-        "-m", "cost_models.dmp_check",
+        "-m", "cost_models.sharding.dmp_check",
         "--tables", str(tmp_path / "tables.json"), "--plan", str(tmp_path / "plan.json"),
     ]  # fmt: skip
     env = os.environ | {"OMP_NUM_THREADS": "1"}

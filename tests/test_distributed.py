@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cost_models.plan import make_plan
-from cost_models.tables import shard_name, tables_from_architecture
+from cost_models.sharding.plan import make_plan
+from cost_models.sharding.tables import shard_name, tables_from_architecture
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from cost_models.latency import (
+from cost_models.latency.model import (
     FlopsBaseline,
     LatencyPredictor,
     arch_features,

@@ -31,9 +31,9 @@ from torchrec.distributed.types import ShardingEnv, ShardingPlan
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from cost_models.plan import Plan, make_plan
-from cost_models.tables import TableSpec, tables_from_architecture
-from cost_models.torchrec_adapter import to_sharding_plan
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.tables import TableSpec, tables_from_architecture
+from cost_models.sharding.torchrec_adapter import to_sharding_plan
 from search_space.builder import RankingModel, build_model
 from search_space.presets import PRESETS, preset
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic

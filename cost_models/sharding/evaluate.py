@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from cost_models.cost_net import CostNet, CostSample, errors, predict_kernel_ms
-from cost_models.measure import Measurer
-from cost_models.plan import Plan
-from cost_models.tables import TableSpec
-from cost_models.topology import Topology, comm_megabytes
-from cost_models.torchrec_adapter import analytic_compute_ms
+from cost_models.sharding.cost_net import CostNet, CostSample, errors, predict_kernel_ms
+from cost_models.sharding.measure import Measurer
+from cost_models.sharding.plan import Plan
+from cost_models.sharding.tables import TableSpec
+from cost_models.sharding.topology import Topology, comm_megabytes
+from cost_models.sharding.torchrec_adapter import analytic_compute_ms
 
 
 def plan_samples(plan: Plan, tables: Sequence[TableSpec], measurer: Measurer) -> list[CostSample]:

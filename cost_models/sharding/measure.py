@@ -42,7 +42,7 @@ import torch
 from scipy.stats import trim_mean
 from torch import nn
 
-from cost_models.tables import TableSpec, zipf_indices
+from cost_models.sharding.tables import TableSpec, zipf_indices
 
 P = ParamSpec("P")
 R = TypeVar("R")

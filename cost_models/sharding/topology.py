@@ -16,7 +16,7 @@ from torchrec.distributed.planner.constants import (
     INTRA_NODE_BANDWIDTH,
 )
 
-from cost_models.tables import TableSpec
+from cost_models.sharding.tables import TableSpec
 
 GIB = 1024**3
 # Bytes per example a table-wise shard moves: pooled output (fp32) forward, its gradient

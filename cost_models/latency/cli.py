@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from cost_models.latency import (
+from cost_models.latency.model import (
     FlopsBaseline,
     LatencyPredictor,
     collect,

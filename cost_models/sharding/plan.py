@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cost_models.tables import TableSpec, placement_units, shard_name
+from cost_models.sharding.tables import TableSpec, placement_units, shard_name
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from cost_models.plan import Plan, make_plan
-from cost_models.tables import TableSpec
-from cost_models.topology import GIB, Topology
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.tables import TableSpec
+from cost_models.sharding.topology import GIB, Topology
 from search_space.errors import RanknasError
 
 

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import torch
 
-from cost_models.cost_net import CostNet, load_cost_net
-from cost_models.measure import single_threaded
-from cost_models.plan import Plan, make_plan
-from cost_models.policy import Episodes, PolicyNet, load_policy, run_episodes
-from cost_models.sharders.base import Sharder, check_capacity, unplaced_error
-from cost_models.splitting import choose_splits
-from cost_models.tables import TableSpec, placement_units
-from cost_models.topology import Topology
+from cost_models.sharding.cost_net import CostNet, load_cost_net
+from cost_models.sharding.measure import single_threaded
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episodes
+from cost_models.sharding.sharders.base import Sharder, check_capacity, unplaced_error
+from cost_models.sharding.splitting import choose_splits
+from cost_models.sharding.tables import TableSpec, placement_units
+from cost_models.sharding.topology import Topology
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).

@@ -1,7 +1,7 @@
 """AutoShard's lookup-greedy baseline: balance dim x pooling factor (values read per example)."""
 
-from cost_models.sharders.base import GreedySharder
-from cost_models.tables import TableSpec
+from cost_models.sharding.sharders.base import GreedySharder
+from cost_models.sharding.tables import TableSpec
 
 
 class LookupGreedy(GreedySharder):

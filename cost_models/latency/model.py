@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from sklearn.ensemble import GradientBoostingRegressor
 
-from cost_models.cost_net import errors
-from cost_models.measure import device_name, torch_threads
+from cost_models.sharding.cost_net import errors
+from cost_models.sharding.measure import device_name, torch_threads
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.blocks import OPS
 from search_space.builder import build_model, example_batch

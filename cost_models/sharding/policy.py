@@ -28,10 +28,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cost_models.cost_net import CostNet, mlp
-from cost_models.files import load_net, save_net
-from cost_models.tables import NUM_FEATURES, TableSpec, table_features
-from cost_models.topology import Topology
+from cost_models.sharding.cost_net import CostNet, mlp
+from cost_models.sharding.files import load_net, save_net
+from cost_models.sharding.tables import NUM_FEATURES, TableSpec, table_features
+from cost_models.sharding.topology import Topology
 
 NUM_STATE = 9  # cost and memory features per (table, device) pair; see `_Devices.observe`
 SOFT_MAX_TEMPERATURE = 0.05  # in units of the balanced load

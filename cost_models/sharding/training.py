@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cost_models.cost_net import (
+from cost_models.sharding.cost_net import (
     CostNet,
     CostNetConfig,
     CostSample,
@@ -32,21 +32,21 @@ from cost_models.cost_net import (
     fit_cost_net,
     save_cost_net,
 )
-from cost_models.evaluate import calibration, compare_estimators, plan_samples
-from cost_models.measure import MeasureConfig, Measurer, single_threaded
-from cost_models.plan import Plan, make_plan
-from cost_models.policy import PolicyNet, run_episodes, save_policy
-from cost_models.sharders import make_sharder
-from cost_models.sharders.rl import SPLIT_LIMITS, RLSharder
-from cost_models.splitting import choose_splits
-from cost_models.tables import (
+from cost_models.sharding.evaluate import calibration, compare_estimators, plan_samples
+from cost_models.sharding.measure import MeasureConfig, Measurer, single_threaded
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.policy import PolicyNet, run_episodes, save_policy
+from cost_models.sharding.sharders import make_sharder
+from cost_models.sharding.sharders.rl import SPLIT_LIMITS, RLSharder
+from cost_models.sharding.splitting import choose_splits
+from cost_models.sharding.tables import (
     PoolConfig,
     TableSpec,
     generate_tables,
     placement_units,
     train_eval_pools,
 )
-from cost_models.topology import Topology
+from cost_models.sharding.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class RLConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class ShardTrainConfig:
     train_pool: int = 800
     eval_pool: int = 1000
     tail_tables: int = 120  # more training tables from a heavier tail (see `tail_pool`)
@@ -154,7 +154,7 @@ def train_policy(
 
 @single_threaded
 def train_sharder(
-    config: TrainConfig, measurer: Measurer, log: Callable[[str], None] = print
+    config: ShardTrainConfig, measurer: Measurer, log: Callable[[str], None] = print
 ) -> TrainedSharder:
     """DreamShard's loop: collect real costs, fit the cost model, train the policy on it."""
     start = time.perf_counter()
@@ -213,7 +213,7 @@ def _cut_heavy_tables(
     return placement_units(tables, choose_splits(tables, topology.num_devices, cost_alone, limit))
 
 
-def tail_pool(config: TrainConfig) -> list[TableSpec]:
+def tail_pool(config: ShardTrainConfig) -> list[TableSpec]:
     """`config.tail_tables` tables with more rows and more multi-hot features than the pool:
     the costliest tables are rare in a power-law pool, and a cost model that has not seen
     their kind underestimates them, and with them the floor they set under a plan."""
@@ -260,9 +260,9 @@ def _collect_policy(
     return samples
 
 
-def quick_config(seed: int = 0) -> TrainConfig:
+def quick_config(seed: int = 0) -> ShardTrainConfig:
     """A few seconds' worth of training, for tests and smoke runs."""
-    return TrainConfig(
+    return ShardTrainConfig(
         train_pool=60,
         eval_pool=40,
         tail_tables=10,

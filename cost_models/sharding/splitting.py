@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from cost_models.tables import TableSpec, column_shards, column_split_options
+from cost_models.sharding.tables import TableSpec, column_shards, column_split_options
 
 CostAlone = Callable[[Sequence[TableSpec]], np.ndarray]  # ms of each table alone on a device
 

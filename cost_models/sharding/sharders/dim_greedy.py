@@ -1,7 +1,7 @@
 """AutoShard's dim-greedy baseline: balance the sum of embedding dims."""
 
-from cost_models.sharders.base import GreedySharder
-from cost_models.tables import TableSpec
+from cost_models.sharding.sharders.base import GreedySharder
+from cost_models.sharding.tables import TableSpec
 
 
 class DimGreedy(GreedySharder):

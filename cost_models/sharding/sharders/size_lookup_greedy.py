@@ -2,8 +2,8 @@
 
 import math
 
-from cost_models.sharders.base import GreedySharder
-from cost_models.tables import TableSpec
+from cost_models.sharding.sharders.base import GreedySharder
+from cost_models.sharding.tables import TableSpec
 
 
 class SizeLookupGreedy(GreedySharder):

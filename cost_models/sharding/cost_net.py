@@ -21,11 +21,11 @@ import torch
 from scipy.stats import kendalltau
 from torch import nn
 
-from cost_models.files import load_net, save_net
-from cost_models.measure import KernelTime, single_threaded
-from cost_models.plan import Plan
-from cost_models.tables import NUM_FEATURES, TableSpec, table_features
-from cost_models.topology import Topology, comm_megabytes
+from cost_models.sharding.files import load_net, save_net
+from cost_models.sharding.measure import KernelTime, single_threaded
+from cost_models.sharding.plan import Plan
+from cost_models.sharding.tables import NUM_FEATURES, TableSpec, table_features
+from cost_models.sharding.topology import Topology, comm_megabytes
 from search_space.errors import RanknasError
 
 HEADS = ("forward_ms", "backward_ms", "comm_mb")

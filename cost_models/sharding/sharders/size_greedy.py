@@ -1,7 +1,7 @@
 """AutoShard's size-greedy baseline: balance the bytes each device holds."""
 
-from cost_models.sharders.base import GreedySharder
-from cost_models.tables import TableSpec
+from cost_models.sharding.sharders.base import GreedySharder
+from cost_models.sharding.tables import TableSpec
 
 
 class SizeGreedy(GreedySharder):

@@ -31,9 +31,9 @@ from torchrec.distributed.types import ShardingPlan
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from cost_models.plan import Plan
-from cost_models.tables import TableSpec
-from cost_models.topology import Topology
+from cost_models.sharding.plan import Plan
+from cost_models.sharding.tables import TableSpec
+from cost_models.sharding.topology import Topology
 
 
 def build_ebc(tables: Sequence[TableSpec], device: str = "meta") -> EmbeddingBagCollection:

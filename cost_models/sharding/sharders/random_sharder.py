@@ -5,10 +5,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from cost_models.plan import Plan, make_plan
-from cost_models.sharders.base import Sharder, check_capacity, unplaced_error
-from cost_models.tables import TableSpec
-from cost_models.topology import Topology
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.sharders.base import Sharder, check_capacity, unplaced_error
+from cost_models.sharding.tables import TableSpec
+from cost_models.sharding.topology import Topology
 
 
 class RandomSharder(Sharder):

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cost_models.sharders.base import Sharder
-from cost_models.sharders.dim_greedy import DimGreedy
-from cost_models.sharders.lookup_greedy import LookupGreedy
-from cost_models.sharders.random_sharder import RandomSharder
-from cost_models.sharders.rl import RLSharder
-from cost_models.sharders.size_greedy import SizeGreedy
-from cost_models.sharders.size_lookup_greedy import SizeLookupGreedy
-from cost_models.sharders.torchrec_planner import TorchrecPlanner
+from cost_models.sharding.sharders.base import Sharder
+from cost_models.sharding.sharders.dim_greedy import DimGreedy
+from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
+from cost_models.sharding.sharders.random_sharder import RandomSharder
+from cost_models.sharding.sharders.rl import RLSharder
+from cost_models.sharding.sharders.size_greedy import SizeGreedy
+from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
+from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
 from search_space.errors import RanknasError
 
 HEURISTICS = ("random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")

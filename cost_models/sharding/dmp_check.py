@@ -1,6 +1,6 @@
 """Check that a plan (whole tables and column shards) runs under torchrec's DMP.
 
-    python -m torch.distributed.run --nproc_per_node 2 -m cost_models.dmp_check \\
+    python -m torch.distributed.run --nproc_per_node 2 -m cost_models.sharding.dmp_check \\
         --tables tables.json --plan plan.json
 
 Every process builds the tables' EmbeddingBagCollection on the meta device, shards it
@@ -24,9 +24,9 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from cost_models.plan import Plan
-from cost_models.tables import TableSpec, load_tables
-from cost_models.torchrec_adapter import build_ebc, to_sharding_plan
+from cost_models.sharding.plan import Plan
+from cost_models.sharding.tables import TableSpec, load_tables
+from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
 from search_space.errors import RanknasError
 
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.cost_net import CostNet, load_cost_net
-from cost_models.evaluate import measure_plans
-from cost_models.measure import Measurer
-from cost_models.plan import Plan
-from cost_models.sharders import METHODS, make_sharder
-from cost_models.sharders.base import check_capacity
-from cost_models.tables import TableSpec, load_tables, tables_from_architecture
-from cost_models.topology import GIB, Topology
-from cost_models.training import TrainConfig, quick_config, train_sharder
+from cost_models.sharding.cost_net import CostNet, load_cost_net
+from cost_models.sharding.evaluate import measure_plans
+from cost_models.sharding.measure import Measurer
+from cost_models.sharding.plan import Plan
+from cost_models.sharding.sharders import METHODS, make_sharder
+from cost_models.sharding.sharders.base import check_capacity
+from cost_models.sharding.tables import TableSpec, load_tables, tables_from_architecture
+from cost_models.sharding.topology import GIB, Topology
+from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
 from search_space.errors import RanknasError
 
 DEFAULT_MODEL = Path("runs/sharding/model")
@@ -236,7 +236,7 @@ def _print_comparison(records: list[dict[str, Any]]) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    config = quick_config(args.seed) if args.quick else TrainConfig(seed=args.seed)
+    config = quick_config(args.seed) if args.quick else ShardTrainConfig(seed=args.seed)
     if args.rounds is not None or args.iterations is not None:
         config = _override(config, args.rounds, args.iterations)
     measurer = Measurer(config.measure, cache_dir=args.cache)
@@ -251,7 +251,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _override(config: TrainConfig, rounds: int | None, iterations: int | None) -> TrainConfig:
+def _override(
+    config: ShardTrainConfig, rounds: int | None, iterations: int | None
+) -> ShardTrainConfig:
     for name, value in (("--rounds", rounds), ("--iterations", iterations)):
         if value is not None and value < 1:
             raise RanknasError(f"{name} must be at least 1, got {value}")

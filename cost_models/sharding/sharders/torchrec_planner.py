@@ -17,11 +17,11 @@ from torchrec.distributed.planner.storage_reservations import FixedPercentageSto
 from torchrec.distributed.planner.types import PlannerError
 from torchrec.distributed.types import ParameterSharding, ShardingType
 
-from cost_models.plan import Plan, make_plan
-from cost_models.sharders.base import Sharder, check_capacity
-from cost_models.tables import TableSpec, shard_name
-from cost_models.topology import Topology
-from cost_models.torchrec_adapter import (
+from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.sharders.base import Sharder, check_capacity
+from cost_models.sharding.tables import TableSpec, shard_name
+from cost_models.sharding.topology import Topology
+from cost_models.sharding.torchrec_adapter import (
     build_ebc,
     planner_constraints,
     quiet_planner,
