@@ -6,14 +6,16 @@ fed by a `KeyedJaggedTensor`; the dense side is the `[B, num_dense]` float tenso
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from search_space.architecture import Analysis, Architecture, EmbeddingConfig, analyze
-from search_space.blocks import OPS
+from search_space.blocks import OPS, BlockModule
 from search_space.schema import DatasetSchema
 
 
@@ -72,46 +74,68 @@ class RankingModel(nn.Module):
             self.to(device)
 
     def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:
-        """Pooled embeddings as `[B, F, dim]`, features in the architecture's order.
-
-        A sharded collection (DistributedModelParallel) may return the features grouped by
-        rank, so the order is checked rather than assumed.
-        """
-        pooled = self.embedding_bags(sparse)
-        if not self.feature_projections and pooled.keys() == self.feature_names:
-            return pooled.values().view(pooled.values().shape[0], -1, self.embedding_dim)
-        by_feature = pooled.to_dict()
-        columns = [
-            self.feature_projections[name](by_feature[name])
-            if name in self.feature_projections
-            else by_feature[name]
-            for name in self.feature_names
-        ]
-        return torch.stack(columns, dim=1)
+        """Pooled embeddings as `[B, F, dim]`, features in the architecture's order."""
+        return pooled_features(
+            self.embedding_bags(sparse),
+            self.feature_names,
+            self.embedding_dim,
+            lambda name: _module(self.feature_projections, name),
+        )
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
         outputs: dict[str, torch.Tensor] = {"dense": dense}
         if self.feature_names:
             outputs["sparse"] = self.embed(sparse)
         for name in self.order:
-            block = self.blocks[name]
-            outputs[name] = block(self._merge(name, outputs))
+            tensors = [(source, outputs[source]) for source in self.inputs[name]]
+            merged = merge_inputs(self.block_kinds[name], tensors, self._projection_into(name))
+            outputs[name] = self.blocks[name](merged)
         return self.head(outputs[self.output_name].flatten(1)).squeeze(1)
 
-    def _merge(self, name: str, outputs: dict[str, torch.Tensor]) -> torch.Tensor | list:
-        kind = self.block_kinds[name]
-        tensors = [(source, outputs[source]) for source in self.inputs[name]]
-        if kind.input_kind == "dense":
-            flat = [t.flatten(1) for _, t in tensors]
-            return flat if kind.takes_list else _cat(flat, dim=1)
-        embeddings = []
-        for source, t in tensors:
-            if t.dim() == 2:
-                key = f"{name}__{source}"
-                t = self.merge_projections[key](t) if key in self.merge_projections else t
-                t = t.unsqueeze(1)
-            embeddings.append(t)
-        return _cat(embeddings, dim=1)
+    def _projection_into(self, name: str) -> Projection:
+        return lambda source: _module(self.merge_projections, f"{name}__{source}")
+
+
+def _module(modules: nn.ModuleDict, key: str) -> nn.Module | None:
+    return modules[key] if key in modules else None  # noqa: SIM401 (ModuleDict has no get)
+
+
+Projection = Callable[[str], Callable[[torch.Tensor], torch.Tensor] | None]
+
+
+def pooled_features(
+    pooled: KeyedTensor, names: list[str], dim: int, projection: Projection
+) -> torch.Tensor:
+    """`[B, F, dim]` from an EmbeddingBagCollection's output, features in `names` order, a
+    feature with its own dim through `projection(name)` (None: as is).
+
+    A sharded collection (DistributedModelParallel) may return the features grouped by
+    rank, so the order is checked rather than assumed.
+    """
+    projected = {n: p for n in names if (p := projection(n)) is not None}
+    if not projected and pooled.keys() == names:
+        return pooled.values().view(pooled.values().shape[0], -1, dim)
+    by_feature = pooled.to_dict()
+    columns = [projected[n](by_feature[n]) if n in projected else by_feature[n] for n in names]
+    return torch.stack(columns, dim=1)
+
+
+def merge_inputs(
+    kind: type[BlockModule], tensors: list[tuple[str, torch.Tensor]], projection: Projection
+) -> torch.Tensor | list[torch.Tensor]:
+    """A block's inputs as it takes them: a dense block gets them flattened and concatenated
+    (or as a list); a sparse block gets them concatenated along the embedding axis, a dense
+    input as one more embedding, through `projection(source)` where its width is not dim."""
+    if kind.input_kind == "dense":
+        flat = [t.flatten(1) for _, t in tensors]
+        return flat if kind.takes_list else _cat(flat, dim=1)
+    embeddings = []
+    for source, t in tensors:
+        if t.dim() == 2:
+            project = projection(source)
+            t = (project(t) if project is not None else t).unsqueeze(1)
+        embeddings.append(t)
+    return _cat(embeddings, dim=1)
 
 
 def _cat(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:

@@ -48,7 +48,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from search_space.architecture import Analysis, Architecture, analyze
 from search_space.blocks import OPS
-from search_space.builder import embedding_bag_collection
+from search_space.builder import embedding_bag_collection, merge_inputs, pooled_features
 from search_space.errors import RanknasError, SpecError
 from search_space.spaces.dag import NONE, DagSpace
 from trainers.data.dataset import TabularData
@@ -326,19 +326,12 @@ class Supernet(nn.Module):
 
     def _embed(self, path: SupernetPath, sparse: KeyedJaggedTensor) -> torch.Tensor:
         emb = path.arch.embedding
-        names = [f.name for f in emb.features]
-        pooled = self.module_at(path, "embedding_bags")(sparse)
-        projected = {n for n in names if f"feature_projections.{n}" in path.slots}
-        if not projected and pooled.keys() == names:
-            return pooled.values().view(pooled.values().shape[0], -1, emb.dim)
-        by_feature = pooled.to_dict()
-        columns = [
-            self.module_at(path, f"feature_projections.{n}")(by_feature[n])
-            if n in projected
-            else by_feature[n]
-            for n in names
-        ]
-        return torch.stack(columns, dim=1)
+        return pooled_features(
+            self.module_at(path, "embedding_bags")(sparse),
+            [f.name for f in emb.features],
+            emb.dim,
+            lambda n: self._slot_module(path, f"feature_projections.{n}"),
+        )
 
     def _merge(
         self,
@@ -347,24 +340,20 @@ class Supernet(nn.Module):
         outputs: dict[str, torch.Tensor],
         gates: PathGates | None,
     ) -> torch.Tensor | list[torch.Tensor]:
-        kind = OPS[path.arch.block(name).op]
         tensors = []
         for source in path.arch.block(name).inputs:
             t = outputs[source]
             if gates is not None and (name, source) in gates.inputs:
                 t = t * gates.inputs[(name, source)]
             tensors.append((source, t))
-        if kind.input_kind == "dense":
-            flat = [t.flatten(1) for _, t in tensors]
-            return flat if kind.takes_list else _cat(flat, dim=1)
-        embeddings = []
-        for source, t in tensors:
-            if t.dim() == 2:
-                prefix = f"merge_projections.{name}__{source}"
-                t = self.module_at(path, prefix)(t) if prefix in path.slots else t
-                t = t.unsqueeze(1)
-            embeddings.append(t)
-        return _cat(embeddings, dim=1)
+        return merge_inputs(
+            OPS[path.arch.block(name).op],
+            tensors,
+            lambda source: self._slot_module(path, f"merge_projections.{name}__{source}"),
+        )
+
+    def _slot_module(self, path: SupernetPath, prefix: str) -> Callable[..., Any] | None:
+        return self.module_at(path, prefix) if prefix in path.slots else None
 
     # ------------------------------------------------------------------ extraction
 
@@ -391,10 +380,6 @@ class PathGates:
     sparse: torch.Tensor | None
     inputs: dict[tuple[str, str], torch.Tensor]
     outputs: dict[str, torch.Tensor]
-
-
-def _cat(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
-    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=dim)
 
 
 # ---------------------------------------------------------------------- sampling
