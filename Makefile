@@ -43,23 +43,24 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The main job end to end: start MLflow, run the quickstart study on the synthetic data,
-# print the leaderboard, export the winner (registered in MLflow's model registry).
-# Running it again resumes the finished study: no new trials, the same export.
+# The main job end to end: start MLflow, search around DLRM with every preset trained as a
+# baseline, retrain the two best trials and the two best baselines with fresh seeds (the
+# verdict then compares seed means), print the leaderboard, export the winner (registered
+# in MLflow's model registry). Running it again resumes: no new training, the same export.
 RANKNAS := $(VENV)/bin/ranknas
 MLFLOW_URL := http://127.0.0.1:5000
 demo: setup
 	$(RANKNAS) mlflow up
 	$(RANKNAS) search examples/quickstart.yaml
+	$(RANKNAS) reevaluate examples/quickstart.yaml --top 2 --seeds 3
 	$(RANKNAS) leaderboard quickstart --top 5
 	$(RANKNAS) export quickstart --trial best --out ranknas-data/winner \
 	  --register ranknas-quickstart --tracking-uri $(MLFLOW_URL)
 	@echo
-	@echo "MLflow UI:     $(MLFLOW_URL)  (experiment 'quickstart': one parent run, a nested run per trial)"
+	@echo "MLflow UI:     $(MLFLOW_URL)  (experiment 'quickstart': one parent run, a nested run per trial and baseline)"
 	@echo "Winner:        ranknas-data/winner/ (architecture.json, model.safetensors, ranknas_model.py, model_card.md)"
 	@echo "Registry:      models:/ranknas-quickstart@champion"
 	@echo "Study storage: sqlite:///ranknas-data/studies.db  ('ranknas status quickstart')"
-	@echo "Finalists:     $(RANKNAS) reevaluate examples/quickstart.yaml --top 3  (fresh seeds)"
 	@echo "Stop MLflow:   $(RANKNAS) mlflow down"
 
 bench: setup
