@@ -29,7 +29,9 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     from nas.runner import run_study
 
     config = load_config(args.config)
-    if args.trials:
+    if args.trials is not None:
+        if args.trials < 1:
+            raise RanknasError(f"--trials must be at least 1 (got {args.trials})")
         config.budget.trials = args.trials
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
@@ -136,6 +138,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from nas import leaderboard
 
+    if args.top < 1:
+        raise RanknasError(f"--top must be at least 1 (got {args.top})")
     study = _study(args)
     table = leaderboard.rows(study, include_all=args.all)[: args.top]
     front = leaderboard.pareto_front(study)

@@ -186,6 +186,17 @@ class MlflowConfig(_Section):
     )
     experiment: str | None = None
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri(cls, uri: str | None) -> str | None:
+        schemes = ("http://", "https://", "file:", "sqlite:///", "postgresql://", "databricks")
+        if uri is not None and not uri.startswith(schemes):
+            raise ValueError(
+                f"{uri!r} is not a tracking URI; use http://HOST:PORT (`ranknas mlflow up` "
+                "starts one at http://127.0.0.1:5000) or null to not log"
+            )
+        return uri
+
 
 class StudyConfig(_Section):
     name: str
@@ -251,7 +262,8 @@ def parse_config(data: Any, source: str = "study config") -> StudyConfig:
     try:
         config = StudyConfig.model_validate(data)
     except ValidationError as exc:
-        tag = (data.get("search_space") or {}).get("type")
+        space = data.get("search_space")
+        tag = space.get("type") if isinstance(space, dict) else None
         lines = format_validation_error(exc, source, joiner=": ").splitlines()
         if tag:  # a space error's location carries the union tag: drop it
             lines = [line.replace(f"search_space.{tag}.", "search_space.") for line in lines]

@@ -31,12 +31,22 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
+def _make_directory(url: str, path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RanknasError(
+            f"storage {url!r}: cannot create the directory {path.parent} ({exc.strerror}); "
+            "choose a writable path"
+        ) from None
+
+
 def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
     """An RDB storage; with `heartbeat_seconds`, trials whose process died are failed after
     two missed heartbeats and retried with the same parameters."""
     path = _sqlite_path(url)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_directory(url, path)
     heartbeat = {}
     if heartbeat_seconds:
         heartbeat = {
@@ -92,7 +102,7 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
     a file lock beside a SQLite database, an advisory lock on PostgreSQL."""
     path = _sqlite_path(url)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_directory(url, path)
         with open(path.with_suffix(path.suffix + ".lock"), "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield

@@ -315,6 +315,8 @@ def analyze(arch: Architecture) -> Analysis:
         block = blocks[name]
         where = f"block {name!r} (op {block.op})"
         cls = OPS[block.op]
+        if any(source not in shapes for source in block.inputs):
+            continue  # an input is already reported as wrong: its shape is unknown
         params, param_problems = validate_params(cls.PARAMS, dict(block.params), where)
         if param_problems:
             problems += param_problems
@@ -327,6 +329,7 @@ def analyze(arch: Architecture) -> Analysis:
         normalized[name], input_shapes[name] = params, merged
         shapes[name] = cls.output_shape(merged, params)
         flops[name], nparams[name] = cls.flops(merged, params), cls.num_params(merged, params)
+    problems += _table_size_problems(emb)
     if problems:
         raise SpecError("\n".join(problems))
     head_in = shapes[arch.output_block].numel
@@ -349,6 +352,22 @@ def analyze(arch: Architecture) -> Analysis:
         dense_params=sum(nparams.values()) + extra_params,
         embedding_params=sum(f.num_embeddings * emb.feature_dim(f) for f in emb.features),
     )
+
+
+MAX_TABLE_BYTES = 1 << 40  # 1 TiB of float32 rows: beyond any one machine this trains on
+
+
+def _table_size_problems(emb: EmbeddingConfig) -> list[str]:
+    problems = []
+    for f in emb.features:
+        size = f.num_embeddings * emb.feature_dim(f) * 4
+        if size > MAX_TABLE_BYTES:
+            problems.append(
+                f"feature {f.name!r}: cardinality {f.num_embeddings:,} x dim "
+                f"{emb.feature_dim(f)} needs {size / 2**40:,.1f} TiB of float32; hash the ids "
+                "into fewer buckets or fix the cardinality in the schema"
+            )
+    return problems
 
 
 def validate(arch: Architecture) -> Analysis:

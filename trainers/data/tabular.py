@@ -131,9 +131,18 @@ def load_tabular(
             column = column[good]
         ids.append(column)
         features.append(CategoricalFeature(name, cardinality))
+    kept = labels[good]
+    if kept.size and (kept.min() == kept.max()):
+        raise RanknasError(
+            f"{path}: every row's label ({spec.label}) is {int(kept[0])}: a ranking model "
+            "needs both clicks (1) and non-clicks (0)"
+        )
     schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name)
     categorical = np.stack(ids, axis=1) if ids else np.zeros((int(good.sum()), 0), np.int64)
     return TabularData(dense[good], categorical, labels[good], schema, bad_rows=report)
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _import(module: str, purpose: str) -> ModuleType:
@@ -191,8 +200,15 @@ def _convert(
         values, missing = _numeric(frame[name])
         wrong = ~missing & ~np.isfinite(values)
         report.add(f"dense value not a number ({name})", numbers[wrong])
-        dense[:, k] = np.where(missing | wrong, 0.0, values)
-        bad |= wrong
+        with np.errstate(invalid="ignore"):
+            huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
+        report.add(f"dense value beyond float32 ({name})", numbers[huge])
+        if missing.any():
+            logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d) read as 0",
+                           report.source, int(missing.sum()), name, report.unit,
+                           int(numbers[missing][0]))  # fmt: skip
+        dense[:, k] = np.where(missing | wrong | huge, 0.0, values)
+        bad |= wrong | huge
     id_columns: list[np.ndarray | None] = []
     for name, cardinality in spec.categorical:
         if cardinality is None:

@@ -1,0 +1,76 @@
+"""User mistakes end in one `error:` naming the file and field, exit status 2, no traceback."""
+
+import json
+
+import pytest
+import yaml
+
+from nas.cli import main
+from study_helpers import tiny_config, write_config
+
+
+def _study(tmp_path, **overrides) -> str:
+    return str(write_config(tmp_path, tiny_config(tmp_path, "bad", **overrides)))
+
+
+def _csv(tmp_path, rows: list[str]) -> list[str]:
+    data, schema = tmp_path / "clicks.csv", tmp_path / "schema.yaml"
+    data.write_text("y,price,shop\n" + "\n".join(rows) + "\n")
+    schema.write_text("label: y\ndense: [price]\ncategorical: [shop]\n")
+    return ["train", "--arch", "dlrm", "--data", str(data), "--schema", str(schema)]
+
+
+def _bad_block(tmp_path) -> list[str]:
+    arch = {"name": "broken", "embedding": {"dim": 8}, "output": "top", "blocks": [
+        {"name": "bottom", "op": "mlp", "inputs": ["dense"], "params": {"widths": "wide"}},
+        {"name": "top", "op": "mlp", "inputs": ["bottom", "sparse"], "params": {"widths": [8]}},
+    ]}  # fmt: skip
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(arch))
+    return ["arch", "show", str(path)]
+
+
+def _huge_cardinality(tmp_path) -> list[str]:
+    schema = {"label": "y", "dense": ["a"],
+              "categorical": [{"name": "user", "cardinality": 10**12}]}  # fmt: skip
+    path = tmp_path / "schema.yaml"
+    path.write_text(yaml.safe_dump(schema))
+    return ["arch", "show", "dlrm", "--schema", str(path)]
+
+
+CASES = {
+    "bad param in a non-output block": (_bad_block, "block 'bottom'"),
+    "search_space as a plain word": (
+        lambda p: ["search", _study(p, search_space="dag")],
+        "search_space",
+    ),
+    "storage directory that cannot be made": (
+        lambda p: ["search", _study(p, storage="sqlite:////proc/ranknas/studies.db")],
+        "cannot create the directory /proc/ranknas",
+    ),
+    "tracking URI that is not one": (
+        lambda p: ["search", _study(p, mlflow={"tracking_uri": "localhost:5000"})],
+        "mlflow.tracking_uri",
+    ),
+    "absurd cardinality": (_huge_cardinality, "needs 58.2 TiB"),
+    "--trials -1": (lambda p: ["search", _study(p), "--trials", "-1"], "--trials must be"),
+    "--trials 0": (lambda p: ["search", _study(p), "--trials", "0"], "--trials must be"),
+    "--top 0": (lambda p: ["leaderboard", "any", "--top", "0"], "--top must be at least 1"),
+    "labels of one class": (
+        lambda p: _csv(p, [f"1,{i}.5,s{i % 3}" for i in range(50)]),
+        "every row's label (y) is 1",
+    ),
+    "a dense value beyond float32": (
+        lambda p: _csv(p, ["1,1e300,a", *(f"{i % 2},{i}.5,s{i % 3}" for i in range(50))]),
+        "dense value beyond float32 (price): 1 (line 2)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_mistake_is_one_clear_error(case, tmp_path, capsys):
+    make_args, expected = CASES[case]
+    assert main(make_args(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and expected in err, err
+    assert "Traceback" not in err
