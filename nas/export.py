@@ -30,6 +30,7 @@ import json
 import keyword
 import math
 import os
+import re
 import sys
 import tempfile
 import textwrap
@@ -306,9 +307,10 @@ def _from_import(module: str, names: set[str]) -> str:
 
 
 def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -> str:
-    title = f"{arch.name or 'A ranking model'}, exported by ranknas (architecture {arch_digest})."
-    features = ", ".join(columns.features) or "(none)"
-    dense = ", ".join(columns.dense) or "(none)"
+    name = _doc_name(arch.name) if arch.name else "A ranking model"
+    title = f"{name}, exported by ranknas (architecture {arch_digest})."
+    features = ", ".join(map(_doc_name, columns.features)) or "(none)"
+    dense = ", ".join(map(_doc_name, columns.dense)) or "(none)"
     inputs = (
         f"Inputs: `dense`, float32 [B, {len(columns.dense)}], columns {dense}; `sparse`, a "
         f"KeyedJaggedTensor with one id per example for each feature: {features}."
@@ -338,6 +340,14 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
     wrapped = textwrap.fill(inputs, _LINE - 4, break_on_hyphens=False)
     text = textwrap.dedent(text).strip().replace("{inputs}", wrapped)
     return text.replace("\\", "\\\\")
+
+
+def _doc_name(name: str) -> str:
+    """A user's name as the docstring shows it: as is when plain, else quoted and escaped,
+    so that no name can end the docstring or put raw control characters in the file."""
+    if re.fullmatch(r"[\w .:/-]+", name):
+        return name
+    return _str_literal(name).replace('"', '\\"')  # no three quotes in a row, ever
 
 
 def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:

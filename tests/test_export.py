@@ -10,7 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -374,3 +374,25 @@ def test_registered_model_reproduces_predictions(
     assert int(again.model_version) == int(result.model_version) + 1
     moved = client.get_model_version_by_alias("ranknas-mixed", "champion")
     assert moved.version == again.model_version
+
+
+def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
+    tmp_path: Path,
+) -> None:
+    hostile = DatasetSchema(
+        dense=('a"""; import os; os.system("x") #', "b\\n'c", "line\nbreak"),
+        categorical=(CategoricalFeature('ü"""\'', 11), CategoricalFeature("tab\there", 13)),
+        name='evil"""',
+    )
+    arch = replace(preset("dlrm", hostile), name='x"""\n raise SystemExit #')
+    model = _perturbed(arch)
+    result = export_model(arch, model.state_dict(), {}, tmp_path, schema=hostile)
+    source = result.module.read_text()
+    ast.parse(source)  # still valid Python
+    assert "\t" not in source  # control characters only as escapes
+    dense, sparse = example_batch(arch, BATCH)
+    with torch.no_grad():
+        assert torch.equal(load_exported(result.out_dir)(dense, sparse), model(dense, sparse))
+    module = sys.modules[type(load_exported(result.out_dir)).__module__]
+    assert hostile.dense == module.DENSE_COLUMNS
+    assert tuple(f.name for f in hostile.categorical) == module.FEATURES
