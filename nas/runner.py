@@ -279,7 +279,8 @@ def _reused(
                                                   TrialAttr.WORKER: worker})  # fmt: skip
     tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
             "reused_from": earlier.number}  # fmt: skip
-    summary = {k: v for k, v in earlier.user_attrs.items() if k in METRIC_ATTRS}
+    kept = (*METRIC_ATTRS, TrialAttr.MFLOPS, TrialAttr.PARAMS, TrialAttr.LATENCY_MS)
+    summary = {k: v for k, v in earlier.user_attrs.items() if k in kept}
     summary["status"] = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
         earlier.state, "failed"
     )
