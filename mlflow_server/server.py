@@ -29,6 +29,7 @@ import errno
 import fcntl
 import http.client
 import importlib.util
+import ipaddress
 import json
 import os
 import secrets
@@ -59,6 +60,7 @@ class ServerConfig:
     backend_store_uri: str | None = None  # default: sqlite:///<data_dir>/mlflow.db
     artifacts_destination: str | None = None  # default: <data_dir>/artifacts
     auth: bool = False
+    insecure: bool = False  # allow a non-loopback host without auth
     admin_username: str = "admin"
     admin_password: str | None = field(default=None, repr=False)  # first start with auth only
     workers: int = 1
@@ -111,6 +113,7 @@ def status(config: ServerConfig) -> ServerInfo | None:
     info = _read_pid_file(config.pid_path)
     if info is None or not _is_server_process(info.pid) or not _healthy(info.uri):
         return None
+    _check_port(config, info)
     return info
 
 
@@ -125,9 +128,19 @@ def down(config: ServerConfig) -> bool:
         info = _read_pid_file(config.pid_path)
         stopped = info is not None and _is_server_process(info.pid)
         if stopped:
+            _check_port(config, info)
             _stop_group(info.pid, config.stop_timeout_s)
         config.pid_path.unlink(missing_ok=True)
     return stopped
+
+
+def _check_port(config: ServerConfig, info: ServerInfo) -> None:
+    """`status`/`down` for a port: the data dir's server must be the one on that port."""
+    if config.port and info.port != config.port:
+        raise RanknasError(
+            f"the MLflow server of {config.data_dir} runs on port {info.port}, not "
+            f"{config.port}: give --port {info.port} (or the data dir of the other server)"
+        )
 
 
 @contextlib.contextmanager
@@ -175,8 +188,20 @@ def _check_config(config: ServerConfig) -> None:
         )
     if config.workers not in (1, 2):
         raise RanknasError(f"workers must be 1 or 2, got {config.workers}.")
+    if not config.auth and not config.insecure and not _is_loopback(config.host):
+        raise RanknasError(
+            f"--host {config.host} would let anyone on the network read and write every run: "
+            "add --auth (MLflow's basic-auth app), or --insecure if the network is trusted."
+        )
     if config.auth:
         _check_auth_config(config)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _check_auth_config(config: ServerConfig) -> None:
@@ -185,7 +210,8 @@ def _check_auth_config(config: ServerConfig) -> None:
             "MLflow's basic-auth app needs the Flask-WTF package: run "
             "`pip install 'mlflow[auth]'`, or start the server without auth."
         )
-    if (config.data_dir / "basic_auth.db").exists():
+    users = config.data_dir / "basic_auth.db"
+    if users.exists() and users.stat().st_size:
         return  # the admin user exists already; MLflow ignores the bootstrap password
     password = _admin_password(config)
     if not password or len(password) < _MIN_ADMIN_PASSWORD:
@@ -290,6 +316,7 @@ def _server_env(config: ServerConfig) -> dict[str, str]:
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     if config.auth:
         env["MLFLOW_AUTH_CONFIG_PATH"] = str(_write_auth_ini(config))
+        _private_file(config.data_dir / "basic_auth.db")  # MLflow fills it; others may not read
         env.setdefault("MLFLOW_FLASK_SERVER_SECRET_KEY", _flask_secret(config.data_dir))
         if config.admin_password:
             env["MLFLOW_AUTH_ADMIN_PASSWORD"] = config.admin_password
@@ -309,6 +336,12 @@ def _write_auth_ini(config: ServerConfig) -> Path:
         "auth_cache_ttl_seconds = 60\n"
     )
     return path
+
+
+def _private_file(path: Path) -> None:
+    """Create `path` if missing, readable and writable by its owner only."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
 
 
 def _flask_secret(data_dir: Path) -> str:

@@ -253,6 +253,8 @@ def _tool_commands(command, commands) -> None:
     mlflow.add_argument("--port", type=int, default=5000)
     mlflow.add_argument("--backend-store-uri", help="default: sqlite under --data-dir")
     mlflow.add_argument("--auth", action="store_true", help="MLflow's basic-auth app")
+    mlflow.add_argument("--insecure", action="store_true",
+                        help="allow a non-loopback --host without --auth")  # fmt: skip
 
     train = command("train", handlers.cmd_train, "train one architecture and print its metrics")
     train.add_argument("--arch", required=True, metavar="PRESET_OR_FILE")

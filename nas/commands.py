@@ -27,6 +27,7 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.runner import run_study
+    from nas.storage import redact
 
     config = load_config(args.config)
     if args.trials is not None:
@@ -37,7 +38,7 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         config.mlflow.tracking_uri = None
     logger = _logger(config)
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
-          f"space, {config.budget.trials} trials, storage {config.storage}")  # fmt: skip
+          f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
     if logger is not None:
         experiment = config.mlflow.experiment or config.name
         print(f"MLflow: {config.mlflow.tracking_uri} (experiment {experiment})")
@@ -50,7 +51,8 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         if summarize and table:
             log_summary(logger, study, table)
         flush(logger, config)
-    print(f"export the best: ranknas export {config.name} --storage {config.storage} --out winner/")
+    print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
+          "--out winner/")  # fmt: skip
     return 0
 
 
@@ -73,8 +75,11 @@ def flush(logger, config) -> None:
     pending = logger.flush(timeout_s=30)
     if pending:
         outbox = config.study_dir / "mlflow-outbox"
+        refused = "401" in (logger.last_error or "")
+        why = ("MLflow refused the credentials (HTTP 401): set MLFLOW_TRACKING_USERNAME and "
+               "MLFLOW_TRACKING_PASSWORD" if refused else "MLflow unreachable")  # fmt: skip
         print(
-            f"MLflow unreachable: {pending} records kept in {outbox}; "
+            f"{why}: {pending} records kept in {outbox}; "
             "they are delivered by the next run of this study",
             file=sys.stderr,
         )
@@ -216,7 +221,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.reevaluate import reevaluate_study
-    from nas.storage import load_study
+    from nas.storage import load_study, redact
 
     config = load_config(args.config)
     if args.no_mlflow:
@@ -232,7 +237,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         flush(logger, config)
     print_comparison(load_study(config.name, config.storage))
     best = next(r["trial"] for r in table if isinstance(r["trial"], int))
-    print(f"export the best on average: ranknas export {config.name} --storage {config.storage} "
+    print(f"export the best on average: ranknas export {config.name} --storage "
+          f"{redact(config.storage)} "
           f"--trial {best} --out winner/")  # fmt: skip
     return 0
 
@@ -283,7 +289,7 @@ def _server_config(args: argparse.Namespace):
 
     return ServerConfig(
         data_dir=Path(args.data_dir), host=args.host, port=args.port,
-        backend_store_uri=args.backend_store_uri, auth=args.auth,
+        backend_store_uri=args.backend_store_uri, auth=args.auth, insecure=args.insecure,
     )  # fmt: skip
 
 

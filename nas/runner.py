@@ -39,7 +39,7 @@ from nas.protocol import (
 )
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
-from nas.storage import beating, open_storage, study_lock
+from nas.storage import beating, open_storage, redact, study_lock
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     METRIC_ATTRS,
@@ -107,7 +107,8 @@ def open_study(
         study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
     elif recorded != current:
         raise RanknasError(
-            f"study {config.name!r} in {config.storage} was created with another search_space; "
+            f"study {config.name!r} in {redact(config.storage)} was created with another "
+            "search_space; "
             "give the study a new name to search a different space"
         )
     return study
@@ -201,7 +202,7 @@ def _run_study(
     if logger is not None:
         logger.start_study(
             config.name,
-            params=config.model_dump(mode="json"),
+            params=config.model_dump(mode="json") | {"storage": redact(config.storage)},
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:

@@ -8,6 +8,7 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,11 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from search_space.errors import RanknasError
+
+
+def redact(url: str) -> str:
+    """`url` with its password, if any, replaced by `***`: for output, errors and logs."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
 def normalize_url(url: str) -> str:
@@ -36,7 +42,7 @@ def _make_directory(url: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RanknasError(
-            f"storage {url!r}: cannot create the directory {path.parent} ({exc.strerror}); "
+            f"storage {redact(url)!r}: cannot create the directory {path.parent} ({exc.strerror}); "
             "choose a writable path"
         ) from None
 
@@ -58,7 +64,8 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
         storage = RDBStorage(normalize_url(url), **heartbeat)
     except (SQLAlchemyError, ImportError, ValueError) as exc:
         reason = f"{exc.__class__.__name__}: {exc}"
-        raise RanknasError(f"storage {url!r}: cannot open it ({reason})") from None
+        reason = reason.replace(url, redact(url))
+        raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)})") from None
     if path is not None:
         _write_ahead_log(storage.engine)
     return storage
@@ -87,7 +94,7 @@ def load_study(name: str, url: str) -> optuna.Study:
     except KeyError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         raise RanknasError(
-            f"no study {name!r} in {url}; studies there: {', '.join(names) or 'none'}"
+            f"no study {name!r} in {redact(url)}; studies there: {', '.join(names) or 'none'}"
         ) from None
 
 

@@ -5,11 +5,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from mlflow import MlflowClient
 
 from mlflow_server import ServerConfig, ServerInfo, StudyLogger, down, up
+from nas.commands import flush
 from search_space.errors import RanknasError
 
 pytestmark = pytest.mark.skipif(
@@ -29,8 +31,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
         admin_password=ADMIN_PASSWORD,
     )
     info = up(config)
+    DATA_DIRS.append(config.data_dir)
     yield info
     down(config)
+
+
+DATA_DIRS: list[Path] = []
+
+
+def test_the_user_database_is_private(server: ServerInfo) -> None:
+    assert (DATA_DIRS[0] / "basic_auth.db").stat().st_mode & 0o777 == 0o600
 
 
 def _status(uri: str, auth: str | None = None) -> int:
@@ -60,7 +70,7 @@ def test_admin_credentials_work(server: ServerInfo, tmp_path: Path) -> None:
 
 
 def test_a_logger_without_credentials_keeps_its_records(
-    server: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
@@ -69,6 +79,8 @@ def test_a_logger_without_credentials_keeps_its_records(
     logger.start_study("auth-study-2")
     assert logger.pending() == 1 and logger.failures() == []
     assert "401" in logger.last_error or "nauthenticated" in logger.last_error
+    flush(logger, SimpleNamespace(study_dir=tmp_path))
+    assert "MLflow refused the credentials (HTTP 401)" in capsys.readouterr().err
     with_credentials = StudyLogger(server.uri, outbox, username="admin", password=ADMIN_PASSWORD)
     assert with_credentials.flush(timeout_s=10) == 0
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")

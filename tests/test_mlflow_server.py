@@ -58,6 +58,17 @@ def test_health_answers_and_pid_file_is_written(config: ServerConfig, server: Se
     assert (config.data_dir / "mlflow.db").exists() and config.log_path.exists()
 
 
+def test_status_and_down_of_another_port_say_where_the_server_is(
+    config: ServerConfig, server: ServerInfo
+) -> None:
+    other = ServerConfig(data_dir=config.data_dir, port=server.port + 1)
+    with pytest.raises(RanknasError, match=f"runs on port {server.port}, not {server.port + 1}"):
+        status(other)
+    with pytest.raises(RanknasError, match=f"give --port {server.port}"):
+        down(other)
+    assert status(config) is not None  # still running
+
+
 def test_up_twice_returns_the_running_server(config: ServerConfig, server: ServerInfo) -> None:
     started = time.monotonic()
     assert up(config) == server
@@ -141,3 +152,8 @@ def _write_pid_file(config: ServerConfig, pid: int) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     record = {"pid": pid, "host": "127.0.0.1", "port": 1, "uri": "http://127.0.0.1:1"}
     config.pid_path.write_text(json.dumps({**record, "started_at": "2026-01-01T00:00:00"}))
+
+
+def test_a_network_bind_without_auth_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RanknasError, match=r"add --auth .* or --insecure"):
+        up(ServerConfig(data_dir=tmp_path, host="0.0.0.0", port=0))

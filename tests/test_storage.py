@@ -20,3 +20,17 @@ def test_sqlite_storage_uses_the_write_ahead_log(tmp_path):
 def test_an_unusable_url_is_a_clear_error():
     with pytest.raises(RanknasError, match="storage 'nosuchdb://x': cannot open it"):
         open_storage("nosuchdb://x")
+
+
+def test_passwords_never_show(capsys):
+    from nas.cli import main
+    from nas.storage import redact
+
+    assert redact("postgresql://ranker:s3cret@db:5432/studies") == (
+        "postgresql://ranker:***@db:5432/studies"
+    )
+    assert redact("sqlite:///ranknas-data/studies.db") == "sqlite:///ranknas-data/studies.db"
+    url = "postgresql://ranker:s3cret@127.0.0.1:1/studies"  # nothing listens on port 1
+    assert main(["status", "some-study", "--storage", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "s3cret" not in err and "ranker:***@" in err
