@@ -226,8 +226,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
-    print(f"study {config.name!r}: retraining the top {args.top} trials with {args.seeds} "
-          "fresh seeds each")  # fmt: skip
+    print(f"study {config.name!r}: retraining the top {args.top} trials and baselines with "
+          f"{args.seeds} fresh seeds each")  # fmt: skip
     table = reevaluate_study(config, args.top, args.seeds, lambda line: print(line, flush=True))
     print()
     print(leaderboard.format_reevaluation(table))
