@@ -111,16 +111,22 @@ class StudyLogger:
         tags: Mapping[str, Any] | None = None,
         artifacts: Artifacts | None = None,
         status: str = "FINISHED",
+        run_name: str | None = None,
+        start_time: float | None = None,
     ) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
 
         `metrics` are logged at step 0, `curves` as metric histories (step, value); use
         distinct keys for the two. `artifacts` maps a relative file name to its content.
-        `status` is one of RUNNING, FINISHED, FAILED, KILLED.
+        `status` is one of RUNNING, FINISHED, FAILED, KILLED. `run_name` names a run created
+        by this call (default `trial-N`); `start_time` (epoch seconds) is when the trial
+        started, so that the run's duration and the curves' timestamps are real.
         """
         payload = {
             "trial": int(trial_number),
             **_run_payload(params, metrics, curves, tags, artifacts, status),
+            "run_name": run_name,
+            "start_ms": None if start_time is None else int(start_time * 1000),
         }
         self._enqueue("trial", payload)
 
@@ -133,6 +139,8 @@ class StudyLogger:
         tags: Mapping[str, Any] | None = None,
         artifacts: Artifacts | None = None,
         status: str = "FINISHED",
+        run_name: str | None = None,
+        start_time: float | None = None,
     ) -> None:
         """Log a baseline (an engineer's model trained like a trial) as a nested run named
         `baseline-<name>`, found again by its name; arguments as in `log_trial`."""
@@ -140,6 +148,8 @@ class StudyLogger:
         payload = {
             "baseline": name,
             **_run_payload(params, metrics, curves, tags, artifacts, status),
+            "run_name": run_name,
+            "start_ms": None if start_time is None else int(start_time * 1000),
         }
         self._enqueue("trial", payload)
 
@@ -238,13 +248,13 @@ class _Writer:
         if "baseline" in record:
             name = record["baseline"]
             match = {STUDY_TAG: record["study"], KIND_TAG: "baseline", BASELINE_TAG: name}
-            run_name = f"baseline-{name}"
+            run_name = record.get("run_name") or f"baseline-{name}"
         else:
             number = str(record["trial"])
             match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
-            run_name = f"trial-{number}"
+            run_name = record.get("run_name") or f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
-        run_id = self._find_or_create(experiment_id, match, run_name, extra)
+        run_id = self._find_or_create(experiment_id, match, run_name, extra, record.get("start_ms"))
         self._log_batch(run_id, record)
         self._upload(run_id, record["artifacts"])
         self._set_status(run_id, record["status"], record["ts"])
@@ -278,13 +288,19 @@ class _Writer:
         return self._client.get_experiment_by_name(name).experiment_id  # made by another worker
 
     def _find_or_create(
-        self, experiment_id: str, match: dict[str, str], run_name: str, extra: dict[str, str]
+        self,
+        experiment_id: str,
+        match: dict[str, str],
+        run_name: str,
+        extra: dict[str, str],
+        start_ms: int | None = None,
     ) -> str:
         """The run with the `match` tags; created if missing. Of several (a race between
         workers), the oldest is kept and the others are deleted."""
         runs = self._search(experiment_id, match)
         if not runs:
-            self._client.create_run(experiment_id, tags={**extra, **match}, run_name=run_name)
+            self._client.create_run(experiment_id, tags={**extra, **match}, run_name=run_name,
+                                    start_time=start_ms)  # fmt: skip
             runs = self._search(experiment_id, match)
         for duplicate in runs[1:]:
             self._client.delete_run(duplicate)
@@ -305,7 +321,8 @@ class _Writer:
         ts = record["ts"]
         metrics = [Metric(key, value, ts, 0) for key, value in record.get("metrics", {}).items()]
         for key, points in record.get("curves", {}).items():
-            metrics += [Metric(key, value, ts, step) for step, value in points]
+            metrics += [Metric(key, value, _step_time(record, step, points), step)
+                        for step, value in points]  # fmt: skip
         params = [Param(key, value) for key, value in record.get("params", {}).items()]
         tags = [RunTag(key, value) for key, value in record["tags"].items()]
         self._client.log_batch(run_id, metrics=metrics, params=params, tags=tags)
@@ -325,6 +342,15 @@ class _Writer:
             self._client.update_run(run_id, status=status)
         else:
             self._client.set_terminated(run_id, status=status, end_time=ts)
+
+
+def _step_time(record: dict[str, Any], step: int, points: list[tuple[int, float]]) -> int:
+    """When a curve point was measured, spread between the run's start and its record's
+    time in proportion to its step (the record is written when the trial ends)."""
+    start, end = record.get("start_ms"), record["ts"]
+    if start is None or not points:
+        return end
+    return int(start + (end - start) * step / max(s for s, _ in points))
 
 
 def _run_payload(

@@ -30,7 +30,13 @@ from nas.protocol import (
     train_architecture,
 )
 from nas.storage import beating, study_lock
-from nas.trial_record import METRIC_ATTRS, StudyAttr, mlflow_record, write_architecture
+from nas.trial_record import (
+    METRIC_ATTRS,
+    StudyAttr,
+    mlflow_record,
+    summary_name,
+    write_architecture,
+)
 from search_space.architecture import Architecture, digest
 from search_space.errors import RanknasError
 from search_space.presets import load_architecture
@@ -93,6 +99,7 @@ def _train_one(
     order: int,
     worker: str,
 ) -> dict[str, Any]:
+    started = time.time()
     directory = config.study_dir / "baselines" / key
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config)
@@ -107,8 +114,10 @@ def _train_one(
         attrs["failure_reason"] = result.failure_reason
     tags = {"baseline": key, "digest": attrs["digest"], "worker": worker}
     artifacts = {"architecture.json": arch.to_json()}
-    return {"attrs": attrs,
-            "mlflow": mlflow_record({}, summary, result.curves, tags, artifacts)}  # fmt: skip
+    described = summary_name(arch, costs.mflops)
+    record = mlflow_record({"architecture": described}, summary, result.curves, tags, artifacts,
+                           f"baseline-{key} {described}", started)  # fmt: skip
+    return {"attrs": attrs, "mlflow": record}
 
 
 def _claim(study: optuna.Study, config: StudyConfig, key: str) -> bool:

@@ -47,6 +47,7 @@ from nas.trial_record import (
     StudyAttr,
     TrialAttr,
     mlflow_record,
+    summary_name,
     write_architecture,
 )
 from search_space.architecture import Architecture, digest
@@ -309,6 +310,7 @@ def run_trial(
 ) -> Outcome:
     """Cost, plan, train and record one trial (its files and attributes); the caller tells
     Optuna the outcome."""
+    started = time.time()
     arch = space.decode(trial.params)
     directory = config.study_dir / "trials" / str(trial.number)
     write_architecture(directory, arch)
@@ -322,7 +324,10 @@ def run_trial(
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
     state, values = _outcome(result, config, costs)
     tags["searcher"] = config.searcher.type
-    record = mlflow_record(trial.params, summary, result.curves, tags, _artifacts(directory))
+    described = summary_name(arch, costs.mflops)
+    params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
+    record = mlflow_record(params, summary, result.curves, tags, _artifacts(directory),
+                           f"trial-{trial.number} {described}", started)  # fmt: skip
     return Outcome(state, values, record)
 
 

@@ -54,8 +54,9 @@ class StudyAttr(StrEnum):
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.
 METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "test_ne", "test_logloss", "test_auc",
                 "throughput")  # fmt: skip
-# A TrainResult's status, as the MLflow run status.
-RUN_STATUS = {"complete": "FINISHED", "pruned": "KILLED"}
+# A TrainResult's status, as the MLflow run status: a pruned trial ended as planned (its
+# `status` tag says pruned); KILLED would show it as crashed.
+RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED"}
 
 
 def write_architecture(directory: Path, arch: Architecture) -> None:
@@ -80,6 +81,14 @@ def read_metrics(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / METRICS_FILE).read_text())
 
 
+def summary_name(arch: Architecture, mflops: float) -> str:
+    """A compact architecture summary for run names: the live blocks' ops in order."""
+    from search_space.architecture import analyze
+
+    ops = ">".join(arch.block(name).op for name in analyze(arch).order)
+    return f"{ops} {mflops:.3f} MFLOPs"
+
+
 def numeric(values: dict[str, Any]) -> dict[str, float]:
     """The int and float entries of `values` (MLflow metrics), booleans left out."""
     return {
@@ -93,11 +102,16 @@ def mlflow_record(
     curves: dict[str, list[tuple[int, float]]],
     tags: dict[str, Any],
     artifacts: dict[str, str],
+    run_name: str | None = None,
+    start_time: float | None = None,
 ) -> dict[str, Any]:
-    """What `StudyLogger.log_trial` gets for one trained architecture."""
+    """What `StudyLogger.log_trial` gets for one trained architecture (`start_time`: when
+    its training started, epoch seconds, so that the run's duration is real)."""
     status = summary.get("status", "failed")
     reason = summary.get("failure_reason")
     return {
+        "run_name": run_name,
+        "start_time": start_time,
         "params": params,
         "metrics": numeric(summary),
         "curves": {f"curve_{k}": v for k, v in curves.items()},

@@ -34,7 +34,8 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
     parent, _ = _runs(client, "with-baselines")
     experiment_id = client.get_experiment_by_name("with-baselines").experiment_id
     (run,) = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'baseline'")
-    assert run.info.run_name == "baseline-dlrm" and run.data.tags["baseline"] == "dlrm"
+    assert run.info.run_name == "baseline-dlrm mlp>dot>mlp 0.068 MFLOPs"
+    assert run.data.tags["baseline"] == "dlrm"
     assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert run.data.metrics["val_ne"] == study.user_attrs["baselines:dlrm"]["val_ne"]
     board = client.download_artifacts(parent.info.run_id, "leaderboard.csv", str(tmp_path))
@@ -66,8 +67,13 @@ def test_a_study_logs_a_parent_run_and_a_nested_run_per_trial(tmp_path, server):
             run.data.metrics
         )
         assert any(key.startswith("b0.") for key in run.data.params)  # flattened architecture
+        assert run.info.run_name.startswith(f"trial-{number} ")
+        assert run.data.params["architecture"].endswith("MFLOPs")
+        assert run.info.end_time - run.info.start_time > 0  # a real duration
         history = client.get_metric_history(run.info.run_id, "curve_val_ne")
         assert len(history) >= 1 and all(h.step > 0 for h in history)
+        times = [h.timestamp for h in sorted(history, key=lambda h: h.step)]
+        assert times == sorted(times) and run.info.start_time <= times[0] <= run.info.end_time
         files = {f.path for f in client.list_artifacts(run.info.run_id)}
         assert "architecture.json" in files
     summary = {f.path for f in client.list_artifacts(parent.info.run_id)}

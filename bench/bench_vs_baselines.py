@@ -1,0 +1,137 @@
+"""Does the search beat the engineers' models? Every preset against the search's pick.
+
+For each data size and seed, one study exactly like `examples/quickstart.yaml`: the six
+presets trained as baselines, TPE over the `around: dlrm` space (startup trials are
+variants of DLRM), then `reevaluate` of the two best trials and the two best baselines with
+three fresh seeds. The pick is the trial with the best mean validation NE; it is compared
+with the baseline of best mean validation NE, on mean test NE (which selected nothing) and
+FLOPs. With `--around-best`, a second study searches around that best baseline and is
+compared with it the same way. The data seed and the study seed are the seed, so each seed
+is a fresh synthetic data set (same generator, other draws).
+
+    .venv/bin/python bench/bench_vs_baselines.py --rows 200000 --seeds 0 1 2   # ~6 min/seed
+
+Prints one Markdown row per (rows, seed) and a summary; --out keeps the rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_search_efficiency import quiet_single_thread
+
+from nas.config import parse_config
+from nas.leaderboard import verdict
+from nas.reevaluate import reevaluate_study
+from nas.runner import run_study
+
+QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[200_000])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--around-best", action="store_true",
+                        help="also search around the best baseline")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="JSON file for the rows")
+    return parser.parse_args()
+
+
+def study(directory: Path, name: str, rows: int, seed: int, trials: int, base: str) -> dict:
+    """One study as the quickstart's, on `rows` rows and `seed`; its seed-mean verdict."""
+    config = yaml.safe_load(QUICKSTART.read_text())
+    config |= {"name": name, "seed": seed, "storage": f"sqlite:///{directory}/studies.db",
+               "output_dir": str(directory / name), "mlflow": {"tracking_uri": None}}  # fmt: skip
+    config["data"] |= {"rows": rows, "seed": seed}
+    config["budget"] |= {"trials": trials, "examples_per_trial": rows}
+    config["search_space"]["base"] = base
+    parsed = parse_config(config)
+    started = time.perf_counter()
+    found = run_study(parsed, progress=lambda line: None)
+    reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)
+    v = verdict(found)
+    return {"rows": rows, "seed": seed, "base": base, "minutes": (time.perf_counter() - started)
+            / 60, "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
+
+
+def _flat(v: dict[str, Any]) -> dict[str, Any]:
+    found, base = v["best_trial"], v["best_baseline"]
+    return {
+        "trial": found["trial"], "found_val_ne": found["val_ne"], "found_test_ne":
+        found["test_ne"], "found_mflops": found["mflops"], "baseline": base["baseline"],
+        "baseline_val_ne": base["val_ne"], "baseline_test_ne": base["test_ne"],
+        "baseline_mflops": base["mflops"], "wins_test": found["test_ne"] < base["test_ne"],
+        "wins_val": v["search_wins"], "flops_ratio": v["flops_ratio"],
+    }  # fmt: skip
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| rows | seed | around | pick: val / test NE, MFLOPs | best baseline: val / test NE, "
+             "MFLOPs | test NE delta | FLOPs ratio | wins on test | minutes |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['rows']:,} | {r['seed']} | {r['base']} | {r['found_val_ne']:.4f} / "
+            f"{r['found_test_ne']:.4f}, {r['found_mflops']:.3f} | {r['baseline']}: "
+            f"{r['baseline_val_ne']:.4f} / {r['baseline_test_ne']:.4f}, "
+            f"{r['baseline_mflops']:.3f} | {r['found_test_ne'] - r['baseline_test_ne']:+.4f} | "
+            f"{r['flops_ratio']:.2f} | {'yes' if r['wins_test'] else 'no'} | {r['minutes']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict]) -> str:
+    out = []
+    for rows_count in sorted({r["rows"] for r in rows}):
+        for base in sorted({r["base"] for r in rows}):
+            group = [r for r in rows if r["rows"] == rows_count and r["base"] == base]
+            if not group:
+                continue
+            wins = sum(r["wins_test"] for r in group)
+            at_flops = sum(r["wins_test"] and r["flops_ratio"] <= 1 for r in group)
+            gap = statistics.median(r["found_test_ne"] - r["baseline_test_ne"] for r in group)
+            floor = statistics.median(r["found_val_ne"] - r["bayes_ne"] for r in group)
+            out.append(f"- {rows_count:,} rows, around {base}: the pick beats the best baseline "
+                       f"on test NE in {wins} of {len(group)} seeds ({at_flops} at no more "
+                       f"FLOPs); median test NE delta {gap:+.4f}; median gap of the pick to "
+                       f"the Bayes floor (validation) {floor:.4f}")  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> None:
+    args = parse_args()
+    quiet_single_thread()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ranknas-vs-baselines-") as tmp:
+        for rows in args.rows:
+            for seed in args.seeds:
+                first = study(Path(tmp), f"r{rows}-s{seed}", rows, seed, args.trials, "dlrm")
+                results.append(first)
+                print(markdown([first]).splitlines()[-1], flush=True)
+                if args.around_best and first["baseline"] != "dlrm":
+                    second = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials,
+                                   first["baseline"])  # fmt: skip
+                    results.append(second)
+                    print(markdown([second]).splitlines()[-1], flush=True)
+    print()
+    print(markdown(results))
+    print()
+    print(summary(results))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
