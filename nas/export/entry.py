@@ -1,0 +1,136 @@
+"""`export_model` and `load_exported`: the export as a whole (see the package doc)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from nas.export.codegen import _standalone_module
+from nas.export.layout import (
+    ARCHITECTURE_FILE,
+    CARD_FILE,
+    MODULE_FILE,
+    WEIGHTS_FILE,
+    ExportResult,
+    _Columns,
+)
+from nas.export.model_card import _model_card
+from nas.export.registry import _register
+from search_space.architecture import Analysis, Architecture, analyze, digest
+from search_space.builder import RankingModel
+from search_space.errors import RanknasError
+from search_space.schema import DatasetSchema
+
+
+def export_model(
+    arch: Architecture,
+    state_dict: Mapping[str, torch.Tensor],
+    metrics: Mapping[str, Any],
+    out_dir: str | Path,
+    *,
+    schema: DatasetSchema | None = None,
+    register: str | None = None,
+    tracking_uri: str | None = None,
+    alias: str = "champion",
+) -> ExportResult:
+    """Write the export directory (see the module docstring); register it if `register`.
+
+    `schema` names the dense columns and checks that `arch` fits the data (without it the
+    dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
+    number or text) shown in the model card and logged with the registered model.
+    `tracking_uri` defaults to $MLFLOW_TRACKING_URI.
+    """
+    if schema is not None:
+        arch = arch.bind(schema)
+    analysis = analyze(arch)
+    columns = _Columns.of(arch, schema)
+    tensors = _checked_weights(analysis, state_dict)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arch_digest = digest(arch)
+    result = ExportResult(
+        out_dir=out,
+        architecture=out / ARCHITECTURE_FILE,
+        weights=out / WEIGHTS_FILE,
+        module=out / MODULE_FILE,
+        model_card=out / CARD_FILE,
+        digest=arch_digest,
+    )
+    result.architecture.write_text(arch.to_json() + "\n")
+    save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
+    result.module.write_text(_standalone_module(analysis, columns, arch_digest))
+    card = _model_card(analysis, metrics, columns, arch_digest, register, alias)
+    result.model_card.write_text(card)
+    if register is None:
+        return result
+    return _register(result, analysis, metrics, columns, register, tracking_uri, alias)
+
+
+def load_exported(out_dir: str | Path, device: str = "cpu") -> nn.Module:
+    """The model of an export directory, rebuilt by its own `ranknas_model.py`, in eval mode."""
+    directory = Path(out_dir)
+    return _import_file(directory / MODULE_FILE).load(directory, device)
+
+
+def _import_file(path: Path) -> ModuleType:
+    name = f"ranknas_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RanknasError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------- weights
+
+
+def _checked_weights(
+    analysis: Analysis, state_dict: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The weights as safetensors stores them, once checked against the architecture."""
+    expected = RankingModel(analysis, device="meta").state_dict()
+    missing = sorted(expected.keys() - state_dict.keys())
+    unexpected = sorted(state_dict.keys() - expected.keys())
+    reshaped = sorted(
+        f"{key} {list(state_dict[key].shape)} (expected {list(expected[key].shape)})"
+        for key in expected.keys() & state_dict.keys()
+        if state_dict[key].shape != expected[key].shape
+    )
+    problems = [
+        f"{what}: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}"
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape", reshaped))
+        if keys
+    ]
+    if problems:
+        raise RanknasError(
+            f"the weights do not fit {analysis.arch.name or digest(analysis.arch)!r}"
+            f" ({'; '.join(problems)}): export the state dict of the model built from it"
+        )
+    return _storable(state_dict)
+
+
+def _storable(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached CPU tensors, each contiguous and with memory of its own: safetensors refuses
+    non-contiguous tensors and tensors that share storage."""
+    seen: set[int] = set()
+    tensors = {}
+    for key, value in state_dict.items():
+        tensor = value.detach().cpu()
+        storage = tensor.untyped_storage().data_ptr()
+        if not tensor.is_contiguous() or storage in seen:
+            tensor = tensor.clone(memory_format=torch.contiguous_format)
+        else:
+            seen.add(storage)
+        tensors[key] = tensor
+    return tensors

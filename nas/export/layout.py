@@ -1,0 +1,51 @@
+"""The export's layout: its file names and the input columns the model reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from search_space.architecture import Architecture
+from search_space.errors import RanknasError
+from search_space.schema import DatasetSchema
+
+MODULE_FILE = "ranknas_model.py"
+CARD_FILE = "model_card.md"
+EXPERIMENT = "ranknas-export"  # the MLflow experiment of the runs that log exported models
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What `export_model` wrote, and where the model was registered (if it was)."""
+
+    out_dir: Path
+    architecture: Path
+    weights: Path
+    module: Path
+    model_card: Path
+    digest: str
+    model_name: str | None = None
+    model_version: str | None = None
+    alias: str | None = None
+    model_uri: str | None = None  # models:/NAME@alias
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The input columns, in the order the model reads them."""
+
+    dense: tuple[str, ...]
+    features: tuple[str, ...]
+    dataset: str | None = None  # the schema's name, when one was given
+
+    @classmethod
+    def of(cls, arch: Architecture, schema: DatasetSchema | None) -> _Columns:
+        dense = schema.dense if schema else tuple(f"dense_{i}" for i in range(arch.num_dense or 0))
+        features = tuple(f.name for f in arch.embedding.features)
+        columns = cls(tuple(dense), features, schema.name if schema else None)
+        if len(set(columns.dense + columns.features)) != len(columns.dense + columns.features):
+            raise RanknasError(
+                "a categorical feature is named like a dense column (dense_0, ...): pass the "
+                "dataset schema so that the dense columns get their own names"
+            )
+        return columns

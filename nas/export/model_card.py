@@ -1,0 +1,144 @@
+"""`model_card.md`: blocks, costs, metrics, inputs and how to load the export."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nas.export.layout import (
+    ARCHITECTURE_FILE,
+    MODULE_FILE,
+    WEIGHTS_FILE,
+    _Columns,
+)
+from search_space.architecture import Analysis, Architecture
+
+# ---------------------------------------------------------------------- model card
+
+
+def _model_card(
+    analysis: Analysis,
+    metrics: Mapping[str, Any],
+    columns: _Columns,
+    arch_digest: str,
+    register: str | None = None,
+    alias: str = "champion",
+) -> str:
+    """The Markdown model card of an export."""
+    arch = analysis.arch
+    sections = [
+        f"# {arch.name or 'ranknas model'}\n\n"
+        f"Exported by ranknas. Architecture digest `{arch_digest}`; "
+        f"{analysis.flops:,} FLOPs per example; {analysis.params_total:,} parameters "
+        f"({analysis.dense_params:,} dense, {analysis.embedding_params:,} in embeddings).",
+        "## Metrics\n\n" + _metrics_table(metrics),
+        "## Inputs\n\n" + _inputs_section(arch, columns),
+        "## Architecture\n\n" + _blocks_table(analysis),
+        "## Files and loading\n\n" + _loading_section(register, alias),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _metrics_table(metrics: Mapping[str, Any]) -> str:
+    if not metrics:
+        return "No metrics were given."
+    return _table(["metric", "value"], [(name, _format(value)) for name, value in metrics.items()])
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "—" if value is None else str(value)
+
+
+def _inputs_section(arch: Architecture, columns: _Columns) -> str:
+    emb = arch.embedding
+    dense = ", ".join(f"`{c}`" for c in columns.dense) or "none"
+    rows = [(f"`{f.name}`", f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.features]
+    dataset = f"Dataset `{columns.dataset}`. " if columns.dataset else ""
+    return (
+        f"{dataset}Dense: {len(columns.dense)} float columns, in this order: {dense}.\n\n"
+        f"Categorical: {len(rows)} features, one id per example each, in "
+        "[0, num_embeddings), in this order (the columns of the id matrix):\n\n"
+        + _table(["feature", "num_embeddings", "embedding dim"], rows)
+        + f"\n\nThe blocks see every embedding at dim {emb.dim}; a feature of another dim is "
+        "projected to it by a linear layer."
+    )
+
+
+def _blocks_table(analysis: Analysis) -> str:
+    arch = analysis.arch
+    rows = []
+    for name in analysis.order:
+        block = arch.block(name)
+        settings = ", ".join(
+            f"{key}={json.dumps(list(v) if isinstance(v, tuple) else v)}"
+            for key, v in analysis.params[name].items()
+            if v is not None
+        )
+        rows.append(
+            (
+                f"`{name}`",
+                block.op,
+                ", ".join(block.inputs),
+                settings or "—",
+                analysis.shapes[name],
+                f"{analysis.block_flops[name]:,}",
+                f"{analysis.block_params[name]:,}",
+            )
+        )
+    other_flops = analysis.flops - sum(analysis.block_flops.values())
+    other_params = analysis.dense_params - sum(analysis.block_params.values())
+    rows.append(
+        ("projections + head", "linear", "", "", "logit", f"{other_flops:,}", f"{other_params:,}")
+    )
+    rows.append(("embeddings", "", "", "", "", "0", f"{analysis.embedding_params:,}"))
+    rows.append(("**total**", "", "", "", "", f"{analysis.flops:,}", f"{analysis.params_total:,}"))
+    header = ["block", "op", "inputs", "settings", "output", "FLOPs", "params"]
+    return (
+        f"Blocks in execution order; the head is a linear layer from `{arch.output_block}` to "
+        "one logit. FLOPs are per example (2 per multiply-add).\n\n" + _table(header, rows)
+    )
+
+
+def _loading_section(register: str | None, alias: str) -> str:
+    text = f"""
+        - `{ARCHITECTURE_FILE}`: the architecture spec (`Architecture.load` in ranknas).
+        - `{WEIGHTS_FILE}`: the weights, a state dict in safetensors format.
+        - `{MODULE_FILE}`: a standalone module that rebuilds the model with torch and torchrec
+          only (no ranknas needed) and loads the weights without pickle.
+
+        ```python
+        import sys
+        import torch
+
+        sys.path.insert(0, "path/to/this/directory")
+        import ranknas_model as m
+
+        model = m.load("path/to/this/directory")
+        with torch.no_grad():
+            logits = model(dense, m.ids_to_kjt(ids, m.FEATURES))  # dense [B, D], ids [B, F]
+        probabilities = torch.sigmoid(logits)
+        ```
+
+        In ranknas: `nas.export.load_exported("path/to/this/directory")`.
+    """
+    text = textwrap.dedent(text).strip()
+    if register:
+        text += (
+            f"\n\nRegistered in the MLflow Model Registry as `{register}` with the alias "
+            f'`{alias}`: `mlflow.pyfunc.load_model("models:/{register}@{alias}").predict(df)` '
+            "takes a DataFrame with the dense and categorical columns above and returns click "
+            "probabilities."
+        )
+    return text

@@ -1,0 +1,197 @@
+"""Registration in the MLflow model registry: a models-from-code pyfunc (nothing pickled)
+that loads the export's own module."""
+
+from __future__ import annotations
+
+import http.client
+import importlib.metadata
+import importlib.util
+import math
+import os
+import tempfile
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nas.export.layout import (
+    EXPERIMENT,
+    ExportResult,
+    _Columns,
+)
+from search_space.architecture import Analysis
+from search_space.errors import RanknasError
+
+# ---------------------------------------------------------------------- MLflow registry
+
+
+_PYFUNC_CODE = '''
+"""MLflow entry point ("models from code") of a model exported by ranknas.
+
+The artifact "export" is the export directory: `ranknas_model.py` rebuilds the network with
+torch and torchrec and loads `model.safetensors`. Nothing is unpickled.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import torch
+
+
+class ExportedRankingModel(mlflow.pyfunc.PythonModel):
+    """predict(DataFrame with the dense and categorical id columns) -> click probabilities."""
+
+    def load_context(self, context) -> None:
+        directory = Path(context.artifacts["export"])
+        name = f"ranknas_model_{abs(hash(str(directory)))}"
+        spec = importlib.util.spec_from_file_location(name, directory / "ranknas_model.py")
+        self.module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = self.module
+        spec.loader.exec_module(self.module)
+        self.model = self.module.load(directory)
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
+        m = self.module
+        dense = _matrix(model_input, m.DENSE_COLUMNS, np.float32)
+        ids = _matrix(model_input, m.FEATURES, np.int64)
+        with torch.no_grad():
+            logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))
+        return torch.sigmoid(logits).numpy()
+
+
+def _matrix(frame: pd.DataFrame, columns: tuple[str, ...], dtype: type) -> torch.Tensor:
+    """The columns as a row-major tensor in torch's own (aligned) memory: a column-major or
+    unaligned input would make vectorized kernels round differently in the last bit."""
+    return torch.tensor(np.ascontiguousarray(frame[list(columns)].to_numpy(dtype)))
+
+
+mlflow.models.set_model(ExportedRankingModel())
+'''
+
+
+def _register(
+    result: ExportResult,
+    analysis: Analysis,
+    metrics: Mapping[str, Any],
+    columns: _Columns,
+    name: str,
+    tracking_uri: str | None,
+    alias: str,
+) -> ExportResult:
+    """Log the export directory as a pyfunc model from code, register it, set the alias."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        raise RanknasError("registering a model needs an MLflow tracking URI")
+    _check_reachable(uri)
+    try:
+        version = _log_model_version(result, analysis.flops, metrics, columns, name, uri)
+        client = mlflow.MlflowClient(uri)
+        client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
+        client.set_registered_model_alias(name, alias, version)
+    except MlflowException as exc:
+        raise RanknasError(f"registering {name!r} at {uri} failed: {exc.message}") from exc
+    return replace(
+        result,
+        model_name=name,
+        model_version=version,
+        alias=alias,
+        model_uri=f"models:/{name}@{alias}",
+    )
+
+
+def _log_model_version(
+    result: ExportResult,
+    flops: int,
+    metrics: Mapping[str, Any],
+    columns: _Columns,
+    name: str,
+    uri: str,
+) -> str:
+    """Log the model in a run of the EXPERIMENT experiment; the new version of `name`."""
+    import mlflow
+
+    # log_model and start_run read the global tracking URI: set it for this call only
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        _use_tracking_uri(uri),
+        mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
+    ):
+        entry_point = Path(tmp) / "ranknas_pyfunc.py"
+        entry_point.write_text(_PYFUNC_CODE.lstrip())
+        mlflow.log_params({"digest": result.digest, "flops": flops})
+        mlflow.log_metrics(_numeric(metrics))
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(entry_point),
+            artifacts={"export": str(result.out_dir)},
+            signature=_signature(columns),
+            input_example=_input_example(columns),
+            pip_requirements=_requirements(),
+            registered_model_name=name,
+        )
+    return str(info.registered_model_version)
+
+
+def _check_reachable(uri: str) -> None:
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10):
+            pass
+    except (OSError, http.client.HTTPException) as exc:
+        raise RanknasError(
+            f"cannot reach the MLflow server at {uri} ({exc}): start it with `ranknas mlflow up` "
+            "or pass the right tracking URI"
+        ) from None
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {
+        name: float(value)
+        for name, value in metrics.items()
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    }
+
+
+def _signature(columns: _Columns) -> Any:
+    """Input: the dense columns (double) and the id columns (long); output: probabilities."""
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    inputs = [ColSpec("double", c) for c in columns.dense]
+    inputs += [ColSpec("long", f) for f in columns.features]
+    outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
+    return ModelSignature(inputs=Schema(inputs), outputs=outputs)
+
+
+def _input_example(columns: _Columns) -> Any:
+    """One example of zeros (stored as JSON; MLflow also predicts it to check the model)."""
+    import pandas as pd
+
+    return pd.DataFrame({c: [0.0] for c in columns.dense} | {f: [0] for f in columns.features})
+
+
+def _requirements() -> list[str]:
+    """Pinned versions of what the pyfunc needs, as installed here."""
+    wanted = ("torch", "torchrec", "fbgemm-gpu-cpu", "fbgemm-gpu", "safetensors", "numpy", "pandas")
+    pins = []
+    for package in wanted:
+        try:
+            pins.append(f"{package}=={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return pins
