@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from nas.trial_record import ARCHITECTURE_FILE as ARCHITECTURE_FILE  # a trial's own files
+from nas.trial_record import WEIGHTS_FILE as WEIGHTS_FILE
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
 from search_space.schema import DatasetSchema
