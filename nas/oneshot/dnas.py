@@ -38,7 +38,7 @@ from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
 from search_space.shapes import Dense, Sparse
-from search_space.spaces.dag import NONE, DagSpace
+from search_space.spaces.dag import NONE, DagSpace, block_name, input_param, param_name
 
 WIDTH_OPS = ("mlp", "sum", "cross")
 COUNT_OPS = ("efc",)
@@ -131,8 +131,8 @@ def expected_flops(
     counts = {"dense": 0, "sparse": schema.num_sparse}
     block_terms = []
     for i in range(n):
-        slots = [params[f"b{i}.in{k}"].choices for k in range(1, k_max + 1)]
-        ops, widths, sizes = (params[f"b{i}.{x}"].choices for x in ("op", "width", "count"))
+        slots = [params[input_param(i, k)].choices for k in range(1, k_max + 1)]
+        ops, widths, sizes = (params[param_name(i, x)].choices for x in ("op", "width", "count"))
         sources = slots[0]
         key = (i, dim, tuple((s, shapes[s], counts[s]) for s in sources))
         table = tables.get(key)
@@ -140,19 +140,27 @@ def expected_flops(
             table = _flops_table(ops, widths, sizes, slots, shapes, counts, dim, i == n - 1)
             tables[key] = table
         term = torch.from_numpy(table)
-        names = [f"b{i}.op", f"b{i}.width", f"b{i}.count"] + [
-            f"b{i}.in{k}" for k in range(1, k_max + 1)
+        names = [param_name(i, "op"), param_name(i, "width"), param_name(i, "count")] + [
+            input_param(i, k) for k in range(1, k_max + 1)
         ]
         for name in names:
             term = torch.tensordot(probs[name].to(torch.float64), term, dims=([0], [0]))
         block_terms.append(term)
         chosen = tuple(
             dict.fromkeys(
-                ref[f"b{i}.in{k}"] for k in range(1, k_max + 1) if ref[f"b{i}.in{k}"] != NONE
+                ref[input_param(i, k)]
+                for k in range(1, k_max + 1)
+                if ref[input_param(i, k)] != NONE
             )
         )
-        _, shapes[f"b{i}"], counts[f"b{i}"] = _block_cost(
-            ref[f"b{i}.op"], ref[f"b{i}.width"], ref[f"b{i}.count"], chosen, shapes, counts, dim
+        _, shapes[block_name(i)], counts[block_name(i)] = _block_cost(
+            ref[param_name(i, "op")],
+            ref[param_name(i, "width")],
+            ref[param_name(i, "count")],
+            chosen,
+            shapes,
+            counts,
+            dim,
         )
     alive: list[torch.Tensor] = [torch.ones((), dtype=torch.float64)] * n
     for i in range(n - 2, -1, -1):
@@ -160,8 +168,8 @@ def expected_flops(
         for j in range(i + 1, n):
             misses = torch.ones((), dtype=torch.float64)
             for k in range(1, k_max + 1):
-                choices = params[f"b{j}.in{k}"].choices
-                misses = misses * (1 - probs[f"b{j}.in{k}"][choices.index(f"b{i}")])
+                choices = params[input_param(j, k)].choices
+                misses = misses * (1 - probs[input_param(j, k)][choices.index(block_name(i))])
             not_read = not_read * (1 - alive[j] * (1 - misses))
         alive[i] = 1 - not_read
     for live, term in zip(alive, block_terms, strict=True):
@@ -240,7 +248,7 @@ def _gates(
 
     outputs, inputs = {}, {}
     for i in range(space.config.num_blocks):
-        b = f"b{i}"
+        b = block_name(i)
         op = values[f"{b}.op"]
         gate = weight(f"{b}.op")
         if op in WIDTH_OPS:

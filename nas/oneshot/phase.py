@@ -22,9 +22,11 @@ from typing import Any
 import optuna
 import torch
 
+from nas.config import StudyConfig
 from nas.oneshot.dnas import ArchitectureDistribution, train_dnas
 from nas.oneshot.search import Candidate, Scorer, search
 from nas.oneshot.supernet import Supernet, train_supernet
+from nas.protocol import StudyData
 from nas.storage import study_lock
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace
@@ -50,9 +52,9 @@ def _single_thread() -> Iterator[None]:
 
 def run_search_phase(
     study: optuna.Study,
-    config: Any,
+    config: StudyConfig,
     space: SearchSpace,
-    data: Any,
+    data: StudyData,
     progress: Callable[[str], None] = print,
     logger: Any = None,
 ) -> list[dict[str, Any]] | None:
@@ -96,7 +98,10 @@ def _log(logger: Any, metrics: dict[str, float]) -> None:
 
 
 def trained_supernet(
-    config: Any, space: DagSpace, data: Any, on_loss: Callable[[int, float], None] | None = None
+    config: StudyConfig,
+    space: DagSpace,
+    data: StudyData,
+    on_loss: Callable[[int, float], None] | None = None,
 ) -> tuple[Supernet, list[tuple[int, float]]]:
     """The supernet of `searcher.type: oneshot`, trained on the training split as its
     settings say; returns it with its (step, loss) curve."""
@@ -159,7 +164,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     return candidates, extra
 
 
-def make_scorer(config: Any, supernet: Supernet, data: Any) -> Scorer:
+def make_scorer(config: StudyConfig, supernet: Supernet, data: StudyData) -> Scorer:
     """The inherited-weight scorer the searcher's settings describe."""
     s, t = config.searcher, config.training
     return Scorer(

@@ -50,7 +50,7 @@ from search_space.architecture import Analysis, Architecture, analyze
 from search_space.blocks import OPS
 from search_space.builder import embedding_bag_collection, merge_inputs, pooled_features
 from search_space.errors import RanknasError, SpecError
-from search_space.spaces.dag import NONE, DagSpace
+from search_space.spaces.dag import NONE, DagSpace, input_param
 from trainers.data.dataset import TabularData
 
 Sampling = Literal["nasrec", "spos"]
@@ -396,11 +396,11 @@ def sample_values(
     params = space.parameters()
     k_max = space.config.max_inputs
     for i in range(space.config.num_blocks):
-        sources = list(params[f"b{i}.in1"].choices)
+        sources = list(params[input_param(i, 1)].choices)
         wanted = min(len(sources), k_max if full else rng.randint(1, k_max))
         chosen = rng.sample(sources, wanted)
         for k in range(1, k_max + 1):
-            values[f"b{i}.in{k}"] = chosen[k - 1] if k <= len(chosen) else NONE
+            values[input_param(i, k)] = chosen[k - 1] if k <= len(chosen) else NONE
     return values
 
 

@@ -27,6 +27,21 @@ DAG_OPS = ("mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wu
 NONE = "none"
 
 
+def block_name(i: int) -> str:
+    """The name of the space's i-th block."""
+    return f"b{i}"
+
+
+def param_name(i: int, knob: str) -> str:
+    """The parameter `knob` (op, width or count) of the i-th block."""
+    return f"{block_name(i)}.{knob}"
+
+
+def input_param(i: int, k: int) -> str:
+    """The parameter of the i-th block's k-th input (from 1)."""
+    return param_name(i, f"in{k}")
+
+
 class DagConfig(SpaceConfig):
     type: Literal["dag"] = "dag"
     num_blocks: int = Field(default=5, ge=1, le=32)
@@ -61,28 +76,31 @@ class DagSpace(SearchSpace):
         c = self.config
         params: dict[str, Parameter] = {}
         for i in range(c.num_blocks):
-            sources = ("dense", "sparse", *(f"b{j}" for j in range(i)))
+            sources = ("dense", "sparse", *(block_name(j) for j in range(i)))
             if not self.schema.num_dense:
                 sources = tuple(s for s in sources if s != "dense")
             if not self.schema.num_sparse:
                 sources = tuple(s for s in sources if s != "sparse")
-            params[f"b{i}.op"] = Categorical(tuple(c.ops))
-            params[f"b{i}.width"] = Categorical(tuple(c.widths))
-            params[f"b{i}.count"] = Categorical(tuple(c.counts))
-            params[f"b{i}.in1"] = Categorical(sources)
+            params[param_name(i, "op")] = Categorical(tuple(c.ops))
+            params[param_name(i, "width")] = Categorical(tuple(c.widths))
+            params[param_name(i, "count")] = Categorical(tuple(c.counts))
+            params[input_param(i, 1)] = Categorical(sources)
             for k in range(2, c.max_inputs + 1):
-                params[f"b{i}.in{k}"] = Categorical((NONE, *sources))
+                params[input_param(i, k)] = Categorical((NONE, *sources))
         return params
 
     def active(self, values: dict[str, Any]) -> list[str]:
         names = [n for n in self._parameters if not n.startswith("b")]
         for i in range(self.config.num_blocks):
-            op = values[f"b{i}.op"]
-            names += [f"b{i}.op", *(f"b{i}.in{k}" for k in range(1, self.config.max_inputs + 1))]
+            op = values[param_name(i, "op")]
+            names += [
+                param_name(i, "op"),
+                *(input_param(i, k) for k in range(1, self.config.max_inputs + 1)),
+            ]
             if op in ("mlp", "sum", "cross"):
-                names.append(f"b{i}.width")
+                names.append(param_name(i, "width"))
             if op == "efc":
-                names.append(f"b{i}.count")
+                names.append(param_name(i, "count"))
         return names
 
     def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
@@ -90,15 +108,17 @@ class DagSpace(SearchSpace):
         blocks = []
         for i in range(self.config.num_blocks):
             inputs = self._inputs(values, i)
-            op = values[f"b{i}.op"]
+            op = values[param_name(i, "op")]
             count = sum(counts[s] or 1 for s in inputs)  # embeddings a sparse op would see
-            params = self._params(op, values[f"b{i}.width"], values[f"b{i}.count"], count)
-            blocks.append(BlockSpec(f"b{i}", op, inputs, params))
-            counts[f"b{i}"] = _output_count(op, params, count)
+            params = self._params(
+                op, values[param_name(i, "width")], values[param_name(i, "count")], count
+            )
+            blocks.append(BlockSpec(block_name(i), op, inputs, params))
+            counts[block_name(i)] = _output_count(op, params, count)
         return tuple(blocks), blocks[-1].name
 
     def _inputs(self, values: dict[str, Any], i: int) -> tuple[str, ...]:
-        chosen = [values[f"b{i}.in{k}"] for k in range(1, self.config.max_inputs + 1)]
+        chosen = [values[input_param(i, k)] for k in range(1, self.config.max_inputs + 1)]
         return tuple(dict.fromkeys(s for s in chosen if s != NONE))
 
     @staticmethod
@@ -124,7 +144,7 @@ class DagSpace(SearchSpace):
     def _encode_blocks(self, arch: Architecture) -> dict[str, Any]:
         n = self.config.num_blocks
         names = [b.name for b in arch.blocks]
-        if names != [f"b{i}" for i in range(n)] or arch.output_block != f"b{n - 1}":
+        if names != [block_name(i) for i in range(n)] or arch.output_block != block_name(n - 1):
             raise SpecError(
                 f"architecture {arch.name!r} is not in this DAG space: expected blocks "
                 f"b0..b{n - 1} with b{n - 1} as the output"
@@ -132,8 +152,8 @@ class DagSpace(SearchSpace):
         values: dict[str, Any] = {}
         for i, block in enumerate(arch.blocks):
             p = block.params
-            values[f"b{i}.op"] = block.op
-            values[f"b{i}.width"] = (
+            values[param_name(i, "op")] = block.op
+            values[param_name(i, "width")] = (
                 p["widths"][0]
                 if block.op == "mlp"
                 else p["width"]
@@ -142,10 +162,12 @@ class DagSpace(SearchSpace):
                 if block.op == "cross"
                 else self.config.widths[0]
             )
-            values[f"b{i}.count"] = p["num_out"] if block.op == "efc" else self.config.counts[0]
+            values[param_name(i, "count")] = (
+                p["num_out"] if block.op == "efc" else self.config.counts[0]
+            )
             slots = [*block.inputs, *[NONE] * self.config.max_inputs][: self.config.max_inputs]
             for k, source in enumerate(slots, start=1):
-                values[f"b{i}.in{k}"] = source
+                values[input_param(i, k)] = source
         return values
 
 
