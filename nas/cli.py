@@ -276,7 +276,14 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--device", default="auto")
     train.add_argument("--threads", type=int, default=1, help="CPU threads (1 is fastest "
                        "for small models; more processes use more cores)")  # fmt: skip
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="training seed (initialization, "
+                       "batch order); the data does not move with it")  # fmt: skip
+    train.add_argument("--data-seed", type=int, default=0,
+                       help="synthetic rows and the random split")  # fmt: skip
+    train.add_argument("--split", default="auto", metavar="auto|random|ordered|time[:COL]",
+                       help="how rows become train/validation/test (80/10/10): auto is random "
+                       "for synthetic data, time if the schema names a time column, else the "
+                       "file's order")  # fmt: skip
     train.add_argument("--json", action="store_true", help="print one JSON object")
 
     data = commands.add_parser("data", help="data sets")

@@ -319,15 +319,24 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
+    from nas.protocol import describe_split, split_method
     from search_space.builder import build_model
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
     from trainers.trainer import TrainConfig, train
 
     torch.set_num_threads(args.threads)
-    options: dict[str, Any] = {"rows": args.rows} if args.data == "synthetic" else {}
+    method, _, column = args.split.partition(":")
+    options: dict[str, Any] = (
+        {"rows": args.rows, "seed": args.data_seed} if args.data == "synthetic" else {}
+    )
+    if column:
+        options["time_column"] = column
     data = load_dataset(args.data, args.schema, **options)
-    train_part, valid, test = data.split(seed=args.seed)
+    method = split_method(method, data, args.data)
+    train_part, valid, test = data.split(seed=args.data_seed, method=method)
+    print(f"split {describe_split(method, data, args.data_seed)}: {len(train_part):,} training, "
+          f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
     arch = load_architecture(args.arch, data.schema)
     config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
                          max_epochs=args.epochs, max_seconds=args.seconds,

@@ -28,14 +28,30 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SplitConfig(_Section):
+    method: Literal["auto", "random", "ordered", "time"] = Field(
+        default="auto",
+        description="auto: random for synthetic data, time when the schema (or `column`) "
+        "names a time column, else ordered (file order)",
+    )
+    column: str | None = Field(default=None, description="time: the event-time column")
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+
+
 class DataConfig(_Section):
     source: str = Field(default="synthetic", description="synthetic | criteo:PATH | PATH")
     schema_path: str | None = Field(default=None, alias="schema")
     rows: int = Field(default=100_000, ge=1_000, description="rows of synthetic data")
-    seed: int = 0
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    seed: int = Field(default=0, description="the data's seed (synthetic rows, random split), "
+                      "apart from the training seeds")  # fmt: skip
+    split: SplitConfig = SplitConfig()
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _fractions_alone(cls, value: Any) -> Any:
+        return {"fractions": value} if isinstance(value, list | tuple) else value
 
 
 class SearcherConfig(_Section):

@@ -30,15 +30,35 @@ class StudyData:
     valid: TabularData
     test: TabularData
     bayes_ne: float | None  # the floor no model can beat, known for synthetic data
+    split: str = ""  # how the rows were split, in words
 
 
 def prepare_data(config: StudyConfig) -> StudyData:
     d = config.data
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
+    if d.split.column and d.source != "synthetic" and not d.source.startswith("criteo:"):
+        options["time_column"] = d.split.column
     data = load_dataset(d.source, d.schema_path, **options)
-    train_part, valid, test = data.split(d.split, seed=d.seed)
+    method = split_method(d.split.method, data, d.source)
+    train_part, valid, test = data.split(d.split.fractions, seed=d.seed, method=method)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
-    return StudyData(train_part, valid, test, bayes)
+    return StudyData(train_part, valid, test, bayes, describe_split(method, data, d.seed))
+
+
+def split_method(method: str, data: TabularData, source: str) -> str:
+    """`auto`: random for synthetic rows (they have no order), time when the data has a time
+    column, else the file's order: offline numbers should measure the future, as production
+    does."""
+    if method != "auto":
+        return method
+    if source == "synthetic":
+        return "random"
+    return "time" if data.time is not None else "ordered"
+
+
+def describe_split(method: str, data: TabularData, seed: int) -> str:
+    return {"random": f"random (data seed {seed})", "ordered": "in file order",
+            "time": f"in time order ({data.schema.time})"}[method]  # fmt: skip
 
 
 @dataclass

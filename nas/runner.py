@@ -191,6 +191,8 @@ def _run_study(
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
+    progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
+             f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip
     space = make_space(config.search_space, data.train.schema)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)

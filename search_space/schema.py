@@ -28,6 +28,7 @@ class DatasetSchema:
     categorical: tuple[CategoricalFeature, ...]
     label: str = "label"
     name: str = "dataset"
+    time: str | None = None  # the column that orders the rows in time (for splits only)
 
     @property
     def num_dense(self) -> int:
@@ -49,19 +50,22 @@ class DatasetSchema:
             "categorical": [
                 {"name": f.name, "cardinality": f.cardinality} for f in self.categorical
             ],
-        }
+        } | ({"time": self.time} if self.time else {})
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "schema") -> DatasetSchema:
         """Parse a schema mapping; errors name `source` and the field."""
         if not isinstance(data, dict):
             raise RanknasError(f"{source}: expected a mapping with 'label', 'dense', 'categorical'")
-        unknown = set(data) - {"name", "label", "dense", "categorical"}
+        unknown = set(data) - {"name", "label", "dense", "categorical", "time"}
         if unknown:
             raise RanknasError(
                 f"{source}: unknown field(s) {sorted(unknown)}; "
-                "allowed: name, label, dense, categorical"
+                "allowed: name, label, dense, categorical, time"
             )
+        time = data.get("time")
+        if time is not None and (not isinstance(time, str) or not time):
+            raise RanknasError(f"{source}: 'time' must be a column name (the event time)")
         label = data.get("label", "label")
         if not isinstance(label, str) or not label:
             raise RanknasError(f"{source}: 'label' must be a column name")
@@ -72,7 +76,7 @@ class DatasetSchema:
             _parse_categorical(entry, f"{source}: categorical[{i}]")
             for i, entry in enumerate(data.get("categorical", []) or [])
         ]
-        names = [label, *dense, *(f.name for f in categorical)]
+        names = [label, *dense, *(f.name for f in categorical), *([time] if time else [])]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise RanknasError(f"{source}: column(s) {duplicates} appear more than once")
@@ -83,6 +87,7 @@ class DatasetSchema:
             categorical=tuple(categorical),
             label=label,
             name=str(data.get("name", "dataset")),
+            time=time,
         )
 
     @classmethod

@@ -98,8 +98,8 @@ def test_splits_are_deterministic_disjoint_and_covering(data):
     assert train.schema == data.schema
 
 
-def test_unshuffled_split_is_contiguous(data):
-    train, valid, test = data.split_indices(shuffle=False)
+def test_an_ordered_split_is_contiguous(data):
+    train, valid, test = data.split_indices(method="ordered")
     assert train.tolist() == list(range(82)) and test[-1] == ROWS - 1
     assert len(valid) == 11
 

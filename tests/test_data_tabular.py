@@ -1,5 +1,7 @@
 """Your own logs: CSV/Parquet plus a YAML schema."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -114,3 +116,51 @@ def test_schema_file_errors(tmp_path, files):
         load_tabular(tmp_path / "none.csv", files[1])
     with pytest.raises(RanknasError, match="unknown kind"):
         load_dataset("data.json")
+
+
+def test_a_time_split_puts_validation_and_test_after_training(tmp_path):
+    from nas.protocol import describe_split, split_method
+
+    rng = np.random.default_rng(0)
+    days = rng.permutation(300)  # rows out of time order in the file
+    lines = ["y,price,shop,day"] + [
+        f"{i % 2},{i}.5,s{i % 7},{np.datetime64('2026-01-01') + int(d)}" for i, d in enumerate(days)
+    ]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "schema.yaml").write_text(
+        "label: y\ndense: [price]\ncategorical: [shop]\ntime: day\n"
+    )
+    data = load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
+    method = split_method("auto", data, str(tmp_path / "log.csv"))
+    assert method == "time" and describe_split(method, data, 0) == "in time order (day)"
+    train, valid, test = data.split(method=method)
+    assert train.time.max() < valid.time.min() and valid.time.max() < test.time.min()
+    assert [len(p) for p in (train, valid, test)] == [240, 30, 30]
+    ordered = data.split(method="ordered")[2]  # the file's last 30 rows
+    assert np.array_equal(ordered.dense[:, 0], data.dense[-30:, 0])
+    random = [p.dense[:, 0].tolist() for p in data.split(seed=1, method="random")]
+    assert random == [p.dense[:, 0].tolist() for p in data.split(seed=1, method="random")]
+    with pytest.raises(RanknasError, match="split method 'later'"):
+        data.split(method="later")
+
+
+def test_cli_train_says_how_it_split_and_its_seed_does_not_move_the_split(tmp_path, capsys):
+    from nas.cli import main
+
+    lines = ["y,price,shop,when"] + [f"{i % 2},{i % 17}.5,s{i % 7},{1000 - i}" for i in range(400)]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "schema.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\n")
+    args = ["train", "--arch", "dlrm", "--data", str(tmp_path / "log.csv"), "--schema",
+            str(tmp_path / "schema.yaml"), "--epochs", "1", "--batch-size", "64",
+            "--json"]  # fmt: skip
+    main([*args, "--split", "time:when"])
+    assert "split in time order (when): 320 training, 40 validation, 40 test rows" in (
+        capsys.readouterr().err
+    )
+    main(args)
+    assert "split in file order" in capsys.readouterr().err
+    splits = []
+    for seed in ("1", "2"):
+        main([*args, "--split", "random", "--seed", seed])
+        splits.append(json.loads(capsys.readouterr().out)["val_examples"])
+    assert splits[0] == splits[1] == 40

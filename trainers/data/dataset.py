@@ -33,6 +33,7 @@ class TabularData:
     schema: DatasetSchema
     true_prob: np.ndarray | None = None
     bad_rows: BadRowReport | None = None
+    time: np.ndarray | None = None  # each row's event time, when the schema names a column
 
     def __post_init__(self) -> None:
         self.dense = np.ascontiguousarray(self.dense, dtype=np.float32)
@@ -78,15 +79,17 @@ class TabularData:
             categorical=self.categorical[rows],
             labels=self.labels[rows],
             true_prob=None if self.true_prob is None else self.true_prob[rows],
+            time=None if self.time is None else self.time[rows],
         )
 
     def split_indices(
-        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, shuffle: bool = True
+        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row indices of train/valid/test: disjoint, covering, deterministic in `seed`.
 
-        With `shuffle`, rows are assigned by a seeded permutation (indices sorted within a
-        split); without it, the splits are contiguous in file order (for time-ordered logs).
+        `random`: a seeded permutation (indices sorted within a split); `ordered`: contiguous
+        in file order; `time`: contiguous in the order of `time` (ties in file order), so that
+        validation and test are the future of training, as production is.
         """
         if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
             raise RanknasError(
@@ -94,16 +97,26 @@ class TabularData:
                 "(train, valid, test) that sum to 1"
             )
         n = len(self)
-        order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+        if method == "random":
+            order = np.random.default_rng(seed).permutation(n)
+        elif method == "ordered":
+            order = np.arange(n)
+        elif method == "time" and self.time is not None:
+            order = np.argsort(self.time, kind="stable")
+        else:
+            raise RanknasError(
+                f"split method {method!r}: use random, ordered, or time (with a time column "
+                "named in the schema)"
+            )
         bounds = np.round(np.cumsum(fractions)[:2] * n).astype(np.int64)
         parts = np.split(order, bounds)
         return tuple(np.sort(p) for p in parts)  # type: ignore[return-value]
 
     def split(
-        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, shuffle: bool = True
+        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
     ) -> tuple[TabularData, TabularData, TabularData]:
         """Train, validation and test sets; see `split_indices`."""
-        train, valid, test = self.split_indices(fractions, seed, shuffle)
+        train, valid, test = self.split_indices(fractions, seed, method)
         return self.take(train), self.take(valid), self.take(test)
 
     def loader(

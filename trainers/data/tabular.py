@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -50,10 +50,12 @@ class TabularSchema:
     categorical: tuple[tuple[str, int | None], ...]
     name: str = "dataset"
     source: str = "schema"
+    time: str | None = None
 
     @property
     def columns(self) -> list[str]:
-        return [self.label, *self.dense, *(name for name, _ in self.categorical)]
+        names = [self.label, *self.dense, *(name for name, _ in self.categorical)]
+        return names + ([self.time] if self.time and self.time not in names else [])
 
 
 def read_tabular_schema(path: str | Path) -> TabularSchema:
@@ -77,6 +79,7 @@ def read_tabular_schema(path: str | Path) -> TabularSchema:
         categorical=tuple(categorical),
         name=checked.name,
         source=str(path),
+        time=checked.time,
     )
 
 
@@ -106,18 +109,24 @@ def load_tabular(
     hash_size: int | None = None,
     max_bad_rows: int | None = 1000,
     max_bad_fraction: float | None = 0.01,
+    time_column: str | None = None,
 ) -> TabularData:
     """Read a CSV/Parquet file described by a schema YAML into a `TabularData`.
 
     min_count / hash_size: how categorical columns given by name become ids;
-    max_bad_rows / max_bad_fraction: the load stops past either limit of malformed rows.
+    max_bad_rows / max_bad_fraction: the load stops past either limit of malformed rows;
+    time_column: the column of event times (numbers or dates) that orders the rows for a
+    time split (default: the schema's `time`).
     """
     path = Path(path)
     spec = read_tabular_schema(schema_path)
+    if time_column:
+        spec = replace(spec, time=time_column)
     check_encoding(min_count, hash_size, str(path))
     limits = BadRowLimits(max_bad_rows, max_bad_fraction)
     frame, report = _read_frame(path, spec)
     labels, dense, id_columns, bad = _convert(frame, spec, report)
+    times = _times(frame, spec, report, bad) if spec.time else None
     report.bad = int(bad.sum())
     limits.check(report, final=True)
     if report.bad:
@@ -137,9 +146,25 @@ def load_tabular(
             f"{path}: every row's label ({spec.label}) is {int(kept[0])}: a ranking model "
             "needs both clicks (1) and non-clicks (0)"
         )
-    schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name)
+    schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name, spec.time)
     categorical = np.stack(ids, axis=1) if ids else np.zeros((int(good.sum()), 0), np.int64)
-    return TabularData(dense[good], categorical, labels[good], schema, bad_rows=report)
+    return TabularData(dense[good], categorical, labels[good], schema, bad_rows=report,
+                       time=None if times is None else times[good])  # fmt: skip
+
+
+def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
+    """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
+    pd = _import("pandas", "reading tabular data")
+    column = frame[spec.time]
+    values, missing = _numeric(column)
+    if np.isnan(values[~missing]).any():  # not numbers: dates
+        dates = pd.to_datetime(column, errors="coerce", utc=True)
+        values = np.where(dates.isna(), np.nan, dates.astype("int64").to_numpy(np.float64))
+    wrong = np.isnan(values)
+    first = 2 if report.unit == "line" else 1
+    report.add(f"time not a number or a date ({spec.time})", np.flatnonzero(wrong) + first)
+    bad |= wrong
+    return values
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
