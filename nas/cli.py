@@ -278,6 +278,9 @@ def _tool_commands(command, commands) -> None:
                        "for small models; more processes use more cores)")  # fmt: skip
     train.add_argument("--seed", type=int, default=0, help="training seed (initialization, "
                        "batch order); the data does not move with it")  # fmt: skip
+    train.add_argument("--preprocessing", choices=["auto", "none"], default="auto",
+                       help="auto: a file's dense columns log1p'd where count-like, "
+                       "standardized and clipped with training statistics")  # fmt: skip
     train.add_argument("--data-seed", type=int, default=0,
                        help="synthetic rows and the random split")  # fmt: skip
     train.add_argument("--split", default="auto", metavar="auto|random|ordered|time[:COL]",

@@ -266,12 +266,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
+    preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or []
     result = export_model(
         arch,
         load_file(str(weights)),
         metrics,
         Path(args.out),
         schema=DatasetSchema.from_dict(schema) if schema else None,
+        preprocessing=preprocessing,
         register=args.register,
         tracking_uri=args.tracking_uri,
     )
@@ -319,10 +321,11 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.protocol import describe_split, split_method
+    from nas.protocol import describe_split, split_method, wants_preprocessing
     from search_space.builder import build_model
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
+    from trainers.data.preprocess import apply_dense, describe, fit_dense
     from trainers.trainer import TrainConfig, train
 
     torch.set_num_threads(args.threads)
@@ -334,9 +337,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         options["time_column"] = column
     data = load_dataset(args.data, args.schema, **options)
     method = split_method(method, data, args.data)
-    train_part, valid, test = data.split(seed=args.data_seed, method=method)
+    parts = data.split(seed=args.data_seed, method=method)
+    transforms = fit_dense(parts[0]) if wants_preprocessing(args.preprocessing, args.data) else []
+    train_part, valid, test = (apply_dense(p, transforms) for p in parts)
     print(f"split {describe_split(method, data, args.data_seed)}: {len(train_part):,} training, "
           f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
+    if transforms:
+        print(describe(transforms), file=sys.stderr)
     arch = load_architecture(args.arch, data.schema)
     config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
                          max_epochs=args.epochs, max_seconds=args.seconds,

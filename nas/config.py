@@ -45,6 +45,11 @@ class DataConfig(_Section):
     seed: int = Field(default=0, description="the data's seed (synthetic rows, random split), "
                       "apart from the training seeds")  # fmt: skip
     split: SplitConfig = SplitConfig()
+    preprocessing: Literal["auto", "none"] = Field(
+        default="auto",
+        description="auto: for CSV/Parquet files, dense columns log1p'd where count-like, "
+        "standardized and clipped with training-split statistics; none: as read",
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

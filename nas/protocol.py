@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from search_space.architecture import Architecture, analyze
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
+from trainers.data.preprocess import apply_dense, describe, fit_dense
 from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
 
 EvalHook = Callable[[int, int, dict[str, float]], bool]
@@ -31,6 +32,7 @@ class StudyData:
     test: TabularData
     bayes_ne: float | None  # the floor no model can beat, known for synthetic data
     split: str = ""  # how the rows were split, in words
+    preprocessing: list[dict[str, Any]] = field(default_factory=list)  # dense transforms
 
 
 def prepare_data(config: StudyConfig) -> StudyData:
@@ -40,9 +42,20 @@ def prepare_data(config: StudyConfig) -> StudyData:
         options["time_column"] = d.split.column
     data = load_dataset(d.source, d.schema_path, **options)
     method = split_method(d.split.method, data, d.source)
-    train_part, valid, test = data.split(d.split.fractions, seed=d.seed, method=method)
+    parts = data.split(d.split.fractions, seed=d.seed, method=method)
+    transforms = fit_dense(parts[0]) if wants_preprocessing(d.preprocessing, d.source) else []
+    train_part, valid, test = (apply_dense(p, transforms) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
-    return StudyData(train_part, valid, test, bayes, describe_split(method, data, d.seed))
+    described = describe_split(method, data, d.seed)
+    if transforms:
+        described += f"; {describe(transforms)}"
+    return StudyData(train_part, valid, test, bayes, described, transforms)
+
+
+def wants_preprocessing(setting: str, source: str) -> bool:
+    """`auto`: your CSV/Parquet files; the synthetic data is standardized by construction
+    and Criteo's integers are log-transformed by its reader."""
+    return setting == "auto" and source != "synthetic" and not source.startswith("criteo:")
 
 
 def split_method(method: str, data: TabularData, source: str) -> str:

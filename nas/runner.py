@@ -200,6 +200,7 @@ def _run_study(
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
+    study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if logger is not None:

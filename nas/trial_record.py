@@ -23,6 +23,7 @@ ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
 WEIGHTS_FILE = "model.safetensors"
 SHARDING_FILE = "sharding_plan.json"
+PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with
 
 
 class TrialAttr(StrEnum):
@@ -49,6 +50,7 @@ class StudyAttr(StrEnum):
     BAYES_NE = "bayes_ne"
     REEVALUATION = "reevaluation"
     BASELINES = "baselines"
+    PREPROCESSING = "preprocessing"
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,7 @@ from nas.export.layout import (
 )
 from nas.export.model_card import _model_card
 from nas.export.registry import _register
+from nas.trial_record import PREPROCESSING_FILE
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
@@ -41,8 +43,13 @@ def export_model(
     register: str | None = None,
     tracking_uri: str | None = None,
     alias: str = "champion",
+    preprocessing: Sequence[Mapping[str, Any]] = (),
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
+
+    `preprocessing`: the dense transforms the model was trained with (one per dense column,
+    `search_space.preprocessing`); written to `preprocessing.json`, which the exported
+    module's `prepare_dense` and the registered model apply to raw dense values.
 
     `schema` names the dense columns and checks that `arch` fits the data (without it the
     dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
@@ -66,6 +73,9 @@ def export_model(
         digest=arch_digest,
     )
     result.architecture.write_text(arch.to_json() + "\n")
+    if len(preprocessing) not in (0, arch.num_dense or 0):
+        raise RanknasError(f"{len(preprocessing)} dense transforms for {arch.num_dense} columns")
+    (out / PREPROCESSING_FILE).write_text(json.dumps({"dense": list(preprocessing)}, indent=2))
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
     card = _model_card(analysis, metrics, columns, arch_digest, register, alias)

@@ -54,10 +54,11 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         sys.modules[name] = self.module
         spec.loader.exec_module(self.module)
         self.model = self.module.load(directory)
+        self.directory = directory
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
-        dense = _matrix(model_input, m.DENSE_COLUMNS, np.float32)
+        dense = m.prepare_dense(_matrix(model_input, m.DENSE_COLUMNS, np.float32), self.directory)
         ids = _matrix(model_input, m.FEATURES, np.int64)
         with torch.no_grad():
             logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))

@@ -7,6 +7,7 @@ not copied (the export merges the imports of everything it copies into one block
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from torch import nn
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from search_space.preprocessing import transform_dense
 
 
 def embedding_bag_collection(
@@ -52,3 +55,11 @@ def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.
     """Load a safetensors state dict into `model` (every key must match) and set eval mode."""
     model.load_state_dict(load_file(str(path)))
     return model.to(device).eval()
+
+
+def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Tensor:
+    """Raw dense values `[B, len(DENSE_COLUMNS)]` -> the model's dense input: the transforms
+    fitted on the training data (`preprocessing.json` in `directory`; none: as they are)."""
+    path = Path(directory) / "preprocessing.json"
+    transforms = json.loads(path.read_text())["dense"] if path.exists() else []
+    return transform_dense(torch.as_tensor(dense, dtype=torch.float32), transforms)

@@ -1,0 +1,93 @@
+"""Dense preprocessing: fitted on the training split only, applied alike in training and in
+the exported model, and what keeps raw columns such as a year from wrecking a model."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from nas.cli import main
+from nas.export import export_model, load_exported
+from search_space.builder import build_model
+from search_space.presets import preset
+from trainers.data import load_tabular
+from trainers.data.preprocess import apply_dense, fit_dense
+
+
+@pytest.fixture
+def log(tmp_path):
+    """Clicks that depend on a year (about 2000) and a heavy-tailed count, in time order."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    year = rng.integers(1990, 2021, n)
+    views = rng.zipf(1.6, n).clip(0, 10**6)
+    shop = rng.integers(0, 20, n)
+    logit = 0.15 * (year - 2005) + 0.5 * np.log1p(views) - 2 + 0.1 * (shop % 3)
+    clicks = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    columns = zip(clicks, year, views, shop, strict=True)
+    rows = [f"{c},{y},{v},s{s},{t}" for t, (c, y, v, s) in enumerate(columns)]
+    (tmp_path / "log.csv").write_text("clicked,year,views,shop,t\n" + "\n".join(rows) + "\n")
+    schema = "label: clicked\ndense: [year, views]\ncategorical: [shop]\ntime: t\n"
+    (tmp_path / "schema.yaml").write_text(schema)
+    return tmp_path
+
+
+def test_transforms_are_fitted_on_the_training_split_only(log):
+    data = load_tabular(log / "log.csv", log / "schema.yaml")
+    train, valid, _ = data.split(method="time")
+    transforms = fit_dense(train)
+    year, views = transforms
+    assert not year["log1p"] and views["log1p"]  # a count gets log1p, a year does not
+    assert year["mean"] == pytest.approx(train.dense[:, 0].astype(np.float64).mean())
+    assert year["mean"] != pytest.approx(data.dense[:, 0].astype(np.float64).mean(), abs=1e-9)
+    moved = apply_dense(valid, transforms).dense
+    assert np.abs(moved).max() <= 5.0 and abs(moved[:, 0].mean()) < 0.5
+
+
+def test_raw_columns_train_with_preprocessing_and_not_without(log, capsys):
+    args = ["train", "--arch", "logistic_regression", "--data", str(log / "log.csv"),
+            "--schema", str(log / "schema.yaml"), "--epochs", "3", "--batch-size", "128",
+            "--json"]  # fmt: skip
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "log1p on views" in err and "in time order (t)" in err
+    assert json.loads(out)["val_ne"] < 1.0
+    main([*args, "--preprocessing", "none"])
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["val_ne"] > json.loads(out)["val_ne"]
+
+
+def test_the_exported_model_applies_the_same_transforms_to_raw_rows(log, tmp_path):
+    data = load_tabular(log / "log.csv", log / "schema.yaml")
+    train, valid, _ = data.split(method="time")
+    transforms = fit_dense(train)
+    arch = preset("dlrm", data.schema)
+    model = build_model(arch, seed=0).eval()
+    result = export_model(arch, model.state_dict(), {}, tmp_path / "export",
+                          schema=data.schema, preprocessing=transforms)  # fmt: skip
+    exported = load_exported(result.out_dir)
+    module = sys.modules[type(exported).__module__]
+    served = module.prepare_dense(torch.from_numpy(valid.dense), result.out_dir)
+    trained = torch.from_numpy(apply_dense(valid, transforms).dense)
+    assert torch.equal(served, trained)
+    ids = torch.from_numpy(valid.categorical)
+    with torch.no_grad():
+        expected = model(trained, module.ids_to_kjt(ids, module.FEATURES))
+        assert torch.equal(exported(served, module.ids_to_kjt(ids, module.FEATURES)), expected)
+
+
+def test_a_study_on_a_file_records_its_transforms_and_the_export_carries_them(log, capsys):
+    from study_helpers import tiny_config, write_config
+
+    config = tiny_config(log, "file", data={"source": str(log / "log.csv"),
+                                            "schema": str(log / "schema.yaml")},
+                         budget={"trials": 1, "epochs_per_trial": 2})  # fmt: skip
+    del config["data"]["rows"], config["data"]["seed"]
+    assert main(["search", str(write_config(log, config)), "--no-mlflow"]) == 0
+    assert "split in time order (t); dense columns: log1p on views" in capsys.readouterr().out
+    out = log / "export"
+    assert main(["export", "file", "--storage", config["storage"], "--out", str(out)]) == 0
+    written = json.loads((out / "preprocessing.json").read_text())["dense"]
+    assert [t["column"] for t in written] == ["year", "views"]
