@@ -266,7 +266,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
-    preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or []
+    preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
     result = export_model(
         arch,
         load_file(str(weights)),
@@ -325,7 +325,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from search_space.builder import build_model
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
-    from trainers.data.preprocess import apply_dense, describe, fit_dense
+    from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
     from trainers.trainer import TrainConfig, train
 
     torch.set_num_threads(args.threads)
@@ -338,12 +338,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     data = load_dataset(args.data, args.schema, **options)
     method = split_method(method, data, args.data)
     parts = data.split(seed=args.data_seed, method=method)
-    transforms = fit_dense(parts[0]) if wants_preprocessing(args.preprocessing, args.data) else []
-    train_part, valid, test = (apply_dense(p, transforms) for p in parts)
+    wanted = wants_preprocessing(args.preprocessing, args.data)
+    fitted = fit_preprocessing(parts[0]) if wanted else {}
+    train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     print(f"split {describe_split(method, data, args.data_seed)}: {len(train_part):,} training, "
           f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
-    if transforms:
-        print(describe(transforms), file=sys.stderr)
+    if fitted:
+        print(describe(fitted), file=sys.stderr)
     arch = load_architecture(args.arch, data.schema)
     config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
                          max_epochs=args.epochs, max_seconds=args.seconds,

@@ -19,7 +19,7 @@ from search_space.architecture import Architecture, analyze
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
-from trainers.data.preprocess import apply_dense, describe, fit_dense
+from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
 from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
 
 EvalHook = Callable[[int, int, dict[str, float]], bool]
@@ -32,7 +32,8 @@ class StudyData:
     test: TabularData
     bayes_ne: float | None  # the floor no model can beat, known for synthetic data
     split: str = ""  # how the rows were split, in words
-    preprocessing: list[dict[str, Any]] = field(default_factory=list)  # dense transforms
+    # fitted on the training split: {"dense": transforms, "vocabulary": {column: values}}
+    preprocessing: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare_data(config: StudyConfig) -> StudyData:
@@ -43,13 +44,13 @@ def prepare_data(config: StudyConfig) -> StudyData:
     data = load_dataset(d.source, d.schema_path, **options)
     method = split_method(d.split.method, data, d.source)
     parts = data.split(d.split.fractions, seed=d.seed, method=method)
-    transforms = fit_dense(parts[0]) if wants_preprocessing(d.preprocessing, d.source) else []
-    train_part, valid, test = (apply_dense(p, transforms) for p in parts)
+    fitted = fit_preprocessing(parts[0]) if wants_preprocessing(d.preprocessing, d.source) else {}
+    train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
     described = describe_split(method, data, d.seed)
-    if transforms:
-        described += f"; {describe(transforms)}"
-    return StudyData(train_part, valid, test, bayes, described, transforms)
+    if fitted:
+        described += f"; {describe(fitted)}"
+    return StudyData(train_part, valid, test, bayes, described, fitted)
 
 
 def wants_preprocessing(setting: str, source: str) -> bool:

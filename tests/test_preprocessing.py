@@ -66,7 +66,7 @@ def test_the_exported_model_applies_the_same_transforms_to_raw_rows(log, tmp_pat
     arch = preset("dlrm", data.schema)
     model = build_model(arch, seed=0).eval()
     result = export_model(arch, model.state_dict(), {}, tmp_path / "export",
-                          schema=data.schema, preprocessing=transforms)  # fmt: skip
+                          schema=data.schema, preprocessing={"dense": transforms})  # fmt: skip
     exported = load_exported(result.out_dir)
     module = sys.modules[type(exported).__module__]
     served = module.prepare_dense(torch.from_numpy(valid.dense), result.out_dir)
@@ -91,3 +91,30 @@ def test_a_study_on_a_file_records_its_transforms_and_the_export_carries_them(lo
     assert main(["export", "file", "--storage", config["storage"], "--out", str(out)]) == 0
     written = json.loads((out / "preprocessing.json").read_text())["dense"]
     assert [t["column"] for t in written] == ["year", "views"]
+
+
+def test_the_vocabulary_comes_from_training_rows_and_new_values_are_out_of_vocabulary(tmp_path):
+    from trainers.data.preprocess import apply_vocabulary, fit_vocabulary
+
+    rows = [f"{i % 2},{i}.5,{'old' if i < 80 else 'new'}{i % 3},{i}" for i in range(100)]
+    rows[5] = "1,5.5,,5"  # a blank shop: missing
+    (tmp_path / "log.csv").write_text("y,price,shop,t\n" + "\n".join(rows) + "\n")
+    (tmp_path / "schema.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\n"
+                                          "time: t\n")  # fmt: skip
+    data = load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
+    train, _, test = data.split(method="time")
+    vocabulary = fit_vocabulary(train)
+    assert sorted(vocabulary["shop"]) == ["old0", "old1", "old2"]  # not the test's new*
+    train, test = apply_vocabulary(train, vocabulary), apply_vocabulary(test, vocabulary)
+    assert train.schema.categorical[0].cardinality == 5  # missing, out of vocabulary, 3 values
+    assert set(test.categorical[:, 0]) == {1}  # every test shop is new
+    assert train.categorical[5, 0] == 0  # the blank one
+    exported_ids = _encode_like_an_export(tmp_path, vocabulary, ["old1", "new2", "", None])
+    assert exported_ids.tolist() == [[vocabulary["shop"].index("old1") + 2], [1], [0], [0]]
+
+
+def _encode_like_an_export(directory, vocabulary, values):
+    from nas.export import standalone_template
+
+    (directory / "preprocessing.json").write_text(json.dumps({"vocabulary": vocabulary}))
+    return standalone_template.encode_ids([values], ["shop"], directory)

@@ -6,7 +6,8 @@ import importlib.metadata
 import importlib.util
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -43,13 +44,14 @@ def export_model(
     register: str | None = None,
     tracking_uri: str | None = None,
     alias: str = "champion",
-    preprocessing: Sequence[Mapping[str, Any]] = (),
+    preprocessing: Mapping[str, Any] | None = None,
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
 
-    `preprocessing`: the dense transforms the model was trained with (one per dense column,
-    `search_space.preprocessing`); written to `preprocessing.json`, which the exported
-    module's `prepare_dense` and the registered model apply to raw dense values.
+    `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
+    transforms, the categorical vocabularies); written to `preprocessing.json`, from which
+    the exported module (`prepare_dense`, `encode_ids`) and the registered model turn raw
+    rows into the model's inputs.
 
     `schema` names the dense columns and checks that `arch` fits the data (without it the
     dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
@@ -73,9 +75,11 @@ def export_model(
         digest=arch_digest,
     )
     result.architecture.write_text(arch.to_json() + "\n")
-    if len(preprocessing) not in (0, arch.num_dense or 0):
-        raise RanknasError(f"{len(preprocessing)} dense transforms for {arch.num_dense} columns")
-    (out / PREPROCESSING_FILE).write_text(json.dumps({"dense": list(preprocessing)}, indent=2))
+    fitted = {"dense": [], "vocabulary": {}} | dict(preprocessing or {})
+    columns = replace(columns, raw_features=frozenset(fitted["vocabulary"]))
+    if len(fitted["dense"]) not in (0, arch.num_dense or 0):
+        raise RanknasError(f"{len(fitted['dense'])} dense transforms, {arch.num_dense} columns")
+    (out / PREPROCESSING_FILE).write_text(json.dumps(fitted, indent=2))
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
     card = _model_card(analysis, metrics, columns, arch_digest, register, alias)

@@ -39,6 +39,7 @@ class _Columns:
     dense: tuple[str, ...]
     features: tuple[str, ...]
     dataset: str | None = None  # the schema's name, when one was given
+    raw_features: frozenset[str] = frozenset()  # served as raw values through a vocabulary
 
     @classmethod
     def of(cls, arch: Architecture, schema: DatasetSchema | None) -> _Columns:

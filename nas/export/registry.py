@@ -59,7 +59,12 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
         dense = m.prepare_dense(_matrix(model_input, m.DENSE_COLUMNS, np.float32), self.directory)
-        ids = _matrix(model_input, m.FEATURES, np.int64)
+        missing = [c for c in (*m.DENSE_COLUMNS, *m.FEATURES) if c not in model_input.columns]
+        if missing:
+            raise ValueError(f"input is missing column(s) {missing}; expected "
+                             f"{list(m.DENSE_COLUMNS) + list(m.FEATURES)}")  # fmt: skip
+        raw = [model_input[f].tolist() for f in m.FEATURES]
+        ids = m.encode_ids(raw, m.FEATURES, self.directory)
         with torch.no_grad():
             logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))
         return torch.sigmoid(logits).numpy()
@@ -168,13 +173,15 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _signature(columns: _Columns) -> Any:
-    """Input: the dense columns (double) and the id columns (long); output: probabilities."""
+    """Input: the dense columns (double), the categorical columns as raw values (string) or
+    ids (long); output: probabilities."""
     import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema, TensorSpec
 
     inputs = [ColSpec("double", c) for c in columns.dense]
-    inputs += [ColSpec("long", f) for f in columns.features]
+    inputs += [ColSpec("string" if f in columns.raw_features else "long", f)
+               for f in columns.features]  # fmt: skip
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 
@@ -183,7 +190,8 @@ def _input_example(columns: _Columns) -> Any:
     """One example of zeros (stored as JSON; MLflow also predicts it to check the model)."""
     import pandas as pd
 
-    return pd.DataFrame({c: [0.0] for c in columns.dense} | {f: [0] for f in columns.features})
+    ids = {f: ["" if f in columns.raw_features else 0] for f in columns.features}
+    return pd.DataFrame({c: [0.0] for c in columns.dense} | ids)
 
 
 def _requirements() -> list[str]:

@@ -60,6 +60,33 @@ def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.
 def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Tensor:
     """Raw dense values `[B, len(DENSE_COLUMNS)]` -> the model's dense input: the transforms
     fitted on the training data (`preprocessing.json` in `directory`; none: as they are)."""
-    path = Path(directory) / "preprocessing.json"
-    transforms = json.loads(path.read_text())["dense"] if path.exists() else []
+    transforms = _preprocessing(directory).get("dense", [])
     return transform_dense(torch.as_tensor(dense, dtype=torch.float32), transforms)
+
+
+def encode_ids(
+    columns: Sequence[Sequence[object]], features: Sequence[str], directory: str | Path = "."
+) -> torch.Tensor:
+    """Raw categorical values, one sequence per feature (in `features` order) -> the id
+    matrix `[B, F]`. A feature with a training vocabulary maps its values through it (id 0:
+    missing, 1: never seen in training); the others must already be ids."""
+    vocabulary = _preprocessing(directory).get("vocabulary", {})
+    encoded = []
+    for feature, values in zip(features, columns, strict=True):
+        known = vocabulary.get(feature)
+        if known is None:
+            encoded.append(torch.as_tensor([int(v) for v in values], dtype=torch.long))
+            continue
+        index = {v: i + 2 for i, v in enumerate(known)}
+        ids = [0 if _missing(v) else index.get(str(v).strip(), 1) for v in values]
+        encoded.append(torch.as_tensor(ids, dtype=torch.long))
+    return torch.stack(encoded, dim=1)
+
+
+def _missing(value: object) -> bool:
+    return value is None or value != value or str(value).strip() == ""  # None, NaN, blank
+
+
+def _preprocessing(directory: str | Path) -> dict:
+    path = Path(directory) / "preprocessing.json"
+    return json.loads(path.read_text()) if path.exists() else {}

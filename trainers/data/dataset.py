@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -34,6 +34,9 @@ class TabularData:
     true_prob: np.ndarray | None = None
     bad_rows: BadRowReport | None = None
     time: np.ndarray | None = None  # each row's event time, when the schema names a column
+    # per categorical column read by name: each row's code into the column's distinct raw
+    # values (-1: missing), and those values, so that a vocabulary can be fitted per split
+    raw_values: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dense = np.ascontiguousarray(self.dense, dtype=np.float32)
@@ -80,6 +83,7 @@ class TabularData:
             labels=self.labels[rows],
             true_prob=None if self.true_prob is None else self.true_prob[rows],
             time=None if self.time is None else self.time[rows],
+            raw_values={k: (codes[rows], values) for k, (codes, values) in self.raw_values.items()},
         )
 
     def split_indices(

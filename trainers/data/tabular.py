@@ -132,10 +132,12 @@ def load_tabular(
     if report.bad:
         logger.warning("skipped %d malformed %ss: %s", report.bad, report.unit, report.describe())
     good = ~bad
-    ids, features = [], []
+    ids, features, raw = [], [], {}
     for (name, cardinality), column in zip(spec.categorical, id_columns, strict=True):
         if cardinality is None:
             column, cardinality = _encode(frame[name][good], min_count, hash_size)
+            if hash_size is None:  # a vocabulary: refitted on the training split
+                raw[name] = _raw_values(frame[name][good])
         else:
             column = column[good]
         ids.append(column)
@@ -149,7 +151,17 @@ def load_tabular(
     schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name, spec.time)
     categorical = np.stack(ids, axis=1) if ids else np.zeros((int(good.sum()), 0), np.int64)
     return TabularData(dense[good], categorical, labels[good], schema, bad_rows=report,
-                       time=None if times is None else times[good])  # fmt: skip
+                       time=None if times is None else times[good], raw_values=raw)  # fmt: skip
+
+
+def _raw_values(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each row's value as a code into the column's distinct values (-1: missing or blank)."""
+    pd = _import("pandas", "reading tabular data")
+    codes, uniques = pd.factorize(series.astype(str).str.strip(), use_na_sentinel=True)
+    values = tuple(str(u) for u in uniques)
+    blank = np.asarray([v == "" for v in values], dtype=bool)
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.where((codes >= 0) & blank[np.maximum(codes, 0)], -1, codes), values
 
 
 def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
