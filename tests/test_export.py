@@ -396,3 +396,38 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
     module = sys.modules[type(load_exported(result.out_dir)).__module__]
     assert hostile.dense == module.DENSE_COLUMNS
     assert tuple(f.name for f in hostile.categorical) == module.FEATURES
+
+
+def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path) -> None:
+    import mlflow
+
+    from search_space.preprocessing import transform_dense
+
+    arch = preset("dlrm", SCHEMA)
+    model = _perturbed(arch)
+    shops = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary: ids 2..19
+    dense_fit = [{"column": c, "log1p": k == 1, "mean": 1.0, "std": 2.0}
+                 for k, c in enumerate(SCHEMA.dense)]  # fmt: skip
+    fitted = {"dense": dense_fit, "vocabulary": {"c0": shops}}
+    result = export_model(arch, model.state_dict(), {}, tmp_path / "raw", schema=SCHEMA,
+                          register="ranknas-raw", tracking_uri=server.uri,
+                          preprocessing=fitted)  # fmt: skip
+    raw_dense = torch.rand(BATCH, 4, dtype=torch.float64) * 100
+    ids = torch.stack([torch.randint(2, 20, (BATCH,))] + [torch.randint(0, 20, (BATCH,))
+                                                         for _ in range(5)], dim=1)  # fmt: skip
+    frame = pd.DataFrame(raw_dense.numpy(), columns=list(SCHEMA.dense))
+    frame["c0"] = [shops[i - 2] for i in ids[:, 0].tolist()]
+    for j, feature in enumerate(SCHEMA.feature_names[1:], start=1):
+        frame[feature] = ids[:, j].numpy()
+    module = sys.modules[type(load_exported(result.out_dir)).__module__]
+    with torch.no_grad():
+        inputs = transform_dense(raw_dense.float(), dense_fit)
+        expected = torch.sigmoid(model(inputs, module.ids_to_kjt(ids, module.FEATURES)))
+    mlflow.set_tracking_uri(server.uri)
+    try:
+        loaded = mlflow.pyfunc.load_model(result.model_uri)
+    finally:
+        mlflow.set_tracking_uri(None)
+    np.testing.assert_allclose(loaded.predict(frame), expected.numpy(), rtol=1e-6)
+    with pytest.raises(Exception, match="c0"):
+        loaded.predict(frame.drop(columns=["c0"]))
