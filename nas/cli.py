@@ -291,6 +291,12 @@ def _tool_commands(command, commands) -> None:
 
     data = commands.add_parser("data", help="data sets")
     data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    infer = command(
+        "schema", handlers.cmd_data_schema, "print a schema YAML for a data file", data_commands
+    )
+    infer.add_argument("file", metavar="FILE", help="a .csv or .parquet file")
+    infer.add_argument("--label", required=True, help="the click (0/1) column")
+    infer.add_argument("--time", help="the event-time column, for time-ordered splits")
     synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)
     synth.add_argument("--out", required=True)
     synth.add_argument("--rows", type=int, default=200_000)

@@ -369,6 +369,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0 if result.status == "complete" else 1
 
 
+def cmd_data_schema(args: argparse.Namespace) -> int:
+    import yaml
+
+    from trainers.data.tabular import infer_schema
+
+    schema = infer_schema(args.file, args.label, args.time)
+    print(f"# schema of {args.file}, inferred: check dense vs categorical, then save it and pass "
+          "it with --schema / data.schema")  # fmt: skip
+    print(yaml.safe_dump(schema, sort_keys=False), end="")
+    return 0
+
+
 def cmd_data_synth(args: argparse.Namespace) -> int:
     from trainers.data import SyntheticConfig, write_synthetic
 

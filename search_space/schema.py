@@ -97,6 +97,13 @@ class DatasetSchema:
 
 def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
     # `{name: c1, cardinality: 1000}` or the short form `{c1: 1000}`.
+    if isinstance(entry, str) or (isinstance(entry, dict) and set(entry) == {"name"}):
+        name = entry if isinstance(entry, str) else entry["name"]
+        raise RanknasError(
+            f"{where}: {name!r} has no cardinality, which building a model without its data "
+            f"needs: give {{name: {name}, cardinality: N}} (`ranknas data schema FILE --label "
+            "COL` writes a schema with them; training on the file counts them itself)"
+        )
     if isinstance(entry, dict) and set(entry) == {"name", "cardinality"}:
         name, cardinality = entry["name"], entry["cardinality"]
     elif isinstance(entry, dict) and len(entry) == 1:

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from search_space.errors import RanknasError
 from trainers.data import load_dataset, load_tabular, read_tabular_schema
@@ -164,3 +165,22 @@ def test_cli_train_says_how_it_split_and_its_seed_does_not_move_the_split(tmp_pa
         main([*args, "--split", "random", "--seed", seed])
         splits.append(json.loads(capsys.readouterr().out)["val_examples"])
     assert splits[0] == splits[1] == 40
+
+
+def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
+    from nas.cli import main
+
+    rows = [f"{i % 2},{i * 0.37:.2f},{i % 4},u{i % 9},{i}" for i in range(200)]
+    (tmp_path / "log.csv").write_text("clicked,price,slot,user,ts\n" + "\n".join(rows) + "\n")
+    assert main(["data", "schema", str(tmp_path / "log.csv"), "--label", "clicked",
+                 "--time", "ts"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    (tmp_path / "schema.yaml").write_text(text)
+    schema = yaml.safe_load(text)
+    assert schema["dense"] == ["price"] and schema["time"] == "ts"
+    assert schema["categorical"] == [{"name": "slot", "cardinality": 6},
+                                     {"name": "user", "cardinality": 11}]  # fmt: skip
+    assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "schema.yaml")]) == 0
+    (tmp_path / "short.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
+    assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "short.yaml")]) == 2
+    assert "'user' has no cardinality" in capsys.readouterr().err

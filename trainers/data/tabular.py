@@ -192,8 +192,11 @@ def _import(module: str, purpose: str) -> ModuleType:
         ) from None
 
 
-def _read_frame(path: Path, spec: TabularSchema) -> tuple[Any, BadRowReport]:
-    """The schema's columns as a pandas DataFrame (CSV: all as strings), and an empty report."""
+def _read_frame(
+    path: Path, spec: TabularSchema, columns: list[str] | None = ()
+) -> tuple[Any, BadRowReport]:
+    """The schema's columns (`columns=None`: all of them) as a pandas DataFrame (CSV: all as
+    strings), and an empty report."""
     suffix = path.suffix.lower()
     if suffix not in TABULAR_SUFFIXES:
         raise RanknasError(f"{path}: unknown file type; use one of {', '.join(TABULAR_SUFFIXES)}")
@@ -202,12 +205,16 @@ def _read_frame(path: Path, spec: TabularSchema) -> tuple[Any, BadRowReport]:
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
-            _check_columns(spec, path, list(pd.read_csv(path, nrows=0).columns))
-            frame = pd.read_csv(path, usecols=spec.columns, dtype=str, keep_default_na=False)
+            if columns is not None:
+                _check_columns(spec, path, list(pd.read_csv(path, nrows=0).columns))
+            usecols = spec.columns if columns is not None else None
+            frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False)
             return frame, BadRowReport(str(path), unit="line")
         pq = _import("pyarrow.parquet", f"reading {path}")
-        _check_columns(spec, path, list(pq.read_schema(path).names))
-        frame = pq.read_table(path, columns=spec.columns).to_pandas()
+        if columns is not None:
+            _check_columns(spec, path, list(pq.read_schema(path).names))
+        frame = pq.read_table(path, columns=spec.columns if columns is not None else None)
+        frame = frame.to_pandas()
         return frame, BadRowReport(str(path), unit="row")
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
         raise RanknasError(f"{path}: cannot read the file ({exc})") from None
@@ -316,3 +323,34 @@ def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
     path = Path(path)
     path.write_text(yaml.safe_dump(schema.to_dict(), sort_keys=False))
     return path
+
+
+DENSE_MIN_DISTINCT = 50  # a numeric column with fewer distinct whole values is categorical
+
+
+def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
+    """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
+    fraction) are dense, the others categorical with their cardinality (distinct values + 2:
+    missing and out of vocabulary)."""
+    path = Path(path)
+    spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
+    frame, _ = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
+    missing = [c for c in (label, time) if c and c not in frame.columns]
+    if missing:
+        raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
+    dense, categorical = [], []
+    for column in frame.columns:
+        if column in (label, time):
+            continue
+        values, blank = _numeric(frame[column])
+        numeric = not np.isnan(values[~blank]).any()
+        distinct = frame[column][~blank].nunique()
+        whole = numeric and bool(np.all(values[~blank] == np.floor(values[~blank])))
+        if numeric and (distinct >= DENSE_MIN_DISTINCT or not whole):
+            dense.append(str(column))
+        else:
+            categorical.append({"name": str(column), "cardinality": int(distinct) + 2})
+    schema: dict[str, Any] = {"name": path.stem, "label": label}
+    if time:
+        schema["time"] = time
+    return schema | {"dense": dense, "categorical": categorical}
