@@ -15,8 +15,8 @@ from nas import baselines
 from nas.trial_record import StudyAttr, TrialAttr
 from search_space.errors import RanknasError
 
-COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "mflops", "params", "latency_ms",
-           "throughput", "digest", "worker", "failure_reason")  # fmt: skip
+COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "mflops", "params",
+           "latency_ms", "throughput", "digest", "worker", "failure_reason")  # fmt: skip
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "digest",
                     "failure_reason")  # fmt: skip
@@ -186,11 +186,12 @@ def with_baselines(
 
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the latency column only when some trial has a latency."""
-    header = ["trial", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "latency ms",
-              "digest"]  # fmt: skip
+    header = ["trial", "state", "val NE", "test NE", "val AUC", "test AUC", "MFLOPs", "params",
+              "latency ms", "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["test_ne"]),
-              _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
-              _num(r["latency_ms"], 3), r["digest"] or "-"] for r in table]  # fmt: skip
+              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
+              str(r["params"] or "-"), _num(r["latency_ms"], 3), r["digest"] or "-"]
+             for r in table]  # fmt: skip
     if any(r["failure_reason"] for r in table):  # `--all`: why trials failed or were pruned
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):
@@ -203,10 +204,11 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
-    header = ["baseline", "state", "val NE", "test NE", "AUC", "MFLOPs", "params", "digest"]
+    header = ["baseline", "state", "val NE", "test NE", "val AUC", "test AUC", "MFLOPs",
+              "params", "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r["test_ne"]),
-              _num(r["val_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
-              r["digest"] or "-"] for r in table]  # fmt: skip
+              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
+              str(r["params"] or "-"), r["digest"] or "-"] for r in table]  # fmt: skip
     return align(header, lines)
 
 

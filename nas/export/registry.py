@@ -195,12 +195,14 @@ def _input_example(columns: _Columns) -> Any:
 
 
 def _requirements() -> list[str]:
-    """Pinned versions of what the pyfunc needs, as installed here."""
+    """Pinned versions of what the pyfunc needs, as installed here, as the package index
+    knows them: a local build tag (`2.13.0+cpu`) is not on PyPI, so it is dropped."""
     wanted = ("torch", "torchrec", "fbgemm-gpu-cpu", "fbgemm-gpu", "safetensors", "numpy", "pandas")
     pins = []
     for package in wanted:
         try:
-            pins.append(f"{package}=={importlib.metadata.version(package)}")
+            version = importlib.metadata.version(package).split("+")[0]
         except importlib.metadata.PackageNotFoundError:
             continue
+        pins.append(f"{package}=={version}")
     return pins
