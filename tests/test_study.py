@@ -139,6 +139,7 @@ def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
     config = tiny_config(tmp_path, "stopped", budget={"trials": 4, "epochs_per_trial": 2,
                                                      "max_failures": 1},
                          data={"rows": 40_000})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dlrm"}  # variants that train well
     command = [sys.executable, "-m", "nas.cli", "search", str(write_config(tmp_path, config))]
     for _ in range(2):  # two `kill`s (SIGTERM): more than max_failures, yet no error
         assert _signal_inside_a_trial(command, config, signal.SIGTERM) == 130

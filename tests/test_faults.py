@@ -1,0 +1,69 @@
+"""Faults at random points of a study logged to a real MLflow server: SIGKILL and SIGTERM
+inside and between trials. After a resume, the study has exactly its budget of trials, no
+architecture trained twice, and every finished trial is in MLflow exactly once, with the
+killed ones recorded as failed. (Interrupts, PostgreSQL workers and bad inputs have their
+own tests: test_study.py, test_study_postgres.py, test_bad_inputs.py.)"""
+
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from nas.storage import load_study
+from study_helpers import tiny_config, write_config
+
+TRIALS = 4
+
+
+def _study_states(config: dict) -> dict[str, int]:
+    try:
+        trials = load_study(config["name"], config["storage"]).trials
+    except Exception:  # not created yet
+        return {}
+    return {s.name: sum(t.state == s for t in trials) for s in TrialState}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_study_killed_at_random_points_loses_and_duplicates_nothing(sig, tmp_path, server):
+    config = tiny_config(tmp_path, f"faults-{sig.name.lower()}", data={"rows": 40_000},
+                         budget={"trials": TRIALS, "epochs_per_trial": 1},
+                         mlflow={"tracking_uri": server.uri})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dlrm"}
+    command = [sys.executable, "-m", "nas.cli", "search", str(write_config(tmp_path, config))]
+    rng = random.Random(sig.value)
+    for _ in range(3):  # three kills, each at a random moment after a random trial
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        target = rng.randint(0, TRIALS - 2)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and process.poll() is None:
+            if _study_states(config).get("COMPLETE", 0) > target:
+                time.sleep(rng.uniform(0, 1.5))
+                break
+            time.sleep(0.2)
+        process.send_signal(sig)
+        process.wait(timeout=60)
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+
+    study = load_study(config["name"], config["storage"])
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == TRIALS
+    trained = [t.user_attrs["digest"] for t in done if "reused_from" not in t.user_attrs]
+    assert len(trained) == len(set(trained)), "an architecture was trained twice"
+
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment = client.get_experiment_by_name(config["name"])
+    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
+    numbers = [int(r.data.tags["ranknas.trial"]) for r in runs]
+    assert len(numbers) == len(set(numbers)), "a trial was logged twice"
+    for trial in done:
+        assert trial.number in numbers, f"finished trial {trial.number} is not in MLflow"
+    status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
+    for trial in study.trials:
+        if trial.state == TrialState.FAIL:
+            assert status.get(trial.number) == "FAILED", f"killed trial {trial.number}"
