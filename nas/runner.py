@@ -240,6 +240,8 @@ def _run_study(
             outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
         _finish(study, trial, outcome, logger)
         progress(_progress_line(study, config, outcome.record, started))
+    if logger is not None:  # trials whose worker died while this one ran
+        _log_dead_trials(study, logger)
     return study
 
 
