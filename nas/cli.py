@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _study_commands(command, commands) -> None:
     from nas import commands as handlers
-    from nas.config import DEFAULT_STORAGE
+    from nas.defaults import DEFAULT_STORAGE
 
     for name, handler, text in (
         ("search", handlers.cmd_search, "run a search study (resumes if it exists)"),
@@ -244,7 +244,7 @@ def _study_commands(command, commands) -> None:
 
 def _tool_commands(command, commands) -> None:
     from nas import commands as handlers
-    from trainers.trainer import TrainConfig
+    from trainers.config import TrainConfig
 
     mlflow = command("mlflow", handlers.cmd_mlflow, "start, check or stop the MLflow server")
     mlflow.add_argument("action", choices=["up", "status", "down"])

@@ -12,14 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.spaces import AnySpaceConfig, format_validation_error
-from trainers.trainer import TrainConfig
+from trainers.config import TrainConfig
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
-DEFAULT_STORAGE = "sqlite:///ranknas-data/studies.db"
-DEFAULT_TRACKING_URI = "http://127.0.0.1:5000"
 _TRAIN = TrainConfig()  # the one source of training defaults
 DEFAULT_EXAMPLES = 200_000  # a trial's budget when neither examples nor epochs are given
 

@@ -20,48 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from search_space.errors import RanknasError
+from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
 from trainers.metrics import ranking_metrics
 
 # Called at each intermediate evaluation with (step, examples seen, validation metrics);
 # returning True stops the run as "pruned" (a searcher's pruner decides).
 EvalCallback = Callable[[int, int, dict[str, float]], bool]
-
-
-@dataclass
-class TrainConfig:
-    """How to train one candidate. The budget is whichever of examples/steps/seconds ends
-    first; with none set, one epoch."""
-
-    batch_size: int = 512
-    max_examples: int | None = None
-    max_epochs: float | None = None
-    max_steps: int | None = None
-    max_seconds: float | None = None
-    dense_optimizer: Literal["adam", "adamw"] = "adam"
-    dense_lr: float = 2e-3
-    weight_decay: float = 0.0
-    sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
-    sparse_lr: float = 0.05
-    evals: int = 6  # intermediate validation evaluations over the budget
-    eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
-    early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
-    restore_best: bool = True  # end with the weights of the best evaluation
-    log_every: int = 20  # steps between train-loss curve points
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    bf16: bool = True  # autocast on CUDA
-
-    def __post_init__(self) -> None:
-        positive = ("batch_size", "max_examples", "max_epochs", "max_steps", "max_seconds",
-                    "evals", "log_every")  # fmt: skip
-        for name in positive:
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise RanknasError(f"train config: {name} must be > 0, got {value}")
-        for name in ("dense_lr", "sparse_lr"):
-            if not getattr(self, name) > 0:
-                raise RanknasError(f"train config: {name} must be > 0")
 
 
 @dataclass

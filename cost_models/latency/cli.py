@@ -1,26 +1,18 @@
-"""`ranknas latency ...`: measure an architecture, fit a latency predictor, predict with it.
-
-`register(commands)` adds the `latency` command to the CLI's subparsers. User mistakes
-raise RanknasError, which the CLI prints as one line.
-"""
+"""`ranknas latency measure|fit|predict`: the parser only; the handlers (`commands`) import
+torch when a command runs, so that `--help` is quick."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from dataclasses import asdict
+import importlib
+from collections.abc import Callable
 
-from cost_models.latency.model import (
-    FlopsBaseline,
-    LatencyPredictor,
-    collect,
-    holdout_split,
-    measure_latency,
-)
-from search_space.errors import RanknasError
 
-MIN_ARCHS = 4
+def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module("cost_models.latency.commands"), name)(args)
+
+    return run
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _arch_options(measure)
     _measure_options(measure)
     measure.add_argument("--json", action="store_true", help="print JSON")
-    measure.set_defaults(handler=cmd_measure)
+    measure.set_defaults(handler=_lazy("cmd_measure"))
 
     fit = sub.add_parser("fit", help="measure sampled architectures and fit a predictor")
     fit.add_argument("space", metavar="SPACE", help="YAML file with a search_space section")
@@ -42,13 +34,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--schema", help="dataset schema YAML (default: the synthetic data)")
     _measure_options(fit)
-    fit.set_defaults(handler=cmd_fit)
+    fit.set_defaults(handler=_lazy("cmd_fit"))
 
     predict = sub.add_parser("predict", help="predict an architecture's forward latency")
     predict.add_argument("predictor", metavar="FILE", help="predictor JSON (`latency fit`)")
     _arch_options(predict)
     predict.add_argument("--json", action="store_true", help="print JSON")
-    predict.set_defaults(handler=cmd_predict)
+    predict.set_defaults(handler=_lazy("cmd_predict"))
 
 
 def _arch_options(parser: argparse.ArgumentParser) -> None:
@@ -61,83 +53,3 @@ def _measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs (median)")
-
-
-def _measure_kwargs(args: argparse.Namespace) -> dict:
-    import torch
-
-    if args.batch_size < 1 or args.repeats < 1 or args.threads < 1:
-        raise RanknasError("--batch-size, --repeats and --threads must be at least 1")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise RanknasError(f"--device {args.device}: no CUDA device on this machine")
-    return {"batch_size": args.batch_size, "device": args.device, "threads": args.threads,
-            "repeats": args.repeats}  # fmt: skip
-
-
-def cmd_measure(args: argparse.Namespace) -> int:
-    from search_space.presets import load_architecture
-    from search_space.schema import load_schema
-
-    arch = load_architecture(args.arch, load_schema(args.schema))
-    latency = measure_latency(arch, **_measure_kwargs(args))
-    if args.json:
-        print(json.dumps(asdict(latency) | {"architecture": arch.name or args.arch}, indent=2))
-    else:
-        print(f"{arch.name or args.arch}: forward {latency.forward_ms:.3f} ms, training step "
-              f"{latency.train_step_ms:.3f} ms at batch {latency.batch_size} on "
-              f"{latency.device} (medians of {args.repeats})")  # fmt: skip
-    return 0
-
-
-def cmd_fit(args: argparse.Namespace) -> int:
-    from search_space.schema import load_schema
-    from search_space.spaces import load_space
-
-    if args.archs < MIN_ARCHS:
-        raise RanknasError(f"--archs must be at least {MIN_ARCHS}")
-    if not 0 < args.holdout < 1:
-        raise RanknasError("--holdout must be between 0 and 1")
-    space = load_space(args.space, load_schema(args.schema))
-    options = _measure_kwargs(args)
-    measured = collect(space, args.archs, args.seed, progress=_progress, **options)
-    if len(measured) < MIN_ARCHS:
-        raise RanknasError(f"{args.space}: found only {len(measured)} distinct architectures")
-    archs = [arch for arch, _ in measured]
-    latencies = [latency.forward_ms for _, latency in measured]
-    _report_held_out(archs, latencies, args.holdout, args.seed)
-    predictor = LatencyPredictor(args.batch_size, measured[0][1].device).fit(archs, latencies)
-    predictor.save(args.out)
-    print(f"saved {args.out}: fitted on all {len(archs)} measurements ({predictor.device})")
-    return 0
-
-
-def _progress(done: int, count: int) -> None:
-    if done % 10 == 0 or done == count:
-        print(f"measured {done}/{count}", file=sys.stderr, flush=True)
-
-
-def _report_held_out(archs: list, latencies: list[float], holdout: float, seed: int) -> None:
-    train, test = holdout_split(len(archs), holdout, seed)
-    fit_archs, fit_y = [archs[i] for i in train], [latencies[i] for i in train]
-    test_archs, test_y = [archs[i] for i in test], [latencies[i] for i in test]
-    print(f"forward latency, held out {len(test)} of {len(archs)} architectures:")
-    for name, model in (("predictor", LatencyPredictor()), ("FLOPs-only line", FlopsBaseline())):
-        e = model.fit(fit_archs, fit_y).evaluate(test_archs, test_y)
-        print(f"  {name:<16} MAPE {e['mape']:5.1f}%  Kendall tau {e['kendall_tau']:.3f}")
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    from search_space.presets import load_architecture
-    from search_space.schema import load_schema
-
-    predictor = LatencyPredictor.load(args.predictor)
-    arch = load_architecture(args.arch, load_schema(args.schema))
-    predicted = float(predictor.predict([arch])[0])
-    if args.json:
-        record = {"architecture": arch.name or args.arch, "forward_ms": predicted,
-                  "batch_size": predictor.batch_size, "device": predictor.device}  # fmt: skip
-        print(json.dumps(record, indent=2))
-    else:
-        print(f"{arch.name or args.arch}: predicted forward {predicted:.3f} ms at batch "
-              f"{predictor.batch_size} on {predictor.device}")  # fmt: skip
-    return 0

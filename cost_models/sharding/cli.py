@@ -1,35 +1,24 @@
-"""`ranknas shard ...`: plan, train and compare embedding sharding.
-
-`register(commands)` adds the `shard` command to the CLI's subparsers; each handler takes
-the parsed arguments, prints, and returns an exit code. User mistakes raise RanknasError.
-"""
+"""`ranknas shard plan|compare|train`: the parser only; the handlers (`commands`) import
+torch and torchrec when a command runs, so that `--help` is quick."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from collections.abc import Sequence
-from dataclasses import replace
+import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from cost_models.sharding.cost_net import CostNet, load_cost_net
-from cost_models.sharding.evaluate import measure_plans
-from cost_models.sharding.measure import Measurer
-from cost_models.sharding.plan import Plan
-from cost_models.sharding.sharders import METHODS, make_sharder
-from cost_models.sharding.sharders.base import check_capacity
-from cost_models.sharding.tables import TableSpec, load_tables, tables_from_architecture
-from cost_models.sharding.topology import GIB, Topology
-from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
-from search_space.errors import RanknasError
+from cost_models.sharding.methods import METHODS
 
 DEFAULT_MODEL = Path("runs/sharding/model")
 DEFAULT_CACHE = Path("runs/sharding/measurements")
-DEFAULT_MEMORY_GB = Topology(1).memory_bytes / GIB
+
+
+def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module("cost_models.sharding.commands"), name)(args)
+
+    return run
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -40,12 +29,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan = sub.add_parser("plan", help="place tables on devices and print the plan")
     _workload_options(plan)
     plan.add_argument("--method", choices=METHODS, default="rl", help="sharder (default: rl)")
-    plan.set_defaults(handler=cmd_plan)
+    plan.set_defaults(handler=_lazy("cmd_plan"))
 
     compare = sub.add_parser("compare", help="measure every sharder's plan on the real kernel")
     _workload_options(compare)
     compare.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="measurement cache")
-    compare.set_defaults(handler=cmd_compare)
+    compare.set_defaults(handler=_lazy("cmd_compare"))
 
     train = sub.add_parser("train", help="measure, train the cost model and the RL policy")
     train.add_argument("--out", type=Path, default=DEFAULT_MODEL, help="where to save them")
@@ -54,7 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--iterations", type=int, help="policy iterations per round")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--quick", action="store_true", help="a tiny run (seconds), to try it out")
-    train.set_defaults(handler=cmd_train)
+    train.set_defaults(handler=_lazy("cmd_train"))
 
 
 def _workload_options(parser: argparse.ArgumentParser) -> None:
@@ -69,193 +58,7 @@ def _workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--memory-gb",
         type=float,
-        default=DEFAULT_MEMORY_GB,
-        help=f"memory per device (default {DEFAULT_MEMORY_GB:g}, torchrec's HBM_CAP)",
+        help="memory per device (default: torchrec's HBM_CAP, 32 GiB)",
     )
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="trained RL sharder")
     parser.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
-    if args.devices < 1:
-        raise RanknasError(f"--devices must be at least 1, got {args.devices}")
-    if not args.memory_gb > 0:
-        raise RanknasError(f"--memory-gb must be positive, got {args.memory_gb}")
-    topology = Topology(args.devices, memory_bytes=int(args.memory_gb * GIB))
-    return _tables(args.tables, args.schema), topology
-
-
-def _tables(source: str, schema: str | None) -> list[TableSpec]:
-    """A table file, or the embedding tables of a preset / architecture file."""
-    from search_space.presets import PRESETS, load_architecture
-    from search_space.schema import load_schema
-
-    path = Path(source)
-    if source not in PRESETS and not path.exists():
-        raise RanknasError(f"{source}: neither a table file nor a preset ({', '.join(PRESETS)})")
-    is_arch = source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
-    if is_arch:
-        return tables_from_architecture(load_architecture(source, load_schema(schema)))
-    return load_tables(path)
-
-
-def _has_blocks(path: Path) -> bool:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False  # load_tables reports what is wrong with it
-    return isinstance(data, dict) and "blocks" in data
-
-
-def _cost_net(model: Path) -> CostNet | None:
-    """The trained cost model, if `shard train` saved one there."""
-    return load_cost_net(model) if (model / "cost_net.json").exists() else None
-
-
-# ---------------------------------------------------------------------- plan
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    tables, topology = _workload(args)
-    sharder = make_sharder(args.method, model_dir=args.model)
-    start = time.perf_counter()
-    plan = sharder.plan(tables, topology)
-    seconds = time.perf_counter() - start
-    net = _cost_net(args.model)
-    predicted = net.plan_costs(tables, plan, topology) if net is not None else None
-    if args.json:
-        print(json.dumps(_plan_record(plan, predicted, seconds), indent=2))
-        return 0
-    print(f"{plan.method}: {len(tables)} tables on {plan.num_devices} devices in {seconds:.3f} s")
-    if plan.splits:
-        cuts = ", ".join(f"{name} into {parts}" for name, parts in plan.splits.items())
-        print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
-    if predicted is None:
-        print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
-    else:
-        print(f"predicted max-device cost: {predicted.sum(1).max():.3f} ms per step")
-    _print_devices(plan, tables, topology, predicted)
-    return 0
-
-
-def _plan_record(plan: Plan, predicted: np.ndarray | None, seconds: float) -> dict[str, Any]:
-    record = plan.to_dict() | {"planning_s": round(seconds, 4)}
-    if predicted is not None:
-        record["predicted_ms"] = [
-            dict(zip(("forward", "backward", "comm"), map(float, row), strict=True))
-            for row in predicted
-        ]
-        record["predicted_max_ms"] = float(predicted.sum(1).max())
-    return record
-
-
-def _print_devices(
-    plan: Plan, tables: Sequence[TableSpec], topology: Topology, predicted: np.ndarray | None
-) -> None:
-    header = ["rank", "tables", "memory GiB", "of cap", "predicted ms (fwd+bwd+comm)", "names"]
-    rows = []
-    for rank, device_tables in enumerate(plan.device_tables(tables)):
-        memory = plan.memory_bytes[rank]
-        cost = (
-            "-"
-            if predicted is None
-            else "{:.3f} ({:.3f}+{:.3f}+{:.3f})".format(predicted[rank].sum(), *predicted[rank])
-        )
-        names = ", ".join(t.name for t in device_tables[:6])
-        names += f" +{len(device_tables) - 6}" if len(device_tables) > 6 else ""
-        share = f"{memory / topology.memory_bytes:.0%}"
-        rows.append([str(rank), str(len(device_tables)), f"{memory / GIB:.3f}", share, cost, names])
-    _print_table(header, rows)
-
-
-def _print_table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-# ---------------------------------------------------------------------- compare
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    tables, topology = _workload(args)
-    check_capacity(tables, topology)
-    net = _cost_net(args.model)
-    measurer = Measurer(cache_dir=args.cache)
-    plans, records = {}, {}
-    for method in (m for m in METHODS if m != "rl" or net is not None):
-        start = time.perf_counter()
-        try:
-            plans[method] = make_sharder(method, model_dir=args.model).plan(tables, topology)
-        except RanknasError as exc:  # e.g. torchrec's planner keeps more memory back
-            records[method] = {"method": method, "error": f"no plan: {exc}"}
-            continue
-        records[method] = _plan_record(plans[method], None, time.perf_counter() - start)
-    for method, costs in measure_plans(plans, tables, measurer, topology).items():
-        measured = costs.sum(1)
-        predicted = None if net is None else net.plan_costs(tables, plans[method], topology)
-        records[method] |= {
-            "measured_ms": measured.tolist(),
-            "measured_max_ms": float(measured.max()),
-            "measured_mean_ms": float(measured.mean()),
-            "predicted_max_ms": None if predicted is None else float(predicted.sum(1).max()),
-        }
-    if args.json:
-        output = {"kernel": measurer.kernel, "device": measurer.device}
-        print(json.dumps(output | {"plans": list(records.values())}))
-        return 0
-    print(f"{len(tables)} tables on {topology.num_devices} devices; kernel: {measurer.kernel}")
-    if net is None:
-        print(f"(no trained model in {args.model}: rl left out; run `ranknas shard train`)")
-    _print_comparison(list(records.values()))
-    return 0
-
-
-def _print_comparison(records: list[dict[str, Any]]) -> None:
-    header = ["method", "measured max ms", "mean ms", "predicted max ms", "plan s", "max GiB"]
-    rows = []
-    for r in records:
-        if "error" in r:
-            rows.append([r["method"], r["error"], "", "", "", ""])
-            continue
-        predicted = r["predicted_max_ms"]
-        rows.append(
-            [
-                r["method"],
-                f"{r['measured_max_ms']:.3f}",
-                f"{r['measured_mean_ms']:.3f}",
-                "-" if predicted is None else f"{predicted:.3f}",
-                f"{r['planning_s']:.3f}",
-                f"{max(r['memory_bytes']) / GIB:.3f}",
-            ]
-        )
-    _print_table(header, rows)
-
-
-# ---------------------------------------------------------------------- train
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    config = quick_config(args.seed) if args.quick else ShardTrainConfig(seed=args.seed)
-    if args.rounds is not None or args.iterations is not None:
-        config = _override(config, args.rounds, args.iterations)
-    measurer = Measurer(config.measure, cache_dir=args.cache)
-    print(f"training on {measurer.device} with {measurer.kernel}")
-    trained = train_sharder(config, measurer)
-    trained.save(args.out)
-    errors = trained.report["errors"]
-    for name in ("cost_model", "torchrec", "torchrec_calibrated"):
-        e = errors[name]
-        print(f"held-out {name}: MAPE {e['mape']:.1f}%, Kendall tau {e['kendall_tau']:.3f}")
-    print(f"saved the cost model and policy in {args.out} ({trained.report['seconds']} s)")
-    return 0
-
-
-def _override(
-    config: ShardTrainConfig, rounds: int | None, iterations: int | None
-) -> ShardTrainConfig:
-    for name, value in (("--rounds", rounds), ("--iterations", iterations)):
-        if value is not None and value < 1:
-            raise RanknasError(f"{name} must be at least 1, got {value}")
-    rl = replace(config.rl, iterations=iterations or config.rl.iterations)
-    return replace(config, rounds=rounds or config.rounds, rl=rl)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cost_models.sharding.methods import HEURISTICS, METHODS
 from cost_models.sharding.sharders.base import Sharder
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
 from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
@@ -18,9 +19,6 @@ from cost_models.sharding.sharders.size_greedy import SizeGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
 from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
 from search_space.errors import RanknasError
-
-HEURISTICS = ("random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy")
-METHODS = (*HEURISTICS, "torchrec", "torchrec_cw", "rl")
 
 
 def make_sharder(
