@@ -31,7 +31,7 @@ from search_space.errors import RanknasError
 def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
     if args.devices < 1:
         raise RanknasError(f"--devices must be at least 1, got {args.devices}")
-    if not args.memory_gb > 0:
+    if args.memory_gb is not None and not args.memory_gb > 0:
         raise RanknasError(f"--memory-gb must be positive, got {args.memory_gb}")
     memory_gb = args.memory_gb or Topology(1).memory_bytes / GIB  # torchrec's HBM_CAP
     topology = Topology(args.devices, memory_bytes=int(memory_gb * GIB))

@@ -1,0 +1,37 @@
+"""How long the CLI takes to answer `--help`: the parser alone, nothing trained.
+
+    .venv/bin/python bench/bench_cli.py --repeats 7
+
+Prints one Markdown row per command: the median wall time of a fresh process and the
+spread, as a user waits for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+COMMANDS = ("--help", "search --help", "train --help", "shard plan --help", "latency fit --help")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    print("| command | median s | spread s |\n|---|---|---|")
+    for command in COMMANDS:
+        times = []
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "nas.cli", *command.split()], check=True,
+                           capture_output=True)  # fmt: skip
+            times.append(time.perf_counter() - started)
+        spread = (max(times) - min(times)) / 2
+        print(f"| `ranknas {command}` | {statistics.median(times):.2f} | ±{spread:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
