@@ -8,3 +8,16 @@
 
 Neither imports `nas`; `nas` calls them.
 """
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+
+def lazy_handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A CLI handler that imports `module` (torch, torchrec) only when the command runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), name)(args)
+
+    return run

@@ -122,36 +122,15 @@ class StudyLogger:
         by this call (default `trial-N`); `start_time` (epoch seconds) is when the trial
         started, so that the run's duration and the curves' timestamps are real.
         """
-        payload = {
-            "trial": int(trial_number),
-            **_run_payload(params, metrics, curves, tags, artifacts, status),
-            "run_name": run_name,
-            "start_ms": None if start_time is None else int(start_time * 1000),
-        }
-        self._enqueue("trial", payload)
+        run = _run_payload(params, metrics, curves, tags, artifacts, status, run_name, start_time)
+        self._enqueue("trial", {"trial": int(trial_number), **run})
 
-    def log_baseline(
-        self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
-        metrics: Mapping[str, float] | None = None,
-        curves: Curves | None = None,
-        tags: Mapping[str, Any] | None = None,
-        artifacts: Artifacts | None = None,
-        status: str = "FINISHED",
-        run_name: str | None = None,
-        start_time: float | None = None,
-    ) -> None:
-        """Log a baseline (an engineer's model trained like a trial) as a nested run named
-        `baseline-<name>`, found again by its name; arguments as in `log_trial`."""
+    def log_baseline(self, name: str, **run: Any) -> None:
+        """Log a baseline (an engineer's model trained like a trial) as a nested run,
+        found again by its name (default run name `baseline-<name>`); the keyword arguments
+        are `log_trial`'s."""
         _check_quotable(name)
-        payload = {
-            "baseline": name,
-            **_run_payload(params, metrics, curves, tags, artifacts, status),
-            "run_name": run_name,
-            "start_ms": None if start_time is None else int(start_time * 1000),
-        }
-        self._enqueue("trial", payload)
+        self._enqueue("trial", {"baseline": name, **_run_payload(**run)})
 
     def log_study_summary(
         self,
@@ -354,12 +333,14 @@ def _step_time(record: dict[str, Any], step: int, points: list[tuple[int, float]
 
 
 def _run_payload(
-    params: Mapping[str, Any] | None,
-    metrics: Mapping[str, float] | None,
-    curves: Curves | None,
-    tags: Mapping[str, Any] | None,
-    artifacts: Artifacts | None,
-    status: str,
+    params: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, float] | None = None,
+    curves: Curves | None = None,
+    tags: Mapping[str, Any] | None = None,
+    artifacts: Artifacts | None = None,
+    status: str = "FINISHED",
+    run_name: str | None = None,
+    start_time: float | None = None,
 ) -> dict[str, Any]:
     return {
         "params": _params(params),
@@ -368,6 +349,8 @@ def _run_payload(
         "tags": _tags(tags),
         "artifacts": _artifacts(artifacts),
         "status": _status(status),
+        "run_name": run_name,
+        "start_ms": None if start_time is None else int(start_time * 1000),
     }
 
 

@@ -4,15 +4,13 @@ torch when a command runs, so that `--help` is quick."""
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
 
+from cost_models import lazy_handler
 
-def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module("cost_models.latency.commands"), name)(args)
 
-    return run
+def _handler(name: str) -> Callable[[argparse.Namespace], int]:
+    return lazy_handler("cost_models.latency.commands", name)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,7 +22,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _arch_options(measure)
     _measure_options(measure)
     measure.add_argument("--json", action="store_true", help="print JSON")
-    measure.set_defaults(handler=_lazy("cmd_measure"))
+    measure.set_defaults(handler=_handler("cmd_measure"))
 
     fit = sub.add_parser("fit", help="measure sampled architectures and fit a predictor")
     fit.add_argument("space", metavar="SPACE", help="YAML file with a search_space section")
@@ -34,13 +32,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--schema", help="dataset schema YAML (default: the synthetic data)")
     _measure_options(fit)
-    fit.set_defaults(handler=_lazy("cmd_fit"))
+    fit.set_defaults(handler=_handler("cmd_fit"))
 
     predict = sub.add_parser("predict", help="predict an architecture's forward latency")
     predict.add_argument("predictor", metavar="FILE", help="predictor JSON (`latency fit`)")
     _arch_options(predict)
     predict.add_argument("--json", action="store_true", help="print JSON")
-    predict.set_defaults(handler=_lazy("cmd_predict"))
+    predict.set_defaults(handler=_handler("cmd_predict"))
 
 
 def _arch_options(parser: argparse.ArgumentParser) -> None:

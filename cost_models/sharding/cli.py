@@ -4,21 +4,18 @@ torch and torchrec when a command runs, so that `--help` is quick."""
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 
+from cost_models import lazy_handler
 from cost_models.sharding.methods import METHODS
 
 DEFAULT_MODEL = Path("runs/sharding/model")
 DEFAULT_CACHE = Path("runs/sharding/measurements")
 
 
-def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module("cost_models.sharding.commands"), name)(args)
-
-    return run
+def _handler(name: str) -> Callable[[argparse.Namespace], int]:
+    return lazy_handler("cost_models.sharding.commands", name)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -29,12 +26,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     plan = sub.add_parser("plan", help="place tables on devices and print the plan")
     _workload_options(plan)
     plan.add_argument("--method", choices=METHODS, default="rl", help="sharder (default: rl)")
-    plan.set_defaults(handler=_lazy("cmd_plan"))
+    plan.set_defaults(handler=_handler("cmd_plan"))
 
     compare = sub.add_parser("compare", help="measure every sharder's plan on the real kernel")
     _workload_options(compare)
     compare.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="measurement cache")
-    compare.set_defaults(handler=_lazy("cmd_compare"))
+    compare.set_defaults(handler=_handler("cmd_compare"))
 
     train = sub.add_parser("train", help="measure, train the cost model and the RL policy")
     train.add_argument("--out", type=Path, default=DEFAULT_MODEL, help="where to save them")
@@ -43,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--iterations", type=int, help="policy iterations per round")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--quick", action="store_true", help="a tiny run (seconds), to try it out")
-    train.set_defaults(handler=_lazy("cmd_train"))
+    train.set_defaults(handler=_handler("cmd_train"))
 
 
 def _workload_options(parser: argparse.ArgumentParser) -> None:
