@@ -102,28 +102,17 @@ class StudyLogger:
         self._study = {"study": study_name, "experiment": experiment_name or study_name}
         self._enqueue("study", {"params": _params(params), "tags": _tags(tags)})
 
-    def log_trial(
-        self,
-        trial_number: int,
-        params: Mapping[str, Any] | None = None,
-        metrics: Mapping[str, float] | None = None,
-        curves: Curves | None = None,
-        tags: Mapping[str, Any] | None = None,
-        artifacts: Artifacts | None = None,
-        status: str = "FINISHED",
-        run_name: str | None = None,
-        start_time: float | None = None,
-    ) -> None:
+    def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
 
-        `metrics` are logged at step 0, `curves` as metric histories (step, value); use
-        distinct keys for the two. `artifacts` maps a relative file name to its content.
-        `status` is one of RUNNING, FINISHED, FAILED, KILLED. `run_name` names a run created
-        by this call (default `trial-N`); `start_time` (epoch seconds) is when the trial
-        started, so that the run's duration and the curves' timestamps are real.
+        Keywords (all optional): `params`, `metrics` (logged at step 0), `curves` (metric
+        histories of (step, value); use keys distinct from `metrics`), `tags`, `artifacts`
+        (relative file name -> content), `status` (RUNNING, FINISHED, FAILED, KILLED;
+        default FINISHED), `run_name` (of a run this call creates; default `trial-N`) and
+        `start_time` (epoch seconds the trial started, so that the run's duration and the
+        curves' timestamps are real).
         """
-        run = _run_payload(params, metrics, curves, tags, artifacts, status, run_name, start_time)
-        self._enqueue("trial", {"trial": int(trial_number), **run})
+        self._enqueue("trial", {"trial": int(trial_number), **_run_payload(**run)})
 
     def log_baseline(self, name: str, **run: Any) -> None:
         """Log a baseline (an engineer's model trained like a trial) as a nested run,
