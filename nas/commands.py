@@ -276,11 +276,59 @@ def cmd_export(args: argparse.Namespace) -> int:
         preprocessing=preprocessing,
         register=args.register,
         tracking_uri=args.tracking_uri,
+        provenance=_provenance(study, trial, metrics),
+        source_run_id=_trial_run(args.tracking_uri, study.study_name, trial.number)
+        if args.register
+        else None,
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
-    if args.register:
+    if result.reused_version:
+        print(f"{result.model_name} version {result.model_version} holds this model already: "
+              f"no new version; @{result.alias} points at it")  # fmt: skip
+    elif args.register:
         print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")
     return 0
+
+
+def _provenance(study, trial, metrics: dict) -> dict:
+    """Where the model comes from, for its card: study, trial, date, recipe, floor, baselines."""
+    from datetime import UTC, datetime
+
+    from nas import leaderboard
+
+    out = {"study": study.study_name, "trial": trial.number,
+           "exported": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
+    out |= {k: metrics[k] for k in ("examples", "steps", "restored_step") if metrics.get(k)}
+    recipe = study.user_attrs.get("training_recipe") or {}
+    if recipe:
+        out["training recipe"] = ", ".join(f"{k} {v}" for k, v in recipe.items() if v is not None)
+    bayes = study.user_attrs.get("bayes_ne")
+    if bayes:
+        out["Bayes-optimal validation NE"] = bayes
+    for base in leaderboard.baseline_rows(study):
+        if base["val_ne"] is not None:
+            out[f"baseline {base['baseline']} val / test NE"] = (
+                f"{base['val_ne']:.4f} / {base['test_ne']:.4f}"
+            )
+    return out
+
+
+def _trial_run(tracking_uri: str | None, study: str, number: int) -> str | None:
+    """The trial's own MLflow run, if the server has it (the registered version's source)."""
+    if not tracking_uri:
+        return None
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri)
+        experiment = client.get_experiment_by_name(study)
+        if experiment is None:
+            return None
+        runs = client.search_runs([experiment.experiment_id], f"tags.`ranknas.study` = '{study}' "
+                                  f"and tags.`ranknas.trial` = '{number}'")  # fmt: skip
+    except Exception:  # unreachable or refused: register from a new run instead
+        return None
+    return runs[0].info.run_id if runs else None
 
 
 # ---------------------------------------------------------------------------- MLflow

@@ -201,6 +201,9 @@ def _run_study(
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
+    recipe = config.training.model_dump(mode="json", exclude={"device", "threads"})
+    study.set_user_attr(StudyAttr.RECIPE, recipe | config.budget.model_dump(
+        mode="json", include={"examples_per_trial", "epochs_per_trial"}))  # fmt: skip
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if logger is not None:

@@ -51,6 +51,7 @@ class StudyAttr(StrEnum):
     REEVALUATION = "reevaluation"
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
+    RECIPE = "training_recipe"  # how every trial and baseline is trained
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.

@@ -371,9 +371,14 @@ def test_registered_model_reproduces_predictions(
         case.arch, state, METRICS, tmp_path / "again", schema=SCHEMA,
         register="ranknas-mixed", tracking_uri=server.uri,
     )  # fmt: skip
-    assert int(again.model_version) == int(result.model_version) + 1
+    assert again.model_version == result.model_version and again.reused_version  # same model
+    assert "## Provenance" not in version.description and "## Metrics" in version.description
+    other = {k: v + 1 if v.is_floating_point() else v for k, v in state.items()}
+    changed = export_model(case.arch, other, METRICS, tmp_path / "changed", schema=SCHEMA,
+                           register="ranknas-mixed", tracking_uri=server.uri)  # fmt: skip
+    assert int(changed.model_version) == int(result.model_version) + 1
     moved = client.get_model_version_by_alias("ranknas-mixed", "champion")
-    assert moved.version == again.model_version
+    assert moved.version == changed.model_version
 
 
 def test_hostile_column_and_feature_names_cannot_break_the_generated_module(

@@ -42,6 +42,21 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
     assert ",dlrm" in Path(board).read_text()
     assert "verdict" in client.get_run(parent.info.run_id).data.tags
 
+    # the registered version comes from the trial's own run; its description is the card
+    from nas.cli import main
+
+    export = ["export", "with-baselines", "--storage", config.storage, "--out",
+              str(tmp_path / "winner"), "--register", "wb",
+              "--tracking-uri", server.uri]  # fmt: skip
+    assert main(export) == 0
+    version = client.get_model_version("wb", "1")
+    trial_run = client.search_runs([experiment_id], "tags.`ranknas.trial` = '0'")[0]
+    assert version.run_id == trial_run.info.run_id
+    assert "| study | with-baselines |" in version.description
+    assert "baseline dlrm val / test NE" in version.description
+    assert main(export) == 0  # the same model again: no version 2
+    assert [v.version for v in client.search_model_versions("name = 'wb'")] == ["1"]
+
 
 def _study(tmp_path, server, name, trials=3):
     config = parse_config(

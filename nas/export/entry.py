@@ -45,13 +45,16 @@ def export_model(
     tracking_uri: str | None = None,
     alias: str = "champion",
     preprocessing: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    source_run_id: str | None = None,
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
 
     `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
     transforms, the categorical vocabularies); written to `preprocessing.json`, from which
     the exported module (`prepare_dense`, `encode_ids`) and the registered model turn raw
-    rows into the model's inputs.
+    rows into the model's inputs. `provenance` goes into the model card; `source_run_id`
+    is the MLflow run the registered version comes from (the trial's), else a new run.
 
     `schema` names the dense columns and checks that `arch` fits the data (without it the
     dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
@@ -82,11 +85,12 @@ def export_model(
     (out / PREPROCESSING_FILE).write_text(json.dumps(fitted, indent=2))
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
-    card = _model_card(analysis, metrics, columns, arch_digest, register, alias)
+    card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance)
     result.model_card.write_text(card)
     if register is None:
         return result
-    return _register(result, analysis, metrics, columns, register, tracking_uri, alias)
+    return _register(result, analysis, metrics, columns, register, tracking_uri, alias,
+                     source_run_id)  # fmt: skip
 
 
 def load_exported(out_dir: str | Path, device: str = "cpu") -> nn.Module:

@@ -30,6 +30,7 @@ class ExportResult:
     model_version: str | None = None
     alias: str | None = None
     model_uri: str | None = None  # models:/NAME@alias
+    reused_version: bool = False  # the same model was registered before: no new version
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ def _model_card(
     arch_digest: str,
     register: str | None = None,
     alias: str = "champion",
+    provenance: Mapping[str, Any] | None = None,
 ) -> str:
-    """The Markdown model card of an export."""
+    """The Markdown model card of an export (`provenance`: where the model comes from, e.g.
+    study, trial, date, training recipe, Bayes floor, baselines)."""
     arch = analysis.arch
     sections = [
         f"# {arch.name or 'ranknas model'}\n\n"
         f"Exported by ranknas. Architecture digest `{arch_digest}`; "
         f"{analysis.flops:,} FLOPs per example; {analysis.params_total:,} parameters "
         f"({analysis.dense_params:,} dense, {analysis.embedding_params:,} in embeddings).",
+        *(["## Provenance\n\n" + _metrics_table(provenance)] if provenance else []),
         "## Metrics\n\n" + _metrics_table(metrics),
         "## Inputs\n\n" + _inputs_section(arch, columns),
         "## Architecture\n\n" + _blocks_table(analysis),

@@ -3,6 +3,7 @@ that loads the export's own module."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import importlib.metadata
 import importlib.util
@@ -20,6 +21,7 @@ from nas.export.layout import (
     ExportResult,
     _Columns,
 )
+from nas.trial_record import PREPROCESSING_FILE
 from search_space.architecture import Analysis
 from search_space.errors import RanknasError
 
@@ -88,8 +90,11 @@ def _register(
     name: str,
     tracking_uri: str | None,
     alias: str,
+    source_run_id: str | None = None,
 ) -> ExportResult:
-    """Log the export directory as a pyfunc model from code, register it, set the alias."""
+    """Register the export as a version of `name` (a pyfunc model from code) and point the
+    alias at it; the same export registered again (architecture, weights and preprocessing
+    alike) reuses its version. The model card is the version's description."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -97,20 +102,50 @@ def _register(
     if not uri:
         raise RanknasError("registering a model needs an MLflow tracking URI")
     _check_reachable(uri)
+    fingerprint = _fingerprint(result)
     try:
-        version = _log_model_version(result, analysis.flops, metrics, columns, name, uri)
         client = mlflow.MlflowClient(uri)
-        client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
+        version = _registered(client, name, fingerprint)
+        reused = version is not None
+        if version is None:
+            version = _log_model_version(result, analysis.flops, metrics, columns, name, uri,
+                                         source_run_id)  # fmt: skip
+            client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
+            client.set_model_version_tag(name, version, FINGERPRINT_TAG, fingerprint)
+            client.update_model_version(name, version, result.model_card.read_text())
         client.set_registered_model_alias(name, alias, version)
     except MlflowException as exc:
         raise RanknasError(f"registering {name!r} at {uri} failed: {exc.message}") from exc
-    return replace(
-        result,
-        model_name=name,
-        model_version=version,
-        alias=alias,
-        model_uri=f"models:/{name}@{alias}",
-    )
+    return replace(result, model_name=name, model_version=version, alias=alias,
+                   model_uri=f"models:/{name}@{alias}", reused_version=reused)  # fmt: skip
+
+
+FINGERPRINT_TAG = "ranknas_fingerprint"
+
+
+def _fingerprint(result: ExportResult) -> str:
+    """What makes two exports the same model: architecture, weights, preprocessing."""
+    digest = hashlib.sha256(result.digest.encode())
+    for path in (result.weights, result.out_dir / PREPROCESSING_FILE):
+        if path.exists():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def _registered(client: Any, name: str, fingerprint: str) -> str | None:
+    """The version of `name` already holding this export, if any."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = {_quote(name)}")
+    except MlflowException:
+        return None  # not registered yet
+    same = [v.version for v in versions if v.tags.get(FINGERPRINT_TAG) == fingerprint]
+    return min(same, key=int) if same else None
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _log_model_version(
@@ -120,8 +155,10 @@ def _log_model_version(
     columns: _Columns,
     name: str,
     uri: str,
+    source_run_id: str | None = None,
 ) -> str:
-    """Log the model in a run of the EXPERIMENT experiment; the new version of `name`."""
+    """Log the model in `source_run_id` (the trial's run) or a new run of the EXPERIMENT
+    experiment; the new version of `name`."""
     import mlflow
 
     # log_model and start_run read the global tracking URI: set it for this call only
@@ -133,12 +170,15 @@ def _log_model_version(
     with (
         tempfile.TemporaryDirectory() as tmp,
         _use_tracking_uri(uri),
-        mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
+        mlflow.start_run(run_id=source_run_id)
+        if source_run_id
+        else mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
     ):
         entry_point = Path(tmp) / "ranknas_pyfunc.py"
         entry_point.write_text(_PYFUNC_CODE.lstrip())
-        mlflow.log_params({"digest": result.digest, "flops": flops})
-        mlflow.log_metrics(_numeric(metrics))
+        if not source_run_id:  # a trial's run has its params and metrics already
+            mlflow.log_params({"digest": result.digest, "flops": flops})
+            mlflow.log_metrics(_numeric(metrics))
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=str(entry_point),
