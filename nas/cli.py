@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from search_space.errors import RanknasError
@@ -96,6 +97,11 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
 
     arch = load_architecture(args.arch, load_schema(args.schema))
     report = arch_report(arch)
+    if args.diagram:
+        from nas.diagram import diagram_png
+
+        Path(args.diagram).write_bytes(diagram_png(arch))
+        print(f"diagram: {args.diagram}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -162,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("arch", metavar="NAME_OR_FILE", help="a preset name or a spec JSON file")
     schema_option(show)
     show.add_argument("--json", action="store_true", help="print JSON")
+    show.add_argument("--diagram", metavar="FILE", help="also draw it to a PNG file")
 
     space = commands.add_parser("space", help="work with search spaces")
     space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True)

@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.baselines import train_baselines
 from nas.config import StudyConfig
+from nas.diagram import diagram_png
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
     Costs,
@@ -42,11 +43,13 @@ from nas.searchers.base import distributions
 from nas.storage import beating, open_storage, redact, study_lock
 from nas.trial_record import (
     ARCHITECTURE_FILE,
+    DIAGRAM_FILE,
     METRIC_ATTRS,
     SHARDING_FILE,
     StudyAttr,
     TrialAttr,
     mlflow_record,
+    read_architecture,
     summary_name,
     write_architecture,
 )
@@ -263,6 +266,10 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
     leaves a trial that its missed heartbeats fail and retry, never a finished trial that
     MLflow never hears of."""
     if logger is not None:
+        directory = trial.user_attrs.get(TrialAttr.DIR)
+        if directory and (Path(directory) / ARCHITECTURE_FILE).exists():
+            diagram = diagram_png(read_architecture(directory))
+            outcome.record["artifacts"] = outcome.record["artifacts"] | {DIAGRAM_FILE: diagram}
         logger.log_trial(trial.number, **outcome.record)
     study.tell(trial, outcome.values, state=outcome.state)
 

@@ -23,6 +23,7 @@ ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
 WEIGHTS_FILE = "model.safetensors"
 SHARDING_FILE = "sharding_plan.json"
+DIAGRAM_FILE = "architecture.png"  # in MLflow runs and exports: `nas.diagram`
 PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with
 
 

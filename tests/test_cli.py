@@ -86,3 +86,11 @@ def test_a_user_mistake_prints_no_traceback(tmp_path):
     result = run("arch", "show", str(tmp_path / "missing.json"))
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_arch_show_draws_a_diagram(tmp_path, capsys):
+    from nas.cli import main
+
+    path = tmp_path / "dlrm.png"
+    assert main(["arch", "show", "dlrm", "--diagram", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000

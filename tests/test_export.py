@@ -283,6 +283,8 @@ def test_architecture_json_and_model_card(cases: dict[str, Case]) -> None:
     assert "| `c1` | 27 | 4 |" in card  # feature, num_embeddings, its own dim
     assert all(f"| `{name}` | " in card for name in analysis.order)
     assert "`d0`, `d1`, `d2`, `d3`" in card
+    assert "![architecture](architecture.png)" in card
+    assert (case.result.out_dir / "architecture.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_weights_of_another_architecture_are_refused(tmp_path: Path) -> None:

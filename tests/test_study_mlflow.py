@@ -90,7 +90,7 @@ def test_a_study_logs_a_parent_run_and_a_nested_run_per_trial(tmp_path, server):
         times = [h.timestamp for h in sorted(history, key=lambda h: h.step)]
         assert times == sorted(times) and run.info.start_time <= times[0] <= run.info.end_time
         files = {f.path for f in client.list_artifacts(run.info.run_id)}
-        assert "architecture.json" in files
+        assert {"architecture.json", "architecture.png"} <= files
     summary = {f.path for f in client.list_artifacts(parent.info.run_id)}
     assert {"leaderboard.csv", "pareto_front.png", "pareto_front.csv"} <= summary
     best = min(t.values[0] for t in study.trials if t.values)

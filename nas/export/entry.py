@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from nas.diagram import diagram_png
 from nas.export.codegen import _standalone_module
 from nas.export.layout import (
     ARCHITECTURE_FILE,
@@ -27,7 +28,7 @@ from nas.export.layout import (
 )
 from nas.export.model_card import _model_card
 from nas.export.registry import _register
-from nas.trial_record import PREPROCESSING_FILE
+from nas.trial_record import DIAGRAM_FILE, PREPROCESSING_FILE
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
@@ -85,6 +86,7 @@ def export_model(
     (out / PREPROCESSING_FILE).write_text(json.dumps(fitted, indent=2))
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
+    (out / DIAGRAM_FILE).write_bytes(diagram_png(arch))
     card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance)
     result.model_card.write_text(card)
     if register is None:

@@ -38,7 +38,7 @@ def _model_card(
         *(["## Provenance\n\n" + _metrics_table(provenance)] if provenance else []),
         "## Metrics\n\n" + _metrics_table(metrics),
         "## Inputs\n\n" + _inputs_section(arch, columns),
-        "## Architecture\n\n" + _blocks_table(analysis),
+        "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
         "## Files and loading\n\n" + _loading_section(register, alias),
     ]
     return "\n\n".join(sections) + "\n"
