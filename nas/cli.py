@@ -224,6 +224,16 @@ def _study_commands(command, commands) -> None:
     again.add_argument("--top", type=int, default=3, help="leaderboard trials to retrain")
     again.add_argument("--seeds", type=int, default=3, help="fresh seeds per trial")
     again.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    board = command(
+        "dashboard",
+        handlers.cmd_dashboard,
+        "optuna-dashboard on the study storage: history, importances, parallel coordinates",
+    )
+    board.add_argument("config", metavar="CONFIG_OR_STORAGE", nargs="?",
+                       help="a study YAML (its storage) or a storage URL "
+                       f"(default: {DEFAULT_STORAGE})")  # fmt: skip
+    board.add_argument("--host", default="127.0.0.1", help="bind address (loopback default)")
+    board.add_argument("--port", type=int, default=8080)
     baseline = commands.add_parser("baseline", help="baselines: your own models in a study")
     baseline_commands = baseline.add_subparsers(
         dest="baseline_command", metavar="COMMAND", required=True

@@ -103,6 +103,7 @@ def open_study(
     recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
     current = config.search_space.model_dump(mode="json")
     if recorded is None:
+        study.set_metric_names(objective_names(config))  # how dashboards name the values
         for values in space.starting_points(s.startup_trials, config.seed):
             study.enqueue_trial(values)
         study.set_user_attr(StudyAttr.SEARCH_SPACE, current)
