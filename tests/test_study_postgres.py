@@ -13,6 +13,7 @@ import time
 import uuid
 
 import pytest
+from mlflow import MlflowClient
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
@@ -63,11 +64,12 @@ def test_two_workers_finish_exactly_n_trials_with_no_duplicate(tmp_path):
     assert len({t.user_attrs["worker"] for t in study.trials}) == 2, "both workers ran trials"
 
 
-def test_a_worker_killed_mid_trial_costs_nothing(tmp_path):
+def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
     name = f"pg-kill-{uuid.uuid4().hex[:8]}"
     trials = 5
     config = tiny_config(tmp_path, name, storage=URL, data={"rows": 40_000},
-                         budget={"trials": trials, "epochs_per_trial": 2})  # fmt: skip
+                         budget={"trials": trials, "epochs_per_trial": 2},
+                         mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
     doomed, survivor = _worker(path), _worker(path)
     deadline = time.monotonic() + 120
@@ -86,6 +88,13 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path):
     stale = [t for t in study.trials if t.state == TrialState.FAIL
              and not t.user_attrs.get("failure_reason")]  # fmt: skip
     assert len(stale) == 1, "the killed worker's trial should be failed by its heartbeats"
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
+    logged = [int(r.data.tags["ranknas.trial"]) for r in runs]
+    assert len(logged) == len(set(logged)), "a trial was logged twice"
+    finished = [t.number for t in study.trials if t.state != TrialState.RUNNING]
+    assert set(finished) <= set(logged), "a finished trial is missing from MLflow"
 
 
 def _trials(name: str) -> list:
