@@ -91,7 +91,6 @@ def arch_report(arch) -> dict[str, Any]:
 
 
 def cmd_arch_show(args: argparse.Namespace) -> int:
-    from nas.leaderboard import align
     from search_space.presets import load_architecture
     from search_space.schema import load_schema
 
@@ -102,42 +101,39 @@ def cmd_arch_show(args: argparse.Namespace) -> int:
 
         Path(args.diagram).write_bytes(diagram_png(arch))
         print(f"diagram: {args.diagram}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    emb = arch.embedding
-    print(f"architecture {arch.name or args.arch}  digest {report['digest']}")
-    print(f"inputs: dense[{arch.num_dense}], {len(emb.features)} features x dim {emb.dim}")
-    rows = [
-        [
-            b["name"],
-            b["op"],
-            ",".join(b["inputs"]),
-            b["output"],
-            _human(b["flops"]),
-            _human(b["params"]),
-        ]
-        for b in report["blocks"]
-    ]
-    header = ["block", "op", "inputs", "output", "FLOPs", "params"]
-    print(align(header, [[str(c) for c in r] for r in rows]))
-    print(
-        f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
-        f"dense params, {_human(report['embedding_params'])} embedding params "
-        f"(head: {arch.output_block} -> logit)"
-    )
+    print(json.dumps(report, indent=2) if args.json else _arch_table(arch, report, args.arch))
     return 0
 
 
+def _arch_table(arch, report: dict[str, Any], name: str) -> str:
+    """The `arch show` text: inputs, one row per live block, the totals."""
+    from nas.leaderboard import align
+
+    emb = arch.embedding
+    rows = [[b["name"], b["op"], ",".join(b["inputs"]), str(b["output"]), _human(b["flops"]),
+             _human(b["params"])] for b in report["blocks"]]  # fmt: skip
+    header = ["block", "op", "inputs", "output", "FLOPs", "params"]
+    return "\n".join([
+        f"architecture {arch.name or name}  digest {report['digest']}",
+        f"inputs: dense[{arch.num_dense}], {len(emb.features)} features x dim {emb.dim}",
+        align(header, rows),
+        f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
+        f"dense params, {_human(report['embedding_params'])} embedding params "
+        f"(head: {arch.output_block} -> logit)",
+    ])  # fmt: skip
+
+
 def cmd_space_sample(args: argparse.Namespace) -> int:
+    import random
+
     from search_space.schema import load_schema
     from search_space.spaces import load_space
 
     space = load_space(args.config, load_schema(args.schema))
-    arch = space.sample(args.seed)
-    report = arch_report(arch)
-    report["values"] = space.encode(arch)
-    print(json.dumps(report, indent=2) if args.json else arch.to_json())
+    values = space.sample_values(random.Random(args.seed))
+    arch = space.decode(values)
+    report = arch_report(arch) | {"values": values}
+    print(json.dumps(report, indent=2) if args.json else _arch_table(arch, report, "sampled"))
     return 0
 
 
@@ -178,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("config", metavar="CONFIG", help="YAML file with a search_space section")
     sample.add_argument("--seed", type=int, default=0)
     schema_option(sample)
-    sample.add_argument("--json", action="store_true", help="spec + costs + parameter values")
+    sample.add_argument("--json", action="store_true",
+                        help="JSON: spec, costs, parameter values (default: a table)")  # fmt: skip
     _study_commands(command, commands)
     _tool_commands(command, commands)
     from cost_models.latency.cli import register as register_latency_commands
@@ -203,8 +200,12 @@ def _study_commands(command, commands) -> None:
         sub.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
     def study_args(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("study", metavar="STUDY", help="study name")
-        sub.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna storage URL")
+        sub.add_argument(
+            "study", metavar="STUDY_OR_CONFIG", help="a study name, or the study's YAML"
+        )
+        sub.add_argument(
+            "--storage", default=DEFAULT_STORAGE, help=f"for a name (default {DEFAULT_STORAGE})"
+        )
 
     status = command("status", handlers.cmd_status, "trials done / running / failed, best so far")
     study_args(status)

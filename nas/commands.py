@@ -119,8 +119,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace):
+    """The study named by `args.study`: a study name (in `--storage`), or a study YAML,
+    whose name and storage are then used."""
     from nas.storage import load_study
 
+    if args.study.endswith((".yaml", ".yml")):
+        from nas.config import load_config
+
+        config = load_config(args.study)
+        return load_study(config.name, config.storage)
     return load_study(args.study, args.storage)
 
 

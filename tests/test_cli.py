@@ -94,3 +94,17 @@ def test_arch_show_draws_a_diagram(tmp_path, capsys):
     path = tmp_path / "dlrm.png"
     assert main(["arch", "show", "dlrm", "--diagram", str(path)]) == 0
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_space_sample_prints_the_arch_show_table_or_json(tmp_path, capsys):
+    from nas.cli import main
+
+    path = tmp_path / "around.yaml"
+    path.write_text("search_space: {type: around, base: dlrm}\n")
+    assert main(["space", "sample", str(path), "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("architecture around-space") and "total:" in out
+    assert len(out.splitlines()) < 12
+    assert main(["space", "sample", str(path), "--seed", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["values"]["embedding_dim"] in (8, 16, 32) and report["architecture"]["blocks"]

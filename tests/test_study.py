@@ -319,3 +319,13 @@ def test_an_architecture_is_trained_once_per_study(tmp_path):
     assert sorted(p.name for p in (tmp_path / "small" / "trials").iterdir()) == sorted(
         str(t.number) for t in trained
     )
+
+
+def test_study_commands_take_the_yaml_as_well_as_the_name(tmp_path, capsys):
+    config = tiny_config(tmp_path, "named", budget={"trials": 1})
+    path = write_config(tmp_path, config)
+    run_study(parse_config(config), progress=lambda line: None)
+    assert main(["status", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["study"] == "named"
+    assert main(["leaderboard", str(path), "--csv"]) == 0
+    assert capsys.readouterr().out.startswith("trial,")
