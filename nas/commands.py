@@ -96,7 +96,8 @@ def log_summary(logger, study, table) -> None:
         "best_mflops": best["mflops"],
         "complete_trials": len(table),
     }
-    tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"]}
+    tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"],
+            "mlflow.note.content": leaderboard.markdown(study, table)}  # fmt: skip
     verdict = leaderboard.verdict(study)
     if verdict:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]

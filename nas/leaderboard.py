@@ -212,6 +212,29 @@ def format_baselines(table: list[dict[str, Any]]) -> str:
     return align(header, lines)
 
 
+def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) -> str:
+    """The leaderboard, the baselines and the verdict as Markdown (the study run's note)."""
+
+    def rows(header: list[str], lines: list[list[str]]) -> str:
+        return "\n".join("| " + " | ".join(cells) + " |"
+                         for cells in [header, ["---"] * len(header), *lines])  # fmt: skip
+
+    parts = [f"## {study.study_name}: the best {min(top, len(table))} trials", rows(
+        ["trial", "val NE", "test NE", "MFLOPs", "digest"],
+        [[str(r["trial"]), _num(r["val_ne"]), _num(r["test_ne"]), _num(r["mflops"], 3),
+          r["digest"] or "-"] for r in table[:top]],
+    )]  # fmt: skip
+    bases = baseline_rows(study)
+    if bases:
+        parts += ["## Baselines", rows(["baseline", "val NE", "test NE", "MFLOPs"], [
+            [b["baseline"], _num(b["val_ne"]), _num(b["test_ne"]), _num(b["mflops"], 3)]
+            for b in bases])]  # fmt: skip
+    v = verdict(study)
+    if v:
+        parts.append(format_verdict(v).replace("\n", "\n\n"))
+    return "\n\n".join(parts)
+
+
 def align(header: list[str], lines: list[list[str]]) -> str:
     """A plain-text table: each column as wide as its widest cell."""
     widths = [max(len(x) for x in col) for col in zip(header, *lines, strict=False)]
