@@ -44,6 +44,12 @@ class DataConfig(_Section):
     seed: int = Field(default=0, description="the data's seed (synthetic rows, random split), "
                       "apart from the training seeds")  # fmt: skip
     split: SplitConfig = SplitConfig()
+    train: str | None = Field(
+        default=None,
+        description="with valid and test: files split as you made them (source, split unused)",
+    )
+    valid: str | None = None
+    test: str | None = None
     preprocessing: Literal["auto", "none"] = Field(
         default="auto",
         description="auto: for CSV/Parquet files, dense columns log1p'd where count-like, "
@@ -51,6 +57,15 @@ class DataConfig(_Section):
     )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _files_together(self) -> DataConfig:
+        files = [self.train, self.valid, self.test]
+        if any(files) and not all(files):
+            raise ValueError("data.train, data.valid and data.test go together: give all three")
+        if any(files) and not self.schema_path:
+            raise ValueError("data.train/valid/test need data.schema (the columns)")
+        return self
 
     @field_validator("split", mode="before")
     @classmethod

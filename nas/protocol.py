@@ -38,6 +38,8 @@ class StudyData:
 
 def prepare_data(config: StudyConfig) -> StudyData:
     d = config.data
+    if d.train:
+        return _prepare_files(config)
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
     if d.split.column and d.source != "synthetic" and not d.source.startswith("criteo:"):
         options["time_column"] = d.split.column
@@ -57,6 +59,21 @@ def wants_preprocessing(setting: str, source: str) -> bool:
     """`auto`: your CSV/Parquet files; the synthetic data is standardized by construction
     and Criteo's integers are log-transformed by its reader."""
     return setting == "auto" and source != "synthetic" and not source.startswith("criteo:")
+
+
+def _prepare_files(config: StudyConfig) -> StudyData:
+    """Train, validation and test from three files, as the user split them; the vocabularies
+    (and with `preprocessing: auto` the dense transforms) come from the training file."""
+    d = config.data
+    parts = [load_dataset(path, d.schema_path) for path in (d.train, d.valid, d.test)]
+    fitted = fit_preprocessing(parts[0])
+    if d.preprocessing != "auto":
+        fitted["dense"] = []  # the ids still need the training file's vocabulary
+    train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
+    described = f"from files (train {d.train}, validation {d.valid}, test {d.test})"
+    if fitted["dense"] or fitted["vocabulary"]:
+        described += f"; {describe(fitted)}"
+    return StudyData(train_part, valid, test, None, described, fitted)
 
 
 def split_method(method: str, data: TabularData, source: str) -> str:

@@ -118,3 +118,23 @@ def _encode_like_an_export(directory, vocabulary, values):
 
     (directory / "preprocessing.json").write_text(json.dumps({"vocabulary": vocabulary}))
     return standalone_template.encode_ids([values], ["shop"], directory)
+
+
+def test_a_study_on_three_files_uses_them_as_split(log, capsys):
+    from study_helpers import tiny_config, write_config
+
+    lines = (log / "log.csv").read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    for name, part in (("train", rows[:3000]), ("valid", rows[3000:3500]),
+                       ("test", rows[3500:])):  # fmt: skip
+        (log / f"{name}.csv").write_text("\n".join([header, *part]) + "\n")
+    data = {"train": str(log / "train.csv"), "valid": str(log / "valid.csv"),
+            "test": str(log / "test.csv"), "schema": str(log / "schema.yaml")}  # fmt: skip
+    config = tiny_config(log, "files", budget={"trials": 1, "epochs_per_trial": 2})
+    config["data"] = data
+    assert main(["search", str(write_config(log, config)), "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "data: 3,000 training, 500 validation, 500 test rows, split from files" in out
+    del config["data"]["test"]
+    assert main(["search", str(write_config(log, config)), "--no-mlflow"]) == 2
+    assert "data.train, data.valid and data.test go together" in capsys.readouterr().err

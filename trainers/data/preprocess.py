@@ -95,8 +95,11 @@ def describe(fitted: dict[str, Any]) -> str:
     vocabularies' sizes."""
     logged = [t["column"] for t in fitted["dense"] if t["log1p"]]
     shown = f"log1p on {', '.join(logged)}, then " if logged else ""
-    line = f"dense columns: {shown}standardized with training statistics, clipped to +-5 sd"
+    parts = []
+    if fitted["dense"]:
+        parts.append(f"dense columns: {shown}standardized with training statistics, clipped "
+                     "to +-5 sd")  # fmt: skip
     if fitted["vocabulary"]:
         sizes = ", ".join(f"{k} {len(v):,}" for k, v in fitted["vocabulary"].items())
-        line += f"; training-split vocabularies ({sizes}; other values: out of vocabulary)"
-    return line
+        parts.append(f"training-split vocabularies ({sizes}; other values: out of vocabulary)")
+    return "; ".join(parts)
