@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -142,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ranknas",
         description="Neural-architecture search for ranking and recommendation models.",
     )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show the libraries' info messages (Optuna, MLflow)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler: Handler, help: str, parent=commands):
@@ -330,6 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    if not args.verbose:  # the libraries' info lines (Optuna's, MLflow's) only with -v
+        for name in ("optuna", "mlflow", "alembic"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
     try:
         return args.handler(args)

@@ -15,8 +15,9 @@ from nas import baselines
 from nas.trial_record import StudyAttr, TrialAttr
 from search_space.errors import RanknasError
 
-COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "mflops", "params",
-           "latency_ms", "throughput", "digest", "worker", "failure_reason")  # fmt: skip
+COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
+           "mflops", "params", "latency_ms", "throughput", "digest", "worker",
+           "failure_reason")  # fmt: skip
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "digest",
                     "failure_reason")  # fmt: skip

@@ -61,6 +61,7 @@ from trainers.trainer import TrainResult
 
 Progress = Callable[[str], None]
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
+LONG_TRIAL_SECONDS = 15  # a trial running longer reports each evaluation
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -234,7 +235,7 @@ def _run_study(
         try:
             with _heartbeat(storage, trial, config.heartbeat_seconds):
                 outcome = _reused(study, trial, space, config, worker) or run_trial(
-                    trial, space, data, config, worker
+                    trial, space, data, config, worker, progress
                 )
         except KeyboardInterrupt:
             _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
@@ -322,7 +323,12 @@ def _log_dead_trials(study: optuna.Study, logger: Any) -> None:
 
 
 def run_trial(
-    trial: Trial, space: SearchSpace, data: StudyData, config: StudyConfig, worker: str
+    trial: Trial,
+    space: SearchSpace,
+    data: StudyData,
+    config: StudyConfig,
+    worker: str,
+    progress: Progress | None = None,
 ) -> Outcome:
     """Cost, plan, train and record one trial (its files and attributes); the caller tells
     Optuna the outcome."""
@@ -334,7 +340,7 @@ def run_trial(
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
     sharding = plan_sharding(arch, config, directory)
-    result, model = _train_within_constraints(trial, arch, costs, data, config)
+    result, model = _train_within_constraints(trial, arch, costs, data, config, progress)
     summary = record_result(directory, costs, sharding, result, model)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
@@ -360,7 +366,12 @@ def _artifacts(directory: Path) -> dict[str, str]:
 
 
 def _train_within_constraints(
-    trial: Trial, arch: Architecture, costs: Costs, data: StudyData, config: StudyConfig
+    trial: Trial,
+    arch: Architecture,
+    costs: Costs,
+    data: StudyData,
+    config: StudyConfig,
+    progress: Progress | None = None,
 ) -> tuple[TrainResult, RankingModel | None]:
     o = config.objectives
     reason = None
@@ -374,7 +385,13 @@ def _train_within_constraints(
     if reason:
         return TrainResult(status="pruned", failure_reason=reason), None
 
+    started = time.monotonic()
+
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
+        metric = config.objectives.metric
+        if progress is not None and time.monotonic() - started > LONG_TRIAL_SECONDS:
+            progress(f"  trial {trial.number}: {examples:,} examples, validation {metric} "
+                     f"{metrics[metric]:.4f}")  # fmt: skip
         if config.multi_objective:
             return False
         trial.report(metrics[config.objectives.metric], step)

@@ -56,8 +56,8 @@ class StudyAttr(StrEnum):
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.
-METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "test_ne", "test_logloss", "test_auc",
-                "throughput")  # fmt: skip
+METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne", "test_logloss",
+                "test_auc", "test_calibration", "throughput")  # fmt: skip
 # A TrainResult's status, as the MLflow run status: a pruned trial ended as planned (its
 # `status` tag says pruned); KILLED would show it as crashed.
 RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED"}
