@@ -68,11 +68,15 @@ def test_compare_measures_every_method(model, table_file, tmp_path, capsys):
         assert record["measured_max_ms"] >= record["measured_mean_ms"] > 0
 
 
+def test_without_a_trained_policy_plan_falls_back_and_says_so(table_file, tmp_path, capsys):
+    assert run(["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "no trained RL policy" in err and out.startswith("size_lookup_greedy:")
+
+
 def test_user_mistakes(model, table_file, tmp_path):
     with pytest.raises(RanknasError, match="--devices must be at least 1"):
         run(["shard", "plan", str(table_file), "--devices", "0"])
-    with pytest.raises(RanknasError, match="shard train"):
-        run(["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path)])
     too_big = tmp_path / "big.json"
     save_tables([TableSpec("huge", 2_000_000, 128)], too_big)
     with pytest.raises(RanknasError, match=r"huge \(0.95 GiB\).*short by 0.45 GiB"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -68,9 +69,17 @@ def _cost_net(model: Path) -> CostNet | None:
 # ---------------------------------------------------------------------- plan
 
 
+FALLBACK = "size_lookup_greedy"  # the best heuristic in BENCHMARKS.md
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
-    sharder = make_sharder(args.method, model_dir=args.model)
+    method = args.method
+    if method == "rl" and not (Path(args.model) / "policy.json").exists():
+        print(f"no trained RL policy in {args.model}: planned with {FALLBACK} instead (`ranknas "
+              f"shard train --out {args.model}` trains one)", file=sys.stderr)  # fmt: skip
+        method = FALLBACK
+    sharder = make_sharder(method, model_dir=args.model)
     start = time.perf_counter()
     plan = sharder.plan(tables, topology)
     seconds = time.perf_counter() - start
