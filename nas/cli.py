@@ -334,7 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
     if not args.verbose:  # the libraries' info lines (Optuna's, MLflow's) only with -v
-        for name in ("optuna", "mlflow", "alembic"):
+        import optuna  # its logger resets its own level when first used: set it through it
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
