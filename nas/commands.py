@@ -41,7 +41,7 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
           f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
     if logger is not None:
         experiment = config.mlflow.experiment or config.name
-        print(f"MLflow: {config.mlflow.tracking_uri} (experiment {experiment})")
+        print(f"MLflow: {redact(config.mlflow.tracking_uri)} (experiment {experiment})")
     study = run_study(config, logger=logger, progress=lambda line: print(line, flush=True))
     table = leaderboard.rows(study)
     print()

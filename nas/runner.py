@@ -214,7 +214,7 @@ def _run_study(
     if logger is not None:
         logger.start_study(
             config.name,
-            params=config.model_dump(mode="json") | {"storage": redact(config.storage)},
+            params=_loggable(config),
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:
@@ -261,6 +261,15 @@ class Outcome:
     state: TrialState
     values: list[float] | None
     record: dict[str, Any]
+
+
+def _loggable(config: StudyConfig) -> dict[str, Any]:
+    """The config as the study's MLflow params, with passwords in URLs redacted."""
+    params = config.model_dump(mode="json")
+    params["storage"] = redact(config.storage)
+    if config.mlflow.tracking_uri:
+        params["mlflow"]["tracking_uri"] = redact(config.mlflow.tracking_uri)
+    return params
 
 
 def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) -> None:

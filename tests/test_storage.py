@@ -30,6 +30,7 @@ def test_passwords_never_show(capsys):
         "postgresql://ranker:***@db:5432/studies"
     )
     assert redact("sqlite:///ranknas-data/studies.db") == "sqlite:///ranknas-data/studies.db"
+    assert redact("https://bob:pw@mlflow.example:443") == "https://bob:***@mlflow.example:443"
     url = "postgresql://ranker:s3cret@127.0.0.1:1/studies"  # nothing listens on port 1
     assert main(["status", "some-study", "--storage", url]) == 2
     err = capsys.readouterr().err
