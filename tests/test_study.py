@@ -86,11 +86,12 @@ def test_rerunning_a_finished_study_adds_nothing(tmp_path):
 
 def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     trials = 4
-    # Trials of a few seconds, so that the kill lands inside one.
+    # Trials of a few seconds, so that the kill lands inside one. Some random draws of
+    # this tiny space end above NE 1 (failed as diverged): what matters here is resuming.
     config = tiny_config(
         tmp_path,
         "killed",
-        budget={"trials": trials, "epochs_per_trial": 2},
+        budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
         data={"rows": 40_000},
     )
     path = write_config(tmp_path, config)

@@ -71,11 +71,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+# On a GPU, embedding tables up to this many weights (1 GiB in fp32) get dense gradients:
+# Adagrad and SGD then update the untouched rows by exactly zero, as with sparse gradients,
+# and skip coalescing the sparse gradient, which took 75-90% of an H100's step time
+# (BENCHMARKS.md, "Trials on a GPU"). Larger tables keep sparse gradients.
+DENSE_GRAD_LIMIT = 1 << 28
+
+
 def make_optimizers(
     model: nn.Module, config: TrainConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer | None]:
-    """Adam/AdamW for dense parameters; Adagrad (sparse gradients), torchrec's row-wise
-    Adagrad or SGD for the embedding tables."""
+    """Adam/AdamW for dense parameters; Adagrad (sparse gradients; dense ones for tables up
+    to `DENSE_GRAD_LIMIT` on a GPU), torchrec's row-wise Adagrad or SGD for the embedding
+    tables."""
     sparse = [p for n, p in model.named_parameters() if n.startswith("embedding_bags.")]
     dense = [p for n, p in model.named_parameters() if not n.startswith("embedding_bags.")]
     dense_cls = torch.optim.AdamW if config.dense_optimizer == "adamw" else torch.optim.Adam
@@ -86,8 +94,9 @@ def make_optimizers(
         from torchrec.optim import RowWiseAdagrad
 
         return dense_opt, RowWiseAdagrad(sparse, lr=config.sparse_lr)
+    sparse_grads = not (sparse[0].is_cuda and sum(p.numel() for p in sparse) <= DENSE_GRAD_LIMIT)
     for bag in model.embedding_bags.embedding_bags.values():
-        bag.sparse = True  # gradients only for the rows a batch touches
+        bag.sparse = sparse_grads  # gradients only for the rows a batch touches
     # Embedding-bag gradients are well-formed; checking each sparse tensor costs time.
     torch.sparse.check_sparse_tensor_invariants.disable()
     if config.sparse_optimizer == "sgd":
