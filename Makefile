@@ -14,7 +14,7 @@ FBGEMM_VERSION := 1.8.0
 # (its wheel would pull the CUDA build of fbgemm-gpu and an old torchmetrics pin).
 TORCHREC_DEPS := tensordict torchmetrics tqdm pyre-extensions iopath
 
-.PHONY: setup test test-all lint demo bench clean
+.PHONY: setup browser test test-all lint demo screenshots bench clean
 
 setup: $(STAMP)
 
@@ -36,7 +36,13 @@ $(STAMP): pyproject.toml Makefile
 test: setup
 	$(VENV)/bin/pytest -q -m "not slow"
 
-test-all: setup
+# The browser check (a slow test, and `make screenshots`) drives Debian's chromium with
+# Playwright: installs both where they are missing (apt-get needs root).
+browser: setup
+	test -x /usr/bin/chromium || apt-get install -y -q chromium
+	$(PIP) install -q -e '.[dev,browser]' torch==$(TORCH_VERSION)
+
+test-all: setup browser
 	$(VENV)/bin/pytest -q
 
 lint: setup
@@ -62,6 +68,10 @@ demo: setup
 	@echo "Registry:      models:/ranknas-quickstart@champion"
 	@echo "Study storage: sqlite:///ranknas-data/studies.db  ('ranknas status quickstart')"
 	@echo "Stop MLflow:   $(RANKNAS) mlflow down"
+
+# Screenshots of the demo's experiment in the MLflow UI (run `make demo` first), for docs/.
+screenshots: browser
+	$(PY) -m mlflow_server.ui_check --tracking-uri $(MLFLOW_URL) --experiment quickstart --out docs
 
 bench: setup
 	$(PY) bench/bench_search_space.py
