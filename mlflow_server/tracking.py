@@ -108,7 +108,8 @@ class StudyLogger:
         Keywords (all optional): `params`, `metrics` (logged at step 0), `curves` (metric
         histories of (step, value); use keys distinct from `metrics`), `tags`, `artifacts`
         (relative file name -> content), `status` (RUNNING, FINISHED, FAILED, KILLED;
-        default FINISHED), `run_name` (of a run this call creates; default `trial-N`) and
+        default FINISHED; None updates a run and leaves its state and end time), `run_name`
+        (of a run this call creates; default `trial-N`) and
         `start_time` (epoch seconds the trial started, so that the run's duration and the
         curves' timestamps are real).
         """
@@ -225,7 +226,8 @@ class _Writer:
         run_id = self._find_or_create(experiment_id, match, run_name, extra, record.get("start_ms"))
         self._log_batch(run_id, record)
         self._upload(run_id, record["artifacts"])
-        self._set_status(run_id, record["status"], record["ts"])
+        if record["status"] is not None:  # None: an update that leaves the run's end as it was
+            self._set_status(run_id, record["status"], record["ts"])
 
     def _summary(self, record: dict[str, Any]) -> None:
         run_id = self._parent_run(record)
@@ -327,7 +329,7 @@ def _run_payload(
     curves: Curves | None = None,
     tags: Mapping[str, Any] | None = None,
     artifacts: Artifacts | None = None,
-    status: str = "FINISHED",
+    status: str | None = "FINISHED",
     run_name: str | None = None,
     start_time: float | None = None,
 ) -> dict[str, Any]:
@@ -529,8 +531,8 @@ def _artifacts(artifacts: Artifacts | None) -> dict[str, str]:
     return encoded
 
 
-def _status(status: str) -> str:
-    if status not in RUN_STATUSES:
+def _status(status: str | None) -> str | None:
+    if status is not None and status not in RUN_STATUSES:
         raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
     return status
 

@@ -231,10 +231,11 @@ def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
         if row["mean_test_ne"] is not None:
             metrics["reeval_mean_test_ne"] = row["mean_test_ne"]
         key = str(row["trial"])
+        # status None: the run keeps its own end time (its duration is its training's)
         if key.startswith("baseline:"):
-            logger.log_baseline(key.removeprefix("baseline:"), metrics=metrics)
+            logger.log_baseline(key.removeprefix("baseline:"), metrics=metrics, status=None)
         else:
-            logger.log_trial(row["trial"], metrics=metrics)
+            logger.log_trial(row["trial"], metrics=metrics, status=None)
     best = next(r for r in table if isinstance(r["trial"], int))
     logger.log_study_summary(
         metrics={"reeval_best_mean_val_ne": best["mean_val_ne"]},

@@ -298,7 +298,9 @@ def _reused(
     """The outcome of an earlier trial of the same architecture, if there is one: an
     architecture is trained once per study (a sampler may propose it again, a worker may
     replay it), so the budget goes to new architectures."""
-    key = digest(space.decode(trial.params))
+    started = time.time()
+    arch = space.decode(trial.params)
+    key = digest(arch)
     earlier = next((t for t in study.get_trials(deepcopy=False) if _trained(t)
                     and t.user_attrs.get(TrialAttr.DIGEST) == key), None)  # fmt: skip
     if earlier is None:
@@ -313,7 +315,10 @@ def _reused(
         earlier.state, "failed"
     )
     summary["failure_reason"] = earlier.user_attrs.get(TrialAttr.FAILURE_REASON)
-    record = mlflow_record(trial.params, summary, {}, tags, {})
+    described = summary_name(arch, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
+    params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
+    name = f"trial-{trial.number} {described} (= trial {earlier.number})"
+    record = mlflow_record(params, summary, {}, tags, {}, name, started)
     return Outcome(earlier.state, earlier.values, record)
 
 

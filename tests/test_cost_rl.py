@@ -6,15 +6,18 @@ import numpy as np
 import pytest
 import torch
 from test_cost_model import synthetic_samples
+from torchrec.distributed.types import ShardingType
 
 from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
 from cost_models.sharding.measure import KernelTime, Measurer
 from cost_models.sharding.policy import PolicyNet, load_policy, run_episodes
+from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
 from cost_models.sharding.splitting import choose_splits
 from cost_models.sharding.tables import TableSpec, column_shards, generate_tables
 from cost_models.sharding.topology import Topology
+from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
 from cost_models.sharding.training import (
     RLConfig,
     TaskConfig,
@@ -142,3 +145,53 @@ def test_episodes_fill_a_fixed_amount_of_work():
     assert episode_count(50, 4) == MAX_EPISODES
     assert MIN_EPISODES < episode_count(400, 64) < MAX_EPISODES
     assert episode_count(400, 64) * 400 * 64 <= EPISODE_WORK
+
+
+def test_refine_brings_a_bad_plan_near_the_balance_bound_within_memory(learned):
+    net, *_ = learned
+    units = generate_tables(40, seed=5)
+    topology = Topology(4, memory_bytes=int(0.6 * sum(t.size_bytes for t in units)))
+    start = [i % 2 for i in range(len(units))]  # two devices idle
+    before = device_costs(net, units, start, topology)
+    ranks = refine(net, units, start, topology)
+    after = device_costs(net, units, ranks, topology)
+    assert after.max() < 0.7 * before.max()
+    assert after.max() <= 1.10 * after.mean()  # within 10% of the balance bound
+    sizes = torch.tensor([float(t.size_bytes) for t in units])
+    used = torch.zeros(4).index_add_(0, torch.tensor(ranks), sizes)
+    assert (used <= topology.memory_bytes).all()
+    assert refine(net, units, ranks, topology) == ranks  # a local optimum stays put
+
+
+def test_the_refined_rl_plan_is_never_rated_worse_than_the_unrefined(learned):
+    net, policy, pool, *_ = learned
+    tables, topology = pool[:30], Topology(4)
+
+    def rated(plan):  # the floored device costs that the episodes and `refine` use
+        ranks = [plan.assignment[t.name] for t in tables]
+        return float(device_costs(net, tables, ranks, topology).max())
+
+    refined = RLSharder(policy, net).plan(tables, topology)
+    plain = RLSharder(policy, net, refine=False).plan(tables, topology)
+    assert rated(refined) <= rated(plain) + 1e-6
+
+
+def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
+    net, policy, *_ = learned
+    huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB
+    tables = [huge, *(TableSpec(f"s{i}", 5_000, 16, 2.0) for i in range(12))]
+    # 2 hosts x 4 devices of 60 MB: half a host holds the table, so it stays in host 0.
+    hosts = Topology(8, memory_bytes=60_000_000, local_world_size=4)
+    plan = RLSharder(policy, net).plan(tables, hosts)
+    assert plan.row_wise == {"huge": (0, 1, 2, 3)}
+    assert max(plan.memory_bytes) <= hosts.memory_bytes
+    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
+    module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
+    assert module_plan["huge"].sharding_type == ShardingType.TABLE_ROW_WISE.value
+    # 2 hosts x 2 devices of 45 MB: no host has room to spare; row-wise over every device.
+    small_hosts = Topology(4, memory_bytes=45_000_000, local_world_size=2)
+    plan = RLSharder(policy, net).plan(tables, small_hosts)
+    assert plan.row_wise == {"huge": (0, 1, 2, 3)}
+    assert max(plan.memory_bytes) <= small_hosts.memory_bytes
+    module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
+    assert module_plan["huge"].sharding_type == ShardingType.ROW_WISE.value

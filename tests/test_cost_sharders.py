@@ -52,13 +52,21 @@ def test_tight_memory_is_respected(sharders, method):
     check_valid(sharders[method].plan(TABLES, topology), TABLES, topology)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "rl"])
 def test_table_larger_than_a_device(sharders, method):
     huge = TableSpec("huge", 10_000_000, 128)  # 4.77 GiB
     with pytest.raises(RanknasError) as info:
         sharders[method].plan([*TABLES[:5], huge], Topology(4, memory_bytes=4 * GIB))
     message = str(info.value)
     assert "huge (4.77 GiB)" in message and "short by 0.77 GiB" in message
+
+
+def test_rl_cuts_a_table_larger_than_a_device_by_rows(sharders):
+    huge = TableSpec("huge", 10_000_000, 128)  # 4.77 GiB
+    topology = Topology(4, memory_bytes=4 * GIB)
+    plan = sharders["rl"].plan([*TABLES[:5], huge], topology)
+    assert plan.row_wise == {"huge": (0, 1, 2, 3)}
+    check_valid(plan, [*TABLES[:5], huge], topology)
 
 
 @pytest.mark.parametrize("method", METHODS)

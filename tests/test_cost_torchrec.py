@@ -10,7 +10,7 @@ from pathlib import Path
 from torchrec.distributed.types import ShardingPlan, ShardingType
 
 from cost_models.sharding.measure import Measurer
-from cost_models.sharding.plan import make_plan
+from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.sharders import make_sharder
 from cost_models.sharding.tables import (
     TableSpec,
@@ -53,6 +53,24 @@ def test_split_tables_become_column_wise_shards_on_their_ranks():
     offsets = [s.shard_offsets[1] for s in module_plan["wide"].sharding_spec.shards]
     assert offsets == [0, 16, 32, 48]
     assert module_plan["narrow"].ranks == [1]
+
+
+def test_row_split_tables_become_row_wise_or_table_row_wise_shards():
+    tables = [TableSpec("huge", 10_001, 32, 40.0), TableSpec("big", 4_000, 16, 8.0),
+              TableSpec("small", 100, 16)]  # fmt: skip
+    row_wise = {"huge": (0, 1, 2, 3), "big": (2, 3)}  # every rank; host 1 of 2 x 2
+    plan = make_plan({"small": 0}, tables, 4, "test", row_wise=row_wise)
+    units = {u.name: u for u in plan.units(tables)}
+    assert [units[f"huge/rw{j}"].num_embeddings for j in range(4)] == [2501, 2501, 2501, 2498]
+    assert units["huge/rw0"].pooling_factor == 10.0  # hashed ids: a quarter of the lookups
+    assert plan.memory_bytes[0] == (2501 * 32 + 100 * 16) * 4
+    assert plan.memory_bytes[3] == (2498 * 32 + 2000 * 16) * 4
+    module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
+    assert module_plan["huge"].sharding_type == ShardingType.ROW_WISE.value
+    assert module_plan["huge"].ranks == [0, 1, 2, 3]
+    assert module_plan["big"].sharding_type == ShardingType.TABLE_ROW_WISE.value
+    assert module_plan["big"].ranks == [2, 3]
+    assert Plan.from_dict(plan.to_dict()) == plan
 
 
 def test_torchrec_column_wise_plans_read_back_as_splits():

@@ -1,6 +1,6 @@
 """Multi-process training: torchrec DistributedModelParallel on 2 CPU processes (gloo) with a
-plan (table-wise, and with a column-wise split) takes the same steps as one process training
-on the whole batch."""
+plan (table-wise, with a column-wise split, with a row-wise split) takes the same steps as
+one process training on the whole batch."""
 
 import json
 import socket
@@ -32,25 +32,29 @@ def _torchrun(processes: int, out, *args: str) -> list[float]:
     return json.loads(out.read_text())
 
 
-def _plan_file(path, arch: str, split: bool) -> str:
-    """Tables 0-4 on rank 0, the rest on rank 1 (uneven on purpose); with `split`, table 0
-    cut into two column shards, one per rank."""
+def _plan_file(path, arch: str, split: str | None) -> str:
+    """Tables 0-4 on rank 0, the rest on rank 1 (uneven on purpose); table 0 cut into two
+    column shards (`split="column"`) or two row shards (`"row"`), one per rank."""
     tables = tables_from_architecture(preset(arch, synthetic_schema(seed=0)))
-    splits = {tables[0].name: 2} if split else {}
+    splits = {tables[0].name: 2} if split == "column" else {}
+    row_wise = {tables[0].name: (0, 1)} if split == "row" else {}
     assignment = {t.name: (0 if i < 5 else 1) for i, t in enumerate(tables)}
     if split:
         del assignment[tables[0].name]
+    if split == "column":
         assignment |= {shard_name(tables[0].name, j): j for j in range(2)}
-    path.write_text(json.dumps(make_plan(assignment, tables, 2, "test", splits).to_dict()))
+    plan = make_plan(assignment, tables, 2, "test", splits, row_wise)
+    path.write_text(json.dumps(plan.to_dict()))
     return str(path)
 
 
 @pytest.mark.parametrize(
     ("arch", "split", "optimizer"),
     [
-        ("dlrm", False, "rowwise_adagrad"),
-        ("wukong", False, "rowwise_adagrad"),
-        ("dlrm", True, "sgd"),
+        ("dlrm", None, "rowwise_adagrad"),
+        ("wukong", None, "rowwise_adagrad"),
+        ("dlrm", "column", "sgd"),
+        ("dlrm", "row", "rowwise_adagrad"),
     ],
 )
 def test_two_process_training_matches_one_process(tmp_path, arch, split, optimizer):
@@ -60,13 +64,13 @@ def test_two_process_training_matches_one_process(tmp_path, arch, split, optimiz
     double = _torchrun(2, tmp_path / "two.json", *common, f"--plan={plan}")
     assert double["world_size"] == 2
     assert {r for ranks in double["plan"].values() for r in ranks} == {0, 1}
-    assert (double["plan"]["t_c0"] == [0, 1]) == split
+    assert (double["plan"]["t_c0"] == [0, 1]) == bool(split)
     assert single["losses"] == pytest.approx(double["losses"], abs=1e-4)
     assert double["losses"][-1] < double["losses"][0]
 
 
 def test_a_plan_for_other_tables_is_refused(tmp_path):
-    plan = _plan_file(tmp_path / "plan.json", "dlrm", False)
+    plan = _plan_file(tmp_path / "plan.json", "dlrm", None)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
                "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
                "-m", "trainers.distributed", "--rows=2000", "--steps=1", f"--plan={plan}",

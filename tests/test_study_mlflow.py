@@ -127,9 +127,10 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     log_summary(logger, study, rows(study))
     assert logger.flush(timeout_s=30) == 0
     path = write_config(tmp_path, config.model_dump(mode="json"))
+    client = MlflowClient(tracking_uri=server.uri)
+    ended = {n: run.info.end_time for n, run in _runs(client, "reevaluated")[1].items()}
     assert main(["reevaluate", str(path), "--top", "2", "--seeds", "2"]) == 0
     best = capsys.readouterr().out.split("--trial ")[1].split()[0]
-    client = MlflowClient(tracking_uri=server.uri)
     parent, trials = _runs(client, "reevaluated")
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["reeval_best_trial"] == best
@@ -137,6 +138,8 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     assert "reevaluation.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}
     retrained = [n for n, run in trials.items() if "reeval_mean_val_ne" in run.data.metrics]
     assert len(retrained) == 2 and int(best) in retrained
+    # a retrained trial's run keeps its own duration (the search's training, not until now)
+    assert {n: run.info.end_time for n, run in trials.items()} == ended
     for number in retrained:  # what the search logged is still there
         assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
         assert trials[number].data.metrics["reeval_seeds"] == 2

@@ -92,6 +92,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.splits:
         cuts = ", ".join(f"{name} into {parts}" for name, parts in plan.splits.items())
         print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
+    for name, ranks in plan.row_wise.items():
+        kind = "row-wise" if len(ranks) == plan.num_devices else "table-row-wise"
+        print(f"{kind}: {name} cut by rows over ranks {list(ranks)} (<table>/rw<j>)")
     if predicted is None:
         print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
     else:

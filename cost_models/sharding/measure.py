@@ -159,6 +159,13 @@ class Measurer:
         forward, backward = np.median(np.asarray(stored), axis=0)
         return KernelTime(float(forward), float(backward))
 
+    def timings(self, tables: Sequence[TableSpec], samples: int) -> list[KernelTime]:
+        """`samples` independent timings of `tables` (taking what is missing), unreduced:
+        their spread is the measurement noise."""
+        self.measure(tables, samples)
+        stored = self._cache[self._key(tables)][:samples]
+        return [KernelTime(float(f), float(b)) for f, b in stored]
+
     def measure_many(
         self, table_sets: Sequence[Sequence[TableSpec]], samples: int = 1
     ) -> list[KernelTime]:

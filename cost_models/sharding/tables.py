@@ -123,12 +123,46 @@ def column_shards(table: TableSpec, parts: int) -> list[TableSpec]:
     ]
 
 
-def placement_units(tables: Sequence[TableSpec], splits: Mapping[str, int]) -> list[TableSpec]:
-    """`tables` in order, each table named in `splits` replaced by its column shards."""
+def row_shard_name(table: str, index: int) -> str:
+    return f"{table}/rw{index}"
+
+
+def row_shards(table: TableSpec, parts: int) -> list[TableSpec]:
+    """`table` cut by rows into `parts` blocks as torchrec cuts them (ceil(rows / parts) each,
+    the last takes the rest). Ids are taken as hashed, so each block gets an equal share of
+    the lookups: pooling / parts per example, the same id skew. Every block still returns
+    full-width partial sums, so its communication is that of the whole table."""
+    block = -(-table.num_embeddings // parts)
+    sizes = [min(block, table.num_embeddings - j * block) for j in range(parts)]
+    if min(sizes) < 1:
+        raise RanknasError(f"table {table.name}: {table.num_embeddings} rows do not fill "
+                           f"{parts} row shards")  # fmt: skip
+    return [
+        replace(
+            table,
+            name=row_shard_name(table.name, j),
+            num_embeddings=rows,
+            pooling_factor=table.pooling_factor / parts,
+        )
+        for j, rows in enumerate(sizes)
+    ]
+
+
+def placement_units(
+    tables: Sequence[TableSpec],
+    splits: Mapping[str, int],
+    row_wise: Mapping[str, Sequence[int]] | None = None,
+) -> list[TableSpec]:
+    """`tables` in order, each table named in `splits` replaced by its column shards and each
+    named in `row_wise` by its row shards (one per rank listed)."""
     units: list[TableSpec] = []
+    row_wise = row_wise or {}
     for t in tables:
         parts = splits.get(t.name, 1)
-        units += column_shards(t, parts) if parts > 1 else [t]
+        if t.name in row_wise:
+            units += row_shards(t, len(row_wise[t.name]))
+        else:
+            units += column_shards(t, parts) if parts > 1 else [t]
     return units
 
 
@@ -323,6 +357,43 @@ def generate_tables(count: int, seed: int = 0, config: PoolConfig | None = None)
     pooling = np.where(rng.random(count) < config.one_hot_share, 1.0, multi_hot)
     pooling = np.round(np.minimum(pooling, config.max_pooling), 1)
     alphas = np.round(rng.uniform(*config.zipf_range, count), 3)
+    return [
+        TableSpec(
+            f"t{i}", int(rows[i]), int(dims[i]), float(pooling[i]), zipf_alpha=float(alphas[i])
+        )
+        for i in range(count)
+    ]
+
+
+POOL_FAMILIES = ("no_dominant", "one_dominant", "many_heavy", "mixed")
+
+
+def pool_family(family: str, count: int, seed: int) -> list[TableSpec]:
+    """`count` tables of one kind of pool, for benchmarks with fresh seeds.
+
+    - no_dominant: power-law rows (1k to 100k), dims 16-128, log-normal pooling (median
+      2.7, capped at 30); no table stands out.
+    - one_dominant: the same, with t0 a 500k x 128 table read 60 times per example.
+    - many_heavy: the same, with 15% of the tables heavy (200k-500k rows, dim 32-64,
+      pooling 20-60).
+    - mixed: `generate_tables`' defaults (dims 8-128, 40% one-hot, Pareto pooling).
+    """
+    if family not in POOL_FAMILIES:
+        raise RanknasError(f"pool family {family!r}: use one of {', '.join(POOL_FAMILIES)}")
+    if family == "mixed":
+        return generate_tables(count, seed)
+    rng = np.random.default_rng([seed, POOL_FAMILIES.index(family), count])
+    rows = np.minimum(np.round(1000 * 10 ** rng.exponential(0.8, count)), 100_000).astype(int)
+    dims = rng.choice([16, 32, 64, 128], count)
+    pooling = np.clip(np.round(rng.lognormal(1.0, 0.8, count), 1), 1.0, 30.0)
+    if family == "many_heavy":
+        heavy = rng.random(count) < 0.15
+        rows[heavy] = rng.integers(200_000, 500_001, int(heavy.sum()))
+        dims[heavy] = rng.choice([32, 64], int(heavy.sum()))
+        pooling[heavy] = np.round(rng.uniform(20, 60, int(heavy.sum())), 1)
+    if family == "one_dominant":
+        rows[0], dims[0], pooling[0] = 500_000, 128, 60.0
+    alphas = np.round(rng.uniform(0.3, 1.3, count), 3)
     return [
         TableSpec(
             f"t{i}", int(rows[i]), int(dims[i]), float(pooling[i]), zipf_alpha=float(alphas[i])

@@ -1,8 +1,9 @@
 """Everything that speaks torchrec: collections, `ShardingPlan`s, the planner, its estimates.
 
 - `build_ebc(tables)`: an `EmbeddingBagCollection` with one table per spec (feature = name).
-- `to_sharding_plan(plan, ebc)`: a `ShardingPlan` (table-wise, and column-wise for split
-  tables) that `DistributedModelParallel` accepts.
+- `to_sharding_plan(plan, ebc)`: a `ShardingPlan` (table-wise; column-wise for split
+  tables; row-wise or table-row-wise for row-split ones) that `DistributedModelParallel`
+  accepts.
 - `torchrec_topology` / `planner_constraints`: our workload in the planner's terms
   (table-wise, optionally column-wise; each table's pooling factor).
 - `analytic_compute_ms(tables)`: torchrec's `EmbeddingPerfEstimator` forward + backward
@@ -25,6 +26,8 @@ from torchrec.distributed.planner.shard_estimators import EmbeddingPerfEstimator
 from torchrec.distributed.sharding_plan import (
     column_wise,
     construct_module_sharding_plan,
+    row_wise,
+    table_row_wise,
     table_wise,
 )
 from torchrec.distributed.types import ShardingPlan
@@ -34,6 +37,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import Topology
+from search_space.errors import RanknasError
 
 
 def build_ebc(tables: Sequence[TableSpec], device: str = "meta") -> EmbeddingBagCollection:
@@ -58,19 +62,40 @@ def to_sharding_plan(
     device_type: str = "cpu",
 ) -> ShardingPlan:
     """`plan` as a `ShardingPlan` for `ebc` at `module_path` (e.g. "embedding_bags"):
-    table-wise for whole tables, column-wise for split ones."""
-    generators = {
-        name: table_wise(rank=ranks[0]) if len(ranks) == 1 else column_wise(ranks=ranks)
-        for name, ranks in plan.table_ranks().items()
-    }
+    table-wise for whole tables, column-wise for column-split ones, row-wise for tables cut
+    by rows over every rank and table-row-wise for tables cut over one host's ranks."""
+    local_size = _local_size(plan)
+    generators = {}
+    for name, ranks in plan.table_ranks().items():
+        if name in plan.row_wise:
+            whole_world = list(ranks) == list(range(plan.num_devices))
+            generators[name] = row_wise() if whole_world else table_row_wise(ranks[0] // local_size)
+        else:
+            generators[name] = (
+                table_wise(rank=ranks[0]) if len(ranks) == 1 else column_wise(ranks=ranks)
+            )
     module_plan = construct_module_sharding_plan(
         ebc,
         generators,
-        local_size=plan.num_devices,
+        local_size=local_size,
         world_size=plan.num_devices,
         device_type=device_type,
     )
     return ShardingPlan({module_path: module_plan})
+
+
+def _local_size(plan: Plan) -> int:
+    """Devices per host: what the table-row-wise tables span (all devices if none)."""
+    every = list(range(plan.num_devices))
+    hosts = {tuple(r) for r in plan.row_wise.values() if list(r) != every}
+    sizes = {len(r) for r in hosts}
+    if len(sizes) > 1 or any(list(r) != list(range(r[0], r[0] + len(r))) or r[0] % len(r)
+                             for r in hosts):  # fmt: skip
+        raise RanknasError(
+            f"plan: row-wise tables must span all {plan.num_devices} ranks or the ranks of "
+            f"one host (equal, aligned blocks); got {sorted(hosts)}"
+        )
+    return sizes.pop() if sizes else plan.num_devices
 
 
 def torchrec_topology(topology: Topology) -> TorchrecTopology:

@@ -23,10 +23,13 @@ class Sharder(ABC):
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan: ...
 
 
-def check_capacity(tables: Sequence[TableSpec], topology: Topology) -> None:
-    """Raise `RanknasError` when some table, or all of them together, cannot fit."""
+def check_capacity(
+    tables: Sequence[TableSpec], topology: Topology, row_split: bool = False
+) -> None:
+    """Raise `RanknasError` when some table (unless tables may be cut by rows), or all of
+    them together, cannot fit."""
     capacity = topology.memory_bytes
-    too_big = [t for t in tables if t.size_bytes > capacity]
+    too_big = [] if row_split else [t for t in tables if t.size_bytes > capacity]
     if too_big:
         listed = ", ".join(f"{t.name} ({t.size_bytes / GIB:.2f} GiB)" for t in too_big[:10])
         more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""

@@ -7,15 +7,20 @@ cost wins and gets `episodes - 1` sampled episodes more: by default as many as f
 amount of work (16 for 800 tables on 128 devices, up to 512 for small workloads; more
 samples keep a margin against the cost model's errors). Of that cut's episodes, the
 feasible plan with the lowest soft max-device cost (see `policy`: it keeps a margin
-against the model's errors on the devices just below the max) is returned. No
-measurement happens here.
+against the model's errors on the devices just below the max) is kept.
+
+Then, with `refine` (the default), the greedy heuristics place the same units too; the
+cost model rates their plans beside the policy's, and the policy's plan and the best
+heuristic plan are each improved by local search (`refine`: moves and swaps off the
+costliest device). The plan with the lowest predicted max-device cost is returned, so a
+heuristic that suits a pool better is not lost. No measurement happens here.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,10 +29,16 @@ from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.measure import single_threaded
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episodes
+from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders.base import Sharder, check_capacity, unplaced_error
+from cost_models.sharding.sharders.dim_greedy import DimGreedy
+from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
+from cost_models.sharding.sharders.size_greedy import SizeGreedy
+from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
 from cost_models.sharding.splitting import choose_splits
-from cost_models.sharding.tables import TableSpec, placement_units
+from cost_models.sharding.tables import TableSpec, placement_units, row_shards
 from cost_models.sharding.topology import Topology
+from search_space.errors import RanknasError
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
@@ -56,9 +67,11 @@ class RLSharder(Sharder):
         episodes: int | None = None,
         seed: int = 0,
         split_limits: Sequence[float] = SPLIT_LIMITS,
+        refine: bool = True,
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
+        self.refine = refine
 
     @classmethod
     def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
@@ -67,6 +80,23 @@ class RLSharder(Sharder):
 
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
+        check_capacity(tables, topology, row_split=True)
+        row_wise = row_wise_tables(tables, topology)
+        if not row_wise:
+            return self._place(tables, topology)
+        by_name = {t.name: t for t in tables}
+        held = [0] * topology.num_devices
+        for name, ranks in row_wise.items():
+            for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True):
+                held[rank] += shard.size_bytes
+        rest = [t for t in tables if t.name not in row_wise]
+        left = replace(topology, memory_bytes=topology.memory_bytes - max(held))
+        plan = self._place(rest, left) if rest else None
+        assignment = dict(plan.assignment) if plan else {}
+        splits = dict(plan.splits) if plan else {}
+        return make_plan(assignment, tables, topology.num_devices, self.name, splits, row_wise)
+
+    def _place(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
@@ -87,8 +117,26 @@ class RLSharder(Sharder):
             more = self._episodes(chosen.units, topology, count - screen, False, generator)
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
-        assignment = {t.name: r for t, r in zip(chosen.units, chosen.ranks, strict=True)}
+        ranks = self._improve(chosen, topology) if self.refine else chosen.ranks
+        assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
         return make_plan(assignment, tables, topology.num_devices, self.name, chosen.splits)
+
+    def _improve(self, chosen: _Best, topology: Topology) -> list[int]:
+        """The policy's ranks and the best greedy heuristic's, each refined by local search;
+        whichever the cost model rates lower."""
+        heuristic = []
+        for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+            try:
+                plan = sharder.plan(chosen.units, topology)
+            except RanknasError:  # this heuristic finds no room: the others may
+                continue
+            heuristic.append([plan.assignment[t.name] for t in chosen.units])
+        rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
+        starts = [chosen.ranks]
+        if heuristic:
+            starts.append(min(heuristic, key=lambda ranks: float(rate(ranks).max())))
+        refined = [refine(self.cost_net, chosen.units, ranks, topology) for ranks in starts]
+        return min(refined, key=lambda ranks: float(rate(ranks).max()))
 
     def _candidate_splits(
         self, tables: Sequence[TableSpec], topology: Topology
@@ -114,6 +162,25 @@ class RLSharder(Sharder):
             return run_episodes(
                 self.policy, self.cost_net, units, topology, count, greedy_first, generator
             )
+
+
+def row_wise_tables(tables: Sequence[TableSpec], topology: Topology) -> dict[str, tuple[int, ...]]:
+    """Tables too big for one device, cut by rows: over the devices of one host when half of
+    that host's memory holds the table (table-row-wise: the partial sums are reduced inside
+    the host, only the result crosses hosts), hosts taken in turn; else over every device."""
+    device = topology.memory_bytes
+    host = min(topology.local_world_size, topology.num_devices)
+    hosts = topology.num_devices // host
+    out: dict[str, tuple[int, ...]] = {}
+    for t in sorted(tables, key=lambda t: -t.size_bytes):
+        if t.size_bytes <= device:
+            break
+        if hosts > 1 and t.size_bytes <= 0.5 * host * device:
+            first = (len(out) % hosts) * host
+            out[t.name] = tuple(range(first, first + host))
+        else:
+            out[t.name] = tuple(range(topology.num_devices))
+    return out
 
 
 def episode_count(units: int, devices: int) -> int:

@@ -1,0 +1,126 @@
+"""Sharding across kinds of table pools: every sharder's measured max-device cost against the
+balance bound, the measurement noise, and planning time.
+
+    .venv/bin/python bench/bench_shard_families.py [--configs 120x8,480x32] [--seeds 0]
+
+Pools come from `cost_models.sharding.tables.pool_family` (no_dominant, one_dominant,
+many_heavy, mixed) with fresh seeds: none of them is the pool the cost model and policy
+were trained on (`bench_sharding.load_or_train`, trained first if --model holds none).
+Each device gets 2x the balanced share of memory. Every device of every plan is timed on
+the fused kernel as in `bench_sharding.py`; per plan:
+
+- max: the measured max-device cost per step (ms), what the plan is judged by;
+- bound: the plan's mean measured device cost, the balance bound (no placement of these
+  units can have its max below it);
+- noise: the RL plan's max-device cost from two independent timings of every device,
+  |a - b| / mean;
+- planning: CPU seconds of the planning thread.
+
+`rl_unrefined` is an ablation (the policy's plan without the local search and the rated
+heuristic starts), not a competitor. Prints Markdown; JSON to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_sharding import GREEDY_ON_RL_CUTS, MEMORY_SLACK, TABLE_WISE_RL, Bench, load_or_train
+
+from cost_models.sharding.measure import Measurer
+from cost_models.sharding.sharders import RLSharder
+from cost_models.sharding.tables import POOL_FAMILIES, TableSpec, pool_family
+from cost_models.sharding.topology import Topology
+
+UNREFINED = "rl_unrefined"
+ABLATIONS = (UNREFINED, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
+
+
+def topology_for(tables: list[TableSpec], devices: int) -> Topology:
+    total = sum(t.size_bytes for t in tables)
+    memory = max(MEMORY_SLACK * total / devices, 1.05 * max(t.size_bytes for t in tables))
+    return Topology(devices, memory_bytes=int(memory))
+
+
+def noise(bench: Bench, tables: list[TableSpec], topology: Topology) -> float:
+    """|max_a - max_b| / mean of the RL plan's max-device cost from two timings per device."""
+    plan = bench.sharders["rl"].plan(tables, topology)
+    sets = [tuple(ts) for ts in plan.device_tables(tables) if ts]
+    pairs = [bench.measurer.timings(ts, 2) for ts in sets]
+    bench.measurer.save()
+    first = max(p[0].total_ms for p in pairs)
+    second = max(p[1].total_ms for p in pairs)
+    return abs(first - second) / ((first + second) / 2)
+
+
+def summarize(results: list[dict]) -> str:
+    methods = [m for m in results[0]["methods"] if "measured" in results[0]["methods"][m]]
+    lines = [
+        "| family | tables x devices | seed | bound (RL plan) | "
+        + " | ".join(methods)
+        + " | RL / best other | RL / bound | noise |",
+        "|" + "---|" * (len(methods) + 7),
+    ]
+    for r in results:
+        costs = {m: r["methods"][m].get("measured", float("nan")) for m in methods}
+        others = [c for m, c in costs.items() if m != "rl" and m not in ABLATIONS]
+        bound = r["methods"]["rl"]["bound"]
+        lines.append(
+            f"| {r['family']} | {r['tables']} x {r['devices']} | {r['seed']} | {bound:.3f} | "
+            + " | ".join(f"{costs[m]:.3f}" for m in methods)
+            + f" | {costs['rl'] / min(others):.3f} | {costs['rl'] / bound:.3f} | "
+            f"{r['noise']:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, default=Path("runs/sharding/model"))
+    parser.add_argument("--cache", type=Path, default=Path("runs/sharding/measurements"))
+    parser.add_argument("--configs", default="120x8,480x32", help="TABLESxDEVICES,...")
+    parser.add_argument("--families", default=",".join(POOL_FAMILIES))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[100])
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_shard_families.json"))
+    args = parser.parse_args()
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    started = time.perf_counter()
+    measurer = Measurer(cache_dir=args.cache)
+    trained, _ = load_or_train(args.model, measurer)
+    results = []
+    for seed in args.seeds:
+        bench = Bench(trained, measurer, seed)
+        bench.sharders[UNREFINED] = RLSharder(trained.policy, trained.cost_net, refine=False)
+        for family in args.families.split(","):
+            for config in args.configs.split(","):
+                count, devices = (int(x) for x in config.split("x"))
+                tables = pool_family(family, count, seed)
+                topology = topology_for(tables, devices)
+                row = bench.run(tables, topology)
+                row |= {"family": family, "tables": count, "devices": devices, "seed": seed}
+                row["noise"] = noise(bench, tables, topology)
+                results.append(row)
+                print(f"<!-- {family} {config} seed {seed}: "
+                      f"{time.perf_counter() - started:.0f} s -->", flush=True)  # fmt: skip
+    print(summarize(results))
+    ratios = [r["methods"]["rl"]["measured"] / r["methods"]["rl"]["bound"] for r in results]
+    print(f"\nRL max / balance bound: mean {np.mean(ratios):.3f}, "
+          f"median {statistics.median(ratios):.3f}")  # fmt: skip
+    print("\nPlanning time (CPU s): " + ", ".join(
+        f"{m} {max(r['methods'][m].get('seconds', 0) for r in results):.2f}"
+        for m in results[0]["methods"]))  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1, default=float))
+    print(f"\nKernel: {measurer.kernel}; device: {measurer.device}. "
+          f"Total: {time.perf_counter() - started:.0f} s.")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
