@@ -2,7 +2,8 @@
 
 A transform per dense column, fitted on the training split only (`trainers.data.preprocess`):
 `log1p` for count-like columns (as Criteo models do), then standardization with the
-training mean and standard deviation, then clipping to +-`CLIP`. The same function runs in
+training mean and standard deviation, then clipping to +-`CLIP`; a missing value (NaN)
+becomes the training mean (0 after standardization). The same function runs in
 training and in the exported model (the export copies this file into `ranknas_model.py`),
 so a served raw row is transformed exactly as the model's training rows were.
 """
@@ -29,5 +30,6 @@ def transform_dense(dense: torch.Tensor, transforms: Sequence[Mapping[str, Any]]
         x = dense[:, k].double()
         if t["log1p"]:
             x = torch.log1p(torch.clamp(x, min=0))
-        columns.append(torch.clamp((x - t["mean"]) / t["std"], -CLIP, CLIP))
+        standardized = torch.clamp((x - t["mean"]) / t["std"], -CLIP, CLIP)
+        columns.append(torch.nan_to_num(standardized, nan=0.0))
     return torch.stack(columns, dim=1).to(dense.dtype)

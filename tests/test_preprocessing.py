@@ -46,6 +46,24 @@ def test_transforms_are_fitted_on_the_training_split_only(log):
     assert np.abs(moved).max() <= 5.0 and abs(moved[:, 0].mean()) < 0.5
 
 
+def test_blank_dense_values_become_the_training_mean(log, caplog):
+    lines = (log / "log.csv").read_text().splitlines()
+    for i in (1, 2, 3000):  # blank years: two in training, one in validation
+        fields = lines[i].split(",")
+        lines[i] = ",".join([fields[0], "", *fields[2:]])
+    (log / "log.csv").write_text("\n".join(lines) + "\n")
+    data = load_tabular(log / "log.csv", log / "schema.yaml")
+    assert "3 blank value(s) in dense column 'year'" in caplog.text
+    train = data.split(method="time")[0]
+    transforms = fit_dense(train)
+    present = train.dense[:, 0][~np.isnan(train.dense[:, 0])].astype(np.float64)
+    assert transforms[0]["mean"] == pytest.approx(present.mean())
+    moved = apply_dense(data, transforms).dense
+    assert not np.isnan(moved).any()
+    assert moved[0, 0] == 0.0 and moved[2999, 0] == 0.0  # standardized mean
+    assert (apply_dense(data, []).dense[:2, 0] == 0.0).all()  # preprocessing off: 0
+
+
 def test_raw_columns_train_with_preprocessing_and_not_without(log, capsys):
     args = ["train", "--arch", "logistic_regression", "--data", str(log / "log.csv"),
             "--schema", str(log / "schema.yaml"), "--epochs", "3", "--batch-size", "128",

@@ -28,10 +28,12 @@ COUNT_RATIO = 10.0
 
 
 def fit_dense(train: TabularData) -> list[dict[str, Any]]:
-    """A transform per dense column of `train` (JSON-ready: column, log1p, mean, std)."""
+    """A transform per dense column of `train` (JSON-ready: column, log1p, mean, std), from
+    its present values (blanks, NaN here, are filled with the mean by the transform)."""
     transforms = []
     for k, column in enumerate(train.schema.dense):
         x = train.dense[:, k].astype(np.float64)
+        x = x[~np.isnan(x)]
         count_like = bool(len(x)) and x.min() >= 0 and bool(np.all(x == np.floor(x))) and (
             x.max() > COUNT_RATIO * (np.median(x) + 1)
         )  # fmt: skip
@@ -44,6 +46,9 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
 
 
 def apply_dense(data: TabularData, transforms: list[dict[str, Any]]) -> TabularData:
+    """`data` with its dense columns transformed; without transforms, blanks become 0."""
+    if not transforms:
+        return replace(data, dense=np.nan_to_num(data.dense, nan=0.0))
     dense = transform_dense(torch.from_numpy(data.dense), transforms).numpy()
     return replace(data, dense=dense)
 
@@ -86,7 +91,7 @@ def fit_preprocessing(train: TabularData) -> dict[str, Any]:
 
 def apply_preprocessing(data: TabularData, fitted: dict[str, Any]) -> TabularData:
     if not fitted:
-        return data
+        return apply_dense(data, [])
     return apply_vocabulary(apply_dense(data, fitted["dense"]), fitted["vocabulary"])
 
 

@@ -248,10 +248,11 @@ def _convert(
             huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
         report.add(f"dense value beyond float32 ({name})", numbers[huge])
         if missing.any():
-            logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d) read as 0",
-                           report.source, int(missing.sum()), name, report.unit,
-                           int(numbers[missing][0]))  # fmt: skip
-        dense[:, k] = np.where(missing | wrong | huge, 0.0, values)
+            logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d): filled "
+                           "with the training mean", report.source, int(missing.sum()), name,
+                           report.unit, int(numbers[missing][0]))  # fmt: skip
+        # Blanks stay NaN until the preprocessing fitted on the training split fills them.
+        dense[:, k] = np.where(missing, np.nan, np.where(wrong | huge, 0.0, values))
         bad |= wrong | huge
     id_columns: list[np.ndarray | None] = []
     for name, cardinality in spec.categorical:
