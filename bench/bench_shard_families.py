@@ -16,8 +16,8 @@ the fused kernel as in `bench_sharding.py`; per plan:
   |a - b| / mean;
 - planning: CPU seconds of the planning thread.
 
-`rl_unrefined` is an ablation (the policy's plan without the local search and the rated
-heuristic starts), not a competitor. Prints Markdown; JSON to --out.
+`rl_refined` is an ablation (the policy's plan and the best heuristic's, each improved by
+local search on the cost model, `refine=True`), not a competitor. Prints Markdown; JSON to --out.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.tables import POOL_FAMILIES, TableSpec, pool_family
 from cost_models.sharding.topology import Topology
 
-UNREFINED = "rl_unrefined"
-ABLATIONS = (UNREFINED, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
+REFINED = "rl_refined"
+ABLATIONS = (REFINED, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
 
 
 def topology_for(tables: list[TableSpec], devices: int) -> Topology:
@@ -97,7 +97,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         bench = Bench(trained, measurer, seed)
-        bench.sharders[UNREFINED] = RLSharder(trained.policy, trained.cost_net, refine=False)
+        bench.sharders[REFINED] = RLSharder(trained.policy, trained.cost_net, refine=True)
         for family in args.families.split(","):
             for config in args.configs.split(","):
                 count, devices = (int(x) for x in config.split("x"))

@@ -171,8 +171,8 @@ def test_the_refined_rl_plan_is_never_rated_worse_than_the_unrefined(learned):
         ranks = [plan.assignment[t.name] for t in tables]
         return float(device_costs(net, tables, ranks, topology).max())
 
-    refined = RLSharder(policy, net).plan(tables, topology)
-    plain = RLSharder(policy, net, refine=False).plan(tables, topology)
+    refined = RLSharder(policy, net, refine=True).plan(tables, topology)
+    plain = RLSharder(policy, net).plan(tables, topology)
     assert rated(refined) <= rated(plain) + 1e-6
 
 
