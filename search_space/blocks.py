@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torchrec.modules.crossnet import CrossNet, LowRankCrossNet, LowRankMixtureCrossNet
 
 from search_space.params import Param
 from search_space.shapes import Dense, Kind, Shape, Sparse
@@ -165,9 +164,62 @@ class MLPBlock(BlockModule):
         return mlp_params(x.width, p["widths"])
 
 
+class CrossNet(nn.Module):
+    """DCNv2's cross layers on `[B, N]`: x_{l+1} = x_0 * (W_l x_l + b_l) + x_l with a full
+    W_l (`low_rank` 0) or W_l = W V of rank r; with `num_experts` > 1, a softmax-gated
+    mixture of low-rank experts x_0 * (U relu(C relu(V x_l)) + b_l) (DCN-Mix).
+
+    Parameter names and shapes are those of torchrec's `CrossNet`, `LowRankCrossNet` and
+    `LowRankMixtureCrossNet`, so weights move between the two. It lives here, in plain
+    torch, because exported models must run without torchrec (whose wheel pulls a CUDA
+    fbgemm-gpu that does not load on a CPU machine)."""
+
+    def __init__(self, width: int, num_layers: int, low_rank: int = 0, num_experts: int = 1):
+        super().__init__()
+        self.num_layers, self.mixture = num_layers, num_experts > 1
+
+        def kernels(*shape: int) -> nn.ParameterList:
+            return nn.ParameterList(
+                nn.Parameter(nn.init.xavier_normal_(torch.empty(*shape))) for _ in range(num_layers)
+            )
+
+        bias_shape = (width,) if low_rank and not self.mixture else (width, 1)
+        if self.mixture:
+            self.U_kernels = kernels(num_experts, width, low_rank)
+            self.V_kernels = kernels(num_experts, low_rank, width)
+        elif low_rank:
+            self.W_kernels = kernels(width, low_rank)
+            self.V_kernels = kernels(low_rank, width)
+        else:
+            self.kernels = kernels(width, width)
+        self.bias = nn.ParameterList(
+            nn.Parameter(torch.zeros(bias_shape)) for _ in range(num_layers)
+        )
+        if self.mixture:
+            self.gates = nn.ModuleList(nn.Linear(width, 1, bias=False) for _ in range(num_experts))
+            self.C_kernels = kernels(num_experts, low_rank, low_rank)
+
+    def forward(self, x0: torch.Tensor) -> torch.Tensor:
+        x = x0
+        for layer in range(self.num_layers):
+            bias = self.bias[layer].view(-1)
+            if self.mixture:
+                gate = torch.softmax(torch.cat([g(x) for g in self.gates], dim=1), dim=1)
+                v = torch.relu(torch.einsum("ern,bn->ber", self.V_kernels[layer], x))
+                c = torch.relu(torch.einsum("ers,bes->ber", self.C_kernels[layer], v))
+                u = torch.einsum("enr,ber->ben", self.U_kernels[layer], c)
+                x = torch.einsum("ben,be->bn", x0.unsqueeze(1) * (u + bias), gate) + x
+            elif hasattr(self, "W_kernels"):
+                low = nn.functional.linear(x, self.V_kernels[layer])
+                x = x0 * (nn.functional.linear(low, self.W_kernels[layer]) + bias) + x
+            else:
+                x = x0 * (nn.functional.linear(x, self.kernels[layer]) + bias) + x
+        return x
+
+
 class CrossBlock(BlockModule):
-    """DCNv2 cross layers x_{l+1} = x0 * (W x_l + b) + x_l, from torchrec.modules.crossnet:
-    full rank (`low_rank: 0`), low rank, or a mixture of low-rank experts."""
+    """DCNv2 cross layers x_{l+1} = x0 * (W x_l + b) + x_l (`CrossNet` above): full rank
+    (`low_rank: 0`), low rank, or a mixture of low-rank experts."""
 
     op = "cross"
     input_kind = output_kind = "dense"
@@ -176,17 +228,11 @@ class CrossBlock(BlockModule):
         "low_rank": Param("int", 0, low=0, high=4096, doc="0 = full-rank W"),
         "num_experts": Param("int", 1, low=1, high=16, doc=">1 needs low_rank >= 1"),
     }
-    doc = "DCNv2 cross network (torchrec CrossNet / LowRankCrossNet / LowRankMixtureCrossNet)"
+    doc = "DCNv2 cross network (full rank, low rank, or a mixture of low-rank experts)"
 
     def __init__(self, x: Dense, num_layers: int, low_rank: int, num_experts: int) -> None:
         super().__init__()
-        width = x.width
-        if num_experts > 1:
-            self.net = LowRankMixtureCrossNet(width, num_layers, num_experts, low_rank)
-        elif low_rank > 0:
-            self.net = LowRankCrossNet(width, num_layers, low_rank)
-        else:
-            self.net = CrossNet(width, num_layers)
+        self.net = CrossNet(x.width, num_layers, low_rank, num_experts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -588,7 +634,7 @@ class _CrossInteraction(nn.Module):
 
     def __init__(self, n: int, d: int, n_out: int, p: Params) -> None:
         super().__init__()
-        self.cross = LowRankCrossNet(n * d, num_layers=1, low_rank=p["rank"])
+        self.cross = CrossNet(n * d, num_layers=1, low_rank=p["rank"])
         self.resize = nn.Identity() if n_out == n else nn.Linear(n * d, n_out * d)
         self.n_out, self.d = n_out, d
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+from torchrec.modules import crossnet
 
 from search_space.blocks import OPS
 from search_space.params import validate_params
@@ -105,13 +106,19 @@ def test_every_op_has_a_case_and_declares_its_kinds():
         assert cls.doc
 
 
-def test_cross_uses_torchrec_crossnet_variants():
-    from torchrec.modules.crossnet import CrossNet, LowRankCrossNet, LowRankMixtureCrossNet
-
-    assert isinstance(_build("cross", Dense(8), {})[2].net, CrossNet)
-    assert isinstance(_build("cross", Dense(8), {"low_rank": 2})[2].net, LowRankCrossNet)
-    mixture = _build("cross", Dense(8), {"low_rank": 2, "num_experts": 2})[2].net
-    assert isinstance(mixture, LowRankMixtureCrossNet)
+@pytest.mark.parametrize(
+    ("params", "theirs"),
+    [
+        ({}, lambda: crossnet.CrossNet(8, 2)),
+        ({"low_rank": 2}, lambda: crossnet.LowRankCrossNet(8, 2, 2)),
+        ({"low_rank": 2, "num_experts": 3}, lambda: crossnet.LowRankMixtureCrossNet(8, 2, 3, 2)),
+    ],
+)
+def test_cross_computes_what_torchrecs_crossnet_does_with_its_weights(params, theirs):
+    ours, reference = _build("cross", Dense(8), params)[2].net, theirs()
+    ours.load_state_dict(reference.state_dict())  # same names and shapes
+    x = torch.randn(16, 8)
+    torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-6)
 
 
 def test_fm_matches_the_pairwise_definition():

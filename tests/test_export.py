@@ -97,6 +97,17 @@ class Case:
     expected: torch.Tensor  # the logits of `model`
 
 
+def id_matrix(sparse: KeyedJaggedTensor, arch: Architecture) -> torch.Tensor:
+    """The `[B, F]` id matrix of a one-id-per-feature KeyedJaggedTensor."""
+    return sparse.values().view(len(arch.embedding.features), -1).t().contiguous()
+
+
+def to_kjt(ids: torch.Tensor, features) -> KeyedJaggedTensor:
+    """ranknas's model input from an id matrix: one id per example and feature."""
+    lengths = torch.ones(ids.numel(), dtype=torch.int32)
+    return KeyedJaggedTensor(keys=list(features), values=ids.t().reshape(-1), lengths=lengths)
+
+
 def _perturbed(arch: Architecture) -> RankingModel:
     """A model whose weights no fresh build has (so a load that did nothing shows)."""
     model = build_model(arch, seed=0)
@@ -111,7 +122,7 @@ def _case(arch: Architecture, out_dir: Path) -> Case:
     model = _perturbed(arch)
     result = export_model(arch, model.state_dict(), METRICS, out_dir, schema=SCHEMA)
     dense, sparse = example_batch(arch, BATCH, seed=3)
-    ids = sparse.values().view(len(arch.embedding.features), BATCH).t().contiguous()
+    ids = id_matrix(sparse, arch)
     with torch.no_grad():
         expected = model(dense, sparse)
     return Case(arch, model, result, dense, sparse, ids, expected)
@@ -151,7 +162,7 @@ for directory in map(Path, sys.argv[3:]):
     batch = load_file(inputs / f"{directory.name}.safetensors")
     batch = {key: tensor.clone() for key, tensor in batch.items()}
     with torch.no_grad():
-        logits = model(batch["dense"], module.ids_to_kjt(batch["ids"], module.FEATURES))
+        logits = model(batch["dense"], batch["ids"])
     save_file({"logits": logits}, outputs / f"{directory.name}.safetensors")
 """
 
@@ -192,20 +203,19 @@ def test_standalone_module_reproduces_the_model_without_ranknas(
 def test_loaded_export_is_bit_identical(name: str, cases: dict[str, Case]) -> None:
     case = cases[name]
     with torch.no_grad():
-        logits = load_exported(case.result.out_dir)(case.dense, case.sparse)
+        logits = load_exported(case.result.out_dir)(case.dense, case.ids)
         fresh = build_model(case.arch, seed=0)(case.dense, case.sparse)
     assert torch.equal(logits, case.expected)
     assert not torch.equal(fresh, case.expected)
 
 
-def test_ids_to_kjt_checks_the_id_matrix(cases: dict[str, Case]) -> None:
+def test_the_exported_model_checks_the_id_matrix(cases: dict[str, Case]) -> None:
     case = cases["dlrm"]
-    module = sys.modules[type(load_exported(case.result.out_dir)).__module__]
-    kjt = module.ids_to_kjt(case.ids, module.FEATURES)
-    assert kjt.keys() == list(module.FEATURES)
-    assert torch.equal(kjt.values(), case.sparse.values())
-    with pytest.raises(ValueError, match=r"expected ids of shape \[B, 6\], got \[16, 5\]"):
-        module.ids_to_kjt(case.ids[:, :5], module.FEATURES)
+    model = load_exported(case.result.out_dir)
+    with torch.no_grad():
+        assert torch.equal(model(case.dense, case.ids), case.expected)
+        with pytest.raises(ValueError, match=r"expected ids of shape \[B, 6\], got \[16, 5\]"):
+            model(case.dense, case.ids[:, :5])
 
 
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:
@@ -218,7 +228,7 @@ def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:
         assert f.metadata() == {"ranknas_digest": case.result.digest}
 
 
-def test_generated_module_needs_only_torch_torchrec_and_safetensors(
+def test_generated_module_needs_only_torch_and_safetensors(
     cases: dict[str, Case],
 ) -> None:
     for name, case in cases.items():
@@ -231,7 +241,7 @@ def test_generated_module_needs_only_torch_torchrec_and_safetensors(
             elif isinstance(node, ast.ImportFrom):
                 roots.add((node.module or "").split(".")[0])
         third_party = roots - set(sys.stdlib_module_names)
-        assert third_party == {"torch", "torchrec", "safetensors"}, name
+        assert third_party == {"torch", "safetensors"}, name
         assert "torch.load" not in text and "pickle" not in text
         assert ast.get_docstring(tree).startswith(f"{case.arch.name}, exported by ranknas")
         defined = [
@@ -310,7 +320,8 @@ def test_shared_and_non_contiguous_tensors_are_stored(tmp_path: Path) -> None:
     result = export_model(arch, state, {}, tmp_path)
     dense, sparse = example_batch(arch, BATCH)
     with torch.no_grad():
-        assert torch.equal(load_exported(result.out_dir)(dense, sparse), model(dense, sparse))
+        exported = load_exported(result.out_dir)(dense, id_matrix(sparse, arch))
+        assert torch.equal(exported, model(dense, sparse))
 
 
 def test_without_a_schema_dense_columns_are_numbered(tmp_path: Path) -> None:
@@ -399,7 +410,8 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
     assert "\t" not in source  # control characters only as escapes
     dense, sparse = example_batch(arch, BATCH)
     with torch.no_grad():
-        assert torch.equal(load_exported(result.out_dir)(dense, sparse), model(dense, sparse))
+        exported = load_exported(result.out_dir)(dense, id_matrix(sparse, arch))
+        assert torch.equal(exported, model(dense, sparse))
     module = sys.modules[type(load_exported(result.out_dir)).__module__]
     assert hostile.dense == module.DENSE_COLUMNS
     assert tuple(f.name for f in hostile.categorical) == module.FEATURES
@@ -426,10 +438,9 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
     frame["c0"] = [shops[i - 2] for i in ids[:, 0].tolist()]
     for j, feature in enumerate(SCHEMA.feature_names[1:], start=1):
         frame[feature] = ids[:, j].numpy()
-    module = sys.modules[type(load_exported(result.out_dir)).__module__]
     with torch.no_grad():
         inputs = transform_dense(raw_dense.float(), dense_fit)
-        expected = torch.sigmoid(model(inputs, module.ids_to_kjt(ids, module.FEATURES)))
+        expected = torch.sigmoid(model(inputs, to_kjt(ids, SCHEMA.feature_names)))
     mlflow.set_tracking_uri(server.uri)
     try:
         loaded = mlflow.pyfunc.load_model(result.model_uri)
@@ -438,3 +449,72 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
     np.testing.assert_allclose(loaded.predict(frame), expected.numpy(), rtol=1e-6)
     with pytest.raises(Exception, match="c0"):
         loaded.predict(frame.drop(columns=["c0"]))
+
+
+@pytest.mark.slow
+def test_the_registered_model_serves_from_a_fresh_venv(server: ServerInfo, tmp_path: Path) -> None:
+    """What a serving host does: a new venv from the model's own requirements (the package
+    index only, no ranknas, no torchrec), `mlflow models serve`, raw rows over HTTP."""
+    import json
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    import mlflow
+
+    arch = preset("dcnv2", SCHEMA)  # the cross block, written in plain torch
+    model = _perturbed(arch)
+    shops = [f"shop-{k}" for k in range(18)]
+    result = export_model(arch, model.state_dict(), {}, tmp_path / "export", schema=SCHEMA,
+                          register="ranknas-venv", tracking_uri=server.uri,
+                          preprocessing={"vocabulary": {"c0": shops}})  # fmt: skip
+    mlflow.set_tracking_uri(server.uri)
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(result.model_uri, dst_path=tmp_path))
+        expected = mlflow.pyfunc.load_model(str(local))
+    finally:
+        mlflow.set_tracking_uri(None)
+    requirements = (local / "requirements.txt").read_text()
+    assert "torchrec" not in requirements and "fbgemm" not in requirements
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+    ]
+    subprocess.run([*pip, "-r", str(local / "requirements.txt")], check=True, timeout=1200)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = subprocess.Popen(
+        [str(venv / "bin" / "mlflow"), "models", "serve", "-m", str(local), "--env-manager",
+         "local", "-h", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for _ in range(180):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                break
+            except OSError:
+                assert serve.poll() is None, serve.stderr.read().decode()[-3000:]
+                time.sleep(1)
+        frame = pd.DataFrame(np.random.default_rng(0).random((8, 4)) * 100,
+                             columns=list(SCHEMA.dense))  # fmt: skip
+        frame["c0"] = ["shop-3", "shop-0", "never-seen", "", "shop-17", "shop-3", "x", "shop-1"]
+        for feature in SCHEMA.feature_names[1:]:
+            frame[feature] = np.arange(8) % 4
+        body = json.dumps({"dataframe_split": frame.to_dict(orient="split")}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", body,
+                                         {"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            served = np.asarray(json.loads(response.read())["predictions"], dtype=np.float64)
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    np.testing.assert_allclose(served, expected.predict(frame), rtol=1e-5)

@@ -4,7 +4,7 @@
 
 - `architecture.json`: the bound spec;
 - `model.safetensors`: the weights (the state dict of `search_space.builder.RankingModel`);
-- `ranknas_model.py`: a standalone module that needs only torch, torchrec and safetensors. It
+- `ranknas_model.py`: a standalone module that needs only torch and safetensors. It
   holds a copy of the block library (`search_space/shapes.py`, `params.py`, `blocks.py`, with
   their ranknas imports removed) and of `nas/export/standalone_template.py`, then a generated
   `RankingModel` whose constructor writes every shape and setting out and whose `forward` is

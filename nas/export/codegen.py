@@ -33,7 +33,6 @@ _MODEL_IMPORTS = """
 from pathlib import Path
 import torch
 from torch import nn
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 """
 
 # ---------------------------------------------------------------------- the standalone module
@@ -135,13 +134,13 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
     features = ", ".join(map(_doc_name, columns.features)) or "(none)"
     dense = ", ".join(map(_doc_name, columns.dense)) or "(none)"
     inputs = (
-        f"Inputs: `dense`, float32 [B, {len(columns.dense)}], columns {dense}; `sparse`, a "
-        f"KeyedJaggedTensor with one id per example for each feature: {features}."
+        f"Inputs: `dense`, float32 [B, {len(columns.dense)}], columns {dense}; `ids`, int64 "
+        f"[B, {len(columns.features)}], one id per example for each feature: {features}."
     )
     text = f'''
         """{title}
 
-        Standalone: this module needs torch, torchrec and safetensors, not ranknas. It rebuilds
+        Standalone: this module needs torch and safetensors, not ranknas or torchrec. It rebuilds
         the network of `{ARCHITECTURE_FILE}` and loads the weights of `{WEIGHTS_FILE}`:
 
             import torch
@@ -151,7 +150,7 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
             dense = torch.zeros(8, len(m.DENSE_COLUMNS))  # float, DENSE_COLUMNS order
             ids = torch.zeros(8, len(m.FEATURES), dtype=torch.long)  # FEATURES order
             with torch.no_grad():
-                probabilities = torch.sigmoid(model(dense, m.ids_to_kjt(ids, m.FEATURES)))
+                probabilities = torch.sigmoid(model(dense, ids))
 
         {{inputs}}
 
@@ -178,7 +177,7 @@ def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:
     values = [
         ("DIGEST", arch_digest, "ranknas's hash of the architecture"),
         ("DENSE_COLUMNS", columns.dense, "the columns of `dense`, in order"),
-        ("FEATURES", columns.features, "the keys of `sparse`, the columns of an id matrix"),
+        ("FEATURES", columns.features, "the columns of `ids`, the id matrix"),
         ("NUM_EMBEDDINGS", tuple(f.num_embeddings for f in emb.features), "rows of each table"),
         ("FEATURE_DIMS", tuple(emb.feature_dim(f) for f in emb.features), "dim of each table"),
         ("EMBEDDING_DIM", emb.dim, "the dim of the embeddings that the blocks see"),
@@ -209,7 +208,7 @@ def _model_class(analysis: Analysis) -> str:
     if _reads_sparse(analysis):
         methods.append(_embed_method(arch))
     methods.append(_forward_method(analysis))
-    doc = '    """`forward(dense, sparse)` -> logits [B]; `torch.sigmoid` gives probabilities."""'
+    doc = '    """`forward(dense, ids)` -> logits [B]; `torch.sigmoid` gives probabilities."""'
     return "\n\n".join(["class RankingModel(nn.Module):\n" + doc, *methods])
 
 
@@ -217,7 +216,7 @@ def _reads_sparse(analysis: Analysis) -> bool:
     return any("sparse" in analysis.arch.block(name).inputs for name in analysis.order)
 
 
-_EMBEDDING_BAGS = "embedding_bag_collection(FEATURES, NUM_EMBEDDINGS, FEATURE_DIMS)"
+_EMBEDDING_BAGS = "EmbeddingBags(FEATURES, NUM_EMBEDDINGS, FEATURE_DIMS)"
 _LOAD_FUNCTION = '''
 def load(directory: str | Path = ".", device: str = "cpu") -> RankingModel:
     """The model with its trained weights (`model.safetensors` in `directory`), in eval mode."""
@@ -271,24 +270,19 @@ def _module_dict(entries: Mapping[str, _Expr]) -> _Expr:
 def _embed_method(arch: Architecture) -> str:
     emb = arch.embedding
     lines = [
-        "    def embed(self, sparse: KeyedJaggedTensor) -> torch.Tensor:",
+        "    def embed(self, ids: torch.Tensor) -> torch.Tensor:",
         f'        """Pooled embeddings [B, {len(emb.features)}, {emb.dim}], in FEATURES order."""',
+        "        pooled = self.embedding_bags(ids)",
     ]
-    if all(emb.feature_dim(f) == emb.dim for f in emb.features):
-        lines += [
-            "        values = self.embedding_bags(sparse).values()",
-            f"        return values.view(values.shape[0], -1, {emb.dim})",
-        ]
-        return "\n".join(lines)
     columns = []
     for f in emb.features:
-        pooled = f"pooled[{_str_literal(f.name)}]"
+        column = f"pooled[{_str_literal(f.name)}]"
         projected = emb.feature_dim(f) != emb.dim
         columns.append(
-            f"self.feature_projections[{_str_literal(f.name)}]({pooled})" if projected else pooled
+            f"self.feature_projections[{_str_literal(f.name)}]({column})" if projected else column
         )
     stack = _call("torch.stack", [_Call("", tuple(columns), "[]"), "dim=1"])
-    lines += ["        pooled = self.embedding_bags(sparse).to_dict()", _line("return ", stack, 8)]
+    lines.append(_line("return ", stack, 8))
     return "\n".join(lines)
 
 
@@ -296,11 +290,11 @@ def _forward_method(analysis: Analysis) -> str:
     arch = analysis.arch
     variables = _variable_names(analysis.order)
     lines = [
-        "    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:",
-        '        """Logits [B] from `dense` [B, len(DENSE_COLUMNS)] and `sparse` (FEATURES)."""',
+        "    def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:",
+        '        """Logits [B] from `dense` [B, len(DENSE_COLUMNS)], `ids` [B, len(FEATURES)]."""',
     ]
     if _reads_sparse(analysis):
-        lines.append("        embedded = self.embed(sparse)")
+        lines.append("        embedded = self.embed(ids)")
     for name in analysis.order:
         block = arch.block(name)
         shape = analysis.input_shapes[name]
@@ -341,7 +335,7 @@ def _merged_input(analysis: Analysis, name: str, variables: Mapping[str, str]) -
 def _variable_names(order: Sequence[str]) -> dict[str, str]:
     """A local variable per block: its name, with underscores added where that is a keyword
     or a name `forward` uses otherwise."""
-    taken = {"self", "dense", "sparse", "embedded", "torch", *order}
+    taken = {"self", "dense", "sparse", "ids", "pooled", "embedded", "torch", *order}
     variables = {"dense": "dense", "sparse": "embedded"}
     for name in order:
         var = name

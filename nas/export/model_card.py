@@ -118,8 +118,8 @@ def _loading_section(register: str | None, alias: str) -> str:
     text = f"""
         - `{ARCHITECTURE_FILE}`: the architecture spec (`Architecture.load` in ranknas).
         - `{WEIGHTS_FILE}`: the weights, a state dict in safetensors format.
-        - `{MODULE_FILE}`: a standalone module that rebuilds the model with torch and torchrec
-          only (no ranknas needed) and loads the weights without pickle.
+        - `{MODULE_FILE}`: a standalone module that rebuilds the model with torch and
+          safetensors only (no ranknas or torchrec needed) and loads the weights without pickle.
 
         ```python
         import sys
@@ -130,7 +130,7 @@ def _loading_section(register: str | None, alias: str) -> str:
 
         model = m.load("path/to/this/directory")
         with torch.no_grad():
-            logits = model(dense, m.ids_to_kjt(ids, m.FEATURES))  # dense [B, D], ids [B, F]
+            logits = model(dense, ids)  # dense [B, D] float, ids [B, F] int64
         probabilities = torch.sigmoid(logits)
         ```
 

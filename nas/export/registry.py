@@ -32,7 +32,7 @@ _PYFUNC_CODE = '''
 """MLflow entry point ("models from code") of a model exported by ranknas.
 
 The artifact "export" is the export directory: `ranknas_model.py` rebuilds the network with
-torch and torchrec and loads `model.safetensors`. Nothing is unpickled.
+torch alone and loads `model.safetensors`. Nothing is unpickled.
 """
 
 import importlib.util
@@ -68,7 +68,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         raw = [model_input[f].tolist() for f in m.FEATURES]
         ids = m.encode_ids(raw, m.FEATURES, self.directory)
         with torch.no_grad():
-            logits = self.model(dense, m.ids_to_kjt(ids, m.FEATURES))
+            logits = self.model(dense, ids)
         return torch.sigmoid(logits).numpy()
 
 
@@ -237,7 +237,7 @@ def _input_example(columns: _Columns) -> Any:
 def _requirements() -> list[str]:
     """Pinned versions of what the pyfunc needs, as installed here, as the package index
     knows them: a local build tag (`2.13.0+cpu`) is not on PyPI, so it is dropped."""
-    wanted = ("torch", "torchrec", "fbgemm-gpu-cpu", "fbgemm-gpu", "safetensors", "numpy", "pandas")
+    wanted = ("torch", "safetensors", "numpy", "pandas")  # the served module needs no torchrec
     pins = []
     for package in wanted:
         try:

@@ -1,7 +1,8 @@
 """Helpers that `nas.export` copies verbatim into every exported `ranknas_model.py`.
 
-This module must import only the standard library, torch, torchrec and safetensors: the
-exported file has to run where ranknas is not installed. Its docstring and its imports are
+This module must import only the standard library, torch and safetensors: the exported
+file has to run where neither ranknas nor torchrec is installed (torchrec's wheel pulls a
+CUDA build of fbgemm-gpu that does not load on a CPU machine). Its docstring and its imports are
 not copied (the export merges the imports of everything it copies into one block).
 """
 
@@ -14,41 +15,36 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from search_space.preprocessing import transform_dense
 
 
-def embedding_bag_collection(
-    features: Sequence[str], num_embeddings: Sequence[int], dims: Sequence[int]
-) -> EmbeddingBagCollection:
-    """One sum-pooled table `t_<feature>` per feature, as ranknas builds them."""
-    tables = [
-        EmbeddingBagConfig(
-            name=f"t_{feature}",
-            embedding_dim=dim,
-            num_embeddings=rows,
-            feature_names=[feature],
-            pooling=PoolingType.SUM,
-        )
-        for feature, rows, dim in zip(features, num_embeddings, dims, strict=True)
-    ]
-    return EmbeddingBagCollection(tables=tables)
+class EmbeddingBags(nn.Module):
+    """The model's embedding tables, one sum-pooled table `t_<feature>` per feature, with the
+    state-dict layout of torchrec's `EmbeddingBagCollection` (`embedding_bags.<table>.weight`)
+    so that ranknas's weights load as they are. Serving reads one id per example and
+    feature, which needs plain `nn.EmbeddingBag`s, not torchrec."""
 
+    def __init__(
+        self, features: Sequence[str], num_embeddings: Sequence[int], dims: Sequence[int]
+    ) -> None:
+        super().__init__()
+        self.features = list(features)
+        self.embedding_bags = nn.ModuleDict(
+            {f"t_{f}": nn.EmbeddingBag(rows, dim, mode="sum")
+             for f, rows, dim in zip(features, num_embeddings, dims, strict=True)}
+        )  # fmt: skip
 
-def ids_to_kjt(ids: torch.Tensor, features: Sequence[str]) -> KeyedJaggedTensor:
-    """A KeyedJaggedTensor from an id matrix `[B, F]`: one id per feature per example,
-    column `i` holding the ids of `features[i]`."""
-    ids = torch.as_tensor(ids, dtype=torch.long)
-    if ids.dim() != 2 or ids.shape[1] != len(features):
-        raise ValueError(f"expected ids of shape [B, {len(features)}], got {list(ids.shape)}")
-    return KeyedJaggedTensor(
-        keys=list(features),
-        values=ids.t().reshape(-1),
-        lengths=torch.ones(ids.numel(), dtype=torch.int32),
-    )
+    def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The id matrix `[B, F]` (column i: ids of `features[i]`) -> feature -> `[B, dim]`."""
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        if ids.dim() != 2 or ids.shape[1] != len(self.features):
+            raise ValueError(
+                f"expected ids of shape [B, {len(self.features)}], got {list(ids.shape)}"
+            )
+        return {
+            f: self.embedding_bags[f"t_{f}"](ids[:, i : i + 1]) for i, f in enumerate(self.features)
+        }
 
 
 def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.Module:
