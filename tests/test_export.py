@@ -471,7 +471,9 @@ def test_the_registered_model_serves_from_a_fresh_venv(server: ServerInfo, tmp_p
                           preprocessing={"vocabulary": {"c0": shops}})  # fmt: skip
     mlflow.set_tracking_uri(server.uri)
     try:
-        local = Path(mlflow.artifacts.download_artifacts(result.model_uri, dst_path=tmp_path))
+        served_dir = tmp_path / "served"
+        served_dir.mkdir()
+        local = Path(mlflow.artifacts.download_artifacts(result.model_uri, dst_path=served_dir))
         expected = mlflow.pyfunc.load_model(str(local))
     finally:
         mlflow.set_tracking_uri(None)
@@ -492,10 +494,23 @@ def test_the_registered_model_serves_from_a_fresh_venv(server: ServerInfo, tmp_p
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     serve = subprocess.Popen(
-        [str(venv / "bin" / "mlflow"), "models", "serve", "-m", str(local), "--env-manager",
-         "local", "-h", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            str(venv / "bin" / "mlflow"),
+            "models",
+            "serve",
+            "-m",
+            str(local),
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=os.environ | {"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip  (as with the venv activated: the server starts its own uvicorn)
     try:
         for _ in range(180):
             try:
