@@ -47,13 +47,15 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
     # the registered version comes from the trial's own run; its description is the card
     from nas.cli import main
 
+    trial_run = client.search_runs([experiment_id], "tags.`ranknas.trial` = '0'")[0]
     export = ["export", "with-baselines", "--storage", config.storage, "--out",
               str(tmp_path / "winner"), "--register", "wb",
               "--tracking-uri", server.uri]  # fmt: skip
     assert main(export) == 0
     version = client.get_model_version("wb", "1")
-    trial_run = client.search_runs([experiment_id], "tags.`ranknas.trial` = '0'")[0]
     assert version.run_id == trial_run.info.run_id
+    after = client.get_run(trial_run.info.run_id).info  # the export kept the trial's duration
+    assert (after.end_time, after.status) == (trial_run.info.end_time, trial_run.info.status)
     assert "| study | with-baselines |" in version.description
     assert "baseline dlrm val / test NE" in version.description
     assert main(export) == 0  # the same model again: no version 2

@@ -167,6 +167,7 @@ def _log_model_version(
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    run = client.get_run(source_run_id).info if source_run_id else None
     with (
         tempfile.TemporaryDirectory() as tmp,
         _use_tracking_uri(uri),
@@ -188,6 +189,8 @@ def _log_model_version(
             pip_requirements=_requirements(),
             registered_model_name=name,
         )
+    if source_run_id:  # leaving start_run ended the trial's run now: give back its own end
+        client.set_terminated(source_run_id, status=run.status, end_time=run.end_time)
     return str(info.registered_model_version)
 
 
