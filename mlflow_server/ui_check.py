@@ -61,10 +61,7 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
         page.goto(f"{base}/runs")
         page.wait_for_selector("text=matching runs", timeout=60_000)
         _close_assistant(page)
-        expand = page.locator("button[data-component-id*='runnamecellrenderer']")
-        for i in range(expand.count()):  # parents collapse their nested runs by default
-            expand.nth(i).click()
-        page.wait_for_timeout(1_000)
+        _expand_parents(page, parents=len(runs) - len(nested), rows=len(runs))
         names = _column(page, "attributes.`Run Name`")
         durations = _column(page, "duration")
         view.names = [names[i].split("\n")[-1] for i in sorted(names)]
@@ -94,6 +91,22 @@ def _close_assistant(page) -> None:
     if training.count():
         training.first.click()
         page.wait_for_selector("text=matching runs", timeout=60_000)
+
+
+def _expand_parents(page, parents: int, rows: int) -> None:
+    """Parents collapse their nested runs by default: click each parent's expander once the
+    table has drawn them, then wait until nested rows are shown."""
+    if parents == rows:
+        return
+    expander = "button[data-component-id*='runnamecellrenderer']"
+    page.wait_for_selector(expander, timeout=60_000)
+    expand = page.locator(expander)
+    for i in range(expand.count()):
+        expand.nth(i).click()
+    page.wait_for_function(
+        f"document.querySelectorAll('[role=row][row-index]').length > {parents}",
+        timeout=30_000,
+    )
 
 
 def _column(page, column_id: str) -> dict[int, str]:
