@@ -340,6 +340,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        # MLflow sets its loggers' level when imported (lazily, after this) and prints
+        # "View run ..." lines with emoji when a run ends: both off unless asked for
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
     try:
         return args.handler(args)

@@ -24,7 +24,7 @@ def _runs(client: MlflowClient, experiment: str):
     return parents[0], trials
 
 
-def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
+def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd):
     config, logger = _study(tmp_path, server, "with-baselines", trials=1)
     config.baselines = ["dlrm"]
     study = run_study(config, logger=logger, progress=lambda line: None)
@@ -51,7 +51,11 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server):
     export = ["export", "with-baselines", "--storage", config.storage, "--out",
               str(tmp_path / "winner"), "--register", "wb",
               "--tracking-uri", server.uri]  # fmt: skip
+    capfd.readouterr()
     assert main(export) == 0
+    shown = "".join(capfd.readouterr())
+    assert "registered wb version 1" in shown
+    assert "View run" not in shown and "INFO mlflow" not in shown  # MLflow's noise: -v only
     version = client.get_model_version("wb", "1")
     assert version.run_id == trial_run.info.run_id
     after = client.get_run(trial_run.info.run_id).info  # the export kept the trial's duration
