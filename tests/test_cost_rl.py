@@ -95,7 +95,7 @@ def test_rl_sharder_cuts_a_dominant_table_below_the_table_wise_floor():
     assert plan.splits.get("hot", 1) > 1
     assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
     assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
-    floor = net.alone_ms([hot], topology.bandwidth)[0]
+    floor = net.alone_ms([hot], topology)[0]
     assert net.plan_costs(tables, plan, topology).sum(1).max() < floor
     assert not RLSharder(PolicyNet(), net, split_limits=()).plan(tables, topology).splits
 
@@ -195,3 +195,23 @@ def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
     assert max(plan.memory_bytes) <= small_hosts.memory_bytes
     module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
     assert module_plan["huge"].sharding_type == ShardingType.ROW_WISE.value
+
+
+def test_table_row_wise_inside_a_host_beats_row_wise_across_hosts_on_a_slow_link(learned):
+    net, policy, *_ = learned
+    huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB
+    tables = [huge, *(TableSpec(f"s{i}", 5_000, 16, 2.0) for i in range(12))]
+    # 2 hosts x 4 devices, 1 GB/s across hosts (NVLink-class inside).
+    slow = Topology(8, memory_bytes=60_000_000, local_world_size=4, inter_host_bw=1e6)
+    plans = {mode: RLSharder(policy, net, row_mode=mode).plan(tables, slow) for mode in
+             ("auto", "host", "world")}  # fmt: skip
+    assert plans["auto"].row_wise == plans["host"].row_wise == {"huge": (0, 1, 2, 3)}
+    assert plans["world"].row_wise == {"huge": tuple(range(8))}
+    costs = {mode: net.plan_costs(tables, plan, slow) for mode, plan in plans.items()}
+    assert costs["host"][:, 2].max() < costs["world"][:, 2].max()
+    assert costs["host"].sum(1).max() < costs["world"].sum(1).max()
+    # One host of 8: cutting over "one host" is cutting over every device; nothing differs.
+    one_host = Topology(8, memory_bytes=60_000_000)
+    assert RLSharder(policy, net, row_mode="host").plan(tables, one_host).row_wise == {
+        "huge": tuple(range(8))
+    }

@@ -88,12 +88,12 @@ class _Tables:
 
     @classmethod
     def encode(
-        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, bandwidth: float
+        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, topology: Topology
     ) -> _Tables:
         features = torch.from_numpy(table_features(tables))
         with torch.no_grad():
             cost_codes = cost_net.encode(features)
-            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), bandwidth)
+            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), topology)
         normalized = cost_net.normalize(features)
         sizes = torch.tensor([float(t.size_bytes) for t in tables])
         return cls(cost_codes, policy.table_encoder(normalized), sizes, single)
@@ -104,7 +104,7 @@ class _Devices:
 
     def __init__(self, tables: _Tables, cost_net: CostNet, topology: Topology, r: int) -> None:
         d = topology.num_devices
-        self.tables, self.cost_net, self.bandwidth = tables, cost_net, topology.bandwidth
+        self.tables, self.cost_net, self.topology = tables, cost_net, topology
         self.capacity = float(topology.memory_bytes)
         self.scale = float(tables.single_ms.sum()) / d
         # What a table adds to a device at least: its cost alone less the fixed cost of a
@@ -123,7 +123,7 @@ class _Devices:
         prediction, but never below the device's cost so far plus the table's marginal cost,
         nor below the table's cost alone."""
         summed = self.cost_codes + self.tables.cost_codes[i]
-        new = self.cost_net.device_ms(summed, self.count + 1, self.bandwidth)
+        new = self.cost_net.device_ms(summed, self.count + 1, self.topology)
         floor = torch.clamp_min(self.cost + self.marginal[i], float(self.tables.single_ms[i]))
         return torch.maximum(new, floor)
 
@@ -162,7 +162,7 @@ def run_episodes(
 ) -> Episodes:
     """Place `tables` `episodes` times in parallel, sampling actions from the policy
     (episode 0 takes the argmax when `greedy_first`). Gradients reach the policy only."""
-    encoded = _Tables.encode(tables, policy, cost_net, topology.bandwidth)
+    encoded = _Tables.encode(tables, policy, cost_net, topology)
     devices = _Devices(encoded, cost_net, topology, episodes)
     n = len(tables)
     order = torch.argsort(encoded.single_ms, descending=True).tolist()
