@@ -8,9 +8,9 @@ import torch
 from test_cost_model import synthetic_samples
 from torchrec.distributed.types import ShardingType
 
-from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
+from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net, run_mlp
 from cost_models.sharding.measure import KernelTime, Measurer
-from cost_models.sharding.policy import PolicyNet, load_policy, run_episodes
+from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
@@ -215,3 +215,24 @@ def test_table_row_wise_inside_a_host_beats_row_wise_across_hosts_on_a_slow_link
     assert RLSharder(policy, net, row_mode="host").plan(tables, one_host).row_wise == {
         "huge": tuple(range(8))
     }
+
+
+def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
+    """The episode loop's direct kernel calls and sampling change no plan: bit for bit the
+    results of the nn.Modules and of `torch.distributions.Categorical`."""
+    torch.manual_seed(0)
+    policy, net = PolicyNet(), CostNet()
+    x = torch.randn(15, 128, policy.scorer[0].in_features)
+    assert torch.equal(run_mlp(policy.scorer, x), policy.scorer(x))
+    summed = torch.rand(15, 128, net.config.embedding) * 3
+    expected = torch.nn.functional.softplus(torch.cat([h(summed) for h in net.heads], dim=-1))
+    assert torch.equal(net.predict(summed), expected)
+    logits = torch.randn(15, 128).masked_fill(torch.rand(15, 128) < 0.3, float("-inf"))
+    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), True)
+    dist = torch.distributions.Categorical(logits=logits)
+    sampled = torch.multinomial(dist.probs, 1, generator=torch.Generator().manual_seed(3))
+    sampled = sampled.squeeze(-1)
+    sampled[0] = dist.probs[0].argmax()
+    assert torch.equal(action, sampled)
+    assert torch.equal(log_prob, dist.log_prob(action))
+    assert torch.equal(entropy, dist.entropy())

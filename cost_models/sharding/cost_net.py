@@ -67,6 +67,16 @@ def mlp(*widths: int) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
+def run_mlp(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """`layers(x)` for an `mlp`, the same kernels called directly: an episode step runs a
+    dozen layers on small tensors, where nn.Module's per-call dispatch costs as much as
+    the arithmetic."""
+    for layer in layers:
+        x = nn.functional.linear(x, layer.weight, layer.bias) if isinstance(layer, nn.Linear) \
+            else torch.relu(x)  # fmt: skip
+    return x
+
+
 class Exp(nn.Module):
     """exp, capped: encodings are positive and log-linear in the log-scaled features, so a
     table's share of the cost can grow like dim x pooling factor, as lookups do."""
@@ -104,7 +114,8 @@ class CostNet(nn.Module):
     def predict(self, summed: torch.Tensor) -> torch.Tensor:
         """Summed table encodings `[..., embedding]` -> `[..., 3]`: forward ms, backward ms,
         megabytes (softplus keeps them positive)."""
-        return nn.functional.softplus(torch.cat([head(summed) for head in self.heads], dim=-1))
+        heads = [run_mlp(head, summed) for head in self.heads]
+        return nn.functional.softplus(torch.cat(heads, dim=-1))
 
     def device_ms(
         self, summed: torch.Tensor, count: torch.Tensor, topology: Topology

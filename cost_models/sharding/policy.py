@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cost_models.sharding.cost_net import CostNet, mlp
+from cost_models.sharding.cost_net import CostNet, mlp, run_mlp
 from cost_models.sharding.files import load_net, save_net
 from cost_models.sharding.tables import NUM_FEATURES, TableSpec, table_features
 from cost_models.sharding.topology import Topology
@@ -56,7 +56,7 @@ class PolicyNet(nn.Module):
         """Logits `[R, D]` from one table's encoding `[E]`, the devices' encodings
         `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
         table = table.expand(*devices.shape[:-1], -1)
-        return self.scorer(torch.cat([table, devices, state], dim=-1)).squeeze(-1)
+        return run_mlp(self.scorer, torch.cat([table, devices, state], dim=-1)).squeeze(-1)
 
 
 @dataclass
@@ -151,6 +151,22 @@ class _Devices:
         self.free[rows, action] -= self.tables.sizes[i]
 
 
+def _sample(
+    logits: torch.Tensor, generator: torch.Generator | None, greedy_first: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An action per row of `logits` (-inf where masked; episode 0 takes the argmax when
+    `greedy_first`), its log-probability and the entropy: the arithmetic of
+    `torch.distributions.Categorical`, without its per-call argument checks."""
+    log_p = logits - logits.logsumexp(-1, keepdim=True)
+    probs = torch.softmax(log_p, -1)
+    action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
+    if greedy_first:
+        action[0] = probs[0].argmax()
+    log_prob = log_p.gather(-1, action[:, None]).squeeze(-1)
+    entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
+    return action, log_prob, entropy
+
+
 def run_episodes(
     policy: PolicyNet,
     cost_net: CostNet,
@@ -174,14 +190,14 @@ def run_episodes(
         logits = policy.score(encoded.codes[i], *devices.observe(i, new_cost))
         fits = devices.free >= encoded.sizes[i]
         stuck = ~fits.any(-1)
-        overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
-        fits[stuck] = True  # place anyway: the episode is marked as overflowing
-        dist = torch.distributions.Categorical(logits=logits.masked_fill(~fits, float("-inf")))
-        action = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(-1)
-        if greedy_first:
-            action[0] = dist.probs[0].argmax()
-        log_prob = log_prob + dist.log_prob(action)
-        entropy = entropy + dist.entropy() / n
+        if stuck.any():
+            overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
+            fits[stuck] = True  # place anyway: the episode is marked as overflowing
+        action, step_log_prob, step_entropy = _sample(
+            logits.masked_fill(~fits, float("-inf")), generator, greedy_first
+        )
+        log_prob = log_prob + step_log_prob
+        entropy = entropy + step_entropy / n
         devices.place(i, action, new_cost)
         ranks[:, i] = action
     t = SOFT_MAX_TEMPERATURE
