@@ -88,12 +88,10 @@ class RLSharder(Sharder):
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology, row_split=True)
-        fitting = [t for t in tables if t.size_bytes <= topology.memory_bytes]
-        if len(fitting) == len(tables):
+        if all(t.size_bytes <= topology.memory_bytes for t in tables):
             return self._place(tables, topology)
-        balanced = float(self.cost_net.alone_ms(fitting, topology).sum()) / topology.num_devices
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
-        row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode, balanced)
+        row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
         by_name = {t.name: t for t in tables}
         held = [0] * topology.num_devices
         for name, ranks in row_wise.items():
@@ -190,18 +188,17 @@ def row_wise_tables(
     topology: Topology,
     shard_ms: ShardMs | None = None,
     mode: str = "auto",
-    balanced_ms: float = 0.0,
 ) -> dict[str, tuple[int, ...]]:
     """Tables too big for one device, cut by rows: over the devices of one host
     (table-row-wise: the partial sums are reduced inside the host, only the reduced output
     crosses hosts), or over every device (row-wise: more devices share the lookups, but
     every partial sum crosses hosts). A host is possible where there are several and half
     of one host's memory holds the table (hosts taken in turn). Mode "host" then takes it,
-    "world" never does, and "auto" takes whichever leaves the lower estimate of the plan's
-    max: the busier of the devices holding the shards and the balanced load
-    (`balanced_ms`, the other tables' share per device, plus the row shards' so far), with
-    `shard_ms(table, group)` the cost of one of its shards on one device (compute and the
-    topology's communication). Without `shard_ms`, "auto" is "host"."""
+    "world" never does, and "auto" takes whichever adds less to the busiest device holding
+    its shards, with `shard_ms(table, group)` the cost of one of `group` shards on one
+    device (compute and the topology's communication): the other tables are then placed
+    as if the devices were empty, so a row shard's load is not balanced away. Without
+    `shard_ms`, "auto" is "host"."""
     if mode not in ROW_MODES:
         raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
     device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
@@ -216,17 +213,13 @@ def row_wise_tables(
         spread = shard_ms(t, world) if shard_ms else 0.0
         in_host = mode != "world" and hosts > 1 and t.size_bytes <= 0.5 * host * device
         if in_host and mode == "auto":
-            in_host = max(load[h] + inside, balanced_ms + host * inside / world) <= max(
-                max(load) + spread, balanced_ms + spread
-            )
+            in_host = load[h] + inside <= max(load) + spread
         if in_host:
             out[t.name] = tuple(range(h * host, (h + 1) * host))
             load[h] += inside
-            balanced_ms += host * inside / world
         else:
             out[t.name] = tuple(range(world))
             load = [x + spread for x in load]
-            balanced_ms += spread
     return out
 
 
