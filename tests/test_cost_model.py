@@ -16,7 +16,7 @@ from cost_models.sharding.cost_net import (
     predict_kernel_ms,
     save_cost_net,
 )
-from cost_models.sharding.evaluate import analytic_kernel_ms, measure_plans
+from cost_models.sharding.evaluate import analytic_comm_ms, analytic_kernel_ms, measure_plans
 from cost_models.sharding.measure import EMBEDDING_BAG, FBGEMM, KernelTime, MeasureConfig, Measurer
 from cost_models.sharding.plan import make_plan
 from cost_models.sharding.tables import TableSpec, generate_tables
@@ -66,6 +66,47 @@ def test_comm_cost_from_sizes_and_topology():
     assert costs["first"].shape == (2, 3) and costs["first"][1].sum() == 0
     assert costs["first"][0].min() > 0
     assert np.array_equal(costs["first"][0], costs["second"][1])  # the same set, timed once
+
+
+# 2 hosts x 8 devices; 1 MB/ms inside a host, 0.1 MB/ms across hosts.
+HOSTS = Topology(16, local_world_size=8, intra_host_bw=1e6, inter_host_bw=1e5)
+
+
+def test_hierarchical_comm_of_a_hand_computed_case():
+    """Batch 100, a table of 16 columns read 16 times per example (lat.: latency)."""
+    table = TableSpec("t", 1600, 16, pooling_factor=16.0)
+    a2a_latency = 3 * 0.03  # ids and outputs forward, gradients backward; crossing hosts
+    # Table-wise: 100 x (16 x 8 + 16 x 8) bytes; 7/16 of them to its host, 8/16 across.
+    whole = make_plan({"t": 0}, [table], 16, "tw")
+    expected = max(7 / 16 * 25_600 / 1e6, 8 / 16 * 25_600 / 1e5) + a2a_latency
+    assert analytic_comm_ms(whole, [table], HOSTS, 100)[0] == pytest.approx(expected)
+    assert analytic_comm_ms(whole, [table], HOSTS, 100)[1:].sum() == 0
+    # Row-wise over all 16: each shard gets 1 id per example and reduces full-width sums
+    # over every device: 100 x (16 x 8 + 1 x 8) bytes, split like an all-to-all.
+    flat = make_plan({}, [table], 16, "rw", row_wise={"t": range(16)})
+    rw = 8 / 16 * 13_600 / 1e5 + a2a_latency
+    assert analytic_comm_ms(flat, [table], HOSTS, 100) == pytest.approx(np.full(16, rw))
+    # Table-row-wise on host 1: 2 ids per example each, 7/8 of the 12,800 bytes of partial
+    # sums reduced inside the host (+ 2 reductions' latency), 1/8 of them sent in the all-to-all.
+    host = make_plan({}, [table], 16, "twrw", row_wise={"t": range(8, 16)})
+    twrw = 8 / 16 * (1_600 + 1_600) / 1e5 + a2a_latency + 7 / 8 * 12_800 / 1e6 + 2 * 0.01
+    assert analytic_comm_ms(host, [table], HOSTS, 100) == pytest.approx([0.0] * 8 + [twrw] * 8)
+    assert twrw < rw < expected
+    # On one host there is no slow link: the all-to-all runs at the intra-host bandwidth.
+    one_host = Topology(8, intra_host_bw=1e6, inter_host_bw=1e5)
+    tw_one_host = 7 / 8 * 25_600 / 1e6 + 3 * 0.01
+    assert analytic_comm_ms(whole, [table], one_host, 100)[0] == pytest.approx(tw_one_host)
+    assert Topology(1).comm_ms(5.0) == 0.0  # one device talks to no one
+
+
+def test_cost_model_rates_row_shards_with_the_analytic_comm():
+    """Devices holding only row shards get exactly the analytic communication."""
+    net, table = CostNet(), TableSpec("t", 1600, 16, pooling_factor=16.0)
+    for ranks in (range(16), range(8)):
+        plan = make_plan({}, [table], 16, "rows", row_wise={"t": ranks})
+        predicted = net.plan_costs([table], plan, HOSTS)[:, 2]
+        expected = analytic_comm_ms(plan, [table], HOSTS, net.config.batch_size)
+        assert predicted == pytest.approx(expected, rel=1e-5)
 
 
 def synthetic_samples(count: int, seed: int = 0) -> list[CostSample]:

@@ -8,9 +8,9 @@ import torch
 from test_cost_model import synthetic_samples
 from torchrec.distributed.types import ShardingType
 
-from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net
+from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net, run_mlp
 from cost_models.sharding.measure import KernelTime, Measurer
-from cost_models.sharding.policy import PolicyNet, load_policy, run_episodes
+from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
@@ -95,7 +95,7 @@ def test_rl_sharder_cuts_a_dominant_table_below_the_table_wise_floor():
     assert plan.splits.get("hot", 1) > 1
     assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
     assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
-    floor = net.alone_ms([hot], topology.bandwidth)[0]
+    floor = net.alone_ms([hot], topology)[0]
     assert net.plan_costs(tables, plan, topology).sum(1).max() < floor
     assert not RLSharder(PolicyNet(), net, split_limits=()).plan(tables, topology).splits
 
@@ -180,9 +180,9 @@ def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
     net, policy, *_ = learned
     huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB
     tables = [huge, *(TableSpec(f"s{i}", 5_000, 16, 2.0) for i in range(12))]
-    # 2 hosts x 4 devices of 60 MB: half a host holds the table, so it stays in host 0.
+    # 2 hosts x 4 devices of 60 MB: half a host holds the table, so it may stay in host 0.
     hosts = Topology(8, memory_bytes=60_000_000, local_world_size=4)
-    plan = RLSharder(policy, net).plan(tables, hosts)
+    plan = RLSharder(policy, net, row_mode="host").plan(tables, hosts)
     assert plan.row_wise == {"huge": (0, 1, 2, 3)}
     assert max(plan.memory_bytes) <= hosts.memory_bytes
     assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
@@ -190,8 +190,49 @@ def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
     assert module_plan["huge"].sharding_type == ShardingType.TABLE_ROW_WISE.value
     # 2 hosts x 2 devices of 45 MB: no host has room to spare; row-wise over every device.
     small_hosts = Topology(4, memory_bytes=45_000_000, local_world_size=2)
-    plan = RLSharder(policy, net).plan(tables, small_hosts)
+    plan = RLSharder(policy, net, row_mode="host").plan(tables, small_hosts)
     assert plan.row_wise == {"huge": (0, 1, 2, 3)}
     assert max(plan.memory_bytes) <= small_hosts.memory_bytes
     module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
     assert module_plan["huge"].sharding_type == ShardingType.ROW_WISE.value
+
+
+def test_table_row_wise_inside_a_host_beats_row_wise_across_hosts_on_a_slow_link(learned):
+    net, policy, *_ = learned
+    huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB
+    tables = [huge, *(TableSpec(f"s{i}", 5_000, 16, 2.0) for i in range(12))]
+    # 2 hosts x 4 devices, 1 GB/s across hosts (NVLink-class inside).
+    slow = Topology(8, memory_bytes=60_000_000, local_world_size=4, inter_host_bw=1e6)
+    plans = {mode: RLSharder(policy, net, row_mode=mode).plan(tables, slow) for mode in
+             ("auto", "host", "world")}  # fmt: skip
+    assert plans["auto"].row_wise == plans["host"].row_wise == {"huge": (0, 1, 2, 3)}
+    assert plans["world"].row_wise == {"huge": tuple(range(8))}
+    costs = {mode: net.plan_costs(tables, plan, slow) for mode, plan in plans.items()}
+    assert costs["host"][:, 2].max() < costs["world"][:, 2].max()
+    assert costs["host"].sum(1).max() < costs["world"].sum(1).max()
+    # One host of 8: cutting over "one host" is cutting over every device; nothing differs.
+    one_host = Topology(8, memory_bytes=60_000_000)
+    assert RLSharder(policy, net, row_mode="host").plan(tables, one_host).row_wise == {
+        "huge": tuple(range(8))
+    }
+
+
+def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
+    """The episode loop's direct kernel calls and sampling change no plan: bit for bit the
+    results of the nn.Modules and of `torch.distributions.Categorical`."""
+    torch.manual_seed(0)
+    policy, net = PolicyNet(), CostNet()
+    x = torch.randn(15, 128, policy.scorer[0].in_features)
+    assert torch.equal(run_mlp(policy.scorer, x), policy.scorer(x))
+    summed = torch.rand(15, 128, net.config.embedding) * 3
+    expected = torch.nn.functional.softplus(torch.cat([h(summed) for h in net.heads], dim=-1))
+    assert torch.equal(net.predict(summed), expected)
+    logits = torch.randn(15, 128).masked_fill(torch.rand(15, 128) < 0.3, float("-inf"))
+    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), True)
+    dist = torch.distributions.Categorical(logits=logits)
+    sampled = torch.multinomial(dist.probs, 1, generator=torch.Generator().manual_seed(3))
+    sampled = sampled.squeeze(-1)
+    sampled[0] = dist.probs[0].argmax()
+    assert torch.equal(action, sampled)
+    assert torch.equal(log_prob, dist.log_prob(action))
+    assert torch.equal(entropy, dist.entropy())

@@ -2,8 +2,9 @@
 
 Per-table features (21) -> shared encoder MLP (21 -> 128 -> 32, exp at the end) -> sum
 over a device's tables -> three heads (32 -> 64 -> 1): forward ms, backward ms, and the
-megabytes the device's shards exchange (turned into ms by the topology's bandwidth). A
-device's cost is the sum of the three; a plan's cost is the max over devices. Heads predict
+megabytes the device's shards exchange in all-to-alls (turned into ms by the topology's
+hierarchical all-to-all, `Topology.comm_ms`). A device's cost is the sum of the three; a
+plan's cost is the max over devices. Heads predict
 in linear space (softplus of their output), so "a fixed cost per device plus a share per
 table" is what a linear head computes and anything else is learned on top; training
 minimizes the MSE of log costs, so errors are relative.
@@ -24,8 +25,8 @@ from torch import nn
 from cost_models.sharding.files import load_net, save_net
 from cost_models.sharding.measure import KernelTime, single_threaded
 from cost_models.sharding.plan import Plan
-from cost_models.sharding.tables import NUM_FEATURES, TableSpec, table_features
-from cost_models.sharding.topology import Topology, comm_megabytes
+from cost_models.sharding.tables import NUM_FEATURES, TableSpec, row_shard_name, table_features
+from cost_models.sharding.topology import Topology, comm_megabytes, traffic_megabytes
 from search_space.errors import RanknasError
 
 HEADS = ("forward_ms", "backward_ms", "comm_mb")
@@ -66,6 +67,16 @@ def mlp(*widths: int) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
+def run_mlp(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """`layers(x)` for an `mlp`, the same kernels called directly: an episode step runs a
+    dozen layers on small tensors, where nn.Module's per-call dispatch costs as much as
+    the arithmetic."""
+    for layer in layers:
+        x = nn.functional.linear(x, layer.weight, layer.bias) if isinstance(layer, nn.Linear) \
+            else torch.relu(x)  # fmt: skip
+    return x
+
+
 class Exp(nn.Module):
     """exp, capped: encodings are positive and log-linear in the log-scaled features, so a
     table's share of the cost can grow like dim x pooling factor, as lookups do."""
@@ -103,32 +114,49 @@ class CostNet(nn.Module):
     def predict(self, summed: torch.Tensor) -> torch.Tensor:
         """Summed table encodings `[..., embedding]` -> `[..., 3]`: forward ms, backward ms,
         megabytes (softplus keeps them positive)."""
-        return nn.functional.softplus(torch.cat([head(summed) for head in self.heads], dim=-1))
+        heads = [run_mlp(head, summed) for head in self.heads]
+        return nn.functional.softplus(torch.cat(heads, dim=-1))
 
     def device_ms(
-        self, summed: torch.Tensor, count: torch.Tensor, bandwidth: float
+        self, summed: torch.Tensor, count: torch.Tensor, topology: Topology
     ) -> torch.Tensor:
-        """Total ms of devices with `count` tables whose encodings sum to `summed`; 0 if empty."""
+        """Total ms of devices with `count` table-wise or column-wise units whose encodings
+        sum to `summed`; 0 if empty. The comm head's megabytes go through the topology's
+        all-to-all."""
         costs = self.predict(summed)
-        total = costs[..., 0] + costs[..., 1] + costs[..., 2] * 1e6 / bandwidth
+        total = costs[..., 0] + costs[..., 1] + topology.comm_ms(costs[..., 2])
         return torch.where(count > 0, total, torch.zeros_like(total))
 
     @torch.no_grad()
-    def alone_ms(self, tables: Sequence[TableSpec], bandwidth: float) -> np.ndarray:
+    def alone_ms(self, tables: Sequence[TableSpec], topology: Topology) -> np.ndarray:
         """Predicted ms (compute and communication) of each table alone on a device."""
         encoded = self.encode(torch.from_numpy(table_features(tables)))
-        return self.device_ms(encoded, torch.ones(len(tables)), bandwidth).numpy()
+        return self.device_ms(encoded, torch.ones(len(tables)), topology).numpy()
 
     @torch.no_grad()
     def plan_costs(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> np.ndarray:
-        """Predicted `[num_devices, 3]` ms: forward, backward, communication (0 where empty)."""
+        """Predicted `[num_devices, 3]` ms: forward, backward, communication (0 where empty).
+        The comm head rates table-wise and column-wise units; row shards' traffic is
+        computed from their sizes (`topology.traffic_megabytes`)."""
         units = plan.units(tables)
         encoded = self.encode(torch.from_numpy(table_features(units)))
         ranks = torch.tensor([plan.assignment[t.name] for t in units])
-        summed = torch.zeros(plan.num_devices, encoded.shape[1]).index_add_(0, ranks, encoded)
-        costs = self.predict(summed)
-        costs[:, 2] *= 1e6 / topology.bandwidth
-        empty = torch.bincount(ranks, minlength=plan.num_devices) == 0
+        d = plan.num_devices
+        costs = self.predict(torch.zeros(d, encoded.shape[1]).index_add_(0, ranks, encoded))
+        rows = {row_shard_name(t, j) for t, rs in plan.row_wise.items() for j in range(len(rs))}
+        whole = torch.tensor([t.name not in rows for t in units])
+        whole_codes = torch.zeros(d, encoded.shape[1]).index_add_(0, ranks[whole], encoded[whole])
+        has_whole = torch.bincount(ranks[whole], minlength=d) > 0
+        a2a_mb = torch.where(has_whole, self.predict(whole_codes)[:, 2], 0.0).double()
+        reduce_mb = torch.zeros(d, dtype=torch.float64)
+        groups, batch = plan.host_row_groups(), self.config.batch_size
+        for t, rank in zip(units, ranks.tolist(), strict=True):
+            if t.name in rows:
+                a2a, reduce = traffic_megabytes([t], groups, batch)
+                a2a_mb[rank] += a2a
+                reduce_mb[rank] += reduce
+        costs[:, 2] = topology.comm_ms(a2a_mb, reduce_mb).float()
+        empty = torch.bincount(ranks, minlength=d) == 0
         costs[empty] = 0.0
         return costs.numpy()
 

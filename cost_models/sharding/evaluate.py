@@ -11,7 +11,7 @@ from cost_models.sharding.cost_net import CostNet, CostSample, errors, predict_k
 from cost_models.sharding.measure import Measurer
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.tables import TableSpec
-from cost_models.sharding.topology import Topology, comm_megabytes
+from cost_models.sharding.topology import Topology, traffic_megabytes
 from cost_models.sharding.torchrec_adapter import analytic_compute_ms
 
 
@@ -19,6 +19,20 @@ def plan_samples(plan: Plan, tables: Sequence[TableSpec], measurer: Measurer) ->
     """One measured sample per non-empty device of `plan`."""
     sets = [tuple(ts) for ts in plan.device_tables(tables) if ts]
     return [CostSample(ts, t) for ts, t in zip(sets, measurer.measure_many(sets), strict=True)]
+
+
+def analytic_comm_ms(
+    plan: Plan, tables: Sequence[TableSpec], topology: Topology, batch_size: int
+) -> np.ndarray:
+    """Each device's communication ms per step, computed from tensor sizes and the
+    topology's links (`topology.traffic_megabytes`, `Topology.comm_ms`); 0 where empty."""
+    groups = plan.host_row_groups()
+    return np.asarray(
+        [
+            topology.comm_ms(*traffic_megabytes(ts, groups, batch_size)) if ts else 0.0
+            for ts in plan.device_tables(tables)
+        ]
+    )
 
 
 def measure_plans(
@@ -41,12 +55,7 @@ def measure_plans(
     rng = np.random.default_rng(seed)
     device_sets = {name: plan.device_tables(tables) for name, plan in plans.items()}
     batch = measurer.config.batch_size
-    comm = {
-        name: np.asarray(
-            [topology.comm_ms(comm_megabytes(ts, batch)) if ts else 0.0 for ts in sets]
-        )
-        for name, sets in device_sets.items()
-    }
+    comm = {name: analytic_comm_ms(plan, tables, topology, batch) for name, plan in plans.items()}
     todo = [ts for sets in device_sets.values() for ts in sets if ts]
     for sample in range(1, samples + 1):
         for i in rng.permutation(len(todo)):

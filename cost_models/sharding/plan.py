@@ -52,6 +52,16 @@ class Plan:
             ranks[table] = list(row_ranks)
         return ranks
 
+    def host_row_groups(self) -> dict[str, int]:
+        """Row shard -> the size of its group, for the tables cut over the ranks of one host
+        (table-row-wise); row-wise tables over every rank are not listed."""
+        return {
+            row_shard_name(table, j): len(ranks)
+            for table, ranks in self.row_wise.items()
+            if len(ranks) < self.num_devices
+            for j in range(len(ranks))
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": self.method,

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cost_models.sharding.cost_net import CostNet, mlp
+from cost_models.sharding.cost_net import CostNet, mlp, run_mlp
 from cost_models.sharding.files import load_net, save_net
 from cost_models.sharding.tables import NUM_FEATURES, TableSpec, table_features
 from cost_models.sharding.topology import Topology
@@ -56,7 +56,7 @@ class PolicyNet(nn.Module):
         """Logits `[R, D]` from one table's encoding `[E]`, the devices' encodings
         `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
         table = table.expand(*devices.shape[:-1], -1)
-        return self.scorer(torch.cat([table, devices, state], dim=-1)).squeeze(-1)
+        return run_mlp(self.scorer, torch.cat([table, devices, state], dim=-1)).squeeze(-1)
 
 
 @dataclass
@@ -88,12 +88,12 @@ class _Tables:
 
     @classmethod
     def encode(
-        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, bandwidth: float
+        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, topology: Topology
     ) -> _Tables:
         features = torch.from_numpy(table_features(tables))
         with torch.no_grad():
             cost_codes = cost_net.encode(features)
-            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), bandwidth)
+            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), topology)
         normalized = cost_net.normalize(features)
         sizes = torch.tensor([float(t.size_bytes) for t in tables])
         return cls(cost_codes, policy.table_encoder(normalized), sizes, single)
@@ -104,7 +104,7 @@ class _Devices:
 
     def __init__(self, tables: _Tables, cost_net: CostNet, topology: Topology, r: int) -> None:
         d = topology.num_devices
-        self.tables, self.cost_net, self.bandwidth = tables, cost_net, topology.bandwidth
+        self.tables, self.cost_net, self.topology = tables, cost_net, topology
         self.capacity = float(topology.memory_bytes)
         self.scale = float(tables.single_ms.sum()) / d
         # What a table adds to a device at least: its cost alone less the fixed cost of a
@@ -123,7 +123,7 @@ class _Devices:
         prediction, but never below the device's cost so far plus the table's marginal cost,
         nor below the table's cost alone."""
         summed = self.cost_codes + self.tables.cost_codes[i]
-        new = self.cost_net.device_ms(summed, self.count + 1, self.bandwidth)
+        new = self.cost_net.device_ms(summed, self.count + 1, self.topology)
         floor = torch.clamp_min(self.cost + self.marginal[i], float(self.tables.single_ms[i]))
         return torch.maximum(new, floor)
 
@@ -151,6 +151,22 @@ class _Devices:
         self.free[rows, action] -= self.tables.sizes[i]
 
 
+def _sample(
+    logits: torch.Tensor, generator: torch.Generator | None, greedy_first: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An action per row of `logits` (-inf where masked; episode 0 takes the argmax when
+    `greedy_first`), its log-probability and the entropy: the arithmetic of
+    `torch.distributions.Categorical`, without its per-call argument checks."""
+    log_p = logits - logits.logsumexp(-1, keepdim=True)
+    probs = torch.softmax(log_p, -1)
+    action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
+    if greedy_first:
+        action[0] = probs[0].argmax()
+    log_prob = log_p.gather(-1, action[:, None]).squeeze(-1)
+    entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
+    return action, log_prob, entropy
+
+
 def run_episodes(
     policy: PolicyNet,
     cost_net: CostNet,
@@ -162,7 +178,7 @@ def run_episodes(
 ) -> Episodes:
     """Place `tables` `episodes` times in parallel, sampling actions from the policy
     (episode 0 takes the argmax when `greedy_first`). Gradients reach the policy only."""
-    encoded = _Tables.encode(tables, policy, cost_net, topology.bandwidth)
+    encoded = _Tables.encode(tables, policy, cost_net, topology)
     devices = _Devices(encoded, cost_net, topology, episodes)
     n = len(tables)
     order = torch.argsort(encoded.single_ms, descending=True).tolist()
@@ -174,14 +190,14 @@ def run_episodes(
         logits = policy.score(encoded.codes[i], *devices.observe(i, new_cost))
         fits = devices.free >= encoded.sizes[i]
         stuck = ~fits.any(-1)
-        overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
-        fits[stuck] = True  # place anyway: the episode is marked as overflowing
-        dist = torch.distributions.Categorical(logits=logits.masked_fill(~fits, float("-inf")))
-        action = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(-1)
-        if greedy_first:
-            action[0] = dist.probs[0].argmax()
-        log_prob = log_prob + dist.log_prob(action)
-        entropy = entropy + dist.entropy() / n
+        if stuck.any():
+            overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
+            fits[stuck] = True  # place anyway: the episode is marked as overflowing
+        action, step_log_prob, step_entropy = _sample(
+            logits.masked_fill(~fits, float("-inf")), generator, greedy_first
+        )
+        log_prob = log_prob + step_log_prob
+        entropy = entropy + step_entropy / n
         devices.place(i, action, new_cost)
         ranks[:, i] = action
     t = SOFT_MAX_TEMPERATURE

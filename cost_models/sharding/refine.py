@@ -31,10 +31,10 @@ class _Load:
     """Per-device summed encodings, cost floors, unit counts and free bytes."""
 
     def __init__(self, net: CostNet, units: Sequence[TableSpec], topology: Topology) -> None:
-        self.net, self.bandwidth = net, topology.bandwidth
+        self.net, self.topology = net, topology
         with torch.no_grad():
             self.codes = net.encode(torch.from_numpy(table_features(units)))
-            single = net.device_ms(self.codes, torch.ones(len(units)), self.bandwidth)
+            single = net.device_ms(self.codes, torch.ones(len(units)), topology)
         self.base = float(single.min())
         self.marginal = single - self.base
         self.sizes = torch.tensor([float(t.size_bytes) for t in units])
@@ -42,7 +42,7 @@ class _Load:
 
     def costs(self, summed: torch.Tensor, floor: torch.Tensor, count: torch.Tensor):
         """Device ms for summed encodings, summed marginals and unit counts (any shape)."""
-        predicted = self.net.device_ms(summed, count, self.bandwidth)
+        predicted = self.net.device_ms(summed, count, self.topology)
         return torch.where(count > 0, torch.maximum(predicted, floor + self.base), 0.0)
 
 

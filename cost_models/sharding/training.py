@@ -209,7 +209,7 @@ def _cut_heavy_tables(
     tables: list[TableSpec], topology: Topology, cost_net: CostNet, limit: float
 ) -> list[TableSpec]:
     """The task's tables with the heavy ones cut into column shards, as `RLSharder` would."""
-    cost_alone = functools.partial(cost_net.alone_ms, bandwidth=topology.bandwidth)
+    cost_alone = functools.partial(cost_net.alone_ms, topology=topology)
     return placement_units(tables, choose_splits(tables, topology.num_devices, cost_alone, limit))
 
 

@@ -9,6 +9,10 @@ samples keep a margin against the cost model's errors). Of that cut's episodes, 
 feasible plan with the lowest soft max-device cost (see `policy`: it keeps a margin
 against the model's errors on the devices just below the max) is kept.
 
+Tables bigger than a device are cut by rows first (`row_wise_tables`): over one host's
+devices or over every device, whichever the cost model's compute and the topology's
+hierarchical communication rate lower (`row_mode` forces one, for comparisons).
+
 With `refine=True` (off by default), the greedy heuristics place the same units too; the
 cost model rates their plans beside the policy's, and the policy's plan and the best
 heuristic plan are each improved by local search (`refine`: moves and swaps off the
@@ -21,13 +25,13 @@ happens here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from cost_models.sharding.cost_net import CostNet, load_cost_net
+from cost_models.sharding.cost_net import CostNet, load_cost_net, predict_kernel_ms
 from cost_models.sharding.measure import single_threaded
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episodes
@@ -39,7 +43,7 @@ from cost_models.sharding.sharders.size_greedy import SizeGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
 from cost_models.sharding.splitting import choose_splits
 from cost_models.sharding.tables import TableSpec, placement_units, row_shards
-from cost_models.sharding.topology import Topology
+from cost_models.sharding.topology import Topology, traffic_megabytes
 from search_space.errors import RanknasError
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
@@ -70,10 +74,11 @@ class RLSharder(Sharder):
         seed: int = 0,
         split_limits: Sequence[float] = SPLIT_LIMITS,
         refine: bool = False,
+        row_mode: str = "auto",
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
-        self.refine = refine
+        self.refine, self.row_mode = refine, row_mode
 
     @classmethod
     def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
@@ -83,9 +88,10 @@ class RLSharder(Sharder):
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology, row_split=True)
-        row_wise = row_wise_tables(tables, topology)
-        if not row_wise:
+        if all(t.size_bytes <= topology.memory_bytes for t in tables):
             return self._place(tables, topology)
+        shard_ms = functools.partial(self._row_shard_ms, topology=topology)
+        row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
         by_name = {t.name: t for t in tables}
         held = [0] * topology.num_devices
         for name, ranks in row_wise.items():
@@ -97,6 +103,13 @@ class RLSharder(Sharder):
         assignment = dict(plan.assignment) if plan else {}
         splits = dict(plan.splits) if plan else {}
         return make_plan(assignment, tables, topology.num_devices, self.name, splits, row_wise)
+
+    def _row_shard_ms(self, table: TableSpec, group: int, topology: Topology) -> float:
+        """Predicted compute and analytic communication of one of `group` row shards."""
+        shard = row_shards(table, group)[0]
+        host_groups = {shard.name: group} if group < topology.num_devices else {}
+        traffic = traffic_megabytes([shard], host_groups, self.cost_net.config.batch_size)
+        return float(predict_kernel_ms(self.cost_net, [[shard]])[0] + topology.comm_ms(*traffic))
 
     def _place(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
@@ -145,7 +158,7 @@ class RLSharder(Sharder):
     ) -> list[dict[str, int]]:
         """No cut, then the distinct cuts proposed at each split limit."""
         candidates: list[dict[str, int]] = [{}]
-        cost_alone = functools.partial(self.cost_net.alone_ms, bandwidth=topology.bandwidth)
+        cost_alone = functools.partial(self.cost_net.alone_ms, topology=topology)
         for limit in self.split_limits:
             splits = choose_splits(tables, topology.num_devices, cost_alone, limit)
             if splits not in candidates:
@@ -166,22 +179,47 @@ class RLSharder(Sharder):
             )
 
 
-def row_wise_tables(tables: Sequence[TableSpec], topology: Topology) -> dict[str, tuple[int, ...]]:
-    """Tables too big for one device, cut by rows: over the devices of one host when half of
-    that host's memory holds the table (table-row-wise: the partial sums are reduced inside
-    the host, only the result crosses hosts), hosts taken in turn; else over every device."""
-    device = topology.memory_bytes
-    host = min(topology.local_world_size, topology.num_devices)
-    hosts = topology.num_devices // host
+ROW_MODES = ("auto", "host", "world")
+ShardMs = Callable[[TableSpec, int], float]  # (table, row shards) -> one shard's ms
+
+
+def row_wise_tables(
+    tables: Sequence[TableSpec],
+    topology: Topology,
+    shard_ms: ShardMs | None = None,
+    mode: str = "auto",
+) -> dict[str, tuple[int, ...]]:
+    """Tables too big for one device, cut by rows: over the devices of one host
+    (table-row-wise: the partial sums are reduced inside the host, only the reduced output
+    crosses hosts), or over every device (row-wise: more devices share the lookups, but
+    every partial sum crosses hosts). A host is possible where there are several and half
+    of one host's memory holds the table (hosts taken in turn). Mode "host" then takes it,
+    "world" never does, and "auto" takes whichever adds less to the busiest device holding
+    its shards, with `shard_ms(table, group)` the cost of one of `group` shards on one
+    device (compute and the topology's communication): the other tables are then placed
+    as if the devices were empty, so a row shard's load is not balanced away. Without
+    `shard_ms`, "auto" is "host"."""
+    if mode not in ROW_MODES:
+        raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
+    device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
+    world = topology.num_devices
+    load = [0.0] * hosts  # the row shards' ms on each device of each host
     out: dict[str, tuple[int, ...]] = {}
     for t in sorted(tables, key=lambda t: -t.size_bytes):
         if t.size_bytes <= device:
             break
-        if hosts > 1 and t.size_bytes <= 0.5 * host * device:
-            first = (len(out) % hosts) * host
-            out[t.name] = tuple(range(first, first + host))
+        h = sum(len(ranks) < world for ranks in out.values()) % hosts
+        inside = shard_ms(t, host) if shard_ms else 0.0
+        spread = shard_ms(t, world) if shard_ms else 0.0
+        in_host = mode != "world" and hosts > 1 and t.size_bytes <= 0.5 * host * device
+        if in_host and mode == "auto":
+            in_host = load[h] + inside <= max(load) + spread
+        if in_host:
+            out[t.name] = tuple(range(h * host, (h + 1) * host))
+            load[h] += inside
         else:
-            out[t.name] = tuple(range(topology.num_devices))
+            out[t.name] = tuple(range(world))
+            load = [x + spread for x in load]
     return out
 
 
