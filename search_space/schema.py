@@ -14,6 +14,9 @@ from search_space.errors import RanknasError
 from search_space.files import read_data_file
 
 POOLINGS = ("sum", "mean")
+# how the file reader maps a column's values to ids (trainers.data.tabular); a model needs
+# only the cardinality, so building one from the schema accepts and ignores them
+READER_FIELDS = {"separator", "min_count", "hash_size"}
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,8 @@ def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
         )
     if isinstance(entry, dict) and {"name", "cardinality"} <= set(entry):
         name, cardinality = entry["name"], entry["cardinality"]
-        multi_valued, pooling = parse_multi_valued(entry, where, {"name", "cardinality"})
+        fields = {"name", "cardinality", *READER_FIELDS}
+        multi_valued, pooling = parse_multi_valued(entry, where, fields)
     elif isinstance(entry, dict) and len(entry) == 1:
         ((name, cardinality),) = entry.items()
         multi_valued, pooling = False, "sum"

@@ -39,7 +39,12 @@ import yaml
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.preprocessing import FIRST_ID, split_cell
-from search_space.schema import CategoricalFeature, DatasetSchema, parse_multi_valued
+from search_space.schema import (
+    READER_FIELDS,
+    CategoricalFeature,
+    DatasetSchema,
+    parse_multi_valued,
+)
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import column_ids, column_vocabulary
@@ -119,7 +124,7 @@ def read_tabular_schema(path: str | Path) -> TabularSchema:
     )
 
 
-_COLUMN_FIELDS = {"name", "cardinality", "separator", "min_count", "hash_size"}
+_COLUMN_FIELDS = {"name", "cardinality", *READER_FIELDS}
 
 
 def _categorical_entry(entry: Any, where: str) -> CategoricalColumn:
