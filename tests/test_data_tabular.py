@@ -1,5 +1,6 @@
 """Your own logs: CSV/Parquet plus a YAML schema."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -279,7 +280,7 @@ def test_a_list_column_becomes_multi_hot_ids(tmp_path):
     assert genres.multi_valued and genres.pooling == "mean"
     assert (data.categorical[:, 1] == -1).all()  # never read as one id per row
     lists = data.multi_hot["genres"]
-    rows = [lists.values[a:b].tolist() for a, b in zip(lists.offsets, lists.offsets[1:])]
+    rows = [lists.values[a:b].tolist() for a, b in itertools.pairwise(lists.offsets)]
     assert rows[0] == [0]
     vocabulary = data.raw_values["genres"].values
     g1, g2 = (vocabulary.index(g) for g in ("g1", "g2"))
