@@ -19,6 +19,7 @@ import torch
 from search_space.preprocessing import (
     FIRST_ID,
     MISSING_ID,
+    OOV_ID,
     encode_value,
     transform_dense,
     vocabulary_index,
@@ -67,8 +68,11 @@ def column_vocabulary(raw: RawColumn) -> list[str]:
 def column_ids(raw: RawColumn, vocabulary: list[str], buckets: int | None) -> np.ndarray:
     """The id of each item of `raw`: through `vocabulary` or hashed into `buckets`, value by
     value with the function the exported model runs."""
-    index = vocabulary_index(vocabulary)
-    lookup = [encode_value(v, index, buckets) for v in raw.values]
+    if buckets is not None:
+        lookup = [encode_value(v, None, buckets) for v in raw.values]
+    else:  # the values are stripped and present: encode_value would only look them up
+        index = vocabulary_index(vocabulary)
+        lookup = [index.get(v, OOV_ID) for v in raw.values]
     lookup = np.asarray([*lookup, MISSING_ID], dtype=np.int64)
     codes = raw.codes.values
     return lookup[np.where(codes >= 0, codes, len(raw.values))]
