@@ -294,6 +294,10 @@ def test_a_list_column_becomes_multi_hot_ids(tmp_path):
     expected = [rows[i] for i in order]
     got = batch.sparse["genres"].to_dense()
     assert [g.tolist() for g in got] == expected
+    from trainers.distributed import one_hot_ids
+
+    with pytest.raises(RanknasError, match="multi-valued"):  # it would slice wrong rows
+        one_hot_ids(batch.sparse, 2)
 
 
 def test_a_bad_list_cell_names_the_column_and_the_line(tmp_path):
