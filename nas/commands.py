@@ -396,11 +396,11 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.protocol import describe_split, split_method, wants_preprocessing
+    from nas.protocol import describe_split, fit_on_training, split_method
     from search_space.builder import build_model
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
-    from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
+    from trainers.data.preprocess import apply_preprocessing, describe
     from trainers.trainer import TrainConfig, train
 
     torch.set_num_threads(args.threads)
@@ -413,14 +413,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     data = load_dataset(args.data, args.schema, **options)
     method = split_method(method, data, args.data)
     parts = data.split(seed=args.data_seed, method=method)
-    wanted = wants_preprocessing(args.preprocessing, args.data)
-    fitted = fit_preprocessing(parts[0]) if wanted else {}
+    fitted = fit_on_training(parts[0], args.preprocessing, args.data)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     print(f"split {describe_split(method, data, args.data_seed)}: {len(train_part):,} training, "
           f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
-    if fitted:
-        print(describe(fitted), file=sys.stderr)
-    arch = load_architecture(args.arch, data.schema)
+    if described := describe(fitted):
+        print(described, file=sys.stderr)
+    arch = load_architecture(args.arch, train_part.schema)
     config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
                          max_epochs=args.epochs, max_seconds=args.seconds,
                          dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,

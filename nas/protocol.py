@@ -32,7 +32,8 @@ class StudyData:
     test: TabularData
     bayes_ne: float | None  # the floor no model can beat, known for synthetic data
     split: str = ""  # how the rows were split, in words
-    # fitted on the training split: {"dense": transforms, "vocabulary": {column: values}}
+    # fitted on the training split (`trainers.data.preprocess.fit_preprocessing`): dense
+    # transforms, vocabularies, hashed and multi-valued columns
     preprocessing: dict[str, Any] = field(default_factory=dict)
 
 
@@ -46,13 +47,18 @@ def prepare_data(config: StudyConfig) -> StudyData:
     data = load_dataset(d.source, d.schema_path, **options)
     method = split_method(d.split.method, data, d.source)
     parts = data.split(d.split.fractions, seed=d.seed, method=method)
-    fitted = fit_preprocessing(parts[0]) if wants_preprocessing(d.preprocessing, d.source) else {}
+    fitted = fit_on_training(parts[0], d.preprocessing, d.source)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
-    described = describe_split(method, data, d.seed)
-    if fitted:
-        described += f"; {describe(fitted)}"
+    described = "; ".join(filter(None, [describe_split(method, data, d.seed), describe(fitted)]))
     return StudyData(train_part, valid, test, bayes, described, fitted)
+
+
+def fit_on_training(train: TabularData, setting: str, source: str) -> dict[str, Any]:
+    """What the training split fits: the ids of categorical columns read by name always
+    (validation and test values must not enter a vocabulary), the dense transforms where
+    `wants_preprocessing`."""
+    return fit_preprocessing(train, dense=wants_preprocessing(setting, source))
 
 
 def wants_preprocessing(setting: str, source: str) -> bool:
@@ -66,13 +72,10 @@ def _prepare_files(config: StudyConfig) -> StudyData:
     (and with `preprocessing: auto` the dense transforms) come from the training file."""
     d = config.data
     parts = [load_dataset(path, d.schema_path) for path in (d.train, d.valid, d.test)]
-    fitted = fit_preprocessing(parts[0])
-    if d.preprocessing != "auto":
-        fitted["dense"] = []  # the ids still need the training file's vocabulary
+    fitted = fit_preprocessing(parts[0], dense=d.preprocessing == "auto")
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     described = f"from files (train {d.train}, validation {d.valid}, test {d.test})"
-    if fitted["dense"] or fitted["vocabulary"]:
-        described += f"; {describe(fitted)}"
+    described = "; ".join(filter(None, [described, describe(fitted)]))
     return StudyData(train_part, valid, test, None, described, fitted)
 
 

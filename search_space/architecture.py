@@ -39,7 +39,7 @@ from typing import Any
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
-from search_space.schema import DatasetSchema
+from search_space.schema import POOLINGS, DatasetSchema
 from search_space.shapes import Dense, Shape, Sparse
 
 SCHEMA_VERSION = 1
@@ -54,6 +54,7 @@ class Feature:
     name: str
     num_embeddings: int
     dim: int | None = None  # None: the shared embedding dim
+    pooling: str = "sum"  # of a multi-valued feature's ids: sum or mean
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Architecture:
         features = [
             {"name": f.name, "num_embeddings": f.num_embeddings}
             | ({"dim": f.dim} if f.dim is not None else {})
+            | ({"pooling": f.pooling} if f.pooling != "sum" else {})
             for f in self.embedding.features
         ]
         data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
@@ -143,7 +145,9 @@ class Architecture:
                 f"dataset {schema.name!r} has {schema.num_dense} dense columns"
             )
         if not self.embedding.features:
-            features = tuple(Feature(f.name, f.cardinality) for f in schema.categorical)
+            features = tuple(
+                Feature(f.name, f.cardinality, pooling=f.pooling) for f in schema.categorical
+            )
             embedding = replace(self.embedding, features=features)
             return replace(self, num_dense=schema.num_dense, embedding=embedding)
         _check_features_match(self, schema)
@@ -167,6 +171,13 @@ def _check_features_match(arch: Architecture, schema: DatasetSchema) -> None:
             f"embedding.features do not match dataset {schema.name!r}: "
             f"missing {missing}, not in the dataset {extra}"
         )
+    poolings = {f.name: f.pooling for f in schema.categorical}
+    for f in arch.embedding.features:
+        if f.pooling != poolings[f.name]:
+            raise SpecError(
+                f"embedding.features {f.name!r}: pooling {f.pooling} but the dataset "
+                f"{schema.name!r} pools it by {poolings[f.name]}"
+            )
     for name, rows in ours.items():
         if rows < theirs[name]:
             raise SpecError(
@@ -221,11 +232,14 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise SpecError(f"{at}: expected {{name, num_embeddings[, dim]}}")
         rows, fdim = entry.get("num_embeddings"), entry.get("dim")
+        pooling = entry.get("pooling", "sum")
+        if pooling not in POOLINGS:
+            raise SpecError(f"{at} ({entry['name']}): pooling must be one of {POOLINGS}")
         if not _is_int(rows) or rows < 1:
             raise SpecError(f"{at} ({entry['name']}): num_embeddings must be an integer >= 1")
         if fdim is not None and (not _is_int(fdim) or not 1 <= fdim <= 4096):
             raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [1, 4096]")
-        features.append(Feature(entry["name"], rows, fdim))
+        features.append(Feature(entry["name"], rows, fdim, pooling))
     names = [f.name for f in features]
     if len(set(names)) != len(names):
         raise SpecError(f"{where}.features: a feature name appears twice")

@@ -22,7 +22,8 @@ from search_space.schema import DatasetSchema
 def embedding_bag_collection(
     emb: EmbeddingConfig, device: torch.device | str | None = None
 ) -> EmbeddingBagCollection:
-    """One sum-pooled table `t_<feature>` per feature, as every ranknas model has."""
+    """One table `t_<feature>` per feature, as every ranknas model has, pooled by the
+    feature's pooling (a single id per row: sum, which is the id's embedding)."""
     return EmbeddingBagCollection(
         tables=[
             EmbeddingBagConfig(
@@ -30,7 +31,7 @@ def embedding_bag_collection(
                 embedding_dim=emb.feature_dim(f),
                 num_embeddings=f.num_embeddings,
                 feature_names=[f.name],
-                pooling=PoolingType.SUM,
+                pooling=PoolingType[f.pooling.upper()],
             )
             for f in emb.features
         ],

@@ -6,10 +6,18 @@ training mean and standard deviation, then clipping to +-`CLIP`; a missing value
 becomes the training mean (0 after standardization). The same function runs in
 training and in the exported model (the export copies this file into `ranknas_model.py`),
 so a served raw row is transformed exactly as the model's training rows were.
+
+Categorical values become ids here too, for the same reason: id 0 is a missing value, 1 a
+value out of vocabulary (unseen in training, or rarer there than the column's min-count),
+2.. the training vocabulary by decreasing frequency; a hashed column puts a value in
+bucket 1 + (a fixed 64-bit BLAKE2b hash of its text) mod (buckets - 1), the same in every
+process (Python's `hash()` of a string is salted per process). A multi-valued cell (a list
+of values, or a text with a separator) becomes the ids of its items; an empty one, [0].
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,3 +41,59 @@ def transform_dense(dense: torch.Tensor, transforms: Sequence[Mapping[str, Any]]
         standardized = torch.clamp((x - t["mean"]) / t["std"], -CLIP, CLIP)
         columns.append(torch.nan_to_num(standardized, nan=0.0))
     return torch.stack(columns, dim=1).to(dense.dtype)
+
+
+MISSING_ID = 0
+OOV_ID = 1
+FIRST_ID = 2  # the training vocabulary's first value
+
+
+def is_missing(value: Any) -> bool:
+    """None, NaN or a blank text."""
+    return value is None or value != value or str(value).strip() == ""
+
+
+def hash_bucket(text: str, buckets: int) -> int:
+    """The id of a value of a hashed column: 1 + a fixed hash of its text mod (buckets - 1)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return 1 + int.from_bytes(digest, "little") % (buckets - 1)
+
+
+def encode_value(
+    value: Any, index: Mapping[str, int] | None = None, buckets: int | None = None
+) -> int:
+    """A raw categorical value's id: through `index` (text -> id; other texts: OOV_ID) or
+    hashed into `buckets`; missing: MISSING_ID."""
+    if is_missing(value):
+        return MISSING_ID
+    text = str(value).strip()
+    if buckets is not None:
+        return hash_bucket(text, buckets)
+    return OOV_ID if index is None else index.get(text, OOV_ID)
+
+
+def vocabulary_index(values: Sequence[str]) -> dict[str, int]:
+    """A training vocabulary (most frequent first) as text -> id."""
+    return {v: i + FIRST_ID for i, v in enumerate(values)}
+
+
+def split_cell(cell: Any, separator: str | None) -> list[str]:
+    """The items of a multi-valued cell as stripped texts: a list (or tuple, or array) as
+    it is, a text split at `separator`; a missing cell or an empty list has none. Raises
+    ValueError for an empty item ("a||b", a None in a list) or an item that is a list."""
+    if isinstance(cell, str):
+        text = cell.strip()
+        items = (text.split(separator) if separator else [text]) if text else []
+    elif cell is None or (isinstance(cell, float) and cell != cell):
+        items = []
+    else:
+        items = cell.tolist() if hasattr(cell, "tolist") else cell  # numpy: pyarrow's lists
+        items = items if isinstance(items, list | tuple) else [items]
+    texts = []
+    for item in items:
+        if isinstance(item, list | tuple | dict):
+            raise ValueError(f"an item is a {type(item).__name__}, not a value")
+        if is_missing(item):
+            raise ValueError("an empty item" + (f" (separator {separator!r})" if separator else ""))
+        texts.append(str(item).strip())
+    return texts

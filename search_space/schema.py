@@ -13,11 +13,27 @@ from typing import Any
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 
+POOLINGS = ("sum", "mean")
+# how the file reader maps a column's values to ids (trainers.data.tabular); a model needs
+# only the cardinality, so building one from the schema accepts and ignores them
+READER_FIELDS = {"separator", "min_count", "hash_size"}
+
 
 @dataclass(frozen=True)
 class CategoricalFeature:
+    """One categorical column: one id per row, or (`multi_valued`) a list of ids per row
+    whose embeddings are pooled by `pooling` (sum or mean)."""
+
     name: str
     cardinality: int
+    multi_valued: bool = False
+    pooling: str = "sum"
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name, "cardinality": self.cardinality}
+        return entry | (
+            {"multi_valued": True, "pooling": self.pooling} if self.multi_valued else {}
+        )
 
 
 @dataclass(frozen=True)
@@ -47,9 +63,7 @@ class DatasetSchema:
             "name": self.name,
             "label": self.label,
             "dense": list(self.dense),
-            "categorical": [
-                {"name": f.name, "cardinality": f.cardinality} for f in self.categorical
-            ],
+            "categorical": [f.to_dict() for f in self.categorical],
         } | ({"time": self.time} if self.time else {})
 
     @classmethod
@@ -96,25 +110,51 @@ class DatasetSchema:
 
 
 def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
-    # `{name: c1, cardinality: 1000}` or the short form `{c1: 1000}`.
-    if isinstance(entry, str) or (isinstance(entry, dict) and set(entry) == {"name"}):
+    # `{name: c1, cardinality: 1000[, multi_valued: true, pooling: mean]}` or `{c1: 1000}`.
+    if isinstance(entry, str) or (
+        isinstance(entry, dict)
+        and "cardinality" not in entry
+        and isinstance(entry.get("name"), str)
+    ):
         name = entry if isinstance(entry, str) else entry["name"]
         raise RanknasError(
             f"{where}: {name!r} has no cardinality, which building a model without its data "
             f"needs: give {{name: {name}, cardinality: N}} (`ranknas data schema FILE --label "
             "COL` writes a schema with them; training on the file counts them itself)"
         )
-    if isinstance(entry, dict) and set(entry) == {"name", "cardinality"}:
+    if isinstance(entry, dict) and {"name", "cardinality"} <= set(entry):
         name, cardinality = entry["name"], entry["cardinality"]
+        fields = {"name", "cardinality", *READER_FIELDS}
+        multi_valued, pooling = parse_multi_valued(entry, where, fields)
     elif isinstance(entry, dict) and len(entry) == 1:
         ((name, cardinality),) = entry.items()
+        multi_valued, pooling = False, "sum"
     else:
         raise RanknasError(f"{where}: expected {{name: COLUMN, cardinality: N}}")
     if not isinstance(name, str) or not name:
         raise RanknasError(f"{where}: 'name' must be a column name")
     if isinstance(cardinality, bool) or not isinstance(cardinality, int) or cardinality < 1:
         raise RanknasError(f"{where} ({name}): 'cardinality' must be an integer >= 1")
-    return CategoricalFeature(name, cardinality)
+    return CategoricalFeature(name, cardinality, multi_valued, pooling)
+
+
+def parse_multi_valued(entry: dict[str, Any], where: str, fields: set[str]) -> tuple[bool, str]:
+    """`multi_valued` and `pooling` of a categorical entry whose other keys are `fields`."""
+    allowed = fields | {"multi_valued", "pooling"}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise RanknasError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+    multi_valued = entry.get("multi_valued", False)
+    if not isinstance(multi_valued, bool):
+        raise RanknasError(f"{where}: 'multi_valued' must be true or false")
+    pooling = entry.get("pooling", "sum")
+    if pooling not in POOLINGS:
+        raise RanknasError(f"{where}: 'pooling' must be one of {', '.join(POOLINGS)}")
+    if "pooling" in entry and not multi_valued:
+        raise RanknasError(
+            f"{where}: 'pooling' needs 'multi_valued: true' (one id per row needs no pooling)"
+        )
+    return multi_valued, pooling
 
 
 def synthetic_schema(num_dense: int = 8, num_sparse: int = 16, seed: int = 0) -> DatasetSchema:

@@ -1,6 +1,8 @@
 """Your own logs: CSV/Parquet plus a YAML schema."""
 
+import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,3 +187,176 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
     (tmp_path / "short.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "short.yaml")]) == 2
     assert "'user' has no cardinality" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- vocabularies and lists
+
+
+def _shop_log(tmp_path, shops, schema_entry):
+    """A CSV with one categorical column `shop` (the given values, in time order)."""
+    rows = [f"{i % 2},{i}.5,{shop},{i}" for i, shop in enumerate(shops)]
+    (tmp_path / "log.csv").write_text("y,price,shop,t\n" + "\n".join(rows) + "\n")
+    (tmp_path / "schema.yaml").write_text(
+        f"label: y\ndense: [price]\ncategorical: [{schema_entry}]\ntime: t\n"
+    )
+    return load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
+
+
+def test_min_count_is_counted_on_the_training_split(tmp_path):
+    from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
+
+    # "pop": 2 of the 80 training rows, 10 of the 20 later ones; "old": 38 training rows
+    shops = ["pop" if i in (3, 7) else "old" if i % 2 else f"u{i}" for i in range(80)]
+    data = _shop_log(tmp_path, shops + ["pop"] * 10 + ["new"] * 10, "{name: shop, min_count: 3}")
+    assert data.categorical[-11, 0] == 3  # over the whole file pop (12 rows) is frequent
+    train, valid, test = data.split(fractions=(0.8, 0.1, 0.1), method="time")
+    fitted = fit_preprocessing(train)
+    assert fitted["vocabulary"] == {"shop": ["old"]} and fitted["min_count"] == {"shop": 3}
+    train, valid, test = (apply_preprocessing(p, fitted) for p in (train, valid, test))
+    assert train.schema.categorical[0].cardinality == 3  # missing, out of vocabulary, old
+    assert set(train.categorical[:, 0]) == {1, 2} and train.categorical[3, 0] == 1  # rare pop
+    assert set(valid.categorical[:, 0]) == {1} and set(test.categorical[:, 0]) == {1}  # unseen
+
+
+def test_hashed_ids_are_stable_across_processes_and_equal_in_the_export(tmp_path):
+    import subprocess
+    import sys
+
+    from nas.export import standalone_template
+    from search_space.preprocessing import hash_bucket
+    from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
+
+    shops = [f"shop-{i % 37}" for i in range(200)] + [""]
+    data = _shop_log(tmp_path, shops, "{name: shop, hash_size: 64}")
+    train, _, test = data.split(method="time")
+    fitted = fit_preprocessing(train)
+    assert fitted["hashing"] == {"shop": 64} and fitted["vocabulary"] == {}
+    test = apply_preprocessing(test, fitted)
+    assert test.schema.categorical[0].cardinality == 64
+    raw = [shops[i] for i in data.split_indices(method="time")[2]]
+    ids = test.categorical[:, 0].tolist()
+    assert ids[-1] == 0 and all(1 <= i < 64 for i in ids[:-1])  # blank: missing
+    assert ids[:-1] == [hash_bucket(s, 64) for s in raw[:-1]]
+    code = "from search_space.preprocessing import hash_bucket; import sys; " \
+           "print([hash_bucket(s, 64) for s in sys.argv[1:]])"  # fmt: skip
+    for seed in ("1", "2"):  # Python's own str hash differs between these processes
+        env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
+        out = subprocess.run([sys.executable, "-c", code, *raw[:-1]], env=env, text=True,
+                             capture_output=True, check=True, cwd=Path.cwd()).stdout  # fmt: skip
+        assert json.loads(out) == ids[:-1]
+    (tmp_path / "preprocessing.json").write_text(json.dumps(fitted))
+    served = standalone_template.encode_ids([raw], ["shop"], tmp_path)
+    assert served[:, 0].tolist() == ids
+
+
+def test_encoding_settings_in_the_schema_are_checked(tmp_path):
+    schema = tmp_path / "s.yaml"
+    cases = {
+        "{name: slot, cardinality: 4, min_count: 2}": "ids as given",
+        "{name: shop, min_count: 2, hash_size: 10}": "not both",
+        "{name: shop, hash_size: 1}": "hash_size must be an integer >= 2",
+        "{name: shop, separator: ';'}": "'separator' needs 'multi_valued: true'",
+        "{name: shop, pooling: mean}": "'pooling' needs 'multi_valued: true'",
+        "{name: shop, multi_valued: true, pooling: max}": "'pooling' must be one of sum, mean",
+        "{name: shop, colour: red}": r"unknown field\(s\) \['colour'\]",
+    }
+    for entry, message in cases.items():
+        schema.write_text(f"label: y\ncategorical: [{entry}]\n")
+        with pytest.raises(RanknasError, match=message):
+            read_tabular_schema(schema)
+
+
+def test_a_list_column_becomes_multi_hot_ids(tmp_path):
+    from helpers import write_genre_log
+
+    csv, schema = write_genre_log(tmp_path, rows=40)
+    lines = csv.read_text().splitlines()
+    fields = lines[1].split(",")
+    lines[1] = ",".join([fields[0], fields[1], "", *fields[3:]])  # a blank list: missing
+    lines[2] = ",".join([*lines[2].split(",")[:2], " g1 | g2 |g1", *lines[2].split(",")[3:]])
+    csv.write_text("\n".join(lines) + "\n")
+    data = load_tabular(csv, schema)
+    genres = data.schema.categorical[1]
+    assert genres.multi_valued and genres.pooling == "mean"
+    assert (data.categorical[:, 1] == -1).all()  # never read as one id per row
+    lists = data.multi_hot["genres"]
+    rows = [lists.values[a:b].tolist() for a, b in itertools.pairwise(lists.offsets)]
+    assert rows[0] == [0]
+    vocabulary = data.raw_values["genres"].values
+    g1, g2 = (vocabulary.index(g) for g in ("g1", "g2"))
+    assert rows[1][0] == rows[1][2] != rows[1][1] and all(i >= 2 for i in rows[1])
+    assert {g1, g2} <= set(range(len(vocabulary)))
+    batch = next(iter(data.loader(8, shuffle=True, seed=3)))
+    assert batch.sparse.keys() == ["shop", "genres"]
+    assert (batch.sparse["shop"].lengths() == 1).all()
+    assert batch.sparse["genres"].lengths().max() > 1
+    order = np.random.default_rng([3, 0]).permutation(len(data))[:8]
+    expected = [rows[i] for i in order]
+    got = batch.sparse["genres"].to_dense()
+    assert [g.tolist() for g in got] == expected
+    from trainers.distributed import one_hot_ids
+
+    with pytest.raises(RanknasError, match="multi-valued"):  # it would slice wrong rows
+        one_hot_ids(batch.sparse, 2)
+
+
+def test_a_bad_list_cell_names_the_column_and_the_line(tmp_path):
+    from helpers import write_genre_log
+
+    csv, schema = write_genre_log(tmp_path, rows=40)
+    lines = csv.read_text().splitlines()
+    fields = lines[5].split(",")
+    lines[5] = ",".join([*fields[:2], "g1||g2", *fields[3:]])
+    csv.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RanknasError) as error:
+        load_tabular(csv, schema, max_bad_rows=0)
+    assert "bad list cell (genres): an empty item (separator '|'): 1 (line 6)" in str(error.value)
+    data = load_tabular(csv, schema, max_bad_fraction=None)
+    assert len(data) == 39 and data.bad_rows.bad == 1
+
+
+def test_a_parquet_list_column_reads_as_its_csv_form(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow")
+    from helpers import write_genre_log
+
+    csv, schema = write_genre_log(tmp_path, rows=60)
+    frame = pd.read_csv(csv, keep_default_na=False)
+    frame["genres"] = [cell.split("|") for cell in frame["genres"]]
+    frame.to_parquet(tmp_path / "genres.parquet")
+    from_csv = load_tabular(csv, schema)
+    from_parquet = load_tabular(tmp_path / "genres.parquet", schema)
+    for name in ("offsets", "values"):
+        np.testing.assert_array_equal(
+            getattr(from_csv.multi_hot["genres"], name),
+            getattr(from_parquet.multi_hot["genres"], name),
+        )
+    from trainers.data.tabular import infer_schema
+
+    inferred = infer_schema(tmp_path / "genres.parquet", "clicked")
+    assert {"name": "genres", "cardinality": 14, "multi_valued": True, "pooling": "mean"} in (
+        inferred["categorical"]
+    )
+
+
+def test_data_schema_finds_a_list_column_and_training_learns_from_it(tmp_path, capsys):
+    from helpers import write_genre_log
+    from nas.cli import main
+
+    csv, _ = write_genre_log(tmp_path)
+    assert main(["data", "schema", str(csv), "--label", "clicked", "--time", "t"]) == 0
+    text = capsys.readouterr().out
+    schema = yaml.safe_load(text)
+    assert {"name": "genres", "cardinality": 14, "multi_valued": True, "pooling": "mean",
+            "separator": "|"} in schema["categorical"]  # fmt: skip
+    assert schema["dense"] == ["price"]
+    (tmp_path / "inferred.yaml").write_text(text)
+    assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "inferred.yaml")]) == 0
+    capsys.readouterr()
+    args = ["train", "--arch", "dlrm", "--data", str(csv), "--schema",
+            str(tmp_path / "genres.yaml"), "--epochs", "3", "--batch-size", "128",
+            "--json"]  # fmt: skip
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert "training-split vocabularies (shop 5, genres 12" in err
+    assert json.loads(out)["val_ne"] < 0.9  # the lists carry the signal

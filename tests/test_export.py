@@ -533,3 +533,63 @@ def test_the_registered_model_serves_from_a_fresh_venv(server: ServerInfo, tmp_p
         serve.terminate()
         serve.wait(timeout=30)
     np.testing.assert_allclose(served, expected.predict(frame), rtol=1e-5)
+
+
+def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
+    server: ServerInfo, tmp_path: Path
+) -> None:
+    """A model trained on a multi-valued (mean-pooled) column and a one-hot column, exported:
+    the standalone module and the registered model turn the raw test rows (lists as texts
+    and as Python lists) into the same predictions, and so the same test NE, as training
+    recorded."""
+    import sys
+
+    import mlflow
+
+    from helpers import write_genre_log
+    from trainers.data import load_tabular
+    from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
+    from trainers.metrics import ranking_metrics
+    from trainers.trainer import TrainConfig, train
+
+    csv, schema_file = write_genre_log(tmp_path, rows=2000)
+    data = load_tabular(csv, schema_file)
+    parts = data.split(method="time")
+    fitted = fit_preprocessing(parts[0])
+    train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
+    arch = preset("dcnv2", train_part.schema)
+    assert {f.name: f.pooling for f in arch.embedding.features} == {"shop": "sum",
+                                                                    "genres": "mean"}  # fmt: skip
+    model = build_model(arch, seed=0)
+    config = TrainConfig(batch_size=128, max_epochs=2, seed=0, device="cpu")
+    result = train(model, train_part, valid, test, config)
+    assert result.status == "complete" and result.test["ne"] < 0.95
+    registered = export_model(arch, model.state_dict(), result.summary(), tmp_path / "export",
+                              schema=train_part.schema, preprocessing=fitted,
+                              register="ranknas-lists", tracking_uri=server.uri)  # fmt: skip
+    out = registered.out_dir
+    exported = load_exported(out)
+    module = sys.modules[type(exported).__module__]
+    assert module.POOLINGS == ("sum", "mean")
+    frame = pd.read_csv(csv, keep_default_na=False).iloc[data.split_indices(method="time")[2]]
+    raw_dense = torch.tensor(frame[list(module.DENSE_COLUMNS)].to_numpy(np.float32))
+    dense = module.prepare_dense(raw_dense, out)
+    for genres in (frame["genres"].tolist(), [g.split("|") for g in frame["genres"]]):
+        raw = {"shop": frame["shop"].tolist(), "genres": genres}
+        ids = module.encode_ids([raw[f] for f in module.FEATURES], module.FEATURES, out)
+        with torch.no_grad():
+            probabilities = torch.sigmoid(exported(dense, ids)).numpy()
+        served = ranking_metrics(probabilities, frame["clicked"].to_numpy())
+        assert served["ne"] == pytest.approx(result.test["ne"], abs=1e-6)
+    batch = next(iter(test.loader(len(test))))
+    with torch.no_grad():
+        assert torch.equal(exported(dense, ids), model.eval()(batch.dense, batch.sparse))
+    mlflow.set_tracking_uri(server.uri)
+    try:
+        loaded = mlflow.pyfunc.load_model(registered.model_uri)
+    finally:
+        mlflow.set_tracking_uri(None)
+    rows = frame[["price", "shop"]].assign(genres=[g.split("|") for g in frame["genres"]])
+    np.testing.assert_allclose(loaded.predict(rows), probabilities, rtol=1e-6)
+    with pytest.raises(ValueError, match="feature 'genres', row 1: an empty item"):
+        module.encode_ids([["s1", "s2"], ["g1", "g2||g3"]], module.FEATURES, out)

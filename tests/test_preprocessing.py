@@ -158,3 +158,35 @@ def test_a_study_on_three_files_uses_them_as_split(log, capsys):
     del config["data"]["test"]
     assert main(["search", str(write_config(log, config)), "--no-mlflow"]) == 2
     assert "data.train, data.valid and data.test go together" in capsys.readouterr().err
+
+
+def test_a_study_on_a_list_column_exports_a_model_that_serves_lists(tmp_path, capsys):
+    import optuna
+
+    from helpers import write_genre_log
+    from study_helpers import tiny_config, write_config
+    from trainers.metrics import ranking_metrics
+
+    csv, schema = write_genre_log(tmp_path, rows=2000)
+    config = tiny_config(tmp_path, "lists", data={"source": str(csv), "schema": str(schema)},
+                         budget={"trials": 1, "epochs_per_trial": 2})  # fmt: skip
+    del config["data"]["rows"], config["data"]["seed"]
+    assert main(["search", str(write_config(tmp_path, config)), "--no-mlflow"]) == 0
+    assert "training-split vocabularies (shop 5, genres 12" in capsys.readouterr().out
+    out = tmp_path / "export"
+    assert main(["export", "lists", "--storage", config["storage"], "--out", str(out)]) == 0
+    written = json.loads((out / "preprocessing.json").read_text())
+    assert written["multi_valued"] == {"genres": {"separator": "|"}}
+    exported = load_exported(out)
+    module = sys.modules[type(exported).__module__]
+    lines = csv.read_text().splitlines()[1:]
+    test_rows = [line.split(",") for line in lines[1800:]]  # the time split's last 10%
+    dense = module.prepare_dense(torch.tensor([[float(r[1])] for r in test_rows]), out)
+    raw = {"shop": [r[3] for r in test_rows], "genres": [r[2] for r in test_rows]}
+    ids = module.encode_ids([raw[f] for f in module.FEATURES], module.FEATURES, out)
+    with torch.no_grad():
+        probabilities = torch.sigmoid(exported(dense, ids)).numpy()
+    labels = np.array([float(r[0]) for r in test_rows])
+    trial = optuna.load_study(study_name="lists", storage=config["storage"]).trials[0]
+    served = ranking_metrics(probabilities, labels)["ne"]
+    assert served == pytest.approx(trial.user_attrs["test_ne"], abs=1e-6)

@@ -30,11 +30,13 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.types import ShardingEnv, ShardingPlan
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.tables import TableSpec, tables_from_architecture
 from cost_models.sharding.torchrec_adapter import to_sharding_plan
 from search_space.builder import RankingModel, build_model
+from search_space.errors import RanknasError
 from search_space.presets import PRESETS, preset
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 
@@ -98,6 +100,17 @@ def _copy_table_weights(dmp: DistributedModelParallel, reference: dict[str, torc
                 local.tensor.copy_(reference[key][rows : rows + height, cols : cols + width])
 
 
+def one_hot_ids(sparse: KeyedJaggedTensor, num_features: int) -> torch.Tensor:
+    """The batch's ids as `[F, B]`; this script slices batches per rank assuming one id per
+    example and feature, so a multi-valued (multi-hot) feature is refused, not mis-sliced."""
+    if sparse.values().numel() != num_features * sparse.stride():
+        raise RanknasError(
+            "trainers.distributed slices batches per rank with one id per example and "
+            "feature; multi-valued (multi-hot) features are not supported here"
+        )
+    return sparse.values().view(num_features, -1)
+
+
 def train_distributed(args: argparse.Namespace) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if args.cuda else "cpu")
@@ -118,7 +131,7 @@ def train_distributed(args: argparse.Namespace) -> dict:
     for _ in range(args.steps):
         dense, sparse, labels = next(batches)
         rows = slice(rank * local, (rank + 1) * local)  # this rank's slice of the global batch
-        ids = sparse.values().view(len(features), -1)[:, rows].reshape(-1)
+        ids = one_hot_ids(sparse, len(features))[:, rows].reshape(-1)
         local_sparse = type(sparse).from_lengths_sync(
             keys=features, values=ids, lengths=torch.ones(ids.numel(), dtype=torch.int32)
         )

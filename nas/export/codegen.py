@@ -137,6 +137,13 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
         f"Inputs: `dense`, float32 [B, {len(columns.dense)}], columns {dense}; `ids`, int64 "
         f"[B, {len(columns.features)}], one id per example for each feature: {features}."
     )
+    if columns.list_features:
+        lists = ", ".join(map(_doc_name, sorted(columns.list_features)))
+        inputs += (
+            f" Multi-valued features ({lists}) take a list of ids per example: `ids` is then a "
+            "list with one entry per feature, `[B]` ids or a `(values, offsets)` tuple, as "
+            "`encode_ids` makes from raw values."
+        )
     text = f'''
         """{title}
 
@@ -180,6 +187,7 @@ def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:
         ("FEATURES", columns.features, "the columns of `ids`, the id matrix"),
         ("NUM_EMBEDDINGS", tuple(f.num_embeddings for f in emb.features), "rows of each table"),
         ("FEATURE_DIMS", tuple(emb.feature_dim(f) for f in emb.features), "dim of each table"),
+        ("POOLINGS", tuple(f.pooling for f in emb.features), "of each table's ids per row"),
         ("EMBEDDING_DIM", emb.dim, "the dim of the embeddings that the blocks see"),
         ("WEIGHTS_FILE", WEIGHTS_FILE, "the weights, next to this file"),
     ]
@@ -216,7 +224,7 @@ def _reads_sparse(analysis: Analysis) -> bool:
     return any("sparse" in analysis.arch.block(name).inputs for name in analysis.order)
 
 
-_EMBEDDING_BAGS = "EmbeddingBags(FEATURES, NUM_EMBEDDINGS, FEATURE_DIMS)"
+_EMBEDDING_BAGS = "EmbeddingBags(FEATURES, NUM_EMBEDDINGS, FEATURE_DIMS, POOLINGS)"
 _LOAD_FUNCTION = '''
 def load(directory: str | Path = ".", device: str = "cpu") -> RankingModel:
     """The model with its trained weights (`model.safetensors` in `directory`), in eval mode."""

@@ -52,10 +52,11 @@ def export_model(
     """Write the export directory (see the module docstring); register it if `register`.
 
     `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
-    transforms, the categorical vocabularies); written to `preprocessing.json`, from which
-    the exported module (`prepare_dense`, `encode_ids`) and the registered model turn raw
-    rows into the model's inputs. `provenance` goes into the model card; `source_run_id`
-    is the MLflow run the registered version comes from (the trial's), else a new run.
+    transforms, the categorical vocabularies and hashing, the multi-valued columns); written
+    to `preprocessing.json`, from which the exported module (`prepare_dense`, `encode_ids`)
+    and the registered model turn raw rows into the model's inputs. `provenance` goes into
+    the model card; `source_run_id` is the MLflow run the registered version comes from
+    (the trial's), else a new run.
 
     `schema` names the dense columns and checks that `arch` fits the data (without it the
     dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
@@ -80,7 +81,9 @@ def export_model(
     )
     result.architecture.write_text(arch.to_json() + "\n")
     fitted = {"dense": [], "vocabulary": {}} | dict(preprocessing or {})
-    columns = replace(columns, raw_features=frozenset(fitted["vocabulary"]))
+    raw = frozenset(fitted["vocabulary"]) | frozenset(fitted.get("hashing", {}))
+    lists = frozenset(fitted.get("multi_valued", {}))
+    columns = replace(columns, raw_features=raw, list_features=lists)
     if len(fitted["dense"]) not in (0, arch.num_dense or 0):
         raise RanknasError(f"{len(fitted['dense'])} dense transforms, {arch.num_dense} columns")
     (out / PREPROCESSING_FILE).write_text(json.dumps(fitted, indent=2))

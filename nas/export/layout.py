@@ -40,7 +40,8 @@ class _Columns:
     dense: tuple[str, ...]
     features: tuple[str, ...]
     dataset: str | None = None  # the schema's name, when one was given
-    raw_features: frozenset[str] = frozenset()  # served as raw values through a vocabulary
+    raw_features: frozenset[str] = frozenset()  # served as raw values (vocabulary, hashing)
+    list_features: frozenset[str] = frozenset()  # served as lists of values (multi-valued)
 
     @classmethod
     def of(cls, arch: Architecture, schema: DatasetSchema | None) -> _Columns:

@@ -46,7 +46,8 @@ import torch
 
 
 class ExportedRankingModel(mlflow.pyfunc.PythonModel):
-    """predict(DataFrame with the dense and categorical id columns) -> click probabilities."""
+    """predict(DataFrame with the dense and categorical columns, raw values or ids, a list
+    per row for a multi-valued column) -> click probabilities."""
 
     def load_context(self, context) -> None:
         directory = Path(context.artifacts["export"])
@@ -216,15 +217,17 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _signature(columns: _Columns) -> Any:
-    """Input: the dense columns (double), the categorical columns as raw values (string) or
-    ids (long); output: probabilities."""
+    """Input: the dense columns (double), the categorical columns as raw values (string),
+    lists of them (multi-valued) or ids (long); output: probabilities."""
     import numpy as np
     from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema, TensorSpec
+    from mlflow.types import ColSpec, DataType, Schema, TensorSpec
+    from mlflow.types.schema import Array
 
     inputs = [ColSpec("double", c) for c in columns.dense]
-    inputs += [ColSpec("string" if f in columns.raw_features else "long", f)
-               for f in columns.features]  # fmt: skip
+    for f in columns.features:
+        kind = "string" if f in columns.raw_features else "long"
+        inputs.append(ColSpec(Array(DataType[kind]) if f in columns.list_features else kind, f))
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 
@@ -233,7 +236,8 @@ def _input_example(columns: _Columns) -> Any:
     """One example of zeros (stored as JSON; MLflow also predicts it to check the model)."""
     import pandas as pd
 
-    ids = {f: ["" if f in columns.raw_features else 0] for f in columns.features}
+    ids = {f: [["x"] if f in columns.list_features else "" if f in columns.raw_features else 0]
+           for f in columns.features}  # fmt: skip
     return pd.DataFrame({c: [0.0] for c in columns.dense} | ids)
 
 

@@ -16,27 +16,49 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from search_space.preprocessing import transform_dense
+from search_space.preprocessing import (
+    encode_value,
+    split_cell,
+    transform_dense,
+    vocabulary_index,
+)
+
+# a feature's ids: `[B]` (one per row), or `(values, offsets)` (a list per row)
+Ids = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 class EmbeddingBags(nn.Module):
-    """The model's embedding tables, one sum-pooled table `t_<feature>` per feature, with the
-    state-dict layout of torchrec's `EmbeddingBagCollection` (`embedding_bags.<table>.weight`)
-    so that ranknas's weights load as they are. Serving reads one id per example and
-    feature, which needs plain `nn.EmbeddingBag`s, not torchrec."""
+    """The model's embedding tables, one table `t_<feature>` per feature pooled by the
+    feature's pooling (sum or mean), with the state-dict layout of torchrec's
+    `EmbeddingBagCollection` (`embedding_bags.<table>.weight`) so that ranknas's weights
+    load as they are; plain `nn.EmbeddingBag`s, not torchrec."""
 
     def __init__(
-        self, features: Sequence[str], num_embeddings: Sequence[int], dims: Sequence[int]
+        self,
+        features: Sequence[str],
+        num_embeddings: Sequence[int],
+        dims: Sequence[int],
+        poolings: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.features = list(features)
+        poolings = poolings or ["sum"] * len(self.features)
         self.embedding_bags = nn.ModuleDict(
-            {f"t_{f}": nn.EmbeddingBag(rows, dim, mode="sum")
-             for f, rows, dim in zip(features, num_embeddings, dims, strict=True)}
-        )  # fmt: skip
+            {
+                f"t_{f}": nn.EmbeddingBag(rows, dim, mode=pooling)
+                for f, rows, dim, pooling in zip(
+                    features, num_embeddings, dims, poolings, strict=True
+                )
+            }
+        )
 
-    def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The id matrix `[B, F]` (column i: ids of `features[i]`) -> feature -> `[B, dim]`."""
+    def forward(self, ids: torch.Tensor | Sequence[Ids]) -> dict[str, torch.Tensor]:
+        """feature -> `[B, dim]` from the id matrix `[B, F]` (column i: ids of
+        `features[i]`), or from one entry per feature: its ids `[B]`, or for a multi-valued
+        feature a `(values, offsets)` tuple, row i's ids being values[offsets[i]:offsets[i +
+        1]] (B + 1 offsets, as `encode_ids` gives)."""
+        if isinstance(ids, tuple | list):
+            return self._per_feature(ids)
         ids = torch.as_tensor(ids, dtype=torch.long)
         if ids.dim() != 2 or ids.shape[1] != len(self.features):
             raise ValueError(
@@ -45,6 +67,19 @@ class EmbeddingBags(nn.Module):
         return {
             f: self.embedding_bags[f"t_{f}"](ids[:, i : i + 1]) for i, f in enumerate(self.features)
         }
+
+    def _per_feature(self, entries: Sequence[Ids]) -> dict[str, torch.Tensor]:
+        if len(entries) != len(self.features):
+            raise ValueError(f"expected {len(self.features)} id entries, got {len(entries)}")
+        pooled = {}
+        for f, entry in zip(self.features, entries, strict=True):
+            bag = self.embedding_bags[f"t_{f}"]
+            if isinstance(entry, tuple):
+                values, offsets = (torch.as_tensor(t, dtype=torch.long) for t in entry)
+                pooled[f] = bag(values, offsets[:-1])
+            else:
+                pooled[f] = bag(torch.as_tensor(entry, dtype=torch.long).view(-1, 1))
+        return pooled
 
 
 def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.Module:
@@ -62,25 +97,39 @@ def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Ten
 
 def encode_ids(
     columns: Sequence[Sequence[object]], features: Sequence[str], directory: str | Path = "."
-) -> torch.Tensor:
+) -> torch.Tensor | list[Ids]:
     """Raw categorical values, one sequence per feature (in `features` order) -> the id
-    matrix `[B, F]`. A feature with a training vocabulary maps its values through it (id 0:
-    missing, 1: never seen in training); the others must already be ids."""
-    vocabulary = _preprocessing(directory).get("vocabulary", {})
-    encoded = []
+    matrix `[B, F]`, or where a feature is multi-valued (its cells lists of values, or texts
+    split at its separator) one entry per feature: ids `[B]`, or `(values, offsets)` for
+    the multi-valued ones (an empty cell: [0]). A feature with a training vocabulary maps
+    its values through it (id 0: missing, 1: out of vocabulary), a hashed one hashes them
+    into its buckets, as in training; the others must already be ids."""
+    fitted = _preprocessing(directory)
+    vocabularies, hashing = fitted.get("vocabulary", {}), fitted.get("hashing", {})
+    multi_valued = fitted.get("multi_valued", {})
+    encoded: list[Ids] = []
     for feature, values in zip(features, columns, strict=True):
-        known = vocabulary.get(feature)
-        if known is None:
+        known, buckets = vocabularies.get(feature), hashing.get(feature)
+        if known is None and buckets is None:
             encoded.append(torch.as_tensor([int(v) for v in values], dtype=torch.long))
             continue
-        index = {v: i + 2 for i, v in enumerate(known)}
-        ids = [0 if _missing(v) else index.get(str(v).strip(), 1) for v in values]
-        encoded.append(torch.as_tensor(ids, dtype=torch.long))
-    return torch.stack(encoded, dim=1)
-
-
-def _missing(value: object) -> bool:
-    return value is None or value != value or str(value).strip() == ""  # None, NaN, blank
+        index = vocabulary_index(known or [])
+        if feature not in multi_valued:
+            ids = [encode_value(v, index, buckets) for v in values]
+            encoded.append(torch.as_tensor(ids, dtype=torch.long))
+            continue
+        separator, items, offsets = multi_valued[feature]["separator"], [], [0]
+        for row, cell in enumerate(values):
+            try:
+                texts = split_cell(cell, separator)
+            except ValueError as exc:
+                raise ValueError(f"feature {feature!r}, row {row}: {exc}") from None
+            items.extend(encode_value(t, index, buckets) for t in texts or [None])
+            offsets.append(len(items))
+        encoded.append((torch.as_tensor(items, dtype=torch.long), torch.as_tensor(offsets)))
+    if multi_valued:
+        return encoded
+    return torch.stack(encoded, dim=1)  # type: ignore[arg-type]
 
 
 def _preprocessing(directory: str | Path) -> dict:

@@ -108,7 +108,7 @@ class SearchSpace(ABC):
         self.check_values(values)
         blocks, output = self._decode_blocks(values, values["embedding_dim"])
         features = tuple(
-            Feature(f.name, f.cardinality, self._feature_dim(values, f.name))
+            Feature(f.name, f.cardinality, self._feature_dim(values, f.name), f.pooling)
             for f in self.schema.categorical
         )
         embedding = EmbeddingConfig(values["embedding_dim"], features)

@@ -17,12 +17,57 @@ from trainers.data.report import BadRowReport
 SPLIT_NAMES = ("train", "valid", "test")
 
 
+class Jagged(NamedTuple):
+    """A list per row: row i's items are `values[offsets[i]:offsets[i + 1]]`."""
+
+    offsets: np.ndarray  # int64 [n + 1], offsets[0] = 0
+    values: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, rows: np.ndarray | slice) -> Jagged:
+        """The lists of the given rows (indices or a slice), in that order."""
+        if isinstance(rows, slice):
+            start, stop, _ = rows.indices(len(self.offsets) - 1)
+            stop = max(start, stop)
+            first, last = self.offsets[start], self.offsets[stop]
+            return Jagged(self.offsets[start : stop + 1] - first, self.values[first:last])
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.offsets[rows + 1] - self.offsets[rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # item j of the result comes from offsets[rows[r]] + (j - offsets_out[r]) for its row r
+        shift = np.repeat(self.offsets[rows] - offsets[:-1], lengths)
+        return Jagged(offsets, self.values[np.arange(offsets[-1]) + shift])
+
+
+@dataclass(frozen=True)
+class RawColumn:
+    """A categorical column read by name, as raw values, so that its ids can be fitted on
+    the training split: item codes into `values` (-1: missing), row after row, and how to
+    encode them (`trainers.data.preprocess`)."""
+
+    codes: Jagged  # one code per row for a single-valued column, a list for a multi-valued one
+    values: tuple[str, ...]
+    min_count: int = 1  # values seen fewer times in training are out of vocabulary
+    hash_size: int | None = None  # hash into this many buckets instead of a vocabulary
+    separator: str | None = None  # multi-valued text cells: what separates the items
+    multi_valued: bool = False
+
+    def take(self, rows: np.ndarray) -> RawColumn:
+        return replace(self, codes=self.codes.take(rows))
+
+
 @dataclass
 class TabularData:
     """Rows of one data set: dense features, categorical ids and labels.
 
     dense: float32 [n, D]; categorical: int64 [n, S] with column k's ids in
-    [0, schema.categorical[k].cardinality); labels: float32 [n] in {0, 1};
+    [0, schema.categorical[k].cardinality), -1 for a multi-valued column, whose ids per
+    row are in `multi_hot` (a feature's ids are never read from a -1 column: any use that
+    assumed one id per row fails instead of training on wrong ids); labels: float32 [n];
     true_prob: the true click probability per row, known only for synthetic data;
     bad_rows: what the reader skipped, if it read a file.
     """
@@ -34,9 +79,11 @@ class TabularData:
     true_prob: np.ndarray | None = None
     bad_rows: BadRowReport | None = None
     time: np.ndarray | None = None  # each row's event time, when the schema names a column
-    # per categorical column read by name: each row's code into the column's distinct raw
-    # values (-1: missing), and those values, so that a vocabulary can be fitted per split
-    raw_values: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
+    # per categorical column read by name: its raw values, so that a vocabulary can be
+    # fitted on the training split
+    raw_values: dict[str, RawColumn] = field(default_factory=dict)
+    # per multi-valued categorical column: each row's ids
+    multi_hot: dict[str, Jagged] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dense = np.ascontiguousarray(self.dense, dtype=np.float32)
@@ -56,20 +103,30 @@ class TabularData:
             )
         if self.true_prob is not None and self.true_prob.shape != (n,):
             raise ValueError(f"true_prob has shape {self.true_prob.shape}, expected {(n,)}")
+        multi = {f.name for f in self.schema.categorical if f.multi_valued}
+        if set(self.multi_hot) != multi:
+            raise ValueError(f"multi_hot has {sorted(self.multi_hot)}, expected {sorted(multi)}")
         self._check_ids()
 
     def _check_ids(self) -> None:
         if len(self) == 0 or self.schema.num_sparse == 0:
             return
-        cardinalities = np.array([f.cardinality for f in self.schema.categorical])
         low, high = self.categorical.min(axis=0), self.categorical.max(axis=0)
-        bad = np.flatnonzero((low < 0) | (high >= cardinalities))
-        if bad.size:
-            k = int(bad[0])
-            raise ValueError(
-                f"feature {self.schema.feature_names[k]!r} has ids in [{low[k]}, {high[k]}], "
-                f"outside its cardinality {cardinalities[k]}"
-            )
+        for k, feature in enumerate(self.schema.categorical):
+            if feature.multi_valued:
+                lists = self.multi_hot[feature.name]
+                if len(lists.offsets) != len(self) + 1:
+                    raise ValueError(
+                        f"feature {feature.name!r} has lists for "
+                        f"{len(lists.offsets) - 1} rows, expected {len(self)}"
+                    )
+                ids = lists.values
+                low[k], high[k] = (ids.min(), ids.max()) if ids.size else (0, 0)
+            if low[k] < 0 or high[k] >= feature.cardinality:
+                raise ValueError(
+                    f"feature {feature.name!r} has ids in [{low[k]}, {high[k]}], outside its "
+                    f"cardinality {feature.cardinality}"
+                )
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -83,7 +140,8 @@ class TabularData:
             labels=self.labels[rows],
             true_prob=None if self.true_prob is None else self.true_prob[rows],
             time=None if self.time is None else self.time[rows],
-            raw_values={k: (codes[rows], values) for k, (codes, values) in self.raw_values.items()},
+            raw_values={k: raw.take(rows) for k, raw in self.raw_values.items()},
+            multi_hot={k: lists.take(rows) for k, lists in self.multi_hot.items()},
         )
 
     def split_indices(
@@ -144,7 +202,8 @@ class TabularData:
 
 class Batch(NamedTuple):
     dense: torch.Tensor  # float32 [B, D]
-    sparse: KeyedJaggedTensor  # keys = categorical feature names, one id per row and key
+    sparse: KeyedJaggedTensor  # keys = categorical feature names; one id per row and key,
+    # a list per row for a multi-valued feature
     labels: torch.Tensor  # float32 [B]
 
 
@@ -181,6 +240,7 @@ class BatchLoader:
         self._rows = len(data)
         self._arrays = (data.dense, data.categorical, data.labels)
         self._ones = torch.ones(batch_size * len(self.keys), dtype=torch.int32)
+        self._multi_hot = data.multi_hot
 
     def __len__(self) -> int:
         full, rest = divmod(self._rows, self.batch_size)
@@ -206,10 +266,11 @@ class BatchLoader:
             dense, labels = dense.copy(), labels.copy()
         else:
             dense, ids, labels = (np.take(a, rows, axis=0) for a in self._arrays)
-        values = torch.from_numpy(ids.T.flatten())  # feature-major: key 0's rows, then key 1's
-        batch = Batch(
-            torch.from_numpy(dense), self._kjt(values, len(labels)), torch.from_numpy(labels)
-        )
+        if self._multi_hot:
+            sparse = self._multi_hot_kjt(ids, rows, len(labels))
+        else:  # feature-major: key 0's rows, then key 1's
+            sparse = self._kjt(torch.from_numpy(ids.T.flatten()), len(labels))
+        batch = Batch(torch.from_numpy(dense), sparse, torch.from_numpy(labels))
         if self.pin_memory:
             batch = Batch(*(part.pin_memory() for part in batch))
         return batch
@@ -223,4 +284,29 @@ class BatchLoader:
             stride=size,
             length_per_key=[size] * count,
             offset_per_key=[size * k for k in range(count + 1)],
+        )
+
+    def _multi_hot_kjt(
+        self, ids: np.ndarray, rows: slice | np.ndarray, size: int
+    ) -> KeyedJaggedTensor:
+        """Key-major values and lengths: one id per row of a single-valued key, the rows'
+        lists of a multi-valued one."""
+        values, lengths = [], []
+        for k, key in enumerate(self.keys):
+            lists = self._multi_hot.get(key)
+            if lists is None:
+                values.append(ids[:, k])
+                lengths.append(np.ones(size, dtype=np.int32))
+            else:
+                part = lists.take(rows)
+                values.append(part.values)
+                lengths.append(part.lengths.astype(np.int32))
+        per_key = [len(v) for v in values]
+        return KeyedJaggedTensor(
+            keys=self.keys,
+            values=torch.from_numpy(np.concatenate(values)),
+            lengths=torch.from_numpy(np.concatenate(lengths)),
+            stride=size,
+            length_per_key=per_key,
+            offset_per_key=[0, *np.cumsum(per_key).tolist()],
         )

@@ -1,5 +1,5 @@
 """Preprocessing fitted on the training split: one transform per dense column, and the
-vocabulary of each categorical column read by name.
+vocabulary (or the hashing) of each categorical column read by name.
 
 `fit_dense` chooses and fits them (`log1p` where a column looks like a count: whole,
 non-negative, heavy-tailed numbers whose maximum is over `COUNT_RATIO` times their median
@@ -16,13 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from search_space.preprocessing import transform_dense
-from search_space.schema import CategoricalFeature
-from trainers.data.dataset import TabularData
-from trainers.data.encoding import MISSING_ID
-from trainers.data.encoding import RARE_ID as OOV_ID
-
-FIRST_ID = OOV_ID + 1
+from search_space.preprocessing import (
+    FIRST_ID,
+    MISSING_ID,
+    OOV_ID,
+    encode_value,
+    transform_dense,
+    vocabulary_index,
+)
+from trainers.data.dataset import Jagged, RawColumn, TabularData
 
 COUNT_RATIO = 10.0
 
@@ -53,46 +55,92 @@ def apply_dense(data: TabularData, transforms: list[dict[str, Any]]) -> TabularD
     return replace(data, dense=dense)
 
 
+def column_vocabulary(raw: RawColumn) -> list[str]:
+    """The values of `raw` seen at least its `min_count` times, most frequent first (ties:
+    first seen first); value k gets id k + 2 (id 0: missing, 1: out of vocabulary). A
+    multi-valued column counts items."""
+    codes = raw.codes.values
+    counts = np.bincount(codes[codes >= 0], minlength=len(raw.values))
+    order = np.argsort(-counts, kind="stable")
+    return [raw.values[i] for i in order if counts[i] >= raw.min_count]
+
+
+def column_ids(raw: RawColumn, vocabulary: list[str], buckets: int | None) -> np.ndarray:
+    """The id of each item of `raw`: through `vocabulary` or hashed into `buckets`, value by
+    value with the function the exported model runs."""
+    if buckets is not None:
+        lookup = [encode_value(v, None, buckets) for v in raw.values]
+    else:  # the values are stripped and present: encode_value would only look them up
+        index = vocabulary_index(vocabulary)
+        lookup = [index.get(v, OOV_ID) for v in raw.values]
+    lookup = np.asarray([*lookup, MISSING_ID], dtype=np.int64)
+    codes = raw.codes.values
+    return lookup[np.where(codes >= 0, codes, len(raw.values))]
+
+
 def fit_vocabulary(train: TabularData) -> dict[str, list[str]]:
-    """Per categorical column read by name: its values seen in training, most frequent
-    first; value k gets id k + 2 (id 0: missing, 1: out of vocabulary)."""
-    vocabulary = {}
-    for name, (codes, values) in train.raw_values.items():
-        present = codes[codes >= 0]
-        counts = np.bincount(present, minlength=len(values))
-        order = np.argsort(-counts, kind="stable")
-        vocabulary[name] = [values[i] for i in order if counts[i] > 0]
-    return vocabulary
+    """Per categorical column read by name and not hashed: `column_vocabulary` of its
+    training rows."""
+    return {
+        name: column_vocabulary(raw)
+        for name, raw in train.raw_values.items()
+        if raw.hash_size is None
+    }
 
 
-def apply_vocabulary(data: TabularData, vocabulary: dict[str, list[str]]) -> TabularData:
-    """`data` with those columns' ids from `vocabulary`: a value never seen in training
-    (validation and test may have them) gets the out-of-vocabulary id."""
-    if not vocabulary:
+def apply_vocabulary(
+    data: TabularData, vocabulary: dict[str, list[str]], hashing: dict[str, int] | None = None
+) -> TabularData:
+    """`data` with the ids of its columns read by name from `vocabulary` (a value not in
+    it, such as one never seen in training, gets the out-of-vocabulary id) or hashed
+    (`hashing`: column -> buckets), value by value with the exported model's function."""
+    hashing = hashing or {}
+    if not vocabulary and not hashing:
         return data
     categorical = data.categorical.copy()
     features = list(data.schema.categorical)
+    multi_hot = dict(data.multi_hot)
     for k, feature in enumerate(features):
-        if feature.name not in vocabulary:
+        raw = data.raw_values.get(feature.name)
+        if raw is None or (feature.name not in vocabulary and feature.name not in hashing):
             continue
-        codes, values = data.raw_values[feature.name]
-        index = {v: i + FIRST_ID for i, v in enumerate(vocabulary[feature.name])}
-        lookup = np.asarray([index.get(v, OOV_ID) for v in values] + [MISSING_ID], np.int64)
-        categorical[:, k] = lookup[np.where(codes >= 0, codes, len(values))]
-        features[k] = CategoricalFeature(feature.name, len(vocabulary[feature.name]) + FIRST_ID)
+        buckets = hashing.get(feature.name)
+        known = vocabulary.get(feature.name, [])
+        ids = column_ids(raw, known, buckets)
+        if raw.multi_valued:
+            multi_hot[feature.name] = Jagged(raw.codes.offsets, ids)
+            categorical[:, k] = -1
+        else:
+            categorical[:, k] = ids
+        cardinality = buckets if buckets is not None else len(known) + FIRST_ID
+        features[k] = replace(feature, cardinality=cardinality)
     schema = replace(data.schema, categorical=tuple(features))
-    return replace(data, categorical=categorical, schema=schema)
+    return replace(data, categorical=categorical, schema=schema, multi_hot=multi_hot)
 
 
-def fit_preprocessing(train: TabularData) -> dict[str, Any]:
-    """Everything fitted on the training split, as JSON: dense transforms, vocabularies."""
-    return {"dense": fit_dense(train), "vocabulary": fit_vocabulary(train)}
+def fit_categorical(train: TabularData) -> dict[str, Any]:
+    """How the columns read by name become ids, as JSON: vocabularies (min-count applied),
+    hashed columns' buckets, min-counts above 1, multi-valued columns' separators."""
+    raws = train.raw_values.items()
+    return {
+        "vocabulary": fit_vocabulary(train),
+        "hashing": {n: raw.hash_size for n, raw in raws if raw.hash_size is not None},
+        "min_count": {n: raw.min_count for n, raw in raws if raw.min_count > 1},
+        "multi_valued": {n: {"separator": raw.separator} for n, raw in raws if raw.multi_valued},
+    }
+
+
+def fit_preprocessing(train: TabularData, dense: bool = True) -> dict[str, Any]:
+    """Everything fitted on the training split, as JSON: dense transforms (`dense=False`:
+    none, the values as read), vocabularies and hashing (`fit_categorical`)."""
+    return {"dense": fit_dense(train) if dense else []} | fit_categorical(train)
 
 
 def apply_preprocessing(data: TabularData, fitted: dict[str, Any]) -> TabularData:
     if not fitted:
         return apply_dense(data, [])
-    return apply_vocabulary(apply_dense(data, fitted["dense"]), fitted["vocabulary"])
+    categorical = apply_vocabulary(data, fitted["vocabulary"], fitted.get("hashing"))
+    return apply_dense(categorical, fitted["dense"])
 
 
 def describe(fitted: dict[str, Any]) -> str:
@@ -105,6 +153,13 @@ def describe(fitted: dict[str, Any]) -> str:
         parts.append(f"dense columns: {shown}standardized with training statistics, clipped "
                      "to +-5 sd")  # fmt: skip
     if fitted["vocabulary"]:
-        sizes = ", ".join(f"{k} {len(v):,}" for k, v in fitted["vocabulary"].items())
+        sizes = ", ".join(
+            f"{k} {len(v):,}"
+            + (f" (min count {m})" if (m := fitted.get("min_count", {}).get(k)) else "")
+            for k, v in fitted["vocabulary"].items()
+        )
         parts.append(f"training-split vocabularies ({sizes}; other values: out of vocabulary)")
+    if fitted.get("hashing"):
+        hashed = ", ".join(f"{k} into {n:,} buckets" for k, n in fitted["hashing"].items())
+        parts.append(f"hashed: {hashed}")
     return "; ".join(parts)

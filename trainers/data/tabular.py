@@ -4,13 +4,22 @@ The schema file names the columns:
 
     label: clicked
     dense: [price, age]
-    categorical: [country, ad_id]            # ids computed by frequency (or hashing)
-    # or, for columns that already hold ids in [0, N):  - {name: slot, cardinality: N}
+    categorical:
+      - country                              # ids from a vocabulary of the values
+      - {name: ad_id, min_count: 5}          # values seen fewer times: out of vocabulary
+      - {name: query, hash_size: 100000}     # hashed into 100,000 buckets, no vocabulary
+      - {name: genres, multi_valued: true, pooling: mean, separator: "|"}  # lists
+      - {name: slot, cardinality: N}         # a column that already holds ids in [0, N)
 
-Categorical columns given by name are mapped to ids like the Criteo reader does (see
-`trainers.data.encoding`); the resulting `DatasetSchema` carries the cardinalities.
-Dense values are taken as they are (empty -> 0). Rows with a label that is not 0/1, a
-dense value that is not a finite number, or an id column value outside [0, N) are
+Categorical columns given by name (and every multi-valued column, whose `cardinality`, if
+given, serves only to build models without the data) are kept as raw values
+(`RawColumn`) and mapped to ids by `trainers.data.preprocess` (id 0 missing, 1 out of
+vocabulary); the resulting `DatasetSchema` carries the cardinalities. A multi-valued cell
+is a list (Parquet) or a text whose items are split at `separator` (default "|"); an
+empty cell is missing, an empty item ("a||b") makes the row malformed.
+Dense values are taken as they are (empty -> NaN until preprocessed). Rows with a label
+that is not 0/1, a dense value that is not a finite number, an id column value outside
+[0, N) or a malformed list cell are
 skipped, counted and reported (CSV: file line numbers; Parquet: 1-based row numbers).
 pandas reads CSV; pyarrow reads and writes Parquet; both are imported only when needed.
 """
@@ -22,16 +31,23 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
 
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
-from search_space.schema import CategoricalFeature, DatasetSchema
-from trainers.data.dataset import TabularData
-from trainers.data.encoding import check_encoding, frequency_ids, hashed_ids
+from search_space.preprocessing import FIRST_ID, split_cell
+from search_space.schema import (
+    READER_FIELDS,
+    CategoricalFeature,
+    DatasetSchema,
+    parse_multi_valued,
+)
+from trainers.data.dataset import Jagged, RawColumn, TabularData
+from trainers.data.encoding import check_encoding
+from trainers.data.preprocess import column_ids, column_vocabulary
 from trainers.data.report import BadRowLimits, BadRowReport
 
 logger = logging.getLogger(__name__)
@@ -41,20 +57,41 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 TABULAR_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 
 
+DEFAULT_SEPARATOR = "|"
+
+
+@dataclass(frozen=True)
+class CategoricalColumn:
+    """A categorical entry of a schema file: `cardinality` None = ids from the values."""
+
+    name: str
+    cardinality: int | None = None
+    multi_valued: bool = False
+    pooling: str = "sum"
+    separator: str = DEFAULT_SEPARATOR
+    min_count: int | None = None  # None: load_tabular's min_count
+    hash_size: int | None = None  # None: load_tabular's hash_size
+
+    @property
+    def from_values(self) -> bool:
+        """Whether ids are mapped from raw values (else the column holds ids as given)."""
+        return self.cardinality is None or self.multi_valued
+
+
 @dataclass(frozen=True)
 class TabularSchema:
-    """A user's schema file: categorical cardinality None = compute ids from the values."""
+    """A user's schema file."""
 
     label: str
     dense: tuple[str, ...]
-    categorical: tuple[tuple[str, int | None], ...]
+    categorical: tuple[CategoricalColumn, ...]
     name: str = "dataset"
     source: str = "schema"
     time: str | None = None
 
     @property
     def columns(self) -> list[str]:
-        names = [self.label, *self.dense, *(name for name, _ in self.categorical)]
+        names = [self.label, *self.dense, *(c.name for c in self.categorical)]
         return names + ([self.time] if self.time and self.time not in names else [])
 
 
@@ -71,7 +108,11 @@ def read_tabular_schema(path: str | Path) -> TabularSchema:
         _categorical_entry(e, f"{path}: categorical[{i}]") for i, e in enumerate(entries)
     ]
     # DatasetSchema checks the other fields, unknown fields and duplicate columns.
-    placeholders = [{"name": name, "cardinality": card or 1} for name, card in categorical]
+    placeholders = [
+        {"name": c.name, "cardinality": c.cardinality or 1}
+        | ({"multi_valued": True, "pooling": c.pooling} if c.multi_valued else {})
+        for c in categorical
+    ]
     checked = DatasetSchema.from_dict({**data, "categorical": placeholders}, source=str(path))
     return TabularSchema(
         label=checked.label,
@@ -83,22 +124,50 @@ def read_tabular_schema(path: str | Path) -> TabularSchema:
     )
 
 
-def _categorical_entry(entry: Any, where: str) -> tuple[str, int | None]:
+_COLUMN_FIELDS = {"name", "cardinality", *READER_FIELDS}
+
+
+def _categorical_entry(entry: Any, where: str) -> CategoricalColumn:
     if isinstance(entry, str) and entry:
-        return entry, None
-    if isinstance(entry, dict) and set(entry) in ({"name"}, {"name", "cardinality"}):
+        return CategoricalColumn(entry)
+    if isinstance(entry, dict) and "name" in entry:
         name, cardinality = entry["name"], entry.get("cardinality")
+        multi_valued, pooling = parse_multi_valued(entry, where, _COLUMN_FIELDS)
     elif isinstance(entry, dict) and len(entry) == 1:
         ((name, cardinality),) = entry.items()
+        multi_valued, pooling = False, "sum"
     else:
         raise RanknasError(f"{where}: expected a column name or {{name: COLUMN, cardinality: N}}")
     if not isinstance(name, str) or not name:
         raise RanknasError(f"{where}: 'name' must be a column name")
+    where = f"{where} ({name})"
     if cardinality is not None and (
         isinstance(cardinality, bool) or not isinstance(cardinality, int) or cardinality < 1
     ):
-        raise RanknasError(f"{where} ({name}): 'cardinality' must be an integer >= 1")
-    return name, cardinality
+        raise RanknasError(f"{where}: 'cardinality' must be an integer >= 1")
+    column = CategoricalColumn(name, cardinality, multi_valued, pooling)
+    return _encoding_settings(column, entry if isinstance(entry, dict) else {}, where)
+
+
+def _encoding_settings(column: CategoricalColumn, entry: dict, where: str) -> CategoricalColumn:
+    """`separator`, `min_count` and `hash_size` of a categorical entry, checked."""
+    separator = entry.get("separator", DEFAULT_SEPARATOR)
+    if "separator" in entry and not column.multi_valued:
+        raise RanknasError(f"{where}: 'separator' needs 'multi_valued: true'")
+    if not isinstance(separator, str) or not separator:
+        raise RanknasError(f"{where}: 'separator' must be a non-empty text, such as \"|\"")
+    min_count, hash_size = entry.get("min_count"), entry.get("hash_size")
+    if (min_count is not None or hash_size is not None) and not column.from_values:
+        raise RanknasError(
+            f"{where}: min_count and hash_size are for columns whose ids come "
+            "from their values; this one has a cardinality (ids as given)"
+        )
+    if min_count is not None and hash_size is not None:
+        raise RanknasError(
+            f"{where}: give min_count (a vocabulary) or hash_size (hashing), not both"
+        )
+    check_encoding(1 if min_count is None else min_count, hash_size, where)
+    return replace(column, separator=separator, min_count=min_count, hash_size=hash_size)
 
 
 def load_tabular(
@@ -126,42 +195,147 @@ def load_tabular(
     limits = BadRowLimits(max_bad_rows, max_bad_fraction)
     frame, report = _read_frame(path, spec)
     labels, dense, id_columns, bad = _convert(frame, spec, report)
+    raw_columns = [
+        _raw_column(frame[c.name], c, report, bad) if c.from_values else None
+        for c in spec.categorical
+    ]
     times = _times(frame, spec, report, bad) if spec.time else None
     report.bad = int(bad.sum())
     limits.check(report, final=True)
     if report.bad:
         logger.warning("skipped %d malformed %ss: %s", report.bad, report.unit, report.describe())
     good = ~bad
-    ids, features, raw = [], [], {}
-    for (name, cardinality), column in zip(spec.categorical, id_columns, strict=True):
-        if cardinality is None:
-            column, cardinality = _encode(frame[name][good], min_count, hash_size)
-            if hash_size is None:  # a vocabulary: refitted on the training split
-                raw[name] = _raw_values(frame[name][good])
-        else:
-            column = column[good]
-        ids.append(column)
-        features.append(CategoricalFeature(name, cardinality))
+    encoded = [
+        _encoded(c, given, read, good, min_count, hash_size)
+        for c, given, read in zip(spec.categorical, id_columns, raw_columns, strict=True)
+    ]
+    features = tuple(e.feature for e in encoded)
+    raw = {e.feature.name: e.raw for e in encoded if e.raw is not None}
+    multi_hot = {e.feature.name: e.lists for e in encoded if e.lists is not None}
     kept = labels[good]
     if kept.size and (kept.min() == kept.max()):
         raise RanknasError(
             f"{path}: every row's label ({spec.label}) is {int(kept[0])}: a ranking model "
             "needs both clicks (1) and non-clicks (0)"
         )
-    schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name, spec.time)
+    schema = DatasetSchema(spec.dense, features, spec.label, spec.name, spec.time)
+    ids = [e.ids for e in encoded]
     categorical = np.stack(ids, axis=1) if ids else np.zeros((int(good.sum()), 0), np.int64)
-    return TabularData(dense[good], categorical, labels[good], schema, bad_rows=report,
-                       time=None if times is None else times[good], raw_values=raw)  # fmt: skip
+    return TabularData(
+        dense[good],
+        categorical,
+        labels[good],
+        schema,
+        bad_rows=report,
+        time=None if times is None else times[good],
+        raw_values=raw,
+        multi_hot=multi_hot,
+    )
 
 
-def _raw_values(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Each row's value as a code into the column's distinct values (-1: missing or blank)."""
+class _Encoded(NamedTuple):
+    ids: np.ndarray  # one id per kept row (-1 for a multi-valued column)
+    feature: CategoricalFeature
+    raw: RawColumn | None = None  # the kept rows' raw values, for the training vocabulary
+    lists: Jagged | None = None  # a multi-valued column's ids
+
+
+def _encoded(
+    column: CategoricalColumn,
+    given: np.ndarray | None,
+    raw: RawColumn | None,
+    good: np.ndarray,
+    min_count: int,
+    hash_size: int | None,
+) -> _Encoded:
+    """A categorical column's ids on the kept rows: as given, or from its values through a
+    vocabulary of all of them (refitted on the training split later) or hashing."""
+    if raw is None:
+        return _Encoded(given[good], CategoricalFeature(column.name, column.cardinality))
+    if column.min_count is not None or column.hash_size is not None:
+        min_count, hash_size = column.min_count or 1, column.hash_size
+    raw = replace(
+        raw, codes=raw.codes.take(np.flatnonzero(good)), min_count=min_count, hash_size=hash_size
+    )
+    known = column_vocabulary(raw) if hash_size is None else []
+    ids = column_ids(raw, known, hash_size)
+    feature = CategoricalFeature(
+        column.name, hash_size or len(known) + FIRST_ID, column.multi_valued, column.pooling
+    )
+    if not column.multi_valued:
+        return _Encoded(ids, feature, raw)
+    lists = Jagged(raw.codes.offsets, ids)
+    return _Encoded(np.full(len(lists.offsets) - 1, -1, dtype=np.int64), feature, raw, lists)
+
+
+def _list_column(series: Any) -> dict[str, Any] | None:
+    """The schema entry (without name) of a column of lists, or None if it holds values."""
+    cells = [c for c in series.tolist() if not _blank_cell(c)]
+    if not cells:
+        return None
+    if any(isinstance(c, list | tuple) or hasattr(c, "tolist") for c in cells):
+        separator = None
+    else:
+        texts = [c for c in cells if isinstance(c, str)]
+        shares = {s: sum(s in t for t in texts) / len(cells) for s in LIST_SEPARATORS}
+        separator = max(shares, key=shares.__getitem__)
+        if shares[separator] < LIST_SHARE:
+            return None
+    items = set()
+    for cell in cells:
+        try:
+            items.update(split_cell(cell, separator))
+        except ValueError:
+            continue  # a malformed cell: the load reports it
+    entry = {"cardinality": len(items) + 2, "multi_valued": True, "pooling": "mean"}
+    return entry | ({"separator": separator} if separator else {})
+
+
+def _blank_cell(cell: Any) -> bool:
+    return (
+        cell is None
+        or (isinstance(cell, float) and cell != cell)
+        or (isinstance(cell, str) and not cell.strip())
+    )
+
+
+def _raw_column(
+    series: Any, column: CategoricalColumn, report: BadRowReport, bad: np.ndarray
+) -> RawColumn:
+    """A column's raw values (items, for a multi-valued one); marks malformed cells bad."""
+    if not column.multi_valued:
+        codes, values = _factorized(series)
+        return RawColumn(Jagged(np.arange(len(codes) + 1, dtype=np.int64), codes), values)
+    lengths = np.ones(len(series), dtype=np.int64)
+    items: list[Any] = []
+    problems: dict[str, list[int]] = {}
+    first = 2 if report.unit == "line" else 1
+    for i, cell in enumerate(series.tolist()):
+        try:
+            texts = split_cell(cell, column.separator)
+        except ValueError as exc:
+            problems.setdefault(str(exc), []).append(i)
+            texts = []
+        items.extend(texts or [None])  # an empty cell: one missing item
+        lengths[i] = max(len(texts), 1)
+    for problem, rows in problems.items():
+        report.add(f"bad list cell ({column.name}): {problem}", np.asarray(rows) + first)
+        bad[rows] = True
     pd = _import("pandas", "reading tabular data")
-    codes, uniques = pd.factorize(series.astype(str).str.strip(), use_na_sentinel=True)
-    values = tuple(str(u) for u in uniques)
-    blank = np.asarray([v == "" for v in values], dtype=bool)
-    codes = np.asarray(codes, dtype=np.int64)
-    return np.where((codes >= 0) & blank[np.maximum(codes, 0)], -1, codes), values
+    codes, values = _factorized(pd.Series(items, dtype=object))
+    offsets = np.zeros(len(series) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return RawColumn(Jagged(offsets, codes), values, separator=column.separator, multi_valued=True)
+
+
+def _factorized(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each entry's code into the distinct stripped texts (-1: missing or blank), and those."""
+    pd = _import("pandas", "reading tabular data")
+    missing = series.isna().to_numpy(dtype=bool, copy=True)
+    texts = series.astype(str).str.strip()
+    missing |= texts.eq("").to_numpy(dtype=bool)
+    codes, uniques = pd.factorize(texts.where(~missing), use_na_sentinel=True)
+    return np.asarray(codes, dtype=np.int64), tuple(str(u) for u in uniques)
 
 
 def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
@@ -255,8 +429,9 @@ def _convert(
         dense[:, k] = np.where(missing, np.nan, np.where(wrong | huge, 0.0, values))
         bad |= wrong | huge
     id_columns: list[np.ndarray | None] = []
-    for name, cardinality in spec.categorical:
-        if cardinality is None:
+    for column in spec.categorical:
+        name, cardinality = column.name, column.cardinality
+        if column.from_values:
             id_columns.append(None)
             continue
         values, missing = _numeric(frame[name])
@@ -280,22 +455,9 @@ def _numeric(series: Any) -> tuple[np.ndarray, np.ndarray]:
     return values, missing
 
 
-def _encode(series: Any, min_count: int, hash_size: int | None) -> tuple[np.ndarray, int]:
-    """Ids (0 = missing) and cardinality of a categorical column, by frequency or hashing."""
-    pd = _import("pandas", "reading tabular data")
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
-    codes = np.asarray(codes, dtype=np.int64)
-    blank = np.asarray([str(u).strip() == "" for u in uniques], dtype=bool)
-    codes = np.where((codes >= 0) & blank[np.maximum(codes, 0)], -1, codes)
-    if hash_size is None:
-        return frequency_ids(codes, min_count)
-    hashes = pd.util.hash_array(np.asarray([str(u) for u in uniques], dtype=object))
-    row_hashes = hashes[np.maximum(codes, 0)] if len(uniques) else np.zeros(len(codes), np.uint64)
-    return hashed_ids(row_hashes, codes < 0, hash_size), hash_size
-
-
 def write_tabular(data: TabularData, path: str | Path) -> Path:
-    """Write the schema's columns (label as 0/1 integers) and `true_prob` if known.
+    """Write the schema's columns (label as 0/1 integers, a multi-valued column's ids as
+    lists) and `true_prob` if known.
 
     The format follows the suffix: .csv (pandas) or .parquet/.pq (pyarrow).
     """
@@ -307,6 +469,13 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
     if data.true_prob is not None:
         columns["true_prob"] = data.true_prob
     suffix = path.suffix.lower()
+    for name, lists in data.multi_hot.items():  # ids as lists, or as texts "3|7" in CSV
+        cells = np.split(lists.values, lists.offsets[1:-1])
+        columns[name] = (  # type: ignore[assignment]
+            [DEFAULT_SEPARATOR.join(map(str, c)) for c in cells]
+            if suffix in CSV_SUFFIXES
+            else [c.tolist() for c in cells]
+        )
     if suffix in CSV_SUFFIXES:
         pd = _import("pandas", f"writing {path}")
         pd.DataFrame(columns).to_csv(path, index=False)
@@ -329,10 +498,15 @@ def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
 DENSE_MIN_DISTINCT = 50  # a numeric column with fewer distinct whole values is categorical
 
 
+LIST_SEPARATORS = ("|", ";")  # a CSV text column holding lists separates items by one
+LIST_SHARE = 0.05  # of a column's non-blank cells that hold a separator, for it to be lists
+
+
 def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
     """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
     fraction) are dense, the others categorical with their cardinality (distinct values + 2:
-    missing and out of vocabulary)."""
+    missing and out of vocabulary); a column of lists (Parquet), or of texts of which at
+    least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, _ = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -342,6 +516,10 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     dense, categorical = [], []
     for column in frame.columns:
         if column in (label, time):
+            continue
+        lists = _list_column(frame[column])
+        if lists is not None:
+            categorical.append(lists | {"name": str(column)})
             continue
         values, blank = _numeric(frame[column])
         numeric = not np.isnan(values[~blank]).any()
