@@ -181,9 +181,16 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
     (tmp_path / "schema.yaml").write_text(text)
     schema = yaml.safe_load(text)
     assert schema["dense"] == ["price"] and schema["time"] == "ts"
-    assert schema["categorical"] == [{"name": "slot", "cardinality": 6},
-                                     {"name": "user", "cardinality": 11}]  # fmt: skip
+    assert schema["categorical"] == [{"name": "slot", "cardinality": 6, "min_count": 1},
+                                     {"name": "user", "cardinality": 11,
+                                      "min_count": 1}]  # fmt: skip
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "schema.yaml")]) == 0
+    capsys.readouterr()
+    train = ["train", "--data", str(tmp_path / "log.csv"), "--schema",
+             str(tmp_path / "schema.yaml"), "--arch", "dlrm", "--epochs", "1",
+             "--batch-size", "64", "--json"]  # fmt: skip
+    assert main(train) == 0  # text ids ("u3") go through the training split's vocabulary
+    assert json.loads(capsys.readouterr().out)["val_examples"] > 0
     (tmp_path / "short.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "short.yaml")]) == 2
     assert "'user' has no cardinality" in capsys.readouterr().err
@@ -252,7 +259,7 @@ def test_hashed_ids_are_stable_across_processes_and_equal_in_the_export(tmp_path
 def test_encoding_settings_in_the_schema_are_checked(tmp_path):
     schema = tmp_path / "s.yaml"
     cases = {
-        "{name: slot, cardinality: 4, min_count: 2}": "ids as given",
+        "{name: slot, cardinality: 4, hash_size: 8}": "cardinality is its hash_size",
         "{name: shop, min_count: 2, hash_size: 10}": "not both",
         "{name: shop, hash_size: 1}": "hash_size must be an integer >= 2",
         "{name: shop, separator: ';'}": "'separator' needs 'multi_valued: true'",

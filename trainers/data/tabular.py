@@ -62,7 +62,8 @@ DEFAULT_SEPARATOR = "|"
 
 @dataclass(frozen=True)
 class CategoricalColumn:
-    """A categorical entry of a schema file: `cardinality` None = ids from the values."""
+    """A categorical entry of a schema file. Ids come from the values (a vocabulary or
+    hashing) unless only a `cardinality` is given: then the column holds ids as given."""
 
     name: str
     cardinality: int | None = None
@@ -75,7 +76,12 @@ class CategoricalColumn:
     @property
     def from_values(self) -> bool:
         """Whether ids are mapped from raw values (else the column holds ids as given)."""
-        return self.cardinality is None or self.multi_valued
+        return (
+            self.cardinality is None
+            or self.multi_valued
+            or self.min_count is not None
+            or self.hash_size is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -157,10 +163,10 @@ def _encoding_settings(column: CategoricalColumn, entry: dict, where: str) -> Ca
     if not isinstance(separator, str) or not separator:
         raise RanknasError(f"{where}: 'separator' must be a non-empty text, such as \"|\"")
     min_count, hash_size = entry.get("min_count"), entry.get("hash_size")
-    if (min_count is not None or hash_size is not None) and not column.from_values:
+    if hash_size is not None and column.cardinality not in (None, hash_size):
         raise RanknasError(
-            f"{where}: min_count and hash_size are for columns whose ids come "
-            "from their values; this one has a cardinality (ids as given)"
+            f"{where}: a hashed column's cardinality is its hash_size ({hash_size}): "
+            "drop 'cardinality' or make them equal"
         )
     if min_count is not None and hash_size is not None:
         raise RanknasError(
@@ -504,8 +510,9 @@ LIST_SHARE = 0.05  # of a column's non-blank cells that hold a separator, for it
 
 def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
     """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
-    fraction) are dense, the others categorical with their cardinality (distinct values + 2:
-    missing and out of vocabulary); a column of lists (Parquet), or of texts of which at
+    fraction) are dense, the others categorical with ids from a vocabulary (`min_count: 1`)
+    and their cardinality (distinct values + 2: missing and out of vocabulary; training
+    counts the training split's own); a column of lists (Parquet), or of texts of which at
     least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
@@ -528,7 +535,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         if numeric and (distinct >= DENSE_MIN_DISTINCT or not whole):
             dense.append(str(column))
         else:
-            categorical.append({"name": str(column), "cardinality": int(distinct) + 2})
+            categorical.append(  # ids from a training-split vocabulary, whatever the values
+                {"name": str(column), "cardinality": int(distinct) + 2, "min_count": 1}
+            )
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
