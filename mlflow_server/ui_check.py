@@ -20,6 +20,7 @@ from search_space.errors import RanknasError
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1600, "height": 900}
+NAME_COLUMN = "attributes.`Run Name`"
 _UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -62,13 +63,13 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
         page.wait_for_selector("text=matching runs", timeout=60_000)
         _close_assistant(page)
         _expand_parents(page, parents=len(runs) - len(nested), rows=len(runs))
-        names = _column(page, "attributes.`Run Name`")
+        names = _column(page, NAME_COLUMN)
         durations = _column(page, "duration")
         view.names = [names[i].split("\n")[-1] for i in sorted(names)]
         view.durations_s = [parse_duration(durations.get(i, "")) for i in sorted(names)]
         view.screenshots["runs"] = _shot(page, out_dir / "mlflow-runs.png")
         if nested:
-            best = min(nested, key=lambda r: r.data.metrics.get("val_ne", float("inf")))
+            best = min(nested, key=_shown_first)
             page.goto(f"{base}/runs/{best.info.run_id}")
             page.wait_for_selector(f"text={best.info.run_name}", timeout=60_000)
             view.screenshots["trial"] = _shot(page, out_dir / "mlflow-trial.png")
@@ -91,6 +92,12 @@ def _close_assistant(page) -> None:
     if training.count():
         training.first.click()
         page.wait_for_selector("text=matching runs", timeout=60_000)
+
+
+def _shown_first(run) -> tuple[bool, float]:
+    """The run whose page is shown: the best validation NE of a run that trained (a reused
+    trial points to the one that did)."""
+    return "reused_from" in run.data.tags, run.data.metrics.get("val_ne", float("inf"))
 
 
 def _expand_parents(page, parents: int, rows: int) -> None:
