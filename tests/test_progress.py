@@ -86,6 +86,16 @@ def test_a_bar_is_lines_off_a_terminal_tqdm_on_one_and_nothing_when_off():
     assert stream.getvalue() == "" and bar.n == 10
 
 
+def test_a_line_written_under_a_bar_goes_above_it_and_the_bar_is_redrawn_current(capsys):
+    progress.configure(stream=sys.stderr, terminal=True)
+    with progress.bar(3, "study", "trials") as bar:
+        bar.update(2)  # too soon after the first draw to be drawn
+        progress.write("[2/3] complete")
+    out, err = capsys.readouterr()
+    assert out == "[2/3] complete\n"
+    assert "0/3 trials" in err and "2/3 trials" in err
+
+
 def test_the_line_interval_comes_from_the_environment(monkeypatch, capsys):
     monkeypatch.setenv("RANKNAS_PROGRESS_SECONDS", "soon")
     assert main(["presets", "--json"]) == 2

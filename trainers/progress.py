@@ -35,7 +35,7 @@ class _Settings:
 
 
 _settings = _Settings()
-_open_bars = 0  # terminal bars on the screen: `write` goes around them
+_open_bars: list[_TerminalBar] = []  # on the screen: `write` goes around them
 
 
 def configure(
@@ -90,6 +90,8 @@ def write(line: str) -> None:
     if _open_bars:
         from tqdm import tqdm
 
+        for bar in _open_bars:  # tqdm redraws them after the line: with what they know now
+            bar.sync()
         tqdm.write(line, file=sys.stdout)
         sys.stdout.flush()
     else:
@@ -136,11 +138,10 @@ class _TerminalBar(Bar):
         super().__init__(initial)
         from tqdm import tqdm
 
-        global _open_bars
         self._tqdm = tqdm(total=total, desc=label, unit=f" {unit}", unit_scale=_large(total),
                           bar_format=_bar_format(total, unit), leave=False, initial=initial,
                           file=stream, mininterval=0, miniters=1, dynamic_ncols=True)  # fmt: skip
-        _open_bars += 1
+        _open_bars.append(self)
         self._drawn_at = time.monotonic()
 
     def update(self, n: int = 1) -> None:
@@ -150,19 +151,19 @@ class _TerminalBar(Bar):
             self._drawn_at = now
             self._draw()
 
-    def _draw(self) -> None:
+    def sync(self) -> None:
+        """Give tqdm the count and fields without drawing."""
         self._tqdm.set_postfix_str(self._fields_text(), refresh=False)
-        if self.n > self._tqdm.n:
-            self._tqdm.update(self.n - self._tqdm.n)
-        else:
-            self._tqdm.refresh()
+        self._tqdm.n = self.n
+
+    def _draw(self) -> None:
+        self.sync()
+        self._tqdm.refresh()
 
     def close(self) -> None:
-        global _open_bars
-        if self._tqdm.disable:  # already closed
-            return
-        self._tqdm.close()
-        _open_bars -= 1
+        if self in _open_bars:
+            _open_bars.remove(self)
+            self._tqdm.close()
 
 
 def _large(total: int | None) -> bool:
