@@ -90,8 +90,8 @@ def write(line: str) -> None:
     if _open_bars:
         from tqdm import tqdm
 
-        for bar in _open_bars:  # tqdm redraws them after the line: with what they know now
-            bar.sync()
+        for shown in _open_bars:  # tqdm redraws them after the line: with what they know now
+            shown.sync()
         tqdm.write(line, file=sys.stdout)
         sys.stdout.flush()
     else:
@@ -99,7 +99,8 @@ def write(line: str) -> None:
 
 
 class Bar:
-    """What every bar offers; this one shows nothing (the display is off)."""
+    """What every bar offers; this one shows nothing (the display is off, or off a
+    terminal its caller prints its own lines)."""
 
     def __init__(self, initial: int = 0) -> None:
         self.n = self.initial = initial
