@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import logging
 import os
@@ -61,6 +62,7 @@ from torch import nn
 import trainers.trainer as trainer_module
 from search_space.builder import build_model
 from search_space.presets import preset
+from trainers import progress
 from trainers.data import SyntheticConfig, TabularData, bayes_metrics, generate_synthetic
 from trainers.metrics import ranking_metrics
 from trainers.trainer import TrainConfig, train
@@ -605,6 +607,10 @@ def main() -> None:
     parser.add_argument("--skip-deepctr", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="torch threads; 0 = default")
     parser.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,3")
+    parser.add_argument("--progress", choices=["off", "lines", "terminal"], default="off",
+                        help="the trainer's progress display during its runs: off (a library "
+                        "call), lines (plain lines, as in a log), terminal (a tqdm bar, drawn "
+                        "into memory)")  # fmt: skip
     args = parser.parse_args()
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
@@ -615,6 +621,8 @@ def main() -> None:
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.progress != "off":
+        progress.configure(stream=io.StringIO(), terminal=args.progress == "terminal")
     started, load_before = time.perf_counter(), os.getloadavg()
     data = generate_synthetic(SyntheticConfig(rows=args.rows))
     splits = data.split()

@@ -104,7 +104,7 @@ def _train_one(
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config)
     sharding = plan_sharding(arch, config, directory)
-    result, model = train_architecture(arch, data, config, config.seed)
+    result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}")
     summary = record_result(directory, costs, sharding, result, model)
     attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),
              "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from search_space.errors import RanknasError
+from trainers import progress
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -333,19 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
-    if not args.verbose:  # the libraries' info lines (Optuna's, MLflow's) only with -v
-        import optuna  # its logger resets its own level when first used: set it through it
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        for name in ("mlflow", "alembic"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        # MLflow sets its loggers' level when imported (lazily, after this) and prints
-        # "View run ..." lines with emoji when a run ends: both off unless asked for
-        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    library_logs(args.verbose)
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
     try:
+        progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
         return args.handler(args)
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -356,6 +348,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    finally:
+        progress.configure(enabled=False)  # for callers that go on (tests)
+
+
+def library_logs(verbose: bool) -> None:
+    """The libraries' info lines and bars (Optuna's, MLflow's) only with -v; their
+    warnings always."""
+    import optuna  # its logger resets its own level when first used: set it through it
+
+    optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
+    level = logging.INFO if verbose else logging.WARNING
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(level)
+    if not verbose:
+        # MLflow sets its logger's level from this variable when it is imported, later
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # "View run"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from search_space.errors import RanknasError
+from trainers import progress as bars
 
 # ---------------------------------------------------------------------------- studies
 
@@ -42,7 +43,7 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     if logger is not None:
         experiment = config.mlflow.experiment or config.name
         print(f"MLflow: {redact(config.mlflow.tracking_uri)} (experiment {experiment})")
-    study = run_study(config, logger=logger, progress=lambda line: print(line, flush=True))
+    study = run_study(config, logger=logger, progress=bars.write)
     table = leaderboard.rows(study)
     print()
     print(leaderboard.format_table(table[:10]))
@@ -207,7 +208,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
           "trial")  # fmt: skip
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
-    train_baselines(study, config, args.baselines, data, logger, lambda x: print(x, flush=True))
+    train_baselines(study, config, args.baselines, data, logger, bars.write)
     print_comparison(study)
     if logger is not None:
         from nas import leaderboard
@@ -255,7 +256,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         config.mlflow.tracking_uri = None
     print(f"study {config.name!r}: retraining the top {args.top} trials and baselines with "
           f"{args.seeds} fresh seeds each")  # fmt: skip
-    table = reevaluate_study(config, args.top, args.seeds, lambda line: print(line, flush=True))
+    table = reevaluate_study(config, args.top, args.seeds, bars.write)
     print()
     print(leaderboard.format_reevaluation(table))
     logger = _logger(config)
@@ -425,7 +426,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
                          early_stopping_patience=args.patience, seed=args.seed,
                          device=args.device)  # fmt: skip
-    result = train(build_model(arch, seed=args.seed), train_part, valid, test, config)
+    model = build_model(arch, seed=args.seed)
+    result = train(model, train_part, valid, test, config, label=f"train {args.arch}")
     summary = result.summary()
     if data.true_prob is not None:
         summary["bayes_val_ne"] = bayes_metrics(valid).ne

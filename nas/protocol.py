@@ -203,8 +203,11 @@ def train_architecture(
     config: StudyConfig,
     seed: int,
     on_eval: Callable[[int, int, dict[str, float]], bool] | None = None,
+    label: str = "training",
 ) -> tuple[TrainResult, RankingModel]:
-    """Train `arch` from scratch exactly as the study trains a trial, with `seed`."""
+    """Train `arch` from scratch exactly as the study trains a trial, with `seed`; `label`
+    names the run on its progress bar."""
     model = build_model(arch, seed=seed)
     train_config = trial_train_config(config, seed)
-    return train(model, data.train, data.valid, data.test, train_config, on_eval=on_eval), model
+    result = train(model, data.train, data.valid, data.test, train_config, on_eval, label)
+    return result, model

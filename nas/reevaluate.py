@@ -25,6 +25,7 @@ from nas.protocol import prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
+from trainers import progress as bars
 
 REEVAL_SEED = 10_000  # far from every trial's seed (study seed + trial number)
 ATTR = StudyAttr.REEVALUATION
@@ -52,20 +53,23 @@ def reevaluate_study(
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(seed not in record.get(key, {}) for key in archs for seed in wanted)
     data, done = None, 0
-    for key, directory in archs.items():
-        runs = dict(record.get(key, {}))
-        missing = [seed for seed in wanted if seed not in runs]
-        if missing:
-            data = data or prepare_data(config)
-            arch = read_architecture(directory)
-        for seed in missing:
-            result, _ = train_architecture(arch, data, config, int(seed))
-            runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
-            record[key] = runs
-            study.set_user_attr(ATTR, record)
-            done += 1
-            progress(f"[{done}/{todo}] {_label(key)} seed {seed}: validation NE "
-                     f"{runs[seed][0]:.4f}")  # fmt: skip
+    # off a terminal the line after each run is the periodic line
+    with bars.bar(todo, "reevaluate", "runs", lines=False) as bar:
+        for key, directory in archs.items():
+            runs = dict(record.get(key, {}))
+            missing = [seed for seed in wanted if seed not in runs]
+            if missing:
+                data = data or prepare_data(config)
+                arch = read_architecture(directory)
+            for seed in missing:
+                label = f"{_label(key)} seed {seed}"
+                result, _ = train_architecture(arch, data, config, int(seed), label=label)
+                runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
+                record[key] = runs
+                study.set_user_attr(ATTR, record)
+                done += 1
+                progress(f"[{done}/{todo}] {label}: validation NE {runs[seed][0]:.4f}")
+                bar.update()
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
     return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
                   key=lambda r: r["mean_val_ne"])  # fmt: skip

@@ -57,11 +57,11 @@ from search_space.architecture import Architecture, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace, make_space
+from trainers import progress as bars
 from trainers.trainer import TrainResult
 
 Progress = Callable[[str], None]
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
-LONG_TRIAL_SECONDS = 15  # a trial running longer reports each evaluation
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -225,32 +225,44 @@ def _run_study(
         if config.budget.time_limit_minutes
         else None
     )
-    started = time.monotonic()
     if logger is not None:
         _log_dead_trials(study, logger)
-    while deadline is None or time.monotonic() < deadline:
-        trial = _next_trial(study, config, space)
-        if trial is None:
-            break
-        try:
-            with _heartbeat(storage, trial, config.heartbeat_seconds):
-                outcome = _reused(study, trial, space, config, worker) or run_trial(
-                    trial, space, data, config, worker, progress
-                )
-        except KeyboardInterrupt:
-            _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
-            study.enqueue_trial(trial.params)  # the next run retries this architecture
-            raise
-        except RanknasError:
-            _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)
-            raise
-        except Exception as exc:  # a broken trial is a recorded result, not the study's end
-            outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
-        _finish(study, trial, outcome, logger)
-        progress(_progress_line(study, config, outcome.record, started))
+    with _trials_bar(study, config) as bar:
+        started = time.monotonic()
+        while deadline is None or time.monotonic() < deadline:
+            trial = _next_trial(study, config, space)
+            if trial is None:
+                break
+            try:
+                with _heartbeat(storage, trial, config.heartbeat_seconds):
+                    outcome = _reused(study, trial, space, config, worker) or run_trial(
+                        trial, space, data, config, worker
+                    )
+            except KeyboardInterrupt:
+                _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
+                study.enqueue_trial(trial.params)  # the next run retries this architecture
+                raise
+            except RanknasError:
+                _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)
+                raise
+            except Exception as exc:  # a broken trial is a recorded result, not the study's end
+                outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
+            _finish(study, trial, outcome, logger)
+            line, done, best = _progress_line(study, config, outcome.record, started)
+            progress(line)
+            bar.show(f"best {config.objectives.metric}", best)
+            bar.update(done - bar.n)
     if logger is not None:  # trials whose worker died while this one ran
         _log_dead_trials(study, logger)
     return study
+
+
+def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:
+    """The study's bar over its trial budget; silent off a terminal, where each trial's
+    line is the periodic line."""
+    done = sum(t.state in DONE for t in study.get_trials(deepcopy=False))
+    label = f"study {config.name}"
+    return bars.bar(config.budget.trials, label, "trials", lines=False, initial=done)
 
 
 @dataclass
@@ -342,7 +354,6 @@ def run_trial(
     data: StudyData,
     config: StudyConfig,
     worker: str,
-    progress: Progress | None = None,
 ) -> Outcome:
     """Cost, plan, train and record one trial (its files and attributes); the caller tells
     Optuna the outcome."""
@@ -354,7 +365,7 @@ def run_trial(
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
     sharding = plan_sharding(arch, config, directory)
-    result, model = _train_within_constraints(trial, arch, costs, data, config, progress)
+    result, model = _train_within_constraints(trial, arch, costs, data, config)
     summary = record_result(directory, costs, sharding, result, model)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
@@ -385,7 +396,6 @@ def _train_within_constraints(
     costs: Costs,
     data: StudyData,
     config: StudyConfig,
-    progress: Progress | None = None,
 ) -> tuple[TrainResult, RankingModel | None]:
     o = config.objectives
     reason = None
@@ -399,19 +409,14 @@ def _train_within_constraints(
     if reason:
         return TrainResult(status="pruned", failure_reason=reason), None
 
-    started = time.monotonic()
-
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
-        metric = config.objectives.metric
-        if progress is not None and time.monotonic() - started > LONG_TRIAL_SECONDS:
-            progress(f"  trial {trial.number}: {examples:,} examples, validation {metric} "
-                     f"{metrics[metric]:.4f}")  # fmt: skip
         if config.multi_objective:
             return False
         trial.report(metrics[config.objectives.metric], step)
         return trial.should_prune()
 
-    return train_architecture(arch, data, config, config.seed + trial.number, report)
+    seed = config.seed + trial.number
+    return train_architecture(arch, data, config, seed, report, label=f"trial {trial.number}")
 
 
 def _outcome(
@@ -426,7 +431,10 @@ def _outcome(
     return TrialState.COMPLETE, [metric] if cost is None else [metric, cost]
 
 
-def _progress_line(study: optuna.Study, config: StudyConfig, record: dict, started: float) -> str:
+def _progress_line(
+    study: optuna.Study, config: StudyConfig, record: dict, started: float
+) -> tuple[str, int, float]:
+    """The line printed after a trial, with the study's done trials and best value."""
     trials = study.get_trials(deepcopy=False)
     done = sum(t.state in DONE for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -439,8 +447,9 @@ def _progress_line(study: optuna.Study, config: StudyConfig, record: dict, start
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
-    return (
+    line = (
         f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
         f"(best {best:.4f})  {record['metrics'].get('mflops', 0):.3f} MFLOPs  "
         f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"
     )
+    return line, done, best

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from search_space.errors import RanknasError
+from trainers import progress as bars
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
 from trainers.metrics import ranking_metrics
@@ -159,13 +160,18 @@ def train(
     test_data: TabularData | None = None,
     config: TrainConfig | None = None,
     on_eval: EvalCallback | None = None,
+    label: str = "training",
 ) -> TrainResult:
-    """Train `model` on `train_data` within the budget; evaluate on validation and test."""
+    """Train `model` on `train_data` within the budget; evaluate on validation and test.
+    `label` names the run on its progress bar."""
     config = config or TrainConfig()
     device = resolve_device(config.device)
     result = TrainResult(status="complete", device=str(device))
     try:
-        best = _loop(model, train_data, valid_data, config, on_eval, device, result)
+        budget_steps = _budget_steps(len(train_data), config)
+        total = budget_steps * config.batch_size if budget_steps else None
+        with bars.bar(total, label, unit="examples") as shown:
+            best = _loop(model, train_data, valid_data, config, on_eval, device, result, shown)
         if result.status != "failed":
             if config.restore_best:
                 _restore_best(model, valid_data, config, best, result)
@@ -213,7 +219,7 @@ def _check_diverged(result: TrainResult) -> None:
         )
 
 
-def _loop(model, train_data, valid_data, config, on_eval, device, result) -> _Best:
+def _loop(model, train_data, valid_data, config, on_eval, device, result, shown) -> _Best:
     torch.manual_seed(config.seed)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
@@ -235,6 +241,7 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> _Be
             optimizer.step()
         loss_sum += loss.detach()
         result.steps, result.examples = step, result.examples + labels.shape[0]
+        shown.update(labels.shape[0])
         if step % config.log_every == 0:  # one host sync per log interval
             mean_loss, loss_sum = loss_sum.item() / config.log_every, loss_sum.zero_()
             if not math.isfinite(mean_loss):
@@ -242,6 +249,7 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> _Be
                 result.failure_reason = f"training loss became {mean_loss} by step {step}"
                 break
             curves["train_loss"].append((step, mean_loss))
+            shown.show("loss", mean_loss)
         elapsed = time.perf_counter() - started - eval_seconds
         done = bool(budget_steps and step >= budget_steps) or bool(
             config.max_seconds and elapsed >= config.max_seconds
@@ -256,6 +264,7 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result) -> _Be
                 break
             curves["val_ne"].append((step, metrics["ne"]))
             curves["val_auc"].append((step, metrics["auc"]))
+            shown.show("val NE", metrics["ne"])
             if on_eval is not None and on_eval(step, result.examples, metrics):
                 result.status = "pruned"
                 break

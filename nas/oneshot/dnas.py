@@ -39,6 +39,7 @@ from search_space.errors import SpecError
 from search_space.params import validate_params
 from search_space.shapes import Dense, Sparse
 from search_space.spaces.dag import NONE, DagSpace, block_name, input_param, param_name
+from trainers import progress as bars
 
 WIDTH_OPS = ("mlp", "sum", "cross")
 COUNT_OPS = ("efc",)
@@ -313,7 +314,9 @@ def train_dnas(
     log: list[dict[str, float]] = []
     train_sum, val_sum, arch_steps = 0.0, 0.0, 0
     supernet.train()
-    with torch.random.fork_rng(devices=[]):
+    # off a terminal `on_progress`'s lines are the periodic lines
+    shown = bars.bar(steps, "dnas", "steps", lines=False)
+    with torch.random.fork_rng(devices=[]), shown:
         torch.manual_seed(seed)
         for step in range(1, steps + 1):
             t = tau[0] * (tau[1] / tau[0]) ** ((step - 1) / max(1, steps - 1))
@@ -327,6 +330,7 @@ def train_dnas(
             loss.backward()
             weights.step()
             train_sum += loss.item()
+            shown.update()
             # architecture, on the validation split
             if step > warmup:
                 y, values, arch = _sample(dist, t, rng, hard_grad=True)
@@ -352,6 +356,8 @@ def train_dnas(
                 if arch_steps:
                     metrics["val_loss"] = val_sum / arch_steps
                 log.append({"step": step, **metrics})
+                shown.show("loss", metrics["train_loss"])
+                shown.show("expected MFLOPs", mflops)
                 if on_progress is not None:
                     on_progress(step, metrics)
                 train_sum, val_sum, arch_steps = 0.0, 0.0, 0

@@ -31,6 +31,7 @@ from nas.storage import study_lock
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace
 from search_space.spaces.dag import DagSpace
+from trainers import progress as bars
 
 PHASE_SEARCHERS = ("oneshot", "dnas")
 
@@ -135,8 +136,12 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     supernet, curve = trained_supernet(config, space, data, on_loss)
     scorer = make_scorer(config, supernet, data)
     every = max(1, s.search_candidates // 8)
+    # off a terminal the lines below are the periodic lines
+    shown = bars.bar(s.search_candidates, f"oneshot {s.oneshot_search}", "candidates", lines=False)
 
     def on_progress(scored: int, best: Candidate) -> None:
+        shown.update(scored - shown.n)
+        shown.show("best inherited NE", best.ne)
         if scored % every == 0 or scored == s.search_candidates:
             progress(
                 f"oneshot: {s.oneshot_search} scored {scored}/{s.search_candidates}, best "
@@ -144,15 +149,16 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
             )
             _log(logger, {"oneshot_best_inherited_ne": best.ne, "oneshot_scored": scored})
 
-    ranked = search(
-        scorer,
-        s.oneshot_search,
-        candidates=s.search_candidates,
-        population=s.population,
-        sample_size=s.sample_size,
-        seed=config.seed,
-        on_progress=on_progress,
-    )
+    with shown:
+        ranked = search(
+            scorer,
+            s.oneshot_search,
+            candidates=s.search_candidates,
+            population=s.population,
+            sample_size=s.sample_size,
+            seed=config.seed,
+            on_progress=on_progress,
+        )
     ranked = _refine(config, scorer, ranked, progress, logger)
     candidates = _enqueued(ranked, s.top_k)
     supernet_examples = (curve[-1][0] if curve else 0) * t.batch_size
@@ -244,7 +250,11 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
         # score the distribution's most probable architectures with the weights trained
         # beside it, as one-shot scores its candidates, instead of trusting the argmax
         scorer = make_scorer(config, supernet, data)
-        found = [scorer(v) for v in dist.top_values(s.dnas_rescore, seed=config.seed)]
+        found = []
+        with bars.bar(s.dnas_rescore, "dnas scoring", "candidates", lines=False) as bar:
+            for values in dist.top_values(s.dnas_rescore, seed=config.seed):
+                found.append(scorer(values))
+                bar.update()
         ranked = sorted((c for c in found if c is not None), key=lambda c: c.fitness)
         progress(f"dnas: scored the {len(ranked)} most probable architectures with inherited "
                  "weights")  # fmt: skip

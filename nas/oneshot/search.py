@@ -24,6 +24,7 @@ from nas.oneshot.supernet import Supernet, batches, sample_arch
 from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import build_model
 from search_space.errors import SpecError
+from trainers import progress as bars
 from trainers.data.dataset import TabularData
 from trainers.trainer import TrainConfig, evaluate, make_optimizers
 
@@ -159,10 +160,14 @@ class Scorer:
         barely ranks the architectures inside it; the longer one ranks them better."""
         head, tail = ranked[:count], ranked[count:]
         refined = []
-        for c in head:
-            ne = self.inherited_ne(self.supernet.space.decode(c.values), steps)
-            score = fitness(ne, c.mflops, self.target_mflops, self.cost_weight, self.cost_penalty)
-            refined.append(replace(c, ne=ne, fitness=score, coarse_ne=c.ne))
+        with bars.bar(len(head), "rescoring", "candidates", lines=False) as bar:
+            for c in head:
+                ne = self.inherited_ne(self.supernet.space.decode(c.values), steps)
+                score = fitness(
+                    ne, c.mflops, self.target_mflops, self.cost_weight, self.cost_penalty
+                )
+                refined.append(replace(c, ne=ne, fitness=score, coarse_ne=c.ne))
+                bar.update()
         return sorted(refined, key=lambda c: c.fitness) + tail
 
 

@@ -51,6 +51,7 @@ from search_space.blocks import OPS
 from search_space.builder import embedding_bag_collection, merge_inputs, pooled_features
 from search_space.errors import RanknasError, SpecError
 from search_space.spaces.dag import NONE, DagSpace, input_param
+from trainers import progress as bars
 from trainers.data.dataset import TabularData
 
 Sampling = Literal["nasrec", "spos"]
@@ -550,26 +551,30 @@ def train_supernet(
     curve: list[tuple[int, float]] = []
     total, count, started = 0.0, 0, time.monotonic()
     stream = batches(data, batch_size, seed)
-    for step in range(1, steps + 1):
-        full = rng.random() < warmup_probability(step - 1, steps, warmup_fraction)
-        _, arch = sample_arch(supernet.space, rng, sampling, full)
-        dense, sparse, labels = next(stream)
-        path = supernet.path(arch)
-        optimizer.refresh()
-        optimizer.scale_lr(lr_factor(step - 1, steps, lr_schedule))
-        loss = F.binary_cross_entropy_with_logits(supernet(path, dense, sparse), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        value = loss.item()
-        if math.isfinite(value):
-            total, count = total + value, count + 1
-        if step % log_every == 0 or step == steps:
-            mean = total / max(count, 1)
-            curve.append((step, mean))
-            if on_loss is not None:
-                on_loss(step, mean)
-            total, count = 0.0, 0
-        if max_seconds is not None and time.monotonic() - started > max_seconds:
-            break
+    # off a terminal `on_loss`'s lines are the periodic lines
+    with bars.bar(steps, "oneshot supernet", "steps", lines=False) as bar:
+        for step in range(1, steps + 1):
+            full = rng.random() < warmup_probability(step - 1, steps, warmup_fraction)
+            _, arch = sample_arch(supernet.space, rng, sampling, full)
+            dense, sparse, labels = next(stream)
+            path = supernet.path(arch)
+            optimizer.refresh()
+            optimizer.scale_lr(lr_factor(step - 1, steps, lr_schedule))
+            loss = F.binary_cross_entropy_with_logits(supernet(path, dense, sparse), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            value = loss.item()
+            if math.isfinite(value):
+                total, count = total + value, count + 1
+            bar.update()
+            if step % log_every == 0 or step == steps:
+                mean = total / max(count, 1)
+                curve.append((step, mean))
+                bar.show("loss", mean)
+                if on_loss is not None:
+                    on_loss(step, mean)
+                total, count = 0.0, 0
+            if max_seconds is not None and time.monotonic() - started > max_seconds:
+                break
     return curve
