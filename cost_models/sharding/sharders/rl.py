@@ -25,8 +25,8 @@ happens here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,7 +36,12 @@ from cost_models.sharding.measure import single_threaded
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
-from cost_models.sharding.sharders.base import Sharder, check_capacity, unplaced_error
+from cost_models.sharding.sharders.base import (
+    GreedySharder,
+    Sharder,
+    check_capacity,
+    unplaced_error,
+)
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
 from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
 from cost_models.sharding.sharders.size_greedy import SizeGreedy
@@ -50,6 +55,11 @@ SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a ta
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
 EPISODE_WORK = 16 * 800 * 128
 MIN_EPISODES, MAX_EPISODES = 16, 512
+# The cost model's relative error on one device's cost (held-out MAPE ~8%: a normal error's
+# mean absolute value is 0.8 of its standard deviation), and the fixed draws of errors
+# that `robust_max_ms` averages over.
+MODEL_ERROR = 0.1
+ERROR_DRAWS = 64
 
 
 @dataclass(frozen=True)
@@ -75,10 +85,13 @@ class RLSharder(Sharder):
         split_limits: Sequence[float] = SPLIT_LIMITS,
         refine: bool = False,
         row_mode: str = "auto",
+        select: bool = True,
+        model_error: float = MODEL_ERROR,
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
         self.refine, self.row_mode = refine, row_mode
+        self.select, self.model_error = select, model_error
 
     @classmethod
     def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
@@ -88,21 +101,23 @@ class RLSharder(Sharder):
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology, row_split=True)
-        if all(t.size_bytes <= topology.memory_bytes for t in tables):
-            return self._place(tables, topology)
-        shard_ms = functools.partial(self._row_shard_ms, topology=topology)
-        row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
+        row_wise: dict[str, tuple[int, ...]] = {}
+        if any(t.size_bytes > topology.memory_bytes for t in tables):
+            shard_ms = functools.partial(self._row_shard_ms, topology=topology)
+            row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
         by_name = {t.name: t for t in tables}
-        held = [0] * topology.num_devices
-        for name, ranks in row_wise.items():
-            for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True):
-                held[rank] += shard.size_bytes
+        pinned = [
+            (shard, rank)
+            for name, ranks in row_wise.items()
+            for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True)
+        ]
         rest = [t for t in tables if t.name not in row_wise]
-        left = replace(topology, memory_bytes=topology.memory_bytes - max(held))
-        plan = self._place(rest, left) if rest else None
-        assignment = dict(plan.assignment) if plan else {}
-        splits = dict(plan.splits) if plan else {}
-        return make_plan(assignment, tables, topology.num_devices, self.name, splits, row_wise)
+        chosen = self._place(rest, topology, pinned)
+        ranks = self._select(chosen, topology, len(pinned))
+        assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
+        return make_plan(
+            assignment, tables, topology.num_devices, self.name, chosen.splits, row_wise
+        )
 
     def _row_shard_ms(self, table: TableSpec, group: int, topology: Topology) -> float:
         """Predicted compute and analytic communication of one of `group` row shards."""
@@ -111,17 +126,27 @@ class RLSharder(Sharder):
         traffic = traffic_megabytes([shard], host_groups, self.cost_net.config.batch_size)
         return float(predict_kernel_ms(self.cost_net, [[shard]])[0] + topology.comm_ms(*traffic))
 
-    def _place(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
-        check_capacity(tables, topology)
+    def _place(
+        self,
+        tables: Sequence[TableSpec],
+        topology: Topology,
+        pinned: Sequence[tuple[TableSpec, int]] = (),
+    ) -> _Best:
+        """The policy's best episode placing `tables` (cut by the best candidate cut) on
+        devices that already hold the `pinned` row shards (the first units, at their ranks:
+        each device's memory and cost start from its own shards)."""
+        check_capacity([*tables, *(shard for shard, _ in pinned)], topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
-        most_units = len(placement_units(tables, candidates[-1]))  # the last cuts the most
+        held = [shard for shard, _ in pinned]
+        pinned_ranks = [rank for _, rank in pinned]
+        most_units = len(held) + len(placement_units(tables, candidates[-1]))  # the last cuts most
         count = self.episodes or episode_count(most_units, topology.num_devices)
         screen = count if len(candidates) == 1 else 1
         screened, stuck = [], None
         for splits in candidates:
-            units = placement_units(tables, splits)
-            episodes = self._episodes(units, topology, screen, True, generator)
+            units = held + placement_units(tables, splits)
+            episodes = self._episodes(units, topology, screen, True, generator, pinned_ranks)
             best = _best(episodes, splits, units)
             screened += [best] if best else []
             stuck = stuck or (None if best else (episodes, units))
@@ -129,29 +154,51 @@ class RLSharder(Sharder):
             raise _stuck_error(*stuck, topology)
         chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
         if count > screen:
-            more = self._episodes(chosen.units, topology, count - screen, False, generator)
+            more = self._episodes(
+                chosen.units, topology, count - screen, False, generator, pinned_ranks
+            )
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
-        ranks = self._improve(chosen, topology) if self.refine else chosen.ranks
-        assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
-        return make_plan(assignment, tables, topology.num_devices, self.name, chosen.splits)
+        return chosen
 
-    def _improve(self, chosen: _Best, topology: Topology) -> list[int]:
-        """The policy's ranks and the best greedy heuristic's, each refined by local search;
-        whichever the cost model rates lower."""
-        heuristic = []
-        for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+    def _select(self, chosen: _Best, topology: Topology, pinned: int) -> list[int]:
+        """Of the policy's plan and the greedy heuristics' plans of the same units (with the
+        `pinned` first units where they are), the one with the lowest robust predicted cost
+        (`robust_max_ms`). With `refine`, the policy's plan and the best heuristic plan are
+        first improved by local search."""
+        rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
+        score = functools.partial(robust_max_ms, relative_error=self.model_error)
+        if not (self.select or self.refine):
+            return chosen.ranks
+        heuristic = self._heuristic_ranks(chosen.units, topology, chosen.ranks[:pinned])
+        starts = [chosen.ranks]
+        if heuristic and self.refine:
+            starts.append(min(heuristic, key=lambda ranks: float(rate(ranks).max())))
+            starts = [refine(self.cost_net, chosen.units, r, topology, pinned=pinned)
+                      for r in starts]  # fmt: skip
+        candidates = starts + (heuristic if self.select else [])
+        return min(candidates, key=lambda ranks: score(rate(ranks)))
+
+    def _heuristic_ranks(
+        self, units: Sequence[TableSpec], topology: Topology, pinned_ranks: Sequence[int]
+    ) -> list[list[int]]:
+        """Each greedy heuristic's ranks for `units`, the first ones (row shards) held at
+        `pinned_ranks`: the AutoShard/DreamShard baselines, and torchrec's greedy partitioner
+        (largest cost first, onto the least loaded device) on the cost model's estimates."""
+        held = list(zip(units, pinned_ranks, strict=False))
+        rest = units[len(held) :]
+        alone = dict(zip((t.name for t in units), self.cost_net.alone_ms(units, topology),
+                         strict=True))  # fmt: skip
+        sharders = (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy(),
+                    PredictedCostGreedy(alone))  # fmt: skip
+        out = []
+        for sharder in sharders:
             try:
-                plan = sharder.plan(chosen.units, topology)
+                assignment = sharder.place(rest, topology, held)
             except RanknasError:  # this heuristic finds no room: the others may
                 continue
-            heuristic.append([plan.assignment[t.name] for t in chosen.units])
-        rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
-        starts = [chosen.ranks]
-        if heuristic:
-            starts.append(min(heuristic, key=lambda ranks: float(rate(ranks).max())))
-        refined = [refine(self.cost_net, chosen.units, ranks, topology) for ranks in starts]
-        return min(refined, key=lambda ranks: float(rate(ranks).max()))
+            out.append([*pinned_ranks, *(assignment[t.name] for t in rest)])
+        return out
 
     def _candidate_splits(
         self, tables: Sequence[TableSpec], topology: Topology
@@ -172,10 +219,11 @@ class RLSharder(Sharder):
         count: int,
         greedy_first: bool,
         generator: torch.Generator,
+        pinned: Sequence[int] = (),
     ) -> Episodes:
         with torch.no_grad():
             return run_episodes(
-                self.policy, self.cost_net, units, topology, count, greedy_first, generator
+                self.policy, self.cost_net, units, topology, count, greedy_first, generator, pinned
             )
 
 
@@ -221,6 +269,28 @@ def row_wise_tables(
             out[t.name] = tuple(range(world))
             load = [x + spread for x in load]
     return out
+
+
+class PredictedCostGreedy(GreedySharder):
+    """torchrec's greedy partitioner on given estimates: largest first, least loaded device."""
+
+    name = "predicted_cost_greedy"
+
+    def __init__(self, cost_ms: Mapping[str, float]) -> None:
+        self.cost_ms = cost_ms
+
+    def weight(self, table: TableSpec) -> float:  # type: ignore[override]
+        return float(self.cost_ms[table.name])
+
+
+def robust_max_ms(device_ms: torch.Tensor, relative_error: float) -> float:
+    """The expected max-device cost if each device's measured cost strays from its
+    prediction by an independent normal relative error of std `relative_error` (fixed
+    draws, so plans are compared on the same errors). With many devices near the max, the
+    largest positive error sets the measured max: a plan with one device well above the
+    others scores about its max, one with many devices at the same max scores higher."""
+    draws = torch.randn(ERROR_DRAWS, len(device_ms), generator=torch.Generator().manual_seed(0))
+    return float((device_ms * (1 + relative_error * draws)).max(-1).values.mean())
 
 
 def episode_count(units: int, devices: int) -> int:
