@@ -13,7 +13,18 @@ from cost_models.sharding.measure import KernelTime, Measurer
 from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
-from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
+from cost_models.sharding.sharders.dim_greedy import DimGreedy
+from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
+from cost_models.sharding.sharders.rl import (
+    EPISODE_WORK,
+    MAX_EPISODES,
+    MIN_EPISODES,
+    MODEL_ERROR,
+    episode_count,
+    robust_max_ms,
+)
+from cost_models.sharding.sharders.size_greedy import SizeGreedy
+from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
 from cost_models.sharding.splitting import choose_splits
 from cost_models.sharding.tables import TableSpec, column_shards, generate_tables, row_shards
 from cost_models.sharding.topology import Topology
@@ -174,6 +185,30 @@ def test_the_refined_rl_plan_is_never_rated_worse_than_the_unrefined(learned):
     refined = RLSharder(policy, net, refine=True).plan(tables, topology)
     plain = RLSharder(policy, net).plan(tables, topology)
     assert rated(refined) <= rated(plain) + 1e-6
+
+
+def test_robust_max_charges_for_every_device_near_the_max():
+    one_peak = torch.tensor([1.0, 0.8, 0.8, 0.8])
+    all_peak = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    assert robust_max_ms(one_peak, 0.0) == robust_max_ms(all_peak, 0.0) == 1.0
+    # Four devices at the max: about the max plus one standard deviation of their error.
+    assert robust_max_ms(all_peak, 0.1) > 1.05 * robust_max_ms(one_peak, 0.1)
+    assert robust_max_ms(one_peak, 0.1) == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_selected_plan_is_rated_no_worse_than_the_policys_or_any_heuristics(learned):
+    net, policy, pool, *_ = learned
+    tables, topology = pool[:30], Topology(4)
+
+    def score(plan):
+        ranks = [plan.assignment[t.name] for t in tables]
+        return robust_max_ms(device_costs(net, tables, ranks, topology), MODEL_ERROR)
+
+    selected = score(RLSharder(policy, net, split_limits=()).plan(tables, topology))
+    assert selected <= score(RLSharder(policy, net, split_limits=(), select=False).plan(
+        tables, topology)) + 1e-9  # fmt: skip
+    for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+        assert selected <= score(sharder.plan(tables, topology)) + 1e-9
 
 
 def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):

@@ -11,15 +11,20 @@ against the model's errors on the devices just below the max) is kept.
 
 Tables bigger than a device are cut by rows first (`row_wise_tables`): over one host's
 devices or over every device, whichever the cost model's compute and the topology's
-hierarchical communication rate lower (`row_mode` forces one, for comparisons).
+hierarchical communication rate lower (`row_mode` forces one, for comparisons). Their
+shards are pinned in the episodes: each device starts with its own shards' memory and
+predicted cost, and the other tables are placed around them.
 
-With `refine=True` (off by default), the greedy heuristics place the same units too; the
-cost model rates their plans beside the policy's, and the policy's plan and the best
-heuristic plan are each improved by local search (`refine`: moves and swaps off the
-costliest device); the plan with the lowest predicted max-device cost is returned. Measured,
-that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding across kinds of table
-pools"): the search balances the model's predictions, errors included. No measurement
-happens here.
+Selection (`select`, on by default): the greedy heuristics (the AutoShard/DreamShard
+baselines, and torchrec's greedy partitioner on the cost model's estimates) place the
+chosen cut's units too, and of their plans and the policy's, the one with the lowest
+robust predicted cost (`robust_max_ms`: the expected max under the model's per-device
+error) is returned. When no episode fits in memory, the best-rated heuristic plan is
+used. With `refine=True` (off by default), the policy's plan and the best heuristic plan
+are first improved by local search (`refine`: moves and swaps off the costliest device);
+measured, that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding across kinds
+of table pools"): the search balances the model's predictions, errors included. No
+measurement happens here.
 """
 
 from __future__ import annotations
@@ -151,7 +156,7 @@ class RLSharder(Sharder):
             screened += [best] if best else []
             stuck = stuck or (None if best else (episodes, units))
         if not screened:
-            raise _stuck_error(*stuck, topology)
+            return self._packed_by_heuristic(stuck, candidates[0], topology, pinned_ranks)
         chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
         if count > screen:
             more = self._episodes(
@@ -160,6 +165,26 @@ class RLSharder(Sharder):
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
         return chosen
+
+    def _packed_by_heuristic(
+        self,
+        stuck: tuple[Episodes, list[TableSpec]],
+        splits: dict[str, int],
+        topology: Topology,
+        pinned_ranks: Sequence[int],
+    ) -> _Best:
+        """When no episode fits in memory (the policy places by cost, not to pack tight),
+        the greedy heuristics' plan of the first candidate cut's units (`stuck`: its
+        episodes and units) that the cost model rates lowest; the furthest episode's error
+        if none of them fits either."""
+        units = stuck[1]
+        heuristic = self._heuristic_ranks(units, topology, pinned_ranks)
+        if not heuristic:
+            raise _stuck_error(*stuck, topology)
+        rate = functools.partial(device_costs, self.cost_net, units, topology=topology)
+        ranks = min(heuristic, key=lambda r: float(rate(r).max()))
+        cost = float(rate(ranks).max())
+        return _Best(splits, units, ranks, cost, cost)
 
     def _select(self, chosen: _Best, topology: Topology, pinned: int) -> list[int]:
         """Of the policy's plan and the greedy heuristics' plans of the same units (with the
