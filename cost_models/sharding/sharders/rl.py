@@ -105,11 +105,30 @@ class RLSharder(Sharder):
 
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
+        """With row cuts in "auto" mode on several hosts, every distinct cut (the estimate's
+        choice, all in hosts, none in hosts) is planned and the plan with the lowest robust
+        predicted cost kept: the estimate prices a row shard before the other tables are
+        placed around it."""
         check_capacity(tables, topology, row_split=True)
-        row_wise: dict[str, tuple[int, ...]] = {}
-        if any(t.size_bytes > topology.memory_bytes for t in tables):
-            shard_ms = functools.partial(self._row_shard_ms, topology=topology)
-            row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
+        if all(t.size_bytes <= topology.memory_bytes for t in tables):
+            return self._plan_around(tables, topology, {})
+        shard_ms = functools.partial(self._row_shard_ms, topology=topology)
+        modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
+        cuts = []
+        for mode in modes:
+            cut = row_wise_tables(tables, topology, shard_ms, mode)
+            cuts += [cut] if cut not in cuts else []
+        plans = [self._plan_around(tables, topology, cut) for cut in cuts]
+        return min(plans, key=lambda plan: self._robust_ms(tables, plan, topology))
+
+    def _robust_ms(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
+        costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
+        return robust_max_ms(costs, self.model_error)
+
+    def _plan_around(
+        self, tables: Sequence[TableSpec], topology: Topology, row_wise: dict[str, tuple[int, ...]]
+    ) -> Plan:
+        """The plan of `tables` with those in `row_wise` cut by rows over the ranks listed."""
         by_name = {t.name: t for t in tables}
         pinned = [
             (shard, rank)
@@ -269,9 +288,9 @@ def row_wise_tables(
     of one host's memory holds the table (hosts taken in turn). Mode "host" then takes it,
     "world" never does, and "auto" takes whichever adds less to the busiest device holding
     its shards, with `shard_ms(table, group)` the cost of one of `group` shards on one
-    device (compute and the topology's communication): the other tables are then placed
-    as if the devices were empty, so a row shard's load is not balanced away. Without
-    `shard_ms`, "auto" is "host"."""
+    device (compute and the topology's communication), before the other tables are placed
+    around them (`RLSharder.plan` also plans the other modes' cuts and keeps the best).
+    Without `shard_ms`, "auto" is "host"."""
     if mode not in ROW_MODES:
         raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
     device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
