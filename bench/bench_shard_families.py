@@ -16,8 +16,11 @@ the fused kernel as in `bench_sharding.py`; per plan:
   |a - b| / mean;
 - planning: CPU seconds of the planning thread.
 
-`rl_refined` is an ablation (the policy's plan and the best heuristic's, each improved by
-local search on the cost model, `refine=True`), not a competitor. Prints Markdown; JSON to --out.
+Ablations, not competitors: `rl_refined` (the policy's plan and the best heuristic's, each
+improved by local search on the cost model, `refine=True`), `rl_policy` (the policy's plan
+alone, no selection among the heuristics' plans: the RL sharder before issue 14's
+selection) and `rl_select_max` (selection by the predicted max, no error margin).
+Prints Markdown; JSON to --out.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from cost_models.sharding.tables import POOL_FAMILIES, TableSpec, pool_family
 from cost_models.sharding.topology import Topology
 
 REFINED = "rl_refined"
-ABLATIONS = (REFINED, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
+POLICY_ONLY = "rl_policy"  # the policy's plan, no selection among the heuristics' plans
+SELECT_BY_MAX = "rl_select_max"  # selection by the predicted max, no error margin
+ABLATIONS = (REFINED, POLICY_ONLY, SELECT_BY_MAX, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
 
 
 def topology_for(tables: list[TableSpec], devices: int) -> Topology:
@@ -97,7 +102,10 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         bench = Bench(trained, measurer, seed)
-        bench.sharders[REFINED] = RLSharder(trained.policy, trained.cost_net, refine=True)
+        policy, net = trained.policy, trained.cost_net
+        bench.sharders[REFINED] = RLSharder(policy, net, refine=True)
+        bench.sharders[POLICY_ONLY] = RLSharder(policy, net, select=False)
+        bench.sharders[SELECT_BY_MAX] = RLSharder(policy, net, model_error=0.0)
         for family in args.families.split(","):
             for config in args.configs.split(","):
                 count, devices = (int(x) for x in config.split("x"))

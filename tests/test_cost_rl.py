@@ -13,9 +13,20 @@ from cost_models.sharding.measure import KernelTime, Measurer
 from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
-from cost_models.sharding.sharders.rl import EPISODE_WORK, MAX_EPISODES, MIN_EPISODES, episode_count
+from cost_models.sharding.sharders.dim_greedy import DimGreedy
+from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
+from cost_models.sharding.sharders.rl import (
+    EPISODE_WORK,
+    MAX_EPISODES,
+    MIN_EPISODES,
+    MODEL_ERROR,
+    episode_count,
+    robust_max_ms,
+)
+from cost_models.sharding.sharders.size_greedy import SizeGreedy
+from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
 from cost_models.sharding.splitting import choose_splits
-from cost_models.sharding.tables import TableSpec, column_shards, generate_tables
+from cost_models.sharding.tables import TableSpec, column_shards, generate_tables, row_shards
 from cost_models.sharding.topology import Topology
 from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
 from cost_models.sharding.training import (
@@ -176,6 +187,30 @@ def test_the_refined_rl_plan_is_never_rated_worse_than_the_unrefined(learned):
     assert rated(refined) <= rated(plain) + 1e-6
 
 
+def test_robust_max_charges_for_every_device_near_the_max():
+    one_peak = torch.tensor([1.0, 0.8, 0.8, 0.8])
+    all_peak = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    assert robust_max_ms(one_peak, 0.0) == robust_max_ms(all_peak, 0.0) == 1.0
+    # Four devices at the max: about the max plus one standard deviation of their error.
+    assert robust_max_ms(all_peak, 0.1) > 1.05 * robust_max_ms(one_peak, 0.1)
+    assert robust_max_ms(one_peak, 0.1) == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_selected_plan_is_rated_no_worse_than_the_policys_or_any_heuristics(learned):
+    net, policy, pool, *_ = learned
+    tables, topology = pool[:30], Topology(4)
+
+    def score(plan):
+        ranks = [plan.assignment[t.name] for t in tables]
+        return robust_max_ms(device_costs(net, tables, ranks, topology), MODEL_ERROR)
+
+    selected = score(RLSharder(policy, net, split_limits=()).plan(tables, topology))
+    assert selected <= score(RLSharder(policy, net, split_limits=(), select=False).plan(
+        tables, topology)) + 1e-9  # fmt: skip
+    for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+        assert selected <= score(sharder.plan(tables, topology)) + 1e-9
+
+
 def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
     net, policy, *_ = learned
     huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB
@@ -195,6 +230,39 @@ def test_a_table_bigger_than_a_device_is_cut_by_rows_within_a_host(learned):
     assert max(plan.memory_bytes) <= small_hosts.memory_bytes
     module_plan = to_sharding_plan(plan, build_ebc(tables)).plan[""]
     assert module_plan["huge"].sharding_type == ShardingType.ROW_WISE.value
+
+
+def test_each_device_loses_only_the_memory_of_its_own_row_shards(learned):
+    """A table cut by rows inside host 0 leaves host 1 empty: the other tables fit only if
+    host 1's devices keep all their memory (a uniform deduction finds no plan)."""
+    net, policy, *_ = learned
+    huge = TableSpec("huge", 400_000, 64, 20.0)  # 102 MB: 25.6 MB on each device of host 0
+    small = [TableSpec(f"s{i}", 40_000, 64, 2.0) for i in range(30)]  # 10.2 MB each
+    tables = [huge, *small]
+    hosts = Topology(8, memory_bytes=60_000_000, local_world_size=4)
+    assert sum(t.size_bytes for t in small) > 8 * (hosts.memory_bytes - huge.size_bytes / 4)
+    plan = RLSharder(policy, net, row_mode="host").plan(tables, hosts)
+    assert plan.row_wise == {"huge": (0, 1, 2, 3)}
+    assert max(plan.memory_bytes) <= hosts.memory_bytes
+    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
+    on_host_1 = sum(plan.assignment[t.name] >= 4 for t in small)
+    assert on_host_1 >= 17  # host 0's devices hold at most 3 small tables beside a shard
+
+
+def test_episodes_start_from_the_pinned_row_shards_cost_and_memory(learned):
+    net, policy, pool, *_ = learned
+    shards = row_shards(TableSpec("huge", 400_000, 64, 20.0), 2)
+    units = [*shards, *pool[:10]]
+    topology = Topology(4, memory_bytes=int(0.6 * sum(t.size_bytes for t in units)))
+    with torch.no_grad():
+        episodes = run_episodes(policy, net, units, topology, 4, True, pinned=[1, 3])
+    assert (episodes.ranks[:, :2] == torch.tensor([1, 3])).all()
+    assert (episodes.overflow_step == len(units)).all()
+    for ranks, cost in zip(episodes.ranks.tolist(), episodes.cost_ms.tolist(), strict=True):
+        rated = device_costs(net, units, ranks, topology)  # every unit, the shards included
+        assert cost == pytest.approx(float(rated.max()), rel=1e-4)
+    pinned_refine = refine(net, units, [1, 1, *([0] * 10)], topology, pinned=2)
+    assert pinned_refine[:2] == [1, 1]
 
 
 def test_table_row_wise_inside_a_host_beats_row_wise_across_hosts_on_a_slow_link(learned):

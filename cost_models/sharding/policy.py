@@ -175,17 +175,24 @@ def run_episodes(
     episodes: int,
     greedy_first: bool = False,
     generator: torch.Generator | None = None,
+    pinned: Sequence[int] = (),
 ) -> Episodes:
     """Place `tables` `episodes` times in parallel, sampling actions from the policy
-    (episode 0 takes the argmax when `greedy_first`). Gradients reach the policy only."""
+    (episode 0 takes the argmax when `greedy_first`). Gradients reach the policy only.
+    The first `len(pinned)` tables go first to the ranks `pinned` lists (row shards): every
+    device starts with their memory and their predicted cost."""
     encoded = _Tables.encode(tables, policy, cost_net, topology)
     devices = _Devices(encoded, cost_net, topology, episodes)
-    n = len(tables)
-    order = torch.argsort(encoded.single_ms, descending=True).tolist()
+    n, fixed = len(tables), len(pinned)
     ranks = torch.zeros(episodes, n, dtype=torch.long)
+    for i, rank in enumerate(pinned):
+        ranks[:, i] = rank
+        devices.place(i, ranks[:, i], devices.cost_with(i))
+    order = list(range(fixed))
+    order += (fixed + torch.argsort(encoded.single_ms[fixed:], descending=True)).tolist()
     log_prob, entropy = torch.zeros(episodes), torch.zeros(episodes)
-    overflow_step = torch.full((episodes,), n)
-    for step, i in enumerate(order):
+    overflow_step = torch.full((episodes,), 0 if (devices.free < 0).any() else n)
+    for step, i in enumerate(order[fixed:], start=fixed):
         new_cost = devices.cost_with(i)
         logits = policy.score(encoded.codes[i], *devices.observe(i, new_cost))
         fits = devices.free >= encoded.sizes[i]
@@ -197,7 +204,7 @@ def run_episodes(
             logits.masked_fill(~fits, float("-inf")), generator, greedy_first
         )
         log_prob = log_prob + step_log_prob
-        entropy = entropy + step_entropy / n
+        entropy = entropy + step_entropy / (n - fixed)
         devices.place(i, action, new_cost)
         ranks[:, i] = action
     t = SOFT_MAX_TEMPERATURE

@@ -67,8 +67,10 @@ def refine(
     ranks: Sequence[int],
     topology: Topology,
     max_rounds: int = MAX_ROUNDS,
+    pinned: int = 0,
 ) -> list[int]:
-    """`ranks` (a device per unit, memory respected) improved by moves and swaps."""
+    """`ranks` (a device per unit, memory respected) improved by moves and swaps; the first
+    `pinned` units (row shards) stay where they are."""
     load = _Load(net, units, topology)
     d = topology.num_devices
     rank = torch.tensor(list(ranks))
@@ -77,10 +79,11 @@ def refine(
     count = torch.bincount(rank, minlength=d).float()
     free = load.capacity - torch.zeros(d).index_add_(0, rank, load.sizes)
     cost = load.costs(summed, floor, count)
+    movable = torch.arange(len(rank)) >= pinned
     tau = SOFT_MAX_TEMPERATURE * float(cost.sum()) / d
     for _ in range(max_rounds):
         top = int(cost.argmax())
-        change = _best_change(load, rank, summed, floor, count, free, cost, top, tau)
+        change = _best_change(load, rank, movable, summed, floor, count, free, cost, top, tau)
         if change is None:
             break
         for unit, src, dst in change:
@@ -94,11 +97,11 @@ def refine(
     return rank.tolist()
 
 
-def _best_change(load, rank, summed, floor, count, free, cost, top, tau):
+def _best_change(load, rank, movable, summed, floor, count, free, cost, top, tau):
     """The move or swap off device `top` that lowers the soft max most, as
     [(unit, from, to), ...], or None when none lowers it without raising the max."""
-    on_top = (rank == top).nonzero().squeeze(1)
-    elsewhere = (rank != top).nonzero().squeeze(1)
+    on_top = ((rank == top) & movable).nonzero().squeeze(1)
+    elsewhere = ((rank != top) & movable).nonzero().squeeze(1)
     if len(on_top) == 0:
         return None
     peak = float(cost.max())

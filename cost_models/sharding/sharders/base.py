@@ -75,8 +75,21 @@ class GreedySharder(Sharder):
 
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
+        return make_plan(self.place(tables, topology), tables, topology.num_devices, self.name)
+
+    def place(
+        self,
+        tables: Sequence[TableSpec],
+        topology: Topology,
+        held: Sequence[tuple[TableSpec, int]] = (),
+    ) -> dict[str, int]:
+        """Table name -> rank, on devices that already hold the `held` units (row shards):
+        their memory and weight count from the start."""
         load = np.zeros(topology.num_devices)
         free = np.full(topology.num_devices, topology.memory_bytes, dtype=np.int64)
+        for unit, rank in held:
+            load[rank] += self.weight(unit)
+            free[rank] -= unit.size_bytes
         assignment = {}
         order = largest_first(tables, self.weight)
         for step, i in enumerate(order):
@@ -88,4 +101,4 @@ class GreedySharder(Sharder):
             assignment[t.name] = rank
             load[rank] += self.weight(t)
             free[rank] -= t.size_bytes
-        return make_plan(assignment, tables, topology.num_devices, self.name)
+        return assignment

@@ -11,22 +11,27 @@ against the model's errors on the devices just below the max) is kept.
 
 Tables bigger than a device are cut by rows first (`row_wise_tables`): over one host's
 devices or over every device, whichever the cost model's compute and the topology's
-hierarchical communication rate lower (`row_mode` forces one, for comparisons).
+hierarchical communication rate lower (`row_mode` forces one, for comparisons). Their
+shards are pinned in the episodes: each device starts with its own shards' memory and
+predicted cost, and the other tables are placed around them.
 
-With `refine=True` (off by default), the greedy heuristics place the same units too; the
-cost model rates their plans beside the policy's, and the policy's plan and the best
-heuristic plan are each improved by local search (`refine`: moves and swaps off the
-costliest device); the plan with the lowest predicted max-device cost is returned. Measured,
-that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding across kinds of table
-pools"): the search balances the model's predictions, errors included. No measurement
-happens here.
+Selection (`select`, on by default): the greedy heuristics (the AutoShard/DreamShard
+baselines, and torchrec's greedy partitioner on the cost model's estimates) place the
+chosen cut's units too, and of their plans and the policy's, the one with the lowest
+robust predicted cost (`robust_max_ms`: the expected max under the model's per-device
+error) is returned. When no episode fits in memory, the best-rated heuristic plan is
+used. With `refine=True` (off by default), the policy's plan and the best heuristic plan
+are first improved by local search (`refine`: moves and swaps off the costliest device);
+measured, that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding across kinds
+of table pools"): the search balances the model's predictions, errors included. No
+measurement happens here.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,7 +41,12 @@ from cost_models.sharding.measure import single_threaded
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episodes
 from cost_models.sharding.refine import device_costs, refine
-from cost_models.sharding.sharders.base import Sharder, check_capacity, unplaced_error
+from cost_models.sharding.sharders.base import (
+    GreedySharder,
+    Sharder,
+    check_capacity,
+    unplaced_error,
+)
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
 from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
 from cost_models.sharding.sharders.size_greedy import SizeGreedy
@@ -50,6 +60,11 @@ SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a ta
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
 EPISODE_WORK = 16 * 800 * 128
 MIN_EPISODES, MAX_EPISODES = 16, 512
+# The cost model's relative error on one device's cost (held-out MAPE ~8%: a normal error's
+# mean absolute value is 0.8 of its standard deviation), and the fixed draws of errors
+# that `robust_max_ms` averages over.
+MODEL_ERROR = 0.1
+ERROR_DRAWS = 64
 
 
 @dataclass(frozen=True)
@@ -75,10 +90,13 @@ class RLSharder(Sharder):
         split_limits: Sequence[float] = SPLIT_LIMITS,
         refine: bool = False,
         row_mode: str = "auto",
+        select: bool = True,
+        model_error: float = MODEL_ERROR,
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
         self.refine, self.row_mode = refine, row_mode
+        self.select, self.model_error = select, model_error
 
     @classmethod
     def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
@@ -87,22 +105,43 @@ class RLSharder(Sharder):
 
     @single_threaded
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
+        """With row cuts in "auto" mode on several hosts, every distinct cut (the estimate's
+        choice, all in hosts, none in hosts) is planned and the plan with the lowest robust
+        predicted cost kept: the estimate prices a row shard before the other tables are
+        placed around it."""
         check_capacity(tables, topology, row_split=True)
         if all(t.size_bytes <= topology.memory_bytes for t in tables):
-            return self._place(tables, topology)
+            return self._plan_around(tables, topology, {})
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
-        row_wise = row_wise_tables(tables, topology, shard_ms, self.row_mode)
+        modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
+        cuts = []
+        for mode in modes:
+            cut = row_wise_tables(tables, topology, shard_ms, mode)
+            cuts += [cut] if cut not in cuts else []
+        plans = [self._plan_around(tables, topology, cut) for cut in cuts]
+        return min(plans, key=lambda plan: self._robust_ms(tables, plan, topology))
+
+    def _robust_ms(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
+        costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
+        return robust_max_ms(costs, self.model_error)
+
+    def _plan_around(
+        self, tables: Sequence[TableSpec], topology: Topology, row_wise: dict[str, tuple[int, ...]]
+    ) -> Plan:
+        """The plan of `tables` with those in `row_wise` cut by rows over the ranks listed."""
         by_name = {t.name: t for t in tables}
-        held = [0] * topology.num_devices
-        for name, ranks in row_wise.items():
-            for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True):
-                held[rank] += shard.size_bytes
+        pinned = [
+            (shard, rank)
+            for name, ranks in row_wise.items()
+            for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True)
+        ]
         rest = [t for t in tables if t.name not in row_wise]
-        left = replace(topology, memory_bytes=topology.memory_bytes - max(held))
-        plan = self._place(rest, left) if rest else None
-        assignment = dict(plan.assignment) if plan else {}
-        splits = dict(plan.splits) if plan else {}
-        return make_plan(assignment, tables, topology.num_devices, self.name, splits, row_wise)
+        chosen = self._place(rest, topology, pinned)
+        ranks = self._select(chosen, topology, len(pinned))
+        assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
+        return make_plan(
+            assignment, tables, topology.num_devices, self.name, chosen.splits, row_wise
+        )
 
     def _row_shard_ms(self, table: TableSpec, group: int, topology: Topology) -> float:
         """Predicted compute and analytic communication of one of `group` row shards."""
@@ -111,47 +150,99 @@ class RLSharder(Sharder):
         traffic = traffic_megabytes([shard], host_groups, self.cost_net.config.batch_size)
         return float(predict_kernel_ms(self.cost_net, [[shard]])[0] + topology.comm_ms(*traffic))
 
-    def _place(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
-        check_capacity(tables, topology)
+    def _place(
+        self,
+        tables: Sequence[TableSpec],
+        topology: Topology,
+        pinned: Sequence[tuple[TableSpec, int]] = (),
+    ) -> _Best:
+        """The policy's best episode placing `tables` (cut by the best candidate cut) on
+        devices that already hold the `pinned` row shards (the first units, at their ranks:
+        each device's memory and cost start from its own shards)."""
+        check_capacity([*tables, *(shard for shard, _ in pinned)], topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
-        most_units = len(placement_units(tables, candidates[-1]))  # the last cuts the most
+        held = [shard for shard, _ in pinned]
+        pinned_ranks = [rank for _, rank in pinned]
+        most_units = len(held) + len(placement_units(tables, candidates[-1]))  # the last cuts most
         count = self.episodes or episode_count(most_units, topology.num_devices)
         screen = count if len(candidates) == 1 else 1
         screened, stuck = [], None
         for splits in candidates:
-            units = placement_units(tables, splits)
-            episodes = self._episodes(units, topology, screen, True, generator)
+            units = held + placement_units(tables, splits)
+            episodes = self._episodes(units, topology, screen, True, generator, pinned_ranks)
             best = _best(episodes, splits, units)
             screened += [best] if best else []
             stuck = stuck or (None if best else (episodes, units))
         if not screened:
-            raise _stuck_error(*stuck, topology)
+            return self._packed_by_heuristic(stuck, candidates[0], topology, pinned_ranks)
         chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
         if count > screen:
-            more = self._episodes(chosen.units, topology, count - screen, False, generator)
+            more = self._episodes(
+                chosen.units, topology, count - screen, False, generator, pinned_ranks
+            )
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
-        ranks = self._improve(chosen, topology) if self.refine else chosen.ranks
-        assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
-        return make_plan(assignment, tables, topology.num_devices, self.name, chosen.splits)
+        return chosen
 
-    def _improve(self, chosen: _Best, topology: Topology) -> list[int]:
-        """The policy's ranks and the best greedy heuristic's, each refined by local search;
-        whichever the cost model rates lower."""
-        heuristic = []
-        for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+    def _packed_by_heuristic(
+        self,
+        stuck: tuple[Episodes, list[TableSpec]],
+        splits: dict[str, int],
+        topology: Topology,
+        pinned_ranks: Sequence[int],
+    ) -> _Best:
+        """When no episode fits in memory (the policy places by cost, not to pack tight),
+        the greedy heuristics' plan of the first candidate cut's units (`stuck`: its
+        episodes and units) that the cost model rates lowest; the furthest episode's error
+        if none of them fits either."""
+        units = stuck[1]
+        heuristic = self._heuristic_ranks(units, topology, pinned_ranks)
+        if not heuristic:
+            raise _stuck_error(*stuck, topology)
+        rate = functools.partial(device_costs, self.cost_net, units, topology=topology)
+        ranks = min(heuristic, key=lambda r: float(rate(r).max()))
+        cost = float(rate(ranks).max())
+        return _Best(splits, units, ranks, cost, cost)
+
+    def _select(self, chosen: _Best, topology: Topology, pinned: int) -> list[int]:
+        """Of the policy's plan and the greedy heuristics' plans of the same units (with the
+        `pinned` first units where they are), the one with the lowest robust predicted cost
+        (`robust_max_ms`). With `refine`, the policy's plan and the best heuristic plan are
+        first improved by local search."""
+        rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
+        score = functools.partial(robust_max_ms, relative_error=self.model_error)
+        if not (self.select or self.refine):
+            return chosen.ranks
+        heuristic = self._heuristic_ranks(chosen.units, topology, chosen.ranks[:pinned])
+        starts = [chosen.ranks]
+        if heuristic and self.refine:
+            starts.append(min(heuristic, key=lambda ranks: float(rate(ranks).max())))
+            starts = [refine(self.cost_net, chosen.units, r, topology, pinned=pinned)
+                      for r in starts]  # fmt: skip
+        candidates = starts + (heuristic if self.select else [])
+        return min(candidates, key=lambda ranks: score(rate(ranks)))
+
+    def _heuristic_ranks(
+        self, units: Sequence[TableSpec], topology: Topology, pinned_ranks: Sequence[int]
+    ) -> list[list[int]]:
+        """Each greedy heuristic's ranks for `units`, the first ones (row shards) held at
+        `pinned_ranks`: the AutoShard/DreamShard baselines, and torchrec's greedy partitioner
+        (largest cost first, onto the least loaded device) on the cost model's estimates."""
+        held = list(zip(units, pinned_ranks, strict=False))
+        rest = units[len(held) :]
+        alone = dict(zip((t.name for t in units), self.cost_net.alone_ms(units, topology),
+                         strict=True))  # fmt: skip
+        sharders = (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy(),
+                    PredictedCostGreedy(alone))  # fmt: skip
+        out = []
+        for sharder in sharders:
             try:
-                plan = sharder.plan(chosen.units, topology)
+                assignment = sharder.place(rest, topology, held)
             except RanknasError:  # this heuristic finds no room: the others may
                 continue
-            heuristic.append([plan.assignment[t.name] for t in chosen.units])
-        rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
-        starts = [chosen.ranks]
-        if heuristic:
-            starts.append(min(heuristic, key=lambda ranks: float(rate(ranks).max())))
-        refined = [refine(self.cost_net, chosen.units, ranks, topology) for ranks in starts]
-        return min(refined, key=lambda ranks: float(rate(ranks).max()))
+            out.append([*pinned_ranks, *(assignment[t.name] for t in rest)])
+        return out
 
     def _candidate_splits(
         self, tables: Sequence[TableSpec], topology: Topology
@@ -172,10 +263,11 @@ class RLSharder(Sharder):
         count: int,
         greedy_first: bool,
         generator: torch.Generator,
+        pinned: Sequence[int] = (),
     ) -> Episodes:
         with torch.no_grad():
             return run_episodes(
-                self.policy, self.cost_net, units, topology, count, greedy_first, generator
+                self.policy, self.cost_net, units, topology, count, greedy_first, generator, pinned
             )
 
 
@@ -196,9 +288,9 @@ def row_wise_tables(
     of one host's memory holds the table (hosts taken in turn). Mode "host" then takes it,
     "world" never does, and "auto" takes whichever adds less to the busiest device holding
     its shards, with `shard_ms(table, group)` the cost of one of `group` shards on one
-    device (compute and the topology's communication): the other tables are then placed
-    as if the devices were empty, so a row shard's load is not balanced away. Without
-    `shard_ms`, "auto" is "host"."""
+    device (compute and the topology's communication), before the other tables are placed
+    around them (`RLSharder.plan` also plans the other modes' cuts and keeps the best).
+    Without `shard_ms`, "auto" is "host"."""
     if mode not in ROW_MODES:
         raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
     device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
@@ -221,6 +313,28 @@ def row_wise_tables(
             out[t.name] = tuple(range(world))
             load = [x + spread for x in load]
     return out
+
+
+class PredictedCostGreedy(GreedySharder):
+    """torchrec's greedy partitioner on given estimates: largest first, least loaded device."""
+
+    name = "predicted_cost_greedy"
+
+    def __init__(self, cost_ms: Mapping[str, float]) -> None:
+        self.cost_ms = cost_ms
+
+    def weight(self, table: TableSpec) -> float:  # type: ignore[override]
+        return float(self.cost_ms[table.name])
+
+
+def robust_max_ms(device_ms: torch.Tensor, relative_error: float) -> float:
+    """The expected max-device cost if each device's measured cost strays from its
+    prediction by an independent normal relative error of std `relative_error` (fixed
+    draws, so plans are compared on the same errors). With many devices near the max, the
+    largest positive error sets the measured max: a plan with one device well above the
+    others scores about its max, one with many devices at the same max scores higher."""
+    draws = torch.randn(ERROR_DRAWS, len(device_ms), generator=torch.Generator().manual_seed(0))
+    return float((device_ms * (1 + relative_error * draws)).max(-1).values.mean())
 
 
 def episode_count(units: int, devices: int) -> int:
