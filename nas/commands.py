@@ -401,9 +401,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
     from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
-    from trainers.trainer import TrainConfig, train
+    from trainers.trainer import train
 
     torch.set_num_threads(args.threads)
+    if args.stream:
+        return _train_streamed(args)
     method, _, column = args.split.partition(":")
     options: dict[str, Any] = (
         {"rows": args.rows, "seed": args.data_seed} if args.data == "synthetic" else {}
@@ -421,16 +423,48 @@ def cmd_train(args: argparse.Namespace) -> int:
     if fitted:
         print(describe(fitted), file=sys.stderr)
     arch = load_architecture(args.arch, data.schema)
-    config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
-                         max_epochs=args.epochs, max_seconds=args.seconds,
-                         dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
-                         early_stopping_patience=args.patience, seed=args.seed,
-                         device=args.device)  # fmt: skip
-    result = train(build_model(arch, seed=args.seed), train_part, valid, test, config)
+    result = train(build_model(arch, seed=args.seed), train_part, valid, test, _train_config(args))
     summary = result.summary()
     if data.true_prob is not None:
         summary["bayes_val_ne"] = bayes_metrics(valid).ne
         summary["bayes_test_ne"] = bayes_metrics(test).ne
+    return _print_run(args, summary, result)
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    from trainers.trainer import TrainConfig
+
+    return TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
+                       max_epochs=args.epochs, max_seconds=args.seconds,
+                       dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
+                       early_stopping_patience=args.patience, seed=args.seed,
+                       device=args.device)  # fmt: skip
+
+
+def _train_streamed(args: argparse.Namespace) -> int:
+    """`ranknas train --stream`: the data read in chunks, split in file order."""
+    from nas.protocol import wants_preprocessing
+    from search_space.builder import build_model
+    from search_space.presets import load_architecture
+    from trainers.data.preprocess import describe
+    from trainers.data.stream import StreamOptions, open_stream
+    from trainers.trainer import train
+
+    if args.split not in ("auto", "ordered"):
+        raise RanknasError(f"--split {args.split}: --stream splits in file order (auto or ordered)")
+    options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size)
+    data = open_stream(args.data, args.schema, options=options,
+                       dense_preprocessing=wants_preprocessing(args.preprocessing, args.data))  # fmt: skip
+    print(f"split {data.description}", file=sys.stderr)
+    if data.fitted["dense"] or data.fitted["vocabulary"]:
+        print(describe(data.fitted), file=sys.stderr)
+    arch = load_architecture(args.arch, data.train.schema)
+    model = build_model(arch, seed=args.seed)
+    result = train(model, data.train, data.valid, data.test, _train_config(args))
+    return _print_run(args, result.summary(), result)
+
+
+def _print_run(args: argparse.Namespace, summary: dict[str, Any], result: Any) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
@@ -459,6 +493,13 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
 def cmd_data_synth(args: argparse.Namespace) -> int:
     from trainers.data import SyntheticConfig, write_synthetic
 
+    if args.format == "criteo":
+        from trainers.data.synthetic import write_synthetic_criteo
+
+        out = write_synthetic_criteo(Path(args.out) / "data.tsv", args.rows, args.seed)
+        print(f"wrote {args.rows} rows in Criteo's format to {out}; train on it with "
+              f"--data criteo:{out}")  # fmt: skip
+        return 0
     out = write_synthetic(Path(args.out), SyntheticConfig(rows=args.rows, seed=args.seed),
                           file_format=args.format)  # fmt: skip
     stats = json.loads((Path(args.out) / "stats.json").read_text())
