@@ -314,7 +314,8 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--min-count", type=int, default=1,
                        help="--stream: values seen fewer times are out of vocabulary")  # fmt: skip
     train.add_argument("--hash-size", type=int,
-                       help="--stream: hash ids into this many buckets (huge vocabularies)")  # fmt: skip
+                       help="--stream: hash ids into this many buckets (huge "
+                       "vocabularies)")  # fmt: skip
     train.add_argument("--json", action="store_true", help="print one JSON object")
 
     data = commands.add_parser("data", help="data sets")

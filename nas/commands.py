@@ -453,8 +453,8 @@ def _train_streamed(args: argparse.Namespace) -> int:
     if args.split not in ("auto", "ordered"):
         raise RanknasError(f"--split {args.split}: --stream splits in file order (auto or ordered)")
     options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size)
-    data = open_stream(args.data, args.schema, options=options,
-                       dense_preprocessing=wants_preprocessing(args.preprocessing, args.data))  # fmt: skip
+    dense = wants_preprocessing(args.preprocessing, args.data)
+    data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense)
     print(f"split {data.description}", file=sys.stderr)
     if data.fitted["dense"] or data.fitted["vocabulary"]:
         print(describe(data.fitted), file=sys.stderr)

@@ -94,7 +94,8 @@ class DataConfig(_Section):
                              "directory or file, or criteo:PATH")  # fmt: skip
         if self.split.method not in ("auto", "ordered"):
             raise ValueError("data.stream splits in file order: use split.method auto or "
-                             "ordered (write the files in time order for a time split)")  # fmt: skip
+                             "ordered (write the files in time order for a time "
+                             "split)")  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -62,9 +62,7 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     from trainers.data.stream import StreamOptions, open_stream
 
     d, s = config.data, config.data.stream
-    options = StreamOptions(min_count=s.min_count, hash_size=s.hash_size,
-                            chunk_rows=s.chunk_rows, shuffle_rows=s.shuffle_rows,
-                            prefetch_batches=s.prefetch_batches, memory_rows=s.memory_rows)  # fmt: skip
+    options = StreamOptions(**s.model_dump(exclude={"enabled"}))
     dense = wants_preprocessing(d.preprocessing, d.source)
     data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
                        dense_preprocessing=dense)  # fmt: skip

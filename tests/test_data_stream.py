@@ -136,7 +136,7 @@ def test_the_reader_holds_one_row_group_at_a_time(tmp_path):
     group_bytes, table_bytes = table.slice(0, 4000).nbytes, table.nbytes
     del table
     baseline, peaks = pa.total_allocated_bytes(), []
-    for chunk in source.chunks(0, source.rows):
+    for _ in source.chunks(0, source.rows):
         peaks.append(pa.total_allocated_bytes() - baseline)  # Arrow memory held while reading
     assert len(peaks) == 50
     assert max(peaks) <= max(peaks[:2]) + group_bytes  # does not grow with the rows read
@@ -204,7 +204,8 @@ def test_bad_input_names_the_file_and_line(shop, tmp_path):
     lines = tsv.read_text().splitlines(keepends=True)
     lines[2] = "1\tnot-a-number" + lines[2][lines[2].index("\t", 2) :]
     tsv.write_text("".join(lines))
-    with pytest.raises(RanknasError, match=r"day\.tsv: 1 malformed lines.*not an integer: 1 \(line 3\)"):
+    message = r"day\.tsv: 1 malformed lines.*not an integer: 1 \(line 3\)"
+    with pytest.raises(RanknasError, match=message):
         open_stream(f"criteo:{tsv}", options=StreamOptions(max_bad_rows=0))
     assert len(open_stream(f"criteo:{tsv}").train) == 399  # within the limits: skipped
 
@@ -228,8 +229,21 @@ def test_study_config_stream_section():
     base = {"name": "s", "search_space": {"type": "around", "base": "dlrm"}}
     config = parse_config(base | {"data": {"source": "criteo:day.tsv", "stream": True}})
     assert config.data.stream.enabled and config.data.stream.min_count == 1
-    with pytest.raises(RanknasError, match="data.stream reads one source"):
+    with pytest.raises(RanknasError, match=r"data\.stream reads one source"):
         parse_config(base | {"data": {"stream": True}})
     with pytest.raises(RanknasError, match="splits in file order"):
         parse_config(base | {"data": {"source": "d/", "stream": {"enabled": True},
                                       "split": {"method": "random"}}})  # fmt: skip
+
+
+def test_a_study_streams_its_source(shop):
+    from nas.protocol import prepare_data
+
+    data = {"source": str(shop / "parts"), "schema": str(shop / "schema.yaml"),
+            "stream": {"enabled": True, "chunk_rows": 300}}  # fmt: skip
+    config = parse_config({"name": "s", "search_space": {"type": "around", "base": "dlrm"},
+                           "data": data})  # fmt: skip
+    prepared = prepare_data(config)
+    assert isinstance(prepared.train, StreamSplit) and len(prepared.train) == 2400
+    assert "streamed from" in prepared.split and "training-split vocabularies" in prepared.split
+    assert prepared.preprocessing["vocabulary"]["country"][0] == "c0"

@@ -16,9 +16,10 @@ one pass, batches made in a background thread.
 - Training batches: the rows of a split are cut into windows of `shuffle_rows` rows (a
   multiple of the batch size), each window shuffled (window 0 with the in-memory loader's
   permutation, so a split that fits one window trains exactly as in memory) and cut into
-  batches by `BatchLoader`; a thread makes them ahead of the training step into a queue of
-  `prefetch_batches`. What is held: at most two windows, one chunk (one Parquet row group or
-  block of TSV lines) and the queue.
+  batches by `BatchLoader`; one thread reads and shuffles the next window while another
+  makes batches ahead of the training step into a queue of `prefetch_batches`. What is
+  held: at most four windows (the one batched, the next, the one being read and its
+  shuffled copy), one chunk (one Parquet row group or block of TSV lines) and the queue.
 - Validation and test are held in memory when they have at most `memory_rows` rows, and
   streamed at each evaluation otherwise.
 """
@@ -102,7 +103,9 @@ def open_stream(
     bounds = _bounds(source.rows, fractions)
     encoder, train_rows = fit_encoder(source, bounds[1], options, dense_preprocessing)
     train = StreamSplit(source, bounds[0], bounds[1], encoder, train_rows, options)
-    valid, test = (_eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:]))  # fmt: skip
+    valid, test = (
+        _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
+    )
     description = (
         f"in file order, streamed from {source.name} ({source.rows:,} rows in the files, "
         f"{train_rows:,} training rows read in chunks; "
@@ -391,12 +394,18 @@ class StreamLoader:
         return prefetch(self._batches(epoch), self.split.options.prefetch_batches)
 
     def _batches(self, epoch: int) -> Iterator[Batch]:
+        # windows are read and shuffled by a thread of their own, one ahead: the step does
+        # not wait for a whole window each time one is used up
+        for window in prefetch(self._shuffled(epoch), depth=1):
+            yield from BatchLoader(window, self.batch_size, drop_last=self.drop_last,
+                                   pin_memory=self.pin_memory)  # fmt: skip
+
+    def _shuffled(self, epoch: int) -> Iterator[TabularData]:
         for w, window in enumerate(self.split.windows(self.window_rows)):
             if self.shuffle:
                 key = [self.seed, epoch] + ([w] if w else [])  # window 0: BatchLoader's order
                 window = window.take(np.random.default_rng(key).permutation(len(window)))
-            yield from BatchLoader(window, self.batch_size, drop_last=self.drop_last,
-                                   pin_memory=self.pin_memory)  # fmt: skip
+            yield window
 
 
 _END = object()

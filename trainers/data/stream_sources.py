@@ -154,7 +154,8 @@ class ParquetSource(Source):
         good = ~bad
         ids = np.zeros((int(good.sum()), len(self.spec.categorical)), dtype=np.int64)
         raw = {}
-        for k, ((name, _), column) in enumerate(zip(self.spec.categorical, id_columns, strict=True)):
+        columns = zip(self.spec.categorical, id_columns, strict=True)
+        for k, ((name, _), column) in enumerate(columns):
             if column is None:
                 codes, values = tabular._raw_values(frame[name][good])
                 raw[name] = (codes, np.asarray(values, dtype=object))

@@ -222,7 +222,7 @@ def _criteo_table(labels: np.ndarray, dense: np.ndarray, ids: np.ndarray, blanks
     for k in range(counts.shape[1]):
         columns[f"I{k + 1}"] = pa.array(counts[:, k], mask=blanks[:, k])
     for k in range(ids.shape[1]):
-        salted = (ids[:, k].astype(np.uint64) * np.uint64(2654435761) + np.uint64(k * 7919))
+        salted = ids[:, k].astype(np.uint64) * np.uint64(2654435761) + np.uint64(k * 7919)
         hashed = (salted & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         nibbles = (hashed[:, None] >> np.arange(28, -1, -4, dtype=np.uint32)) & 15
         text = np.ascontiguousarray(_HEX[nibbles]).view("S8").ravel()
