@@ -309,6 +309,14 @@ def _tool_commands(command, commands) -> None:
                        help="how rows become train/validation/test (80/10/10): auto is random "
                        "for synthetic data, time if the schema names a time column, else the "
                        "file's order")  # fmt: skip
+    train.add_argument("--stream", action="store_true",
+                       help="data bigger than memory: read --data (a Parquet directory or file, "
+                       "or criteo:PATH) in chunks; split in file order")  # fmt: skip
+    train.add_argument("--min-count", type=int, default=1,
+                       help="--stream: values seen fewer times are out of vocabulary")  # fmt: skip
+    train.add_argument("--hash-size", type=int,
+                       help="--stream: hash ids into this many buckets (huge "
+                       "vocabularies)")  # fmt: skip
     train.add_argument("--json", action="store_true", help="print one JSON object")
 
     data = commands.add_parser("data", help="data sets")
@@ -323,7 +331,9 @@ def _tool_commands(command, commands) -> None:
     synth.add_argument("--out", required=True)
     synth.add_argument("--rows", type=int, default=200_000)
     synth.add_argument("--seed", type=int, default=0)
-    synth.add_argument("--format", choices=["parquet", "csv"], default="parquet")
+    synth.add_argument("--format", choices=["parquet", "csv", "criteo"], default="parquet",
+                       help="criteo: data.tsv in Criteo's format (13 counts, 26 hex ids), "
+                       "written piece by piece (any size)")  # fmt: skip
 
 
 def _interrupt(signum: int, frame: object) -> None:

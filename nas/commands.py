@@ -402,9 +402,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from search_space.presets import load_architecture
     from trainers.data import bayes_metrics, load_dataset
     from trainers.data.preprocess import apply_preprocessing, describe
-    from trainers.trainer import TrainConfig, train
+    from trainers.trainer import train
 
     torch.set_num_threads(args.threads)
+    if args.stream:
+        return _train_streamed(args)
     method, _, column = args.split.partition(":")
     options: dict[str, Any] = (
         {"rows": args.rows, "seed": args.data_seed} if args.data == "synthetic" else {}
@@ -421,17 +423,50 @@ def cmd_train(args: argparse.Namespace) -> int:
     if described := describe(fitted):
         print(described, file=sys.stderr)
     arch = load_architecture(args.arch, train_part.schema)
-    config = TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
-                         max_epochs=args.epochs, max_seconds=args.seconds,
-                         dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
-                         early_stopping_patience=args.patience, seed=args.seed,
-                         device=args.device)  # fmt: skip
     model = build_model(arch, seed=args.seed)
-    result = train(model, train_part, valid, test, config, label=f"train {args.arch}")
+    result = train(model, train_part, valid, test, _train_config(args), label=f"train {args.arch}")
     summary = result.summary()
     if data.true_prob is not None:
         summary["bayes_val_ne"] = bayes_metrics(valid).ne
         summary["bayes_test_ne"] = bayes_metrics(test).ne
+    return _print_run(args, summary, result)
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    from trainers.trainer import TrainConfig
+
+    return TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
+                       max_epochs=args.epochs, max_seconds=args.seconds,
+                       dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
+                       early_stopping_patience=args.patience, seed=args.seed,
+                       device=args.device)  # fmt: skip
+
+
+def _train_streamed(args: argparse.Namespace) -> int:
+    """`ranknas train --stream`: the data read in chunks, split in file order."""
+    from nas.protocol import wants_preprocessing
+    from search_space.builder import build_model
+    from search_space.presets import load_architecture
+    from trainers.data.preprocess import describe
+    from trainers.data.stream import StreamOptions, open_stream
+    from trainers.trainer import train
+
+    if args.split not in ("auto", "ordered"):
+        raise RanknasError(f"--split {args.split}: --stream splits in file order (auto or ordered)")
+    options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size)
+    dense = wants_preprocessing(args.preprocessing, args.data)
+    data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense)
+    print(f"split {data.description}", file=sys.stderr)
+    if described := describe(data.fitted):
+        print(described, file=sys.stderr)
+    arch = load_architecture(args.arch, data.train.schema)
+    model = build_model(arch, seed=args.seed)
+    result = train(model, data.train, data.valid, data.test, _train_config(args),
+                   label=f"train {args.arch}")  # fmt: skip
+    return _print_run(args, result.summary(), result)
+
+
+def _print_run(args: argparse.Namespace, summary: dict[str, Any], result: Any) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
@@ -460,6 +495,13 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
 def cmd_data_synth(args: argparse.Namespace) -> int:
     from trainers.data import SyntheticConfig, write_synthetic
 
+    if args.format == "criteo":
+        from trainers.data.synthetic import write_synthetic_criteo
+
+        out = write_synthetic_criteo(Path(args.out) / "data.tsv", args.rows, args.seed)
+        print(f"wrote {args.rows} rows in Criteo's format to {out}; train on it with "
+              f"--data criteo:{out}")  # fmt: skip
+        return 0
     out = write_synthetic(Path(args.out), SyntheticConfig(rows=args.rows, seed=args.seed),
                           file_format=args.format)  # fmt: skip
     stats = json.loads((Path(args.out) / "stats.json").read_text())

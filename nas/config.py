@@ -37,6 +37,22 @@ class SplitConfig(_Section):
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
 
 
+class StreamConfig(_Section):
+    """Training on data bigger than memory (`trainers/data/stream.py`)."""
+
+    enabled: bool = Field(default=False, description="read the source in chunks while training")
+    min_count: int = Field(default=1, ge=1, description="rarer values: out of vocabulary")
+    hash_size: int | None = Field(
+        default=None, ge=2, description="hash ids into this many buckets (huge vocabularies)"
+    )
+    shuffle_rows: int = Field(default=1 << 18, ge=1, description="rows shuffled together")
+    chunk_rows: int = Field(default=1 << 16, ge=1, description="rows read at a time")
+    prefetch_batches: int = Field(default=8, ge=1, description="batches made ahead")
+    memory_rows: int = Field(
+        default=500_000, ge=0, description="validation/test held in memory up to this size"
+    )
+
+
 class DataConfig(_Section):
     source: str = Field(default="synthetic", description="synthetic | criteo:PATH | PATH")
     schema_path: str | None = Field(default=None, alias="schema")
@@ -56,7 +72,31 @@ class DataConfig(_Section):
         "standardized and clipped with training-split statistics; none: as read",
     )
 
+    stream: StreamConfig = Field(
+        default=StreamConfig(),
+        description="true (or a mapping of StreamConfig): stream `source` (a Parquet "
+        "directory or file, or criteo:PATH) instead of loading it",
+    )
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _stream_flag(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _streamable(self) -> DataConfig:
+        if not self.stream.enabled:
+            return self
+        if self.source == "synthetic" or self.train:
+            raise ValueError("data.stream reads one source: set data.source to a Parquet "
+                             "directory or file, or criteo:PATH")  # fmt: skip
+        if self.split.method not in ("auto", "ordered"):
+            raise ValueError("data.stream splits in file order: use split.method auto or "
+                             "ordered (write the files in time order for a time "
+                             "split)")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _files_together(self) -> DataConfig:
@@ -276,6 +316,9 @@ class StudyConfig(_Section):
             raise ValueError("searcher nsga2 needs a second objective: set objectives.cost")
         if self.pruning.type != "none" and self.objectives.cost != "none":
             raise ValueError("pruning works with one objective only: set objectives.cost: none")
+        if self.searcher.type in ("oneshot", "dnas") and self.data.stream.enabled:
+            raise ValueError(f"searcher {self.searcher.type} needs the data in memory: "
+                             "data.stream works with the sampling searchers")  # fmt: skip
         if self.searcher.type in ("oneshot", "dnas") and self.search_space.type != "dag":
             raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
         return self

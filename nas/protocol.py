@@ -20,16 +20,16 @@ from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
 from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
-from trainers.trainer import TrainConfig, TrainResult, resolve_device, train
+from trainers.trainer import Rows, TrainConfig, TrainResult, resolve_device, train
 
 EvalHook = Callable[[int, int, dict[str, float]], bool]
 
 
 @dataclass
 class StudyData:
-    train: TabularData
-    valid: TabularData
-    test: TabularData
+    train: Rows  # in memory, or streamed from files (`data.stream`)
+    valid: Rows
+    test: Rows
     bayes_ne: float | None  # the floor no model can beat, known for synthetic data
     split: str = ""  # how the rows were split, in words
     # fitted on the training split (`trainers.data.preprocess.fit_preprocessing`): dense
@@ -41,6 +41,8 @@ def prepare_data(config: StudyConfig) -> StudyData:
     d = config.data
     if d.train:
         return _prepare_files(config)
+    if d.stream.enabled:
+        return _prepare_stream(config)
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
     if d.split.column and d.source != "synthetic" and not d.source.startswith("criteo:"):
         options["time_column"] = d.split.column
@@ -59,6 +61,21 @@ def fit_on_training(train: TabularData, setting: str, source: str) -> dict[str, 
     (validation and test values must not enter a vocabulary), the dense transforms where
     `wants_preprocessing`."""
     return fit_preprocessing(train, dense=wants_preprocessing(setting, source))
+
+
+def _prepare_stream(config: StudyConfig) -> StudyData:
+    """The source read in chunks: split in file order, preprocessing fitted in one pass."""
+    from trainers.data.stream import StreamOptions, open_stream
+
+    d, s = config.data, config.data.stream
+    options = StreamOptions(**s.model_dump(exclude={"enabled"}))
+    dense = wants_preprocessing(d.preprocessing, d.source)
+    data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
+                       dense_preprocessing=dense)  # fmt: skip
+    described = data.description
+    if data.fitted["dense"] or data.fitted["vocabulary"]:
+        described += f"; {describe(data.fitted)}"
+    return StudyData(data.train, data.valid, data.test, None, described, data.fitted)
 
 
 def wants_preprocessing(setting: str, source: str) -> bool:

@@ -23,7 +23,12 @@ from search_space.errors import RanknasError
 from trainers import progress as bars
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
+from trainers.data.stream import StreamSplit
 from trainers.metrics import ranking_metrics
+
+# Rows to train or evaluate on: in memory, or a split streamed from files (both have
+# `len`, `schema`, `loader(...)` and `head(rows)`).
+Rows = TabularData | StreamSplit
 
 # Called at each intermediate evaluation with (step, examples seen, validation metrics);
 # returning True stops the run as "pruned" (a searcher's pruner decides).
@@ -115,7 +120,7 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     )
 
 
-def _batches(data: TabularData, config: TrainConfig):
+def _batches(data: Rows, config: TrainConfig):
     """Shuffled training batches, epoch after epoch."""
     loader = data.loader(config.batch_size, shuffle=True, seed=config.seed, drop_last=True)
     if len(loader) == 0:
@@ -126,25 +131,34 @@ def _batches(data: TabularData, config: TrainConfig):
         yield from loader
 
 
-@torch.no_grad()
 def predict(
     model: nn.Module, data: TabularData, batch_size: int = 8192, device: torch.device | None = None
 ) -> np.ndarray:
     """Predicted click probabilities for every row of `data`."""
+    return _predictions(model, data, batch_size, device)[0]
+
+
+@torch.no_grad()
+def _predictions(
+    model: nn.Module, data: Rows, batch_size: int = 8192, device: torch.device | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted click probabilities and labels, batch by batch (a streamed split too)."""
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
-    out = [
-        torch.sigmoid(model(*_to(batch, device)[:2]).float()).cpu()
-        for batch in data.loader(batch_size)
-    ]
+    out, labels = [], []
+    for batch in data.loader(batch_size):
+        out.append(torch.sigmoid(model(*_to(batch, device)[:2]).float()).cpu())
+        labels.append(batch.labels)
     model.train(was_training)
-    return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+    if not out:
+        return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32)
+    return torch.cat(out).numpy(), torch.cat(labels).numpy()
 
 
-def evaluate(model: nn.Module, data: TabularData, rows: int | None = None) -> dict[str, float]:
-    subset = data if rows is None or rows >= len(data) else data.take(np.arange(rows))
-    return ranking_metrics(predict(model, subset), subset.labels)
+def evaluate(model: nn.Module, data: Rows, rows: int | None = None) -> dict[str, float]:
+    subset = data if rows is None or rows >= len(data) else data.head(rows)
+    return ranking_metrics(*_predictions(model, subset))
 
 
 def _peak_memory(device: torch.device) -> int:
@@ -155,9 +169,9 @@ def _peak_memory(device: torch.device) -> int:
 
 def train(
     model: nn.Module,
-    train_data: TabularData,
-    valid_data: TabularData,
-    test_data: TabularData | None = None,
+    train_data: Rows,
+    valid_data: Rows,
+    test_data: Rows | None = None,
     config: TrainConfig | None = None,
     on_eval: EvalCallback | None = None,
     label: str = "training",

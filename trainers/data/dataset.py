@@ -144,6 +144,10 @@ class TabularData:
             multi_hot={k: lists.take(rows) for k, lists in self.multi_hot.items()},
         )
 
+    def head(self, rows: int) -> TabularData:
+        """The first `rows` rows (a copy)."""
+        return self.take(np.arange(min(rows, len(self))))
+
     def split_indices(
         self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -176,6 +176,60 @@ def write_synthetic(
     return data_path
 
 
+CRITEO_PIECE_ROWS = 1 << 18
+_MISSING = 4  # seed stream of the blanks in a Criteo-format file
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def write_synthetic_criteo(
+    path: str | Path,
+    rows: int,
+    seed: int = 0,
+    *,
+    blank_fraction: float = 0.02,
+    piece_rows: int = CRITEO_PIECE_ROWS,
+) -> Path:
+    """Write `rows` synthetic impressions as a Criteo TSV (`label, I1..I13, C1..C26`), piece
+    by piece, so any size fits in memory.
+
+    The truth is the synthetic model's with 13 dense and 26 categorical features: dense x
+    becomes the count round(exp(x + 2)) - 1 (log1p of it is about x + 2), an id becomes 8 hex
+    digits (a bijection per feature), and `blank_fraction` of each field is left empty.
+    """
+    import pyarrow.csv as pa_csv
+
+    if not isinstance(rows, int) or rows < 1:
+        raise RanknasError(f"synthetic Criteo data: rows must be an integer >= 1 (got {rows!r})")
+    truth = _Truth(SyntheticConfig(rows=rows, num_dense=13, num_sparse=26, seed=seed))
+    options = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        for part, start in enumerate(range(0, rows, piece_rows)):
+            n = min(piece_rows, rows - start)
+            dense, ids = truth.inputs(_DATA, n, part=(part,))
+            labels = _rng(seed, _LABELS, part).random(n) < expit(truth.logit(dense, ids))
+            blanks = _rng(seed, _MISSING, part).random((n, 39)) < blank_fraction
+            pa_csv.write_csv(_criteo_table(labels, dense, ids, blanks), out, options)
+    return path
+
+
+def _criteo_table(labels: np.ndarray, dense: np.ndarray, ids: np.ndarray, blanks: np.ndarray):
+    import pyarrow as pa
+
+    counts = np.rint(np.exp(np.clip(dense, -10, 10) + 2.0)).astype(np.int64) - 1
+    columns = {"label": pa.array(labels.astype(np.int8))}
+    for k in range(counts.shape[1]):
+        columns[f"I{k + 1}"] = pa.array(counts[:, k], mask=blanks[:, k])
+    for k in range(ids.shape[1]):
+        salted = ids[:, k].astype(np.uint64) * np.uint64(2654435761) + np.uint64(k * 7919)
+        hashed = (salted & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        nibbles = (hashed[:, None] >> np.arange(28, -1, -4, dtype=np.uint32)) & 15
+        text = np.ascontiguousarray(_HEX[nibbles]).view("S8").ravel()
+        columns[f"C{k + 1}"] = pa.array(text, mask=blanks[:, 13 + k])
+    return pa.table(columns)
+
+
 def _entropy(p: np.ndarray) -> np.ndarray:
     return -(p * np.log(p) + (1 - p) * np.log1p(-p))
 
@@ -215,13 +269,16 @@ class _Truth:
         shrink = 1 / (1 + np.arange(cardinality) / self.config.signal_rank)
         return values * shrink.reshape(-1, *(1 for _ in dims))
 
-    def inputs(self, stream: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense [n, D] and Zipf ids [n, S], one seeded stream per column group."""
+    def inputs(
+        self, stream: int, n: int, part: tuple[int, ...] = ()
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Dense [n, D] and Zipf ids [n, S], one seeded stream per column group (and `part`,
+        for data written piece by piece)."""
         seed = self.config.seed
-        dense = _rng(seed, stream, 0).standard_normal((n, self.config.num_dense))
+        dense = _rng(seed, stream, *part, 0).standard_normal((n, self.config.num_dense))
         categorical = np.empty((n, len(self.cdfs)), dtype=np.int64)
         for f, cdf in enumerate(self.cdfs):
-            u = _rng(seed, stream, 1, f).random(n)
+            u = _rng(seed, stream, *part, 1, f).random(n)
             categorical[:, f] = np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)
         return dense.astype(np.float32), categorical
 

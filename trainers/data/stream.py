@@ -1,0 +1,484 @@
+"""Training on data bigger than memory: splits read piece by piece, preprocessing fitted in
+one pass, batches made in a background thread.
+
+- The split is by position in the files (training rows first, then validation, then
+  test): the file-order split of the in-memory path, which is the time order when the
+  files are written in time order. Malformed rows are dropped where they are, so a split
+  holds its range's good rows.
+- One pass over the training rows fits what the in-memory path fits on the training
+  split (`trainers.data.preprocess`'s formats, so the export and serving read it the same):
+  each dense column's transform (running mean and variance of x and of log1p(x), min, max,
+  and a uniform sample of `DENSE_SAMPLE` values for the median that decides `log1p`: exact
+  up to that many rows) and each categorical column's vocabulary (a count per distinct
+  value: memory grows with the vocabulary, not with the rows; values seen fewer than
+  `min_count` times share the out-of-vocabulary id). For vocabularies of hundreds of
+  millions of values, `hash_size` is the right choice: no counting pass state at all.
+- Training batches: the rows of a split are cut into windows of `shuffle_rows` rows (a
+  multiple of the batch size), each window shuffled (window 0 with the in-memory loader's
+  permutation, so a split that fits one window trains exactly as in memory) and cut into
+  batches by `BatchLoader`; one thread reads and shuffles the next window while another
+  makes batches ahead of the training step into a queue of `prefetch_batches`. What is
+  held: at most four windows (the one batched, the next, the one being read and its
+  shuffled copy), one chunk (one Parquet row group or block of TSV lines) and the queue.
+- Validation and test are held in memory when they have at most `memory_rows` rows, and
+  streamed at each evaluation otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from queue import Empty, Full, Queue
+from typing import Any
+
+import numpy as np
+
+from search_space.errors import RanknasError
+from search_space.schema import CategoricalFeature, DatasetSchema
+from trainers.data.dataset import Batch, BatchLoader, TabularData
+from trainers.data.encoding import MISSING_ID, check_encoding, hashed_ids
+from trainers.data.preprocess import COUNT_RATIO, FIRST_ID, OOV_ID, apply_dense
+from trainers.data.report import BadRowLimits
+from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, open_source
+
+logger = logging.getLogger(__name__)
+
+DENSE_SAMPLE = 1 << 16  # values per dense column kept for the median
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a data set is streamed; see the module's docstring."""
+
+    min_count: int = 1
+    hash_size: int | None = None
+    chunk_rows: int = CHUNK_ROWS
+    shuffle_rows: int = 1 << 18
+    prefetch_batches: int = 8
+    memory_rows: int = 500_000
+    max_bad_rows: int | None = 1000
+    max_bad_fraction: float | None = 0.01
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_rows", "shuffle_rows", "prefetch_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RanknasError(f"stream option {name} must be an integer >= 1 (got {value!r})")
+
+
+@dataclass
+class StreamedData:
+    """Train, validation and test of a streamed data set, and what was fitted on training."""
+
+    train: StreamSplit
+    valid: TabularData | StreamSplit
+    test: TabularData | StreamSplit
+    fitted: dict[str, Any]
+    description: str
+
+
+def open_stream(
+    spec: str,
+    schema_path: str | None = None,
+    *,
+    fractions: Sequence[float] = (0.8, 0.1, 0.1),
+    options: StreamOptions | None = None,
+    dense_preprocessing: bool = True,
+) -> StreamedData:
+    """Open `criteo:PATH` or Parquet files (a directory or one file, with the schema YAML at
+    `schema_path`), split them in file order, and fit the preprocessing in one pass over the
+    training rows (dense transforms only with `dense_preprocessing`)."""
+    options = options or StreamOptions()
+    check_encoding(options.min_count, options.hash_size, spec)
+    if spec == "synthetic":
+        raise RanknasError(
+            "streaming reads files: give data.source (a Parquet directory or file, or "
+            "criteo:PATH); the built-in synthetic data is generated in memory"
+        )
+    limits = BadRowLimits(options.max_bad_rows, options.max_bad_fraction)
+    source = open_source(spec, schema_path, chunk_rows=options.chunk_rows, limits=limits)
+    bounds = _bounds(source.rows, fractions)
+    encoder, train_rows = fit_encoder(source, bounds[1], options, dense_preprocessing)
+    train = StreamSplit(source, bounds[0], bounds[1], encoder, train_rows, options)
+    valid, test = (
+        _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
+    )
+    description = (
+        f"in file order, streamed from {source.name} ({source.rows:,} rows in the files, "
+        f"{train_rows:,} training rows read in chunks; "
+        f"{_eval_where(valid)} validation, {_eval_where(test)} test)"
+    )
+    return StreamedData(train, valid, test, encoder.fitted, description)
+
+
+def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
+    """0, the end of training, the end of validation, `rows` (as `split_indices` cuts)."""
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
+        raise RanknasError(
+            f"split fractions {tuple(fractions)}: need three non-negative numbers "
+            "(train, valid, test) that sum to 1"
+        )
+    cuts = np.round(np.cumsum(fractions)[:2] * rows).astype(np.int64)
+    return [0, int(cuts[0]), int(cuts[1]), rows]
+
+
+def _eval_split(
+    source: Source, lo: int, hi: int, encoder: Encoder, options: StreamOptions
+) -> TabularData | StreamSplit:
+    """Held in memory up to `memory_rows` rows; else streamed (one pass counts its rows)."""
+    if hi - lo <= options.memory_rows:
+        return concat([encoder.apply(chunk) for chunk in source.chunks(lo, hi)], encoder.schema)
+    rows = sum(len(chunk) for chunk in source.chunks(lo, hi))
+    return StreamSplit(source, lo, hi, encoder, rows, options)
+
+
+def _eval_where(split: TabularData | StreamSplit) -> str:
+    return f"{len(split):,} {'streamed' if isinstance(split, StreamSplit) else 'in-memory'}"
+
+
+class DenseStats:
+    """One dense column's statistics over a stream of values (blanks are NaN)."""
+
+    def __init__(self, column: str, seed: int) -> None:
+        self.column = column
+        self.rng = np.random.default_rng([seed, 7])
+        self.count, self.blanks = 0, 0
+        self.moments = {"x": (0.0, 0.0), "log": (0.0, 0.0)}  # (mean, sum of squared deviations)
+        self.low, self.high, self.whole = math.inf, -math.inf, True
+        self.sample = np.zeros(0)
+        self.priority = np.zeros(0)
+
+    def update(self, values: np.ndarray) -> None:
+        x = values.astype(np.float64)
+        present = ~np.isnan(x)
+        self.blanks += int((~present).sum())
+        x = x[present]
+        if not len(x):
+            return
+        for key, y in (("x", x), ("log", np.log1p(np.maximum(x, 0)))):
+            self.moments[key] = _merge_moments(self.moments[key], self.count, y)
+        self.count += len(x)
+        self.low, self.high = min(self.low, float(x.min())), max(self.high, float(x.max()))
+        self.whole = self.whole and bool(np.all(x == np.floor(x)))
+        self._keep_sample(x)
+
+    def _keep_sample(self, x: np.ndarray) -> None:
+        """A uniform sample: the values with the `DENSE_SAMPLE` smallest random priorities."""
+        values = np.concatenate([self.sample, x])
+        priority = np.concatenate([self.priority, self.rng.random(len(x))])
+        if len(values) > DENSE_SAMPLE:
+            kept = np.argpartition(priority, DENSE_SAMPLE)[:DENSE_SAMPLE]
+            values, priority = values[kept], priority[kept]
+        self.sample, self.priority = values, priority
+
+    def transform(self) -> dict[str, Any]:
+        """`fit_dense`'s transform of the column, from the statistics."""
+        if not self.count:
+            return {"column": self.column, "log1p": False, "mean": 0.0, "std": 1.0}
+        median = float(np.median(self.sample))
+        count_like = self.low >= 0 and self.whole and self.high > COUNT_RATIO * (median + 1)
+        mean, squares = self.moments["log" if count_like else "x"]
+        std = math.sqrt(squares / self.count)
+        return {"column": self.column, "log1p": bool(count_like), "mean": mean,
+                "std": std if std > 1e-9 else 1.0}  # fmt: skip
+
+
+def _merge_moments(moments: tuple[float, float], count: int, y: np.ndarray) -> tuple[float, float]:
+    """Mean and sum of squared deviations of the values so far (`count` of them) and `y`
+    (Chan et al.'s parallel update)."""
+    mean_a, squares_a = moments
+    mean_b, squares_b = float(y.mean()), float(((y - y.mean()) ** 2).sum())
+    total = count + len(y)
+    delta = mean_b - mean_a
+    mean = mean_a + delta * len(y) / total
+    return mean, squares_a + squares_b + delta * delta * count * len(y) / total
+
+
+class ValueCounts:
+    """How often each raw value of a categorical column occurs (first seen first)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[Any, int] = {}
+
+    def update(self, codes: np.ndarray, values: np.ndarray) -> None:
+        per_value = np.bincount(codes[codes >= 0], minlength=len(values))
+        counts = self.counts
+        for value, count in zip(values.tolist(), per_value.tolist(), strict=True):
+            if count:
+                counts[value] = counts.get(value, 0) + count
+
+    def vocabulary(self, min_count: int) -> list[Any]:
+        """Values seen at least `min_count` times, most frequent first (ties: first seen)."""
+        kept = [(v, c) for v, c in self.counts.items() if c >= min_count]
+        return [v for v, _ in sorted(kept, key=lambda item: -item[1])]
+
+
+class Encoder:
+    """What was fitted on the training rows, applied to a chunk: ids and dense transforms."""
+
+    def __init__(
+        self,
+        source: Source,
+        transforms: list[dict[str, Any]],
+        vocabularies: dict[str, list[Any]],
+        hash_size: int | None,
+    ) -> None:
+        self.source, self.transforms, self.hash_size = source, transforms, hash_size
+        self.index = {
+            name: {value: i + FIRST_ID for i, value in enumerate(values)}
+            for name, values in vocabularies.items()
+        }
+        spec = source.spec
+        features = []
+        for name, cardinality in spec.categorical:
+            if cardinality is None:
+                cardinality = hash_size or len(vocabularies[name]) + FIRST_ID
+            features.append(CategoricalFeature(name, cardinality))
+        self.schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name)
+        text = {n: [source.value_text(v) for v in vs] for n, vs in vocabularies.items()}
+        self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text}
+        if hash_size:
+            self.fitted["hash_size"] = hash_size
+
+    def apply(self, chunk: RawChunk) -> TabularData:
+        ids = chunk.ids
+        for k, (name, cardinality) in enumerate(self.source.spec.categorical):
+            if cardinality is None:
+                ids[:, k] = self._ids(name, *chunk.raw[name])
+        data = TabularData(chunk.dense, ids, chunk.labels, self.schema)
+        return apply_dense(data, self.transforms)
+
+    def _ids(self, name: str, codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+        if self.hash_size:
+            hashes = self.source.hashes(values) if len(values) else np.zeros(1, np.uint64)
+            return hashed_ids(hashes[np.maximum(codes, 0)], codes < 0, self.hash_size)
+        index = self.index[name]
+        lookup = np.fromiter((index.get(v, OOV_ID) for v in values.tolist()), np.int64, len(values))
+        lookup = np.append(lookup, MISSING_ID)  # code -1
+        return lookup[np.where(codes >= 0, codes, len(values))]
+
+
+def fit_encoder(
+    source: Source, stop: int, options: StreamOptions, dense_preprocessing: bool = True
+) -> tuple[Encoder, int]:
+    """One pass over rows [0, stop): the dense transforms and vocabularies, and the number of
+    good training rows."""
+    spec = source.spec
+    fit_dense = dense_preprocessing and not source.dense_fixed
+    dense = [DenseStats(column, seed=k) for k, column in enumerate(spec.dense)] if fit_dense else []
+    counted = [] if options.hash_size else [n for n, c in spec.categorical if c is None]
+    counts = {name: ValueCounts() for name in counted}
+    rows = 0
+    for chunk in source.chunks(0, stop):
+        rows += len(chunk)
+        for k, stats in enumerate(dense):
+            stats.update(chunk.dense[:, k])
+        for name in counted:
+            counts[name].update(*chunk.raw[name])
+    if rows == 0:
+        raise RanknasError(f"{source.name}: no training rows (the training split is empty)")
+    for stats in dense:
+        if stats.blanks:
+            logger.warning("%s: %d blank value(s) in dense column %r of the training rows: "
+                           "filled with the training mean", source.name, stats.blanks,
+                           stats.column)  # fmt: skip
+    vocabularies = {name: c.vocabulary(options.min_count) for name, c in counts.items()}
+    transforms = [stats.transform() for stats in dense]
+    return Encoder(source, transforms, vocabularies, options.hash_size), rows
+
+
+class StreamSplit:
+    """Rows [start, stop) of a source, preprocessed as they are read; `rows` of them good.
+
+    Looks like a `TabularData` to the trainer: `len`, `schema`, `loader(...)` and `head`.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        start: int,
+        stop: int,
+        encoder: Encoder,
+        rows: int,
+        options: StreamOptions,
+    ) -> None:
+        self.source, self.start, self.stop = source, start, stop
+        self.encoder, self.rows, self.options = encoder, rows, options
+        self._head: TabularData | None = None
+
+    @property
+    def schema(self) -> DatasetSchema:
+        return self.encoder.schema
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def chunks(self) -> Iterator[TabularData]:
+        for chunk in self.source.chunks(self.start, self.stop):
+            yield self.encoder.apply(chunk)
+
+    def windows(self, size: int) -> Iterator[TabularData]:
+        """The rows in windows of exactly `size` rows (the last one: what is left)."""
+        parts: list[TabularData] = []
+        held = 0
+        for chunk in self.chunks():
+            parts.append(chunk)
+            held += len(chunk)
+            if held >= size:
+                window = concat(parts, self.schema)
+                for lo in range(0, held - size + 1, size):
+                    yield _rows(window, lo, lo + size)
+                rest = _rows(window, held - held % size, held)
+                parts, held = [rest.take(np.arange(len(rest)))], held % size  # a copy: frees it
+        if held:
+            yield concat(parts, self.schema)
+
+    def head(self, rows: int) -> TabularData:
+        """The first `rows` rows, in memory (kept for the next call)."""
+        if self._head is None or len(self._head) < min(rows, self.rows):
+            parts, held = [], 0
+            for chunk in self.chunks():
+                parts.append(chunk)
+                held += len(chunk)
+                if held >= rows:
+                    break
+            self._head = concat(parts, self.schema)
+        return _rows(self._head, 0, rows)
+
+    def loader(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+    ) -> StreamLoader:
+        return StreamLoader(self, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                            pin_memory=pin_memory)  # fmt: skip
+
+
+class StreamLoader:
+    """`BatchLoader`'s batches for a `StreamSplit`: each iteration is one epoch, shuffled
+    window by window, made ahead by a thread."""
+
+    def __init__(
+        self,
+        split: StreamSplit,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise RanknasError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+        self.split, self.batch_size, self.shuffle, self.seed = split, batch_size, shuffle, seed
+        self.drop_last, self.pin_memory = drop_last, pin_memory
+        self.window_rows = max(batch_size, split.options.shuffle_rows // batch_size * batch_size)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        full, rest = divmod(len(self.split), self.batch_size)
+        return full + int(bool(rest) and not self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        return prefetch(self._batches(epoch), self.split.options.prefetch_batches)
+
+    def _batches(self, epoch: int) -> Iterator[Batch]:
+        # windows are read and shuffled by a thread of their own, one ahead: the step does
+        # not wait for a whole window each time one is used up
+        for window in prefetch(self._shuffled(epoch), depth=1):
+            yield from BatchLoader(window, self.batch_size, drop_last=self.drop_last,
+                                   pin_memory=self.pin_memory)  # fmt: skip
+
+    def _shuffled(self, epoch: int) -> Iterator[TabularData]:
+        for w, window in enumerate(self.split.windows(self.window_rows)):
+            if self.shuffle:
+                key = [self.seed, epoch] + ([w] if w else [])  # window 0: BatchLoader's order
+                window = window.take(np.random.default_rng(key).permutation(len(window)))
+            yield window
+
+
+_END = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def prefetch(items: Iterator[Any], depth: int) -> Iterator[Any]:
+    """`items`, made by a background thread at most `depth` ahead of the consumer; an error
+    in the thread is raised here. Stopping early (closing the generator) stops the thread."""
+    queue: Queue = Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                queue.put(item, timeout=0.1)
+                return True
+            except Full:
+                continue
+        return False
+
+    def fill() -> None:
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(_Failed(exc))
+
+    thread = threading.Thread(target=fill, name="ranknas-stream", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        _drain(queue)
+
+
+def _drain(queue: Queue) -> None:
+    while True:
+        try:
+            queue.get_nowait()
+        except Empty:
+            return
+
+
+def concat(parts: list[TabularData], schema: DatasetSchema) -> TabularData:
+    """Rows of several parts, one after the other (no rows: an empty set)."""
+    if not parts:
+        return TabularData(np.zeros((0, schema.num_dense)), np.zeros((0, schema.num_sparse)),
+                           np.zeros(0), schema)  # fmt: skip
+    if len(parts) == 1:
+        return parts[0]
+    return TabularData(
+        np.concatenate([p.dense for p in parts]),
+        np.concatenate([p.categorical for p in parts]),
+        np.concatenate([p.labels for p in parts]),
+        schema,
+    )
+
+
+def _rows(data: TabularData, lo: int, hi: int) -> TabularData:
+    """Rows [lo, hi) as views (no copy)."""
+    return replace(data, dense=data.dense[lo:hi], categorical=data.categorical[lo:hi],
+                   labels=data.labels[lo:hi])  # fmt: skip
