@@ -114,6 +114,28 @@ def test_streamed_directory_gives_the_in_memory_rows_preprocessing_and_metrics(s
         assert results[0].test[key] == pytest.approx(results[1].test[key], abs=1e-4)
 
 
+@pytest.mark.parametrize(
+    "entry", ["{name: country, hash_size: 16}", "{name: country, min_count: 30}"]
+)
+def test_a_schema_s_hashing_and_min_count_stream_as_in_memory(shop, entry):
+    """Per-column settings of the schema, and the ids the exported model computes."""
+    (shop / "schema.yaml").write_text(SCHEMA.replace("  - country", f"  - {entry}"))
+    fitted, (train_mem, valid_mem, _) = in_memory(shop)
+    streamed = open_stream(str(shop / "parts"), str(shop / "schema.yaml"),
+                           options=StreamOptions(chunk_rows=200))  # fmt: skip
+    assert streamed.fitted["vocabulary"] == fitted["vocabulary"]
+    assert streamed.fitted["hashing"] == fitted["hashing"]
+    assert streamed.train.schema == train_mem.schema
+    np.testing.assert_array_equal(streamed.valid.categorical, valid_mem.categorical)
+
+
+def test_multi_valued_columns_are_refused_with_a_clear_error(shop):
+    (shop / "schema.yaml").write_text(SCHEMA.replace("  - country", "  - {name: country, "
+                                                     "multi_valued: true}"))  # fmt: skip
+    with pytest.raises(RanknasError, match=r"multi-valued column\(s\) \['country'\]"):
+        open_stream(str(shop / "parts"), str(shop / "schema.yaml"))
+
+
 def test_streamed_evaluation_splits_and_windows(shop):
     options = StreamOptions(chunk_rows=100, shuffle_rows=500, memory_rows=0)
     streamed = open_stream(str(shop / "parts"), str(shop / "schema.yaml"), options=options)

@@ -39,7 +39,7 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
 from trainers.data.dataset import Batch, BatchLoader, TabularData
-from trainers.data.encoding import MISSING_ID, check_encoding, hashed_ids
+from trainers.data.encoding import MISSING_ID, check_encoding
 from trainers.data.preprocess import COUNT_RATIO, FIRST_ID, OOV_ID, apply_dense
 from trainers.data.report import BadRowLimits
 from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, open_source
@@ -224,39 +224,41 @@ class Encoder:
         source: Source,
         transforms: list[dict[str, Any]],
         vocabularies: dict[str, list[Any]],
-        hash_size: int | None,
+        hashing: dict[str, int],
     ) -> None:
-        self.source, self.transforms, self.hash_size = source, transforms, hash_size
+        self.source, self.transforms, self.hashing = source, transforms, hashing
         self.index = {
             name: {value: i + FIRST_ID for i, value in enumerate(values)}
             for name, values in vocabularies.items()
         }
         spec = source.spec
         features = []
-        for name, cardinality in spec.categorical:
-            if cardinality is None:
-                cardinality = hash_size or len(vocabularies[name]) + FIRST_ID
-            features.append(CategoricalFeature(name, cardinality))
+        for column in spec.categorical:
+            cardinality = column.cardinality
+            if column.from_values:
+                cardinality = hashing.get(column.name) or len(vocabularies[column.name]) + FIRST_ID
+            features.append(CategoricalFeature(column.name, cardinality))
         self.schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name)
         text = {n: [source.value_text(v) for v in vs] for n, vs in vocabularies.items()}
-        self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text}
-        if hash_size:
-            self.fitted["hash_size"] = hash_size
+        # the format of `preprocess.fit_preprocessing`: the export applies it to raw rows
+        self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text,
+                                       "hashing": hashing}  # fmt: skip
 
     def apply(self, chunk: RawChunk) -> TabularData:
         ids = chunk.ids
-        for k, (name, cardinality) in enumerate(self.source.spec.categorical):
-            if cardinality is None:
-                ids[:, k] = self._ids(name, *chunk.raw[name])
+        for k, column in enumerate(self.source.spec.categorical):
+            if column.from_values:
+                ids[:, k] = self._ids(column.name, *chunk.raw[column.name])
         data = TabularData(chunk.dense, ids, chunk.labels, self.schema)
         return apply_dense(data, self.transforms)
 
     def _ids(self, name: str, codes: np.ndarray, values: np.ndarray) -> np.ndarray:
-        if self.hash_size:
-            hashes = self.source.hashes(values) if len(values) else np.zeros(1, np.uint64)
-            return hashed_ids(hashes[np.maximum(codes, 0)], codes < 0, self.hash_size)
-        index = self.index[name]
-        lookup = np.fromiter((index.get(v, OOV_ID) for v in values.tolist()), np.int64, len(values))
+        if name in self.hashing:
+            lookup = self.source.bucket_ids(values, self.hashing[name])
+        else:
+            index = self.index[name]
+            lookup = np.fromiter((index.get(v, OOV_ID) for v in values.tolist()), np.int64,
+                                 len(values))  # fmt: skip
         lookup = np.append(lookup, MISSING_ID)  # code -1
         return lookup[np.where(codes >= 0, codes, len(values))]
 
@@ -269,15 +271,18 @@ def fit_encoder(
     spec = source.spec
     fit_dense = dense_preprocessing and not source.dense_fixed
     dense = [DenseStats(column, seed=k) for k, column in enumerate(spec.dense)] if fit_dense else []
-    counted = [] if options.hash_size else [n for n, c in spec.categorical if c is None]
-    counts = {name: ValueCounts() for name in counted}
+    fitted = [c for c in spec.categorical if c.from_values]
+    hashing = {c.name: c.hash_size or options.hash_size for c in fitted
+               if c.hash_size or options.hash_size}  # fmt: skip
+    min_count = {c.name: c.min_count or options.min_count for c in fitted if c.name not in hashing}
+    counts = {name: ValueCounts() for name in min_count}
     rows = 0
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
         for k, stats in enumerate(dense):
             stats.update(chunk.dense[:, k])
-        for name in counted:
-            counts[name].update(*chunk.raw[name])
+        for name, values in counts.items():
+            values.update(*chunk.raw[name])
     if rows == 0:
         raise RanknasError(f"{source.name}: no training rows (the training split is empty)")
     for stats in dense:
@@ -285,9 +290,9 @@ def fit_encoder(
             logger.warning("%s: %d blank value(s) in dense column %r of the training rows: "
                            "filled with the training mean", source.name, stats.blanks,
                            stats.column)  # fmt: skip
-    vocabularies = {name: c.vocabulary(options.min_count) for name, c in counts.items()}
+    vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
-    return Encoder(source, transforms, vocabularies, options.hash_size), rows
+    return Encoder(source, transforms, vocabularies, hashing), rows
 
 
 class StreamSplit:

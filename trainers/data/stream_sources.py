@@ -21,9 +21,16 @@ from typing import Any
 import numpy as np
 
 from search_space.errors import RanknasError
+from search_space.preprocessing import encode_value
 from trainers.data import criteo, tabular
+from trainers.data.encoding import hashed_ids
 from trainers.data.report import MAX_EXAMPLES, BadRowLimits, BadRowReport
-from trainers.data.tabular import PARQUET_SUFFIXES, TabularSchema, read_tabular_schema
+from trainers.data.tabular import (
+    PARQUET_SUFFIXES,
+    CategoricalColumn,
+    TabularSchema,
+    read_tabular_schema,
+)
 
 CHUNK_ROWS = 1 << 16
 _BLOCK = 1 << 24  # bytes read at a time when counting lines
@@ -64,9 +71,10 @@ class Source:
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
         raise NotImplementedError
 
-    def hashes(self, values: np.ndarray) -> np.ndarray:
-        """A stable unsigned hash per raw value (for `hash_size` ids)."""
-        raise NotImplementedError
+    def bucket_ids(self, values: np.ndarray, buckets: int) -> np.ndarray:
+        """The hashed id of each raw value: the exported model's function of its text."""
+        return np.fromiter((encode_value(v, None, buckets) for v in values.tolist()),
+                           np.int64, len(values))  # fmt: skip
 
     def value_text(self, value: Any) -> str:
         """A raw value as the vocabulary records it."""
@@ -99,7 +107,13 @@ def open_source(
             f"{path}: streamed Parquet data needs a schema file (label, dense, categorical "
             "columns); give data.schema / --schema"
         )
-    return ParquetSource(Path(path), read_tabular_schema(schema_path), limits, chunk_rows)
+    spec = read_tabular_schema(schema_path)
+    if lists := [c.name for c in spec.categorical if c.multi_valued]:
+        raise RanknasError(
+            f"{schema_path}: multi-valued column(s) {lists} are not streamed yet: train in "
+            "memory (without data.stream / --stream) or drop them from the schema"
+        )
+    return ParquetSource(Path(path), spec, limits, chunk_rows)
 
 
 class ParquetSource(Source):
@@ -155,18 +169,13 @@ class ParquetSource(Source):
         ids = np.zeros((int(good.sum()), len(self.spec.categorical)), dtype=np.int64)
         raw = {}
         columns = zip(self.spec.categorical, id_columns, strict=True)
-        for k, ((name, _), column) in enumerate(columns):
+        for k, (entry, column) in enumerate(columns):
             if column is None:
-                codes, values = tabular._raw_values(frame[name][good])
-                raw[name] = (codes, np.asarray(values, dtype=object))
+                codes, values = tabular._factorized(frame[entry.name][good])
+                raw[entry.name] = (codes, np.asarray(values, dtype=object))
             else:
                 ids[:, k] = column[good]
         return RawChunk(labels[good], dense[good], ids, raw)
-
-    def hashes(self, values: np.ndarray) -> np.ndarray:
-        import pandas as pd
-
-        return pd.util.hash_array(np.asarray([str(v) for v in values], dtype=object))
 
 
 def _parquet_files(path: Path) -> list[Path]:
@@ -250,7 +259,8 @@ class CriteoSource(Source):
         self.name, self.path = str(path), path
         names = [f"C{i}" for i in range(1, criteo.NUM_SPARSE + 1)]
         dense = tuple(f"I{i}" for i in range(1, criteo.NUM_DENSE + 1))
-        self.spec = TabularSchema("label", dense, tuple((n, None) for n in names), "criteo")
+        columns = tuple(CategoricalColumn(n) for n in names)
+        self.spec = TabularSchema("label", dense, columns, "criteo")
         self.rows = _count_lines(path)
         self._offsets = {0: 0}  # line -> byte offset where it starts, noted while reading
         if self.rows == 0:
@@ -274,8 +284,9 @@ class CriteoSource(Source):
             self._offsets[start + report.rows] = lines.tell()  # the next range starts here
         self._finish(report, start, stop)
 
-    def hashes(self, values: np.ndarray) -> np.ndarray:
-        return values.astype(np.uint64)  # as `load_criteo` hashes: the hex value itself
+    def bucket_ids(self, values: np.ndarray, buckets: int) -> np.ndarray:
+        # as `load_criteo` hashes: the hex value itself
+        return hashed_ids(values.astype(np.uint64), np.zeros(len(values), bool), buckets)
 
     def value_text(self, value: Any) -> str:
         return format(int(value), "08x")
