@@ -114,7 +114,7 @@ def test_schema_file_errors(tmp_path, files):
         read_tabular_schema(schema)
     with pytest.raises(RanknasError, match="cannot read"):
         read_tabular_schema(tmp_path / "none.yaml")
-    with pytest.raises(RanknasError, match="schema_path"):
+    with pytest.raises(RanknasError, match=r"pass --schema FILE \(data.schema in a study\)"):
         load_dataset(str(files[0]))
     with pytest.raises(RanknasError, match="no such file"):
         load_tabular(tmp_path / "none.csv", files[1])
