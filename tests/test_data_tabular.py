@@ -114,7 +114,7 @@ def test_schema_file_errors(tmp_path, files):
         read_tabular_schema(schema)
     with pytest.raises(RanknasError, match="cannot read"):
         read_tabular_schema(tmp_path / "none.yaml")
-    with pytest.raises(RanknasError, match="schema_path"):
+    with pytest.raises(RanknasError, match=r"pass --schema FILE \(data.schema in a study\)"):
         load_dataset(str(files[0]))
     with pytest.raises(RanknasError, match="no such file"):
         load_tabular(tmp_path / "none.csv", files[1])
@@ -367,3 +367,17 @@ def test_data_schema_finds_a_list_column_and_training_learns_from_it(tmp_path, c
     out, err = capsys.readouterr()
     assert "training-split vocabularies (shop 5, genres 12" in err
     assert json.loads(out)["val_ne"] < 0.9  # the lists carry the signal
+
+
+def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, files):
+    """pandas keeps such a line as a row whose values sit in the wrong columns (the last
+    field dropped, or blanks): each is reported by its line, and `data schema` reads the
+    file instead of stopping at the first one."""
+    from trainers.data.tabular import infer_schema
+
+    path = tmp_path / "shifted.csv"
+    path.write_text(CSV + "0,2.5,30,us,1,x,extra\n1,2.5,30,us\n")  # lines 7 and 8
+    data = load_tabular(path, files[1], max_bad_fraction=None)
+    assert len(data) == 5 and data.bad_rows.bad == 2
+    assert data.bad_rows.examples["wrong number of fields (the header has 6)"] == [7, 8]
+    assert infer_schema(path, "clicked")["dense"] == ["price"]

@@ -29,6 +29,9 @@ class TrainConfig:
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
     early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
     restore_best: bool = True  # end with the weights of the best evaluation
+    # a fresh model: the output bias starts at the training click rate's log-odds (False:
+    # keep the weights given, a warm start)
+    start_at_base_rate: bool = True
     log_every: int = 20  # steps between train-loss curve points
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N

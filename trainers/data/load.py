@@ -40,7 +40,8 @@ def load_dataset(
         if schema_path is None:
             raise RanknasError(
                 f"{spec}: a CSV/Parquet data set needs a schema file (label, dense, "
-                "categorical columns); pass schema_path"
+                "categorical columns): pass --schema FILE (data.schema in a study); "
+                "`ranknas data schema FILE --label COLUMN` infers one"
             )
         return _call(load_tabular, spec, options, spec, schema_path)
     raise RanknasError(f"data set {spec!r}: unknown kind; {SPEC_HELP}")

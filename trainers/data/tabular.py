@@ -26,6 +26,7 @@ pandas reads CSV; pyarrow reads and writes Parquet; both are imported only when 
 
 from __future__ import annotations
 
+import csv
 import importlib
 import logging
 from dataclasses import dataclass, replace
@@ -201,6 +202,8 @@ def load_tabular(
     limits = BadRowLimits(max_bad_rows, max_bad_fraction)
     frame, report = _read_frame(path, spec)
     labels, dense, id_columns, bad = _convert(frame, spec, report)
+    if report.unit == "line":
+        bad |= _wrong_field_count(path, report, len(frame))
     raw_columns = [
         _raw_column(frame[c.name], c, report, bad) if c.from_values else None
         for c in spec.categorical
@@ -385,9 +388,12 @@ def _read_frame(
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
+            header = list(pd.read_csv(path, nrows=0).columns)
             if columns is not None:
-                _check_columns(spec, path, list(pd.read_csv(path, nrows=0).columns))
-            usecols = spec.columns if columns is not None else None
+                _check_columns(spec, path, header)
+            # usecols: pandas then keeps a line of too many fields as a row (and one of too
+            # few with blanks) instead of stopping; _wrong_field_count reports both
+            usecols = spec.columns if columns is not None else header
             frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False)
             return frame, BadRowReport(str(path), unit="line")
         pq = _import("pyarrow.parquet", f"reading {path}")
@@ -398,6 +404,25 @@ def _read_frame(
         return frame, BadRowReport(str(path), unit="row")
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
         raise RanknasError(f"{path}: cannot read the file ({exc})") from None
+
+
+def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarray:
+    """Which of the `rows` records of a CSV file (one per row that pandas read) have more or
+    fewer fields than the header: their values would land in the wrong columns. Reported by
+    line."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as file:
+        records = csv.reader(file)
+        expected = len(next(records, []))
+        counts, lines = [], []
+        for record in records:
+            if record:  # pandas skips blank lines
+                counts.append(len(record))
+                lines.append(records.line_num)
+    wrong = np.asarray(counts, dtype=np.int64) != expected
+    if len(wrong) != rows:  # records pandas reads otherwise: no line to blame reliably
+        return np.zeros(rows, dtype=bool)
+    report.add(f"wrong number of fields (the header has {expected})", np.asarray(lines)[wrong])
+    return wrong
 
 
 def _check_columns(spec: TabularSchema, path: Path, available: list[str]) -> None:
@@ -516,7 +541,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
-    frame, _ = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
+    frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
+    if report.unit == "line":  # lines of the wrong shape would mix the columns' values
+        frame = frame[~_wrong_field_count(path, report, len(frame))]
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
