@@ -236,7 +236,7 @@ def _check_diverged(result: TrainResult) -> None:
 def _loop(model, train_data, valid_data, config, on_eval, device, result, shown) -> _Best:
     torch.manual_seed(config.seed)
     if config.start_at_base_rate:
-        _start_at_base_rate(model, train_data.labels)
+        _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
     budget_steps = _budget_steps(len(train_data), config)
@@ -297,14 +297,14 @@ def _loop(model, train_data, valid_data, config, on_eval, device, result, shown)
     return best
 
 
-def _start_at_base_rate(model: nn.Module, labels: np.ndarray) -> None:
+def _start_at_base_rate(model: nn.Module, rate: float) -> None:
     """Set the output bias to the log-odds of the training click rate. At a few percent of
     clicks a logit of 0 (p = 0.5) costs several times the base rate's loss, and a short
     budget spends its steps on the bias instead of the features."""
     head = getattr(model, "head", None)
-    if not isinstance(head, nn.Linear) or head.bias is None or len(labels) == 0:
+    if not isinstance(head, nn.Linear) or head.bias is None:
         return
-    rate = min(max(float(np.mean(labels)), 1e-6), 1 - 1e-6)
+    rate = min(max(rate, 1e-6), 1 - 1e-6)
     with torch.no_grad():
         head.bias.fill_(math.log(rate / (1 - rate)))
 

@@ -131,6 +131,11 @@ class TabularData:
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
+    @property
+    def label_mean(self) -> float:
+        """The share of positive labels (the base rate)."""
+        return float(self.labels.mean()) if len(self) else 0.0
+
     def take(self, rows: np.ndarray) -> TabularData:
         """The rows at the given indices (a copy), in that order."""
         return replace(

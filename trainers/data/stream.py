@@ -101,8 +101,9 @@ def open_stream(
     limits = BadRowLimits(options.max_bad_rows, options.max_bad_fraction)
     source = open_source(spec, schema_path, chunk_rows=options.chunk_rows, limits=limits)
     bounds = _bounds(source.rows, fractions)
-    encoder, train_rows = fit_encoder(source, bounds[1], options, dense_preprocessing)
-    train = StreamSplit(source, bounds[0], bounds[1], encoder, train_rows, options)
+    encoder, train_rows, clicks = fit_encoder(source, bounds[1], options, dense_preprocessing)
+    train = StreamSplit(source, bounds[0], bounds[1], encoder, train_rows, options,
+                        label_mean=clicks / train_rows)  # fmt: skip
     valid, test = (
         _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
     )
@@ -265,9 +266,9 @@ class Encoder:
 
 def fit_encoder(
     source: Source, stop: int, options: StreamOptions, dense_preprocessing: bool = True
-) -> tuple[Encoder, int]:
-    """One pass over rows [0, stop): the dense transforms and vocabularies, and the number of
-    good training rows."""
+) -> tuple[Encoder, int, float]:
+    """One pass over rows [0, stop): the dense transforms and vocabularies, the number of
+    good training rows and their positive labels."""
     spec = source.spec
     fit_dense = dense_preprocessing and not source.dense_fixed
     dense = [DenseStats(column, seed=k) for k, column in enumerate(spec.dense)] if fit_dense else []
@@ -276,9 +277,10 @@ def fit_encoder(
                if c.hash_size or options.hash_size}  # fmt: skip
     min_count = {c.name: c.min_count or options.min_count for c in fitted if c.name not in hashing}
     counts = {name: ValueCounts() for name in min_count}
-    rows = 0
+    rows, clicks = 0, 0.0
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
+        clicks += float(chunk.labels.sum())
         for k, stats in enumerate(dense):
             stats.update(chunk.dense[:, k])
         for name, values in counts.items():
@@ -292,7 +294,7 @@ def fit_encoder(
                            stats.column)  # fmt: skip
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
-    return Encoder(source, transforms, vocabularies, hashing), rows
+    return Encoder(source, transforms, vocabularies, hashing), rows, clicks
 
 
 class StreamSplit:
@@ -309,10 +311,20 @@ class StreamSplit:
         encoder: Encoder,
         rows: int,
         options: StreamOptions,
+        label_mean: float | None = None,
     ) -> None:
         self.source, self.start, self.stop = source, start, stop
         self.encoder, self.rows, self.options = encoder, rows, options
+        self._label_mean = label_mean  # counted by the fitting pass (training rows only)
         self._head: TabularData | None = None
+
+    @property
+    def label_mean(self) -> float:
+        """The share of positive labels; a pass over the rows unless the fit counted it."""
+        if self._label_mean is None:
+            clicks = sum(float(part.labels.sum()) for part in self.chunks())
+            self._label_mean = clicks / max(self.rows, 1)
+        return self._label_mean
 
     @property
     def schema(self) -> DatasetSchema:
