@@ -34,6 +34,7 @@ from nas.config import parse_config
 from nas.leaderboard import verdict
 from nas.reevaluate import reevaluate_study
 from nas.runner import run_study
+from trainers.data.synthetic import write_synthetic_criteo
 
 QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
 
@@ -45,16 +46,27 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--around-best", action="store_true",
                         help="also search around the best baseline")  # fmt: skip
+    parser.add_argument("--criteo", action="store_true",
+                        help="each seed's rows as a Criteo-format TSV (`ranknas data synth "
+                        "--format criteo`), read as users' files are")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
 
-def study(directory: Path, name: str, rows: int, seed: int, trials: int, base: str) -> dict:
-    """One study as the quickstart's, on `rows` rows and `seed`; its seed-mean verdict."""
+def study(
+    directory: Path, name: str, rows: int, seed: int, trials: int, base: str, criteo: bool
+) -> dict:
+    """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
+    generator's rows written as a Criteo TSV); its seed-mean verdict."""
     config = yaml.safe_load(QUICKSTART.read_text())
     config |= {"name": name, "seed": seed, "storage": f"sqlite:///{directory}/studies.db",
                "output_dir": str(directory / name), "mlflow": {"tracking_uri": None}}  # fmt: skip
     config["data"] |= {"rows": rows, "seed": seed}
+    if criteo:
+        path = directory / f"criteo-{rows}-{seed}.tsv"
+        if not path.exists():
+            write_synthetic_criteo(path, rows, seed)
+        config["data"] = {"source": f"criteo:{path}", "seed": seed}
     config["budget"] |= {"trials": trials, "examples_per_trial": rows}
     config["search_space"]["base"] = base
     parsed = parse_config(config)
@@ -102,11 +114,12 @@ def summary(rows: list[dict]) -> str:
             wins = sum(r["wins_test"] for r in group)
             at_flops = sum(r["wins_test"] and r["flops_ratio"] <= 1 for r in group)
             gap = statistics.median(r["found_test_ne"] - r["baseline_test_ne"] for r in group)
-            floor = statistics.median(r["found_val_ne"] - r["bayes_ne"] for r in group)
+            floors = [r["found_val_ne"] - r["bayes_ne"] for r in group if r["bayes_ne"]]
+            floor = f"{statistics.median(floors):.4f}" if floors else "unknown (files)"
             out.append(f"- {rows_count:,} rows, around {base}: the pick beats the best baseline "
                        f"on test NE in {wins} of {len(group)} seeds ({at_flops} at no more "
                        f"FLOPs); median test NE delta {gap:+.4f}; median gap of the pick to "
-                       f"the Bayes floor (validation) {floor:.4f}")  # fmt: skip
+                       f"the Bayes floor (validation) {floor}")  # fmt: skip
     return "\n".join(out)
 
 
@@ -117,12 +130,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ranknas-vs-baselines-") as tmp:
         for rows in args.rows:
             for seed in args.seeds:
-                first = study(Path(tmp), f"r{rows}-s{seed}", rows, seed, args.trials, "dlrm")
+                first = study(Path(tmp), f"r{rows}-s{seed}", rows, seed, args.trials, "dlrm",
+                              args.criteo)  # fmt: skip
                 results.append(first)
                 print(markdown([first]).splitlines()[-1], flush=True)
                 if args.around_best and first["baseline"] != "dlrm":
                     second = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials,
-                                   first["baseline"])  # fmt: skip
+                                   first["baseline"], args.criteo)  # fmt: skip
                     results.append(second)
                     print(markdown([second]).splitlines()[-1], flush=True)
     print()
