@@ -200,7 +200,7 @@ def _study_commands(command, commands) -> None:
     ):
         sub = command(name, handler, text)
         sub.add_argument("config", metavar="CONFIG", help="study YAML (see examples/)")
-        sub.add_argument("--trials", type=int, help="override budget.trials")
+        sub.add_argument("--trials", type=positive(int), help="override budget.trials")
         sub.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
 
     def study_args(sub: argparse.ArgumentParser) -> None:
@@ -226,8 +226,8 @@ def _study_commands(command, commands) -> None:
         "retrain the best trials with fresh seeds; rank them by mean validation NE",
     )
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
-    again.add_argument("--top", type=int, default=3, help="leaderboard trials to retrain")
-    again.add_argument("--seeds", type=int, default=3, help="fresh seeds per trial")
+    again.add_argument("--top", type=positive(int), default=3, help="leaderboard trials to retrain")
+    again.add_argument("--seeds", type=positive(int), default=3, help="fresh seeds per trial")
     again.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
     board = command(
         "dashboard",
@@ -282,21 +282,22 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--arch", required=True, metavar="PRESET_OR_FILE")
     train.add_argument("--data", default="synthetic", help="synthetic | criteo:PATH | PATH")
     train.add_argument("--schema", help="schema YAML for CSV/Parquet data")
-    train.add_argument("--rows", type=int, default=200_000, help="synthetic rows")
-    train.add_argument("--examples", type=int, help="budget: training examples")
-    train.add_argument("--epochs", type=float, help="budget: passes over the training split")
-    train.add_argument("--seconds", type=float, help="budget: training seconds")
+    train.add_argument("--rows", type=positive(int), default=200_000, help="synthetic rows")
+    train.add_argument("--examples", type=positive(int), help="budget: training examples")
+    train.add_argument("--epochs", type=positive(float),
+                       help="budget: passes over the training split")  # fmt: skip
+    train.add_argument("--seconds", type=positive(float), help="budget: training seconds")
     defaults = TrainConfig()  # the defaults studies train with, too
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    train.add_argument("--batch-size", type=positive(int), default=defaults.batch_size)
     train.add_argument("--dense-lr", type=float, default=defaults.dense_lr, help="Adam lr")
     train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr, help="Adagrad lr")
-    train.add_argument("--evals", type=int, default=defaults.evals,
+    train.add_argument("--evals", type=positive(int), default=defaults.evals,
                        help="validation evaluations over the budget")  # fmt: skip
     train.add_argument("--patience", type=int, default=defaults.early_stopping_patience,
                        help="early stopping: evaluations without improvement (0: off); the "
                        "run ends with the best evaluation's weights")  # fmt: skip
     train.add_argument("--device", default="auto")
-    train.add_argument("--threads", type=int, default=1, help="CPU threads (1 is fastest "
+    train.add_argument("--threads", type=positive(int), default=1, help="CPU threads (1 is fastest "
                        "for small models; more processes use more cores)")  # fmt: skip
     train.add_argument("--seed", type=int, default=0, help="training seed (initialization, "
                        "batch order); the data does not move with it")  # fmt: skip
@@ -329,11 +330,27 @@ def _tool_commands(command, commands) -> None:
     infer.add_argument("--time", help="the event-time column, for time-ordered splits")
     synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)
     synth.add_argument("--out", required=True)
-    synth.add_argument("--rows", type=int, default=200_000)
+    synth.add_argument("--rows", type=positive(int), default=200_000)
     synth.add_argument("--seed", type=int, default=0)
     synth.add_argument("--format", choices=["parquet", "csv", "criteo"], default="parquet",
                        help="criteo: data.tsv in Criteo's format (13 counts, 26 hex ids), "
                        "written piece by piece (any size)")  # fmt: skip
+
+
+def positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` above 0 (argparse names the option and exits 2)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's message names the type
+    return parse
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -108,3 +108,16 @@ def test_space_sample_prints_the_arch_show_table_or_json(tmp_path, capsys):
     assert main(["space", "sample", str(path), "--seed", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["values"]["embedding_dim"] in (8, 16, 32) and report["architecture"]["blocks"]
+
+
+def test_counts_and_budgets_below_one_are_refused_before_any_work(capsys):
+    for argv in (["train", "--arch", "dlrm", "--examples", "-10"],
+                 ["train", "--arch", "dlrm", "--epochs", "0"],
+                 ["data", "synth", "--out", "x", "--rows", "many"]):  # fmt: skip
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --examples: must be above 0, got -10" in err
+    assert "argument --epochs: must be above 0, got 0" in err
+    assert "argument --rows: expected a number, got 'many'" in err
