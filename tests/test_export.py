@@ -408,6 +408,9 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
     source = result.module.read_text()
     ast.parse(source)  # still valid Python
     assert "\t" not in source  # control characters only as escapes
+    doc = ast.get_docstring(ast.parse(source))
+    assert "'ü\"\"\"\\''" in doc.replace('\\"', '"')  # the name as Python writes it
+    assert repr("tab\there") in doc and repr("b\\n'c") in doc  # escaped once, not twice
     dense, sparse = example_batch(arch, BATCH)
     with torch.no_grad():
         exported = load_exported(result.out_dir)(dense, id_matrix(sparse, arch))

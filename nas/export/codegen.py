@@ -145,7 +145,7 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
             "`encode_ids` makes from raw values."
         )
     text = f'''
-        """{title}
+        r"""{title}
 
         Standalone: this module needs torch and safetensors, not ranknas or torchrec. It rebuilds
         the network of `{ARCHITECTURE_FILE}` and loads the weights of `{WEIGHTS_FILE}`:
@@ -167,16 +167,19 @@ def _module_docstring(arch: Architecture, columns: _Columns, arch_digest: str) -
         """
     '''
     wrapped = textwrap.fill(inputs, _LINE - 4, break_on_hyphens=False)
-    text = textwrap.dedent(text).strip().replace("{inputs}", wrapped)
-    return text.replace("\\", "\\\\")
+    return textwrap.dedent(text).strip().replace("{inputs}", wrapped)
 
 
 def _doc_name(name: str) -> str:
-    """A user's name as the docstring shows it: as is when plain, else quoted and escaped,
-    so that no name can end the docstring or put raw control characters in the file."""
+    """A user's name as the (raw) docstring shows it: as is when plain, else as Python
+    writes the string (quoted, control characters escaped); a quote is escaped only where
+    three in a row would end the docstring."""
     if re.fullmatch(r"[\w .:/-]+", name):
         return name
-    return _str_literal(name).replace('"', '\\"')  # no three quotes in a row, ever
+    shown = repr(name)
+    if '"""' in shown:
+        shown = shown.replace('"', '\\"')
+    return shown
 
 
 def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:
