@@ -486,6 +486,9 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
     from trainers.data.tabular import infer_schema
 
     schema = infer_schema(args.file, args.label, args.time)
+    if args.time is None and "time" in schema:
+        print(f"# time: {schema['time']} holds dates: rows will be split in time order (drop "
+              "the line to split in file order)")  # fmt: skip
     print(f"# schema of {args.file}, inferred: check dense vs categorical, then save it and pass "
           "it with --schema / data.schema")  # fmt: skip
     print(yaml.safe_dump(schema, sort_keys=False), end="")

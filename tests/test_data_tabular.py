@@ -381,3 +381,17 @@ def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, fil
     assert len(data) == 5 and data.bad_rows.bad == 2
     assert data.bad_rows.examples["wrong number of fields (the header has 6)"] == [7, 8]
     assert infer_schema(path, "clicked")["dense"] == ["price"]
+
+
+def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):
+    from nas.cli import main
+
+    rows = [f"{i % 2},2026-03-{1 + i % 28:02d}T10:{i % 60:02d}:00,{i * 0.37:.2f},U-{i % 9:06d}"
+            for i in range(120)]  # fmt: skip
+    (tmp_path / "log.csv").write_text("clicked,event_time,price,user\n" + "\n".join(rows))
+    assert main(["data", "schema", str(tmp_path / "log.csv"), "--label", "clicked"]) == 0
+    text = capsys.readouterr().out
+    assert "# time: event_time holds dates" in text
+    schema = yaml.safe_load(text)
+    assert schema["time"] == "event_time" and schema["dense"] == ["price"]
+    assert [c["name"] for c in schema["categorical"]] == ["user"]  # ids like U-000003: no date

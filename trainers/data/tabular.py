@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import importlib
 import logging
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -347,6 +348,22 @@ def _factorized(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
     return np.asarray(codes, dtype=np.int64), tuple(str(u) for u in uniques)
 
 
+def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
+    """A column of dates (a date type, or texts that all parse as dates), not numbers."""
+    pd = _import("pandas", "reading tabular data")
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return True
+    if pd.api.types.is_numeric_dtype(series):
+        return False
+    texts = series.dropna().astype(str).str.strip()
+    texts = texts[texts.ne("")].head(sample)
+    if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
+        return False
+    with warnings.catch_warnings():  # pandas warns when it guesses the format per value
+        warnings.simplefilter("ignore")
+        return not pd.to_datetime(texts, errors="coerce", utc=True).isna().any()
+
+
 def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
     """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
     pd = _import("pandas", "reading tabular data")
@@ -538,7 +555,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     fraction) are dense, the others categorical with ids from a vocabulary (`min_count: 1`)
     and their cardinality (distinct values + 2: missing and out of vocabulary; training
     counts the training split's own); a column of lists (Parquet), or of texts of which at
-    least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued."""
+    least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued. Without
+    `time`, the first column of dates becomes the time column."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -547,6 +565,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
+    if time is None:
+        time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
+                    None)  # fmt: skip
     dense, categorical = [], []
     for column in frame.columns:
         if column in (label, time):
