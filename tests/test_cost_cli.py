@@ -74,6 +74,15 @@ def test_without_a_trained_policy_plan_falls_back_and_says_so(table_file, tmp_pa
     assert "no trained RL policy" in err and out.startswith("size_lookup_greedy:")
 
 
+def test_a_fresh_clone_plans_with_the_shipped_model_and_says_so(table_file, tmp_path, capsys,
+                                                                monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # no runs/sharding/model here
+    assert run(["shard", "plan", str(table_file), "--devices", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "using the default shipped with ranknas" in err
+    assert out.startswith("rl:") and "predicted max-device cost" in out
+
+
 def test_user_mistakes(model, table_file, tmp_path):
     with pytest.raises(RanknasError, match="--devices must be at least 1"):
         run(["shard", "plan", str(table_file), "--devices", "0"])

@@ -70,10 +70,27 @@ def _cost_net(model: Path) -> CostNet | None:
 
 
 FALLBACK = "size_lookup_greedy"  # the best heuristic in BENCHMARKS.md
+# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings,
+# on a 2-core x86_64 CPU; its report.json says what and where), for a fresh clone.
+PACKAGED_MODEL = Path(__file__).parent / "default_model"
+
+
+def _use_packaged_model(args: argparse.Namespace) -> None:
+    """Point `args.model` at the shipped model when the default directory has none, and
+    say so: its costs were measured on another machine than this one."""
+    from cost_models.sharding.cli import DEFAULT_MODEL
+
+    if Path(args.model) != DEFAULT_MODEL or (Path(args.model) / "policy.json").exists():
+        return
+    args.model = PACKAGED_MODEL
+    print(f"no trained model in {DEFAULT_MODEL}: using the default shipped with ranknas, "
+          "trained on a 2-core x86_64 CPU's measurements (`ranknas shard train` trains one on "
+          "this machine's)", file=sys.stderr)  # fmt: skip
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
+    _use_packaged_model(args)
     method = args.method
     if method == "rl" and not (Path(args.model) / "policy.json").exists():
         print(f"no trained RL policy in {args.model}: planned with {FALLBACK} instead (`ranknas "
@@ -145,6 +162,7 @@ def _print_table(header: list[str], rows: list[list[str]]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
     check_capacity(tables, topology)
+    _use_packaged_model(args)
     net = _cost_net(args.model)
     measurer = Measurer(cache_dir=args.cache)
     plans, records = {}, {}
