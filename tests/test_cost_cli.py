@@ -7,6 +7,7 @@ import pytest
 
 from cost_models.sharding.cli import register
 from cost_models.sharding.tables import TableSpec, generate_tables, save_tables
+from cost_models.sharding.training import ShardTrainConfig, quick_config
 from search_space.errors import RanknasError
 
 
@@ -72,6 +73,16 @@ def test_without_a_trained_policy_plan_falls_back_and_says_so(table_file, tmp_pa
     assert run(["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert "no trained RL policy" in err and out.startswith("size_lookup_greedy:")
+
+
+def test_train_help_states_the_training_defaults(capsys):
+    """The parser cannot import the training config (torch), so its help spells them out."""
+    with pytest.raises(SystemExit):
+        run(["shard", "train", "--help"])
+    shown = "".join(capsys.readouterr().out.split())
+    full, quick = ShardTrainConfig(), quick_config()
+    assert f"(default:{full.rounds};{quick.rounds}with--quick)" in shown
+    assert f"(default:{full.rl.iterations};{quick.rl.iterations}with--quick)" in shown
 
 
 def test_user_mistakes(model, table_file, tmp_path):
