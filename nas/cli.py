@@ -139,14 +139,34 @@ def cmd_space_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, except where there is none to show (no
+    default, or a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The `ranknas` parser. Its subparsers are made of the parser's own class (argparse's
+    `parser_class` default), so every command's `--help` shows the defaults too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ranknas",
         description="Neural-architecture search for ranking and recommendation models.",
     )
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also show the libraries' info messages (Optuna, MLflow)")  # fmt: skip
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     help="`ranknas COMMAND --help` shows its options")  # fmt: skip
 
     def command(name: str, handler: Handler, help: str, parent=commands):
         sub = parent.add_parser(name, help=help, description=help)
@@ -155,31 +175,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     def schema_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
-            "--schema", metavar="FILE", help="dataset schema YAML (default: the synthetic data)"
-        )
+            "--schema", metavar="FILE",
+            help="dataset schema YAML: its dense and categorical features size the model "
+            "(default: the built-in synthetic data's schema)",
+        )  # fmt: skip
 
     presets = command("presets", cmd_presets, "list the engineer presets with their costs")
     schema_option(presets)
-    presets.add_argument("--json", action="store_true", help="print JSON")
+    presets.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     arch = commands.add_parser("arch", help="inspect architectures")
-    arch_commands = arch.add_subparsers(dest="arch_command", metavar="COMMAND", required=True)
+    arch_commands = arch.add_subparsers(dest="arch_command", metavar="COMMAND", required=True,
+                                        help="what to do")  # fmt: skip
     show = command("show", cmd_arch_show, "print a spec with its FLOPs and params", arch_commands)
-    show.add_argument("arch", metavar="NAME_OR_FILE", help="a preset name or a spec JSON file")
+    show.add_argument("arch", metavar="NAME_OR_FILE",
+                      help="a preset name (`ranknas presets`) or an architecture "
+                      "JSON file")  # fmt: skip
     schema_option(show)
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.add_argument("--diagram", metavar="FILE", help="also draw it to a PNG file")
+    show.add_argument("--json", action="store_true",
+                      help="print JSON (spec, digest, per-block costs) instead of a "
+                      "table")  # fmt: skip
+    show.add_argument("--diagram", metavar="FILE", help="also draw the graph to this PNG file")
 
     space = commands.add_parser("space", help="work with search spaces")
-    space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True)
+    space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True,
+                                          help="what to do")  # fmt: skip
     sample = command(
         "sample", cmd_space_sample, "sample one architecture from a space config", space_commands
     )
     sample.add_argument("config", metavar="CONFIG", help="YAML file with a search_space section")
-    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--seed", type=int, default=0,
+                        help="random seed of the draw; the same seed gives the same "
+                        "architecture")  # fmt: skip
     schema_option(sample)
     sample.add_argument("--json", action="store_true",
-                        help="JSON: spec, costs, parameter values (default: a table)")  # fmt: skip
+                        help="print JSON (spec, costs, the sampled parameter values) "
+                        "instead of a table")  # fmt: skip
     _study_commands(command, commands)
     _tool_commands(command, commands)
     from cost_models.latency.cli import register as register_latency_commands
@@ -199,49 +230,63 @@ def _study_commands(command, commands) -> None:
         ("worker", handlers.cmd_worker, "join a running study as one more worker"),
     ):
         sub = command(name, handler, text)
-        sub.add_argument("config", metavar="CONFIG", help="study YAML (see examples/)")
-        sub.add_argument("--trials", type=positive(int), help="override budget.trials")
-        sub.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+        sub.add_argument("config", metavar="CONFIG", help="the study's YAML (see examples/)")
+        sub.add_argument("--trials", type=positive(int), metavar="N",
+                         help="trials in all, done ones included (default: the config's "
+                         "budget.trials)")  # fmt: skip
+        sub.add_argument("--no-mlflow", action="store_true",
+                         help="do not log the trials to MLflow")  # fmt: skip
 
     def study_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
-            "study", metavar="STUDY_OR_CONFIG", help="a study name, or the study's YAML"
-        )
-        sub.add_argument(
-            "--storage", default=DEFAULT_STORAGE, help=f"for a name (default {DEFAULT_STORAGE})"
-        )
+            "study", metavar="STUDY_OR_CONFIG",
+            help="a study name (looked up in --storage), or the study's YAML (.yaml/.yml: its "
+            "name and storage)",
+        )  # fmt: skip
+        sub.add_argument("--storage", metavar="URL", default=DEFAULT_STORAGE,
+                         help="Optuna storage URL that holds a study given by name")  # fmt: skip
 
     status = command("status", handlers.cmd_status, "trials done / running / failed, best so far")
     study_args(status)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true",
+                        help="print JSON (trial counts, budget, best trial, verdict)")  # fmt: skip
     board = command("leaderboard", handlers.cmd_leaderboard, "best trials and the Pareto front")
     study_args(board)
-    board.add_argument("--top", type=int, default=20)
-    board.add_argument("--all", action="store_true", help="also failed, pruned, running trials")
-    board.add_argument("--csv", action="store_true")
-    board.add_argument("--json", action="store_true")
+    board.add_argument("--top", type=int, default=20, metavar="K",
+                       help="trials to list, best first (at least 1)")  # fmt: skip
+    board.add_argument("--all", action="store_true",
+                       help="also list failed, pruned and running trials")  # fmt: skip
+    board.add_argument("--csv", action="store_true",
+                       help="print the leaderboard with the baselines as CSV")  # fmt: skip
+    board.add_argument("--json", action="store_true",
+                       help="print JSON: leaderboard, Pareto front, baselines, verdict "
+                       "(wins over --csv)")  # fmt: skip
     again = command(
         "reevaluate",
         handlers.cmd_reevaluate,
         "retrain the best trials with fresh seeds; rank them by mean validation NE",
     )
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
-    again.add_argument("--top", type=positive(int), default=3, help="leaderboard trials to retrain")
-    again.add_argument("--seeds", type=positive(int), default=3, help="fresh seeds per trial")
-    again.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+    again.add_argument("--top", type=positive(int), default=3, metavar="K",
+                       help="best leaderboard trials to retrain")  # fmt: skip
+    again.add_argument("--seeds", type=positive(int), default=3, metavar="N",
+                       help="fresh training seeds per trial")  # fmt: skip
+    again.add_argument("--no-mlflow", action="store_true",
+                       help="do not log the retrains to MLflow")  # fmt: skip
     board = command(
         "dashboard",
         handlers.cmd_dashboard,
         "optuna-dashboard on the study storage: history, importances, parallel coordinates",
     )
     board.add_argument("config", metavar="CONFIG_OR_STORAGE", nargs="?",
-                       help="a study YAML (its storage) or a storage URL "
+                       help="a study YAML (its storage) or an Optuna storage URL "
                        f"(default: {DEFAULT_STORAGE})")  # fmt: skip
-    board.add_argument("--host", default="127.0.0.1", help="bind address (loopback default)")
-    board.add_argument("--port", type=int, default=8080)
+    board.add_argument("--host", default="127.0.0.1",
+                       help="address to serve on (loopback: this machine only)")  # fmt: skip
+    board.add_argument("--port", type=int, default=8080, help="TCP port to serve on")
     baseline = commands.add_parser("baseline", help="baselines: your own models in a study")
     baseline_commands = baseline.add_subparsers(
-        dest="baseline_command", metavar="COMMAND", required=True
+        dest="baseline_command", metavar="COMMAND", required=True, help="what to do"
     )
     add = command(
         "add",
@@ -252,14 +297,23 @@ def _study_commands(command, commands) -> None:
     )
     add.add_argument("config", metavar="CONFIG", help="the study's YAML")
     add.add_argument("baselines", metavar="PRESET_OR_FILE", nargs="+",
-                     help="preset names (ranknas presets) or architecture JSON files")  # fmt: skip
-    add.add_argument("--no-mlflow", action="store_true", help="do not log to MLflow")
+                     help="preset names (`ranknas presets`) or architecture JSON "
+                     "files")  # fmt: skip
+    add.add_argument("--no-mlflow", action="store_true",
+                     help="do not log the baselines' runs to MLflow")  # fmt: skip
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
-    export.add_argument("--trial", default="best", help="'best' or a trial number")
-    export.add_argument("--out", required=True, help="output directory")
-    export.add_argument("--register", metavar="NAME", help="register in the MLflow registry")
-    export.add_argument("--tracking-uri", default="http://127.0.0.1:5000")
+    export.add_argument("--trial", default="best", metavar="best|N",
+                        help="which trial: 'best' (the best mean validation NE of the "
+                        "re-evaluated trials, else the best first objective) or a trial "
+                        "number")  # fmt: skip
+    export.add_argument("--out", required=True, metavar="DIR",
+                        help="directory to write the spec, weights and module to")  # fmt: skip
+    export.add_argument("--register", metavar="NAME",
+                        help="also register the model under NAME in the MLflow "
+                        "registry")  # fmt: skip
+    export.add_argument("--tracking-uri", metavar="URI", default="http://127.0.0.1:5000",
+                        help="MLflow server for --register")  # fmt: skip
     export.add_argument("--force", action="store_true",
                         help="export a diverged trial (validation NE >= 1) anyway")  # fmt: skip
 
@@ -269,34 +323,56 @@ def _tool_commands(command, commands) -> None:
     from trainers.config import TrainConfig
 
     mlflow = command("mlflow", handlers.cmd_mlflow, "start, check or stop the MLflow server")
-    mlflow.add_argument("action", choices=["up", "status", "down"])
-    mlflow.add_argument("--data-dir", default="ranknas-data/mlflow")
-    mlflow.add_argument("--host", default="127.0.0.1", help="bind address (loopback default)")
-    mlflow.add_argument("--port", type=int, default=5000)
-    mlflow.add_argument("--backend-store-uri", help="default: sqlite under --data-dir")
-    mlflow.add_argument("--auth", action="store_true", help="MLflow's basic-auth app")
+    mlflow.add_argument("action", choices=["up", "status", "down"],
+                        help="up: start in the background; status: running or not (exit 1 if "
+                        "not); down: stop")  # fmt: skip
+    mlflow.add_argument("--data-dir", metavar="DIR", default="ranknas-data/mlflow",
+                        help="the server's database, artifacts, log and pid file")  # fmt: skip
+    mlflow.add_argument("--host", default="127.0.0.1",
+                        help="address to serve on (loopback: this machine only)")  # fmt: skip
+    mlflow.add_argument("--port", type=int, default=5000, help="TCP port to serve on")
+    mlflow.add_argument("--backend-store-uri", metavar="URI",
+                        help="tracking database, e.g. postgresql://... (default: "
+                        "sqlite:///DATA_DIR/mlflow.db)")  # fmt: skip
+    mlflow.add_argument("--auth", action="store_true",
+                        help="require a login (MLflow's basic-auth app)")  # fmt: skip
     mlflow.add_argument("--insecure", action="store_true",
                         help="allow a non-loopback --host without --auth")  # fmt: skip
 
     train = command("train", handlers.cmd_train, "train one architecture and print its metrics")
-    train.add_argument("--arch", required=True, metavar="PRESET_OR_FILE")
-    train.add_argument("--data", default="synthetic", help="synthetic | criteo:PATH | PATH")
-    train.add_argument("--schema", help="schema YAML for CSV/Parquet data")
-    train.add_argument("--rows", type=positive(int), default=200_000, help="synthetic rows")
-    train.add_argument("--examples", type=positive(int), help="budget: training examples")
-    train.add_argument("--epochs", type=positive(float),
-                       help="budget: passes over the training split")  # fmt: skip
-    train.add_argument("--seconds", type=positive(float), help="budget: training seconds")
+    train.add_argument("--arch", required=True, metavar="PRESET_OR_FILE",
+                       help="a preset name (`ranknas presets`) or an architecture "
+                       "JSON file")  # fmt: skip
+    train.add_argument("--data", default="synthetic", metavar="synthetic|criteo:PATH|PATH",
+                       help="synthetic: built-in generated rows; criteo:PATH: a Criteo TSV; "
+                       "PATH: a .csv or .parquet file (needs --schema)")  # fmt: skip
+    train.add_argument("--schema", metavar="FILE",
+                       help="schema YAML for CSV/Parquet data (`ranknas data schema` "
+                       "infers one)")  # fmt: skip
+    train.add_argument("--rows", type=positive(int), default=200_000,
+                       help="rows to generate for --data synthetic")  # fmt: skip
+    train.add_argument("--examples", type=positive(int), metavar="N",
+                       help="budget: training examples")  # fmt: skip
+    train.add_argument("--epochs", type=positive(float), metavar="E",
+                       help="budget: passes over the training split (may be "
+                       "fractional)")  # fmt: skip
+    train.add_argument("--seconds", type=positive(float), metavar="S",
+                       help="budget: training seconds, evaluations excluded (the first budget "
+                       "reached ends the run; with none, one epoch)")  # fmt: skip
     defaults = TrainConfig()  # the defaults studies train with, too
-    train.add_argument("--batch-size", type=positive(int), default=defaults.batch_size)
-    train.add_argument("--dense-lr", type=float, default=defaults.dense_lr, help="Adam lr")
-    train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr, help="Adagrad lr")
+    train.add_argument("--batch-size", type=positive(int), default=defaults.batch_size,
+                       help="training examples per step")  # fmt: skip
+    train.add_argument("--dense-lr", type=float, default=defaults.dense_lr,
+                       help="learning rate of the dense layers (Adam)")  # fmt: skip
+    train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr,
+                       help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
     train.add_argument("--evals", type=positive(int), default=defaults.evals,
                        help="validation evaluations over the budget")  # fmt: skip
     train.add_argument("--patience", type=int, default=defaults.early_stopping_patience,
                        help="early stopping: evaluations without improvement (0: off); the "
                        "run ends with the best evaluation's weights")  # fmt: skip
-    train.add_argument("--device", default="auto")
+    train.add_argument("--device", default=defaults.device, metavar="auto|cpu|cuda|cuda:N",
+                       help="where to train; auto: CUDA if available, else CPU")  # fmt: skip
     train.add_argument("--threads", type=positive(int), default=1, help="CPU threads (1 is fastest "
                        "for small models; more processes use more cores)")  # fmt: skip
     train.add_argument("--seed", type=int, default=0, help="training seed (initialization, "
@@ -313,25 +389,33 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--stream", action="store_true",
                        help="data bigger than memory: read --data (a Parquet directory or file, "
                        "or criteo:PATH) in chunks; split in file order")  # fmt: skip
-    train.add_argument("--min-count", type=int, default=1,
-                       help="--stream: values seen fewer times are out of vocabulary")  # fmt: skip
-    train.add_argument("--hash-size", type=int,
-                       help="--stream: hash ids into this many buckets (huge "
+    train.add_argument("--min-count", type=int, default=1, metavar="N",
+                       help="--stream: ids seen fewer than N times in the training split are "
+                       "out of vocabulary")  # fmt: skip
+    train.add_argument("--hash-size", type=int, metavar="N",
+                       help="--stream: hash ids into N buckets instead of a vocabulary (huge "
                        "vocabularies)")  # fmt: skip
-    train.add_argument("--json", action="store_true", help="print one JSON object")
+    train.add_argument("--json", action="store_true",
+                       help="print the metrics as one JSON object instead of lines")  # fmt: skip
 
     data = commands.add_parser("data", help="data sets")
-    data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True,
+                                        help="what to do")  # fmt: skip
     infer = command(
         "schema", handlers.cmd_data_schema, "print a schema YAML for a data file", data_commands
     )
     infer.add_argument("file", metavar="FILE", help="a .csv or .parquet file")
-    infer.add_argument("--label", required=True, help="the click (0/1) column")
-    infer.add_argument("--time", help="the event-time column, for time-ordered splits")
+    infer.add_argument("--label", required=True, metavar="COLUMN",
+                       help="the label column (clicks, 0/1)")  # fmt: skip
+    infer.add_argument("--time", metavar="COLUMN",
+                       help="the event-time column, for time-ordered splits")  # fmt: skip
     synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)
-    synth.add_argument("--out", required=True)
-    synth.add_argument("--rows", type=positive(int), default=200_000)
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--out", required=True, metavar="DIR",
+                       help="directory to write to (parquet, csv: with schema.yaml and "
+                       "stats.json)")  # fmt: skip
+    synth.add_argument("--rows", type=positive(int), default=200_000, help="rows to generate")
+    synth.add_argument("--seed", type=int, default=0,
+                       help="generator seed; the same seed gives the same rows")  # fmt: skip
     synth.add_argument("--format", choices=["parquet", "csv", "criteo"], default="parquet",
                        help="criteo: data.tsv in Criteo's format (13 counts, 26 hex ids), "
                        "written piece by piece (any size)")  # fmt: skip

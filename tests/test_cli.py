@@ -1,12 +1,14 @@
 """The command line as a person uses it: help, presets, arch show, clear errors."""
 
+import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from nas.cli import main
+from nas.cli import build_parser, main
 from search_space.presets import PRESETS
 
 
@@ -21,6 +23,62 @@ def test_help_lists_the_commands():
     assert result.returncode == 0
     for command in ("presets", "arch", "space"):
         assert command in result.stdout
+
+
+def every_parser(
+    parser: argparse.ArgumentParser, path: str = "ranknas"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """The root parser and every command's, as (command line, parser)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_parser(sub, f"{path} {name}")
+
+
+def test_every_option_positional_and_command_has_a_help():
+    undocumented = []
+    for path, parser in every_parser(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):  # the commands it lists, too
+                undocumented += [f"{path} {c.dest}" for c in action._choices_actions
+                                 if not (c.help or "").strip()]  # fmt: skip
+            if not isinstance(action, argparse._HelpAction) and not (action.help or "").strip():
+                undocumented.append(f"{path} {action.option_strings or action.dest}")
+    assert undocumented == []
+
+
+def without_spaces(text: str) -> str:
+    """Help text as argparse wraps it, or not: line breaks may fall at spaces and hyphens."""
+    return "".join(text.split())
+
+
+def test_every_command_help_shows_the_defaults():
+    checked, missing = 0, []
+    for path, parser in every_parser(build_parser()):
+        shown = without_spaces(parser.format_help())
+        for action in parser._actions:
+            if action.default is None or action.default is argparse.SUPPRESS:
+                continue
+            with_default = without_spaces(f"{action.help} (default: {action.default})")
+            if action.default is False:  # a flag: off unless given, nothing to show
+                assert with_default not in shown
+                continue
+            checked += 1
+            if with_default not in shown:
+                missing.append(f"{path} {action.option_strings or action.dest}")
+    assert missing == [] and checked > 40
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    """`--help` stays quick: the handlers import torch, torchrec, MLflow, Optuna when they run."""
+    code = (
+        "import json, sys; from nas.cli import build_parser; build_parser(); "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert {"torch", "torchrec", "mlflow", "optuna"}.isdisjoint(json.loads(result.stdout))
 
 
 def test_presets_json_lists_every_preset_with_costs(capsys):

@@ -7,6 +7,7 @@ import pytest
 
 from cost_models.sharding.cli import register
 from cost_models.sharding.tables import TableSpec, generate_tables, save_tables
+from cost_models.sharding.training import ShardTrainConfig, quick_config
 from search_space.errors import RanknasError
 
 
@@ -81,6 +82,16 @@ def test_a_fresh_clone_plans_with_the_shipped_model_and_says_so(table_file, tmp_
     out, err = capsys.readouterr()
     assert "using the default shipped with ranknas" in err
     assert out.startswith("rl:") and "predicted max-device cost" in out
+
+
+def test_train_help_states_the_training_defaults(capsys):
+    """The parser cannot import the training config (torch), so its help spells them out."""
+    with pytest.raises(SystemExit):
+        run(["shard", "train", "--help"])
+    shown = "".join(capsys.readouterr().out.split())
+    full, quick = ShardTrainConfig(), quick_config()
+    assert f"(default:{full.rounds};{quick.rounds}with--quick)" in shown
+    assert f"(default:{full.rl.iterations};{quick.rl.iterations}with--quick)" in shown
 
 
 def test_user_mistakes(model, table_file, tmp_path):

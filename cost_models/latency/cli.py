@@ -16,38 +16,78 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `latency measure|fit|predict` to a subparsers object."""
     latency = commands.add_parser("latency", help="architecture latency: measure, fit, predict")
-    sub = latency.add_subparsers(dest="latency_command", metavar="COMMAND", required=True)
+    sub = latency.add_subparsers(
+        dest="latency_command", metavar="COMMAND", required=True, help="what to do"
+    )
 
     measure = sub.add_parser("measure", help="time an architecture's forward and training step")
     _arch_options(measure)
     _measure_options(measure)
-    measure.add_argument("--json", action="store_true", help="print JSON")
+    measure.add_argument("--json", action="store_true", help="print JSON instead of a line")
     measure.set_defaults(handler=_handler("cmd_measure"))
 
     fit = sub.add_parser("fit", help="measure sampled architectures and fit a predictor")
     fit.add_argument("space", metavar="SPACE", help="YAML file with a search_space section")
-    fit.add_argument("--archs", type=int, default=100, help="architectures to measure")
-    fit.add_argument("--out", required=True, help="predictor JSON file to write")
-    fit.add_argument("--holdout", type=float, default=0.25, help="share held out to evaluate")
-    fit.add_argument("--seed", type=int, default=0)
-    fit.add_argument("--schema", help="dataset schema YAML (default: the synthetic data)")
+    fit.add_argument(
+        "--archs",
+        type=int,
+        default=100,
+        metavar="N",
+        help="architectures to sample and measure (at least 4)",
+    )
+    fit.add_argument("--out", required=True, metavar="FILE", help="predictor JSON file to write")
+    fit.add_argument(
+        "--holdout",
+        type=float,
+        default=0.25,
+        metavar="SHARE",
+        help="share of the architectures held out to report the predictor's "
+        "error, between 0 and 1 (the saved predictor is then fitted on all)",
+    )
+    fit.add_argument(
+        "--seed", type=int, default=0, help="seed of the architecture sample and the held-out split"
+    )
+    _schema_option(fit)
     _measure_options(fit)
     fit.set_defaults(handler=_handler("cmd_fit"))
 
     predict = sub.add_parser("predict", help="predict an architecture's forward latency")
-    predict.add_argument("predictor", metavar="FILE", help="predictor JSON (`latency fit`)")
+    predict.add_argument(
+        "predictor", metavar="FILE", help="predictor JSON written by `ranknas latency fit`"
+    )
     _arch_options(predict)
-    predict.add_argument("--json", action="store_true", help="print JSON")
+    predict.add_argument("--json", action="store_true", help="print JSON instead of a line")
     predict.set_defaults(handler=_handler("cmd_predict"))
 
 
 def _arch_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("arch", metavar="NAME_OR_FILE", help="a preset name or a spec JSON file")
-    parser.add_argument("--schema", help="dataset schema YAML (default: the synthetic data)")
+    parser.add_argument(
+        "arch",
+        metavar="NAME_OR_FILE",
+        help="a preset name (`ranknas presets`) or an architecture JSON file",
+    )
+    _schema_option(parser)
+
+
+def _schema_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="dataset schema YAML: its features size the model (default: the "
+        "built-in synthetic data's schema)",
+    )
 
 
 def _measure_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads")
-    parser.add_argument("--repeats", type=int, default=15, help="timed runs (median)")
+    parser.add_argument("--batch-size", type=int, default=512, help="examples per timed batch")
+    parser.add_argument(
+        "--device", default="cpu", metavar="cpu|cuda|cuda:N", help="device to time on"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads torch may use")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=15,
+        metavar="N",
+        help="timed runs per measurement; the median is kept",
+    )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cost_models import lazy_handler
-from cost_models.sharding.methods import METHODS
+from cost_models.sharding.methods import FALLBACK, METHODS
 
 DEFAULT_MODEL = Path("runs/sharding/model")
 DEFAULT_CACHE = Path("runs/sharding/measurements")
@@ -21,24 +21,62 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `shard plan|train|compare` to a subparsers object."""
     shard = commands.add_parser("shard", help="embedding sharding: plan, train, compare")
-    sub = shard.add_subparsers(dest="shard_command", metavar="COMMAND", required=True)
+    sub = shard.add_subparsers(
+        dest="shard_command", metavar="COMMAND", required=True, help="what to do"
+    )
 
     plan = sub.add_parser("plan", help="place tables on devices and print the plan")
     _workload_options(plan)
-    plan.add_argument("--method", choices=METHODS, default="rl", help="sharder (default: rl)")
+    plan.add_argument(
+        "--method",
+        choices=METHODS,
+        default="rl",
+        metavar="METHOD",
+        help=f"sharder: {', '.join(METHODS)} (rl without a trained policy in --model: {FALLBACK})",
+    )
     plan.set_defaults(handler=_handler("cmd_plan"))
 
     compare = sub.add_parser("compare", help="measure every sharder's plan on the real kernel")
     _workload_options(compare)
-    compare.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="measurement cache")
+    compare.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        metavar="DIR",
+        help="directory of cached kernel measurements (reused, extended)",
+    )
     compare.set_defaults(handler=_handler("cmd_compare"))
 
     train = sub.add_parser("train", help="measure, train the cost model and the RL policy")
-    train.add_argument("--out", type=Path, default=DEFAULT_MODEL, help="where to save them")
-    train.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="measurement cache")
-    train.add_argument("--rounds", type=int, help="measure / refit / train-policy rounds")
-    train.add_argument("--iterations", type=int, help="policy iterations per round")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_MODEL,
+        metavar="DIR",
+        help="directory to save the cost model and the policy to",
+    )
+    train.add_argument(
+        "--cache",
+        type=Path,
+        default=DEFAULT_CACHE,
+        metavar="DIR",
+        help="directory of cached kernel measurements (reused, extended)",
+    )
+    train.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="measure / refit / train-policy rounds (default: 4; 1 with --quick)",
+    )
+    train.add_argument(
+        "--iterations",
+        type=int,
+        metavar="N",
+        help="policy training iterations per round (default: 250; 5 with --quick)",
+    )
+    train.add_argument(
+        "--seed", type=int, default=0, help="seed of the table pools, tasks and training"
+    )
     train.add_argument("--quick", action="store_true", help="a tiny run (seconds), to try it out")
     train.set_defaults(handler=_handler("cmd_train"))
 
@@ -50,12 +88,30 @@ def _workload_options(parser: argparse.ArgumentParser) -> None:
         help="YAML/JSON file with `tables: [...]`, or a preset name or architecture JSON "
         "(its embedding tables, named t_<feature>)",
     )
-    parser.add_argument("--schema", help="dataset schema YAML for an architecture")
-    parser.add_argument("--devices", type=int, required=True, help="number of devices")
+    parser.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="dataset schema YAML, when TABLES is a preset or an architecture "
+        "(default: the built-in synthetic data's schema)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        required=True,
+        metavar="N",
+        help="number of devices to place the tables on",
+    )
     parser.add_argument(
         "--memory-gb",
         type=float,
-        help="memory per device (default: torchrec's HBM_CAP, 32 GiB)",
+        metavar="GIB",
+        help="memory per device in GiB (default: torchrec's HBM_CAP, 32 GiB)",
     )
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="trained RL sharder")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        default=DEFAULT_MODEL,
+        metavar="DIR",
+        help="directory of the trained cost model and RL policy (`ranknas shard train --out`)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

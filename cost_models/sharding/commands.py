@@ -20,6 +20,7 @@ import numpy as np
 from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
+from cost_models.sharding.methods import FALLBACK
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
 from cost_models.sharding.sharders.base import check_capacity
@@ -69,7 +70,6 @@ def _cost_net(model: Path) -> CostNet | None:
 # ---------------------------------------------------------------------- plan
 
 
-FALLBACK = "size_lookup_greedy"  # the best heuristic in BENCHMARKS.md
 # A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings,
 # on a 2-core x86_64 CPU; its report.json says what and where), for a fresh clone.
 PACKAGED_MODEL = Path(__file__).parent / "default_model"
