@@ -231,7 +231,7 @@ def _study_commands(command, commands) -> None:
     ):
         sub = command(name, handler, text)
         sub.add_argument("config", metavar="CONFIG", help="the study's YAML (see examples/)")
-        sub.add_argument("--trials", type=positive(int), metavar="N",
+        sub.add_argument("--trials", type=int, metavar="N",
                          help="trials in all, done ones included (default: the config's "
                          "budget.trials)")  # fmt: skip
         sub.add_argument("--no-mlflow", action="store_true",
@@ -267,9 +267,9 @@ def _study_commands(command, commands) -> None:
         "retrain the best trials with fresh seeds; rank them by mean validation NE",
     )
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
-    again.add_argument("--top", type=positive(int), default=3, metavar="K",
+    again.add_argument("--top", type=int, default=3, metavar="K",
                        help="best leaderboard trials to retrain")  # fmt: skip
-    again.add_argument("--seeds", type=positive(int), default=3, metavar="N",
+    again.add_argument("--seeds", type=int, default=3, metavar="N",
                        help="fresh training seeds per trial")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
                        help="do not log the retrains to MLflow")  # fmt: skip
