@@ -190,3 +190,10 @@ def test_a_study_on_a_list_column_exports_a_model_that_serves_lists(tmp_path, ca
     trial = optuna.load_study(study_name="lists", storage=config["storage"]).trials[0]
     served = ranking_metrics(probabilities, labels)["ne"]
     assert served == pytest.approx(trial.user_attrs["test_ne"], abs=1e-6)
+
+
+def test_describe_groups_hashed_columns_by_their_buckets():
+    from trainers.data.preprocess import describe
+
+    fitted = {"dense": [], "vocabulary": {}, "hashing": {"C1": 1000, "C2": 1000, "query": 50}}
+    assert describe(fitted) == "hashed: C1, C2 into 1,000 buckets; query into 50 buckets"

@@ -160,6 +160,9 @@ def describe(fitted: dict[str, Any]) -> str:
         )
         parts.append(f"training-split vocabularies ({sizes}; other values: out of vocabulary)")
     if fitted.get("hashing"):
-        hashed = ", ".join(f"{k} into {n:,} buckets" for k, n in fitted["hashing"].items())
+        by_size: dict[int, list[str]] = {}
+        for column, buckets in fitted["hashing"].items():
+            by_size.setdefault(buckets, []).append(column)
+        hashed = "; ".join(f"{', '.join(c)} into {n:,} buckets" for n, c in by_size.items())
         parts.append(f"hashed: {hashed}")
     return "; ".join(parts)
