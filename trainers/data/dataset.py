@@ -216,6 +216,11 @@ class Batch(NamedTuple):
     labels: torch.Tensor  # float32 [B]
 
 
+def check_batch_size(batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise RanknasError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+
+
 class BatchLoader:
     """Batches of a `TabularData` as torch tensors and a `KeyedJaggedTensor`.
 
@@ -237,8 +242,7 @@ class BatchLoader:
         drop_last: bool = False,
         pin_memory: bool | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise RanknasError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+        check_batch_size(batch_size)
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed

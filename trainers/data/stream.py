@@ -38,7 +38,7 @@ import numpy as np
 
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
-from trainers.data.dataset import Batch, BatchLoader, TabularData
+from trainers.data.dataset import Batch, BatchLoader, TabularData, check_batch_size
 from trainers.data.encoding import MISSING_ID, check_encoding
 from trainers.data.preprocess import COUNT_RATIO, FIRST_ID, OOV_ID, apply_dense
 from trainers.data.report import BadRowLimits
@@ -392,8 +392,7 @@ class StreamLoader:
         drop_last: bool = False,
         pin_memory: bool | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise RanknasError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
+        check_batch_size(batch_size)
         self.split, self.batch_size, self.shuffle, self.seed = split, batch_size, shuffle, seed
         self.drop_last, self.pin_memory = drop_last, pin_memory
         self.window_rows = max(batch_size, split.options.shuffle_rows // batch_size * batch_size)
