@@ -221,6 +221,11 @@ def check_batch_size(batch_size: object) -> None:
         raise RanknasError(f"batch_size must be an integer >= 1 (got {batch_size!r})")
 
 
+def batch_count(rows: int, batch_size: int, drop_last: bool) -> int:
+    full, rest = divmod(rows, batch_size)
+    return full + int(bool(rest) and not drop_last)
+
+
 class BatchLoader:
     """Batches of a `TabularData` as torch tensors and a `KeyedJaggedTensor`.
 
@@ -256,8 +261,7 @@ class BatchLoader:
         self._multi_hot = data.multi_hot
 
     def __len__(self) -> int:
-        full, rest = divmod(self._rows, self.batch_size)
-        return full + int(bool(rest) and not self.drop_last)
+        return batch_count(self._rows, self.batch_size, self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration use epoch `epoch`'s permutation."""

@@ -38,7 +38,7 @@ import numpy as np
 
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
-from trainers.data.dataset import Batch, BatchLoader, TabularData, check_batch_size
+from trainers.data.dataset import Batch, BatchLoader, TabularData, batch_count, check_batch_size
 from trainers.data.encoding import MISSING_ID, check_encoding
 from trainers.data.preprocess import COUNT_RATIO, FIRST_ID, OOV_ID, apply_dense
 from trainers.data.report import BadRowLimits
@@ -399,8 +399,7 @@ class StreamLoader:
         self.epoch = 0
 
     def __len__(self) -> int:
-        full, rest = divmod(len(self.split), self.batch_size)
-        return full + int(bool(rest) and not self.drop_last)
+        return batch_count(len(self.split), self.batch_size, self.drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
