@@ -62,7 +62,8 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
         page.goto(f"{base}/runs")
         page.wait_for_selector("text=matching runs", timeout=60_000)
         _close_assistant(page)
-        _expand_parents(page, parents=len(runs) - len(nested), rows=len(runs))
+        if nested:
+            _expand_parents(page, parents=len(runs) - len(nested))
         names = _column(page, NAME_COLUMN)
         durations = _column(page, "duration")
         view.names = [names[i].split("\n")[-1] for i in sorted(names)]
@@ -100,11 +101,9 @@ def _shown_first(run) -> tuple[bool, float]:
     return "reused_from" in run.data.tags, run.data.metrics.get("val_ne", float("inf"))
 
 
-def _expand_parents(page, parents: int, rows: int) -> None:
+def _expand_parents(page, parents: int) -> None:
     """Parents collapse their nested runs by default: click each parent's expander once the
     table has drawn them, then wait until nested rows are shown."""
-    if parents == rows:
-        return
     expander = "button[data-component-id*='runnamecellrenderer']"
     page.wait_for_selector(expander, timeout=60_000)
     expand = page.locator(expander)

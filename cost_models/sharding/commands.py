@@ -70,8 +70,8 @@ def _cost_net(model: Path) -> CostNet | None:
 # ---------------------------------------------------------------------- plan
 
 
-# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings,
-# on a 2-core x86_64 CPU; its report.json says what and where), for a fresh clone.
+# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings;
+# its report.json says on what), for a fresh clone.
 PACKAGED_MODEL = Path(__file__).parent / "default_model"
 
 
@@ -83,9 +83,10 @@ def _use_packaged_model(args: argparse.Namespace) -> None:
     if Path(args.model) != DEFAULT_MODEL or (Path(args.model) / "policy.json").exists():
         return
     args.model = PACKAGED_MODEL
+    device = json.loads((PACKAGED_MODEL / "report.json").read_text())["device"]
     print(f"no trained model in {DEFAULT_MODEL}: using the default shipped with ranknas, "
-          "trained on a 2-core x86_64 CPU's measurements (`ranknas shard train` trains one on "
-          "this machine's)", file=sys.stderr)  # fmt: skip
+          f"trained on measurements of {device} (`ranknas shard train` trains one on this "
+          "machine's)", file=sys.stderr)  # fmt: skip
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -144,10 +144,13 @@ class CostNet(nn.Module):
         d = plan.num_devices
         costs = self.predict(torch.zeros(d, encoded.shape[1]).index_add_(0, ranks, encoded))
         rows = {row_shard_name(t, j) for t, rs in plan.row_wise.items() for j in range(len(rs))}
-        whole = torch.tensor([t.name not in rows for t in units])
-        whole_codes = torch.zeros(d, encoded.shape[1]).index_add_(0, ranks[whole], encoded[whole])
-        has_whole = torch.bincount(ranks[whole], minlength=d) > 0
-        a2a_mb = torch.where(has_whole, self.predict(whole_codes)[:, 2], 0.0).double()
+        if rows:  # the comm head rates the whole units only
+            whole = torch.tensor([t.name not in rows for t in units])
+            codes = torch.zeros(d, encoded.shape[1]).index_add_(0, ranks[whole], encoded[whole])
+            has_whole = torch.bincount(ranks[whole], minlength=d) > 0
+            a2a_mb = torch.where(has_whole, self.predict(codes)[:, 2], 0.0).double()
+        else:
+            a2a_mb = costs[:, 2].double()
         reduce_mb = torch.zeros(d, dtype=torch.float64)
         groups, batch = plan.host_row_groups(), self.config.batch_size
         for t, rank in zip(units, ranks.tolist(), strict=True):

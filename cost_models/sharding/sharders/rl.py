@@ -116,7 +116,7 @@ class RLSharder(Sharder):
         modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
         cuts = []
         for mode in modes:
-            cut = row_wise_tables(tables, topology, shard_ms, mode)
+            cut = row_wise_tables(tables, topology, shard_ms if mode == "auto" else None, mode)
             cuts += [cut] if cut not in cuts else []
         plans = [self._plan_around(tables, topology, cut) for cut in cuts]
         return min(plans, key=lambda plan: self._robust_ms(tables, plan, topology))
@@ -201,9 +201,8 @@ class RLSharder(Sharder):
         if not heuristic:
             raise _stuck_error(*stuck, topology)
         rate = functools.partial(device_costs, self.cost_net, units, topology=topology)
-        ranks = min(heuristic, key=lambda r: float(rate(r).max()))
-        cost = float(rate(ranks).max())
-        return _Best(splits, units, ranks, cost, cost)
+        cost, best = min((float(rate(r).max()), i) for i, r in enumerate(heuristic))
+        return _Best(splits, units, heuristic[best], cost, cost)
 
     def _select(self, chosen: _Best, topology: Topology, pinned: int) -> list[int]:
         """Of the policy's plan and the greedy heuristics' plans of the same units (with the
