@@ -193,6 +193,8 @@ def test_criteo_stream_matches_load_criteo_with_hashing(tmp_path):
     assert torch.equal(train_rows, torch.cat([b.sparse.values() for b in batches(memory[0])]))
     np.testing.assert_array_equal(streamed.test.dense, memory[2].dense)
     np.testing.assert_array_equal(streamed.test.categorical, memory[2].categorical)
+    # hashed from the hex value as load_criteo does: the export takes those ids as given
+    assert streamed.fitted["hashing"] == fit_preprocessing(memory[0])["hashing"] == {}
 
 
 def test_criteo_vocabulary_comes_from_the_training_rows(tmp_path):

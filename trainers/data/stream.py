@@ -242,8 +242,9 @@ class Encoder:
         self.schema = DatasetSchema(spec.dense, tuple(features), spec.label, spec.name)
         text = {n: [source.value_text(v) for v in vs] for n, vs in vocabularies.items()}
         # the format of `preprocess.fit_preprocessing`: the export applies it to raw rows
+        exported = hashing if source.hashes_like_export else {}
         self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text,
-                                       "hashing": hashing}  # fmt: skip
+                                       "hashing": exported}  # fmt: skip
 
     def apply(self, chunk: RawChunk) -> TabularData:
         ids = chunk.ids

@@ -62,6 +62,9 @@ class Source:
     spec: TabularSchema  # label, dense and categorical columns (cardinality None: fitted)
     rows: int  # positions in the files, malformed rows included
     dense_fixed: bool = False  # the reader transforms the dense values itself (Criteo)
+    # the export hashes raw texts as `bucket_ids` does here (not Criteo's: its ids are hashed
+    # from the hex value, as `load_criteo`'s, and served as given)
+    hashes_like_export: bool = True
 
     def __init__(self, limits: BadRowLimits, chunk_rows: int) -> None:
         self.limits = limits
@@ -252,6 +255,7 @@ class CriteoSource(Source):
     """A Criteo TSV read block of lines by block of lines (`trainers.data.criteo`'s parser)."""
 
     dense_fixed = True
+    hashes_like_export = False
 
     def __init__(self, path: Path, limits: BadRowLimits, chunk_rows: int) -> None:
         super().__init__(limits, chunk_rows)
