@@ -72,9 +72,7 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     dense = wants_preprocessing(d.preprocessing, d.source)
     data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
                        dense_preprocessing=dense)  # fmt: skip
-    described = data.description
-    if data.fitted["dense"] or data.fitted["vocabulary"]:
-        described += f"; {describe(data.fitted)}"
+    described = "; ".join(filter(None, [data.description, describe(data.fitted)]))
     return StudyData(data.train, data.valid, data.test, None, described, data.fitted)
 
 

@@ -185,7 +185,8 @@ def train(
         budget_steps = _budget_steps(len(train_data), config)
         total = budget_steps * config.batch_size if budget_steps else None
         with bars.bar(total, label, unit="examples") as shown:
-            best = _loop(model, train_data, valid_data, config, on_eval, device, result, shown)
+            best = _loop(model, train_data, valid_data, config, on_eval, device, result, shown,
+                         budget_steps)  # fmt: skip
         if result.status != "failed":
             if config.restore_best:
                 _restore_best(model, valid_data, config, best, result)
@@ -233,13 +234,14 @@ def _check_diverged(result: TrainResult) -> None:
         )
 
 
-def _loop(model, train_data, valid_data, config, on_eval, device, result, shown) -> _Best:
+def _loop(
+    model, train_data, valid_data, config, on_eval, device, result, shown, budget_steps
+) -> _Best:
     torch.manual_seed(config.seed)
     if config.start_at_base_rate:
         _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
-    budget_steps = _budget_steps(len(train_data), config)
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     autocast = device.type == "cuda" and config.bf16
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}

@@ -38,11 +38,10 @@ class EmbeddingBags(nn.Module):
         features: Sequence[str],
         num_embeddings: Sequence[int],
         dims: Sequence[int],
-        poolings: Sequence[str] | None = None,
+        poolings: Sequence[str],
     ) -> None:
         super().__init__()
         self.features = list(features)
-        poolings = poolings or ["sum"] * len(self.features)
         self.embedding_bags = nn.ModuleDict(
             {
                 f"t_{f}": nn.EmbeddingBag(rows, dim, mode=pooling)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from search_space.errors import RanknasError
+from search_space.preprocessing import MISSING_ID, OOV_ID
 
-MISSING_ID = 0
-RARE_ID = 1
+RARE_ID = OOV_ID  # a value seen fewer than min_count times: out of vocabulary
 
 
 def check_encoding(min_count: int, hash_size: int | None, source: str) -> None:

@@ -316,16 +316,8 @@ class StreamSplit:
     ) -> None:
         self.source, self.start, self.stop = source, start, stop
         self.encoder, self.rows, self.options = encoder, rows, options
-        self._label_mean = label_mean  # counted by the fitting pass (training rows only)
+        self.label_mean = label_mean  # counted by the fitting pass (the training split's)
         self._head: TabularData | None = None
-
-    @property
-    def label_mean(self) -> float:
-        """The share of positive labels; a pass over the rows unless the fit counted it."""
-        if self._label_mean is None:
-            clicks = sum(float(part.labels.sum()) for part in self.chunks())
-            self._label_mean = clicks / max(self.rows, 1)
-        return self._label_mean
 
     @property
     def schema(self) -> DatasetSchema:
