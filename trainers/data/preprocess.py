@@ -10,6 +10,7 @@ transformed with the training split's statistics; nothing is fitted on them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +23,6 @@ from search_space.preprocessing import (
     OOV_ID,
     encode_value,
     transform_dense,
-    vocabulary_index,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 
@@ -69,13 +69,29 @@ def column_ids(raw: RawColumn, vocabulary: list[str], buckets: int | None) -> np
     """The id of each item of `raw`: through `vocabulary` or hashed into `buckets`, value by
     value with the function the exported model runs."""
     if buckets is not None:
-        lookup = [encode_value(v, None, buckets) for v in raw.values]
+        lookup = np.asarray([encode_value(v, None, buckets) for v in raw.values], np.int64)
     else:  # the values are stripped and present: encode_value would only look them up
-        index = vocabulary_index(vocabulary)
-        lookup = [index.get(v, OOV_ID) for v in raw.values]
-    lookup = np.asarray([*lookup, MISSING_ID], dtype=np.int64)
-    codes = raw.codes.values
-    return lookup[np.where(codes >= 0, codes, len(raw.values))]
+        lookup = vocabulary_ids(vocabulary_positions(vocabulary), raw.values)
+    return item_ids(lookup, raw.codes.values)
+
+
+def vocabulary_positions(vocabulary: Sequence[Any]) -> Any:
+    """A training vocabulary as a pandas Index, for `vocabulary_ids`."""
+    import pandas as pd
+
+    return pd.Index(vocabulary)
+
+
+def vocabulary_ids(positions: Any, values: Sequence[Any]) -> np.ndarray:
+    """Each value's id: FIRST_ID + its place in the vocabulary (`vocabulary_positions`),
+    OOV_ID where it is not there (the same ids as the exported model's index)."""
+    found = positions.get_indexer(values)
+    return np.where(found >= 0, found + FIRST_ID, OOV_ID).astype(np.int64)
+
+
+def item_ids(lookup: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Per item, the id of its code's value in `lookup`; code -1 (missing): MISSING_ID."""
+    return np.append(lookup, MISSING_ID)[np.where(codes >= 0, codes, len(lookup))]
 
 
 def fit_vocabulary(train: TabularData) -> dict[str, list[str]]:

@@ -39,8 +39,15 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
 from trainers.data.dataset import Batch, BatchLoader, TabularData, batch_count, check_batch_size
-from trainers.data.encoding import MISSING_ID, check_encoding
-from trainers.data.preprocess import COUNT_RATIO, FIRST_ID, OOV_ID, apply_dense
+from trainers.data.encoding import check_encoding
+from trainers.data.preprocess import (
+    COUNT_RATIO,
+    FIRST_ID,
+    apply_dense,
+    item_ids,
+    vocabulary_ids,
+    vocabulary_positions,
+)
 from trainers.data.report import BadRowLimits
 from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, open_source
 
@@ -228,10 +235,7 @@ class Encoder:
         hashing: dict[str, int],
     ) -> None:
         self.source, self.transforms, self.hashing = source, transforms, hashing
-        self.index = {
-            name: {value: i + FIRST_ID for i, value in enumerate(values)}
-            for name, values in vocabularies.items()
-        }
+        self.index = {name: vocabulary_positions(vs) for name, vs in vocabularies.items()}
         spec = source.spec
         features = []
         for column in spec.categorical:
@@ -258,11 +262,8 @@ class Encoder:
         if name in self.hashing:
             lookup = self.source.bucket_ids(values, self.hashing[name])
         else:
-            index = self.index[name]
-            lookup = np.fromiter((index.get(v, OOV_ID) for v in values.tolist()), np.int64,
-                                 len(values))  # fmt: skip
-        lookup = np.append(lookup, MISSING_ID)  # code -1
-        return lookup[np.where(codes >= 0, codes, len(values))]
+            lookup = vocabulary_ids(self.index[name], values)
+        return item_ids(lookup, codes)
 
 
 def fit_encoder(
