@@ -162,12 +162,8 @@ class TabularData:
         in file order; `time`: contiguous in the order of `time` (ties in file order), so that
         validation and test are the future of training, as production is.
         """
-        if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
-            raise RanknasError(
-                f"split fractions {tuple(fractions)}: need three non-negative numbers "
-                "(train, valid, test) that sum to 1"
-            )
         n = len(self)
+        bounds = split_bounds(n, fractions)
         if method == "random":
             order = np.random.default_rng(seed).permutation(n)
         elif method == "ordered":
@@ -179,7 +175,6 @@ class TabularData:
                 f"split method {method!r}: use random, ordered, or time (with a time column "
                 "named in the schema)"
             )
-        bounds = np.round(np.cumsum(fractions)[:2] * n).astype(np.int64)
         parts = np.split(order, bounds)
         return tuple(np.sort(p) for p in parts)  # type: ignore[return-value]
 
@@ -214,6 +209,17 @@ class Batch(NamedTuple):
     sparse: KeyedJaggedTensor  # keys = categorical feature names; one id per row and key,
     # a list per row for a multi-valued feature
     labels: torch.Tensor  # float32 [B]
+
+
+def split_bounds(rows: int, fractions: Sequence[float]) -> np.ndarray:
+    """Where `rows` rows in split order end training and validation, for train/valid/test
+    `fractions` (checked)."""
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
+        raise RanknasError(
+            f"split fractions {tuple(fractions)}: need three non-negative numbers "
+            "(train, valid, test) that sum to 1"
+        )
+    return np.round(np.cumsum(fractions)[:2] * rows).astype(np.int64)
 
 
 def check_batch_size(batch_size: object) -> None:

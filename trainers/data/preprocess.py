@@ -36,15 +36,23 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
     for k, column in enumerate(train.schema.dense):
         x = train.dense[:, k].astype(np.float64)
         x = x[~np.isnan(x)]
-        count_like = bool(len(x)) and x.min() >= 0 and bool(np.all(x == np.floor(x))) and (
-            x.max() > COUNT_RATIO * (np.median(x) + 1)
-        )  # fmt: skip
-        y = np.log1p(x) if count_like else x
-        std = float(y.std()) if len(y) else 1.0
-        transforms.append({"column": column, "log1p": bool(count_like),
-                           "mean": float(y.mean()) if len(y) else 0.0,
-                           "std": std if std > 1e-9 else 1.0})  # fmt: skip
+        if not len(x):
+            transforms.append(dense_transform(column, False, 0.0, 1.0))
+            continue
+        log1p = is_count_like(x.min(), x.max(), bool(np.all(x == np.floor(x))), np.median(x))
+        y = np.log1p(x) if log1p else x
+        transforms.append(dense_transform(column, log1p, float(y.mean()), float(y.std())))
     return transforms
+
+
+def is_count_like(low: float, high: float, whole: bool, median: float) -> bool:
+    """Counts (whole, non-negative, a long right tail) get log1p, as Criteo models do."""
+    return bool(low >= 0 and whole and high > COUNT_RATIO * (median + 1))
+
+
+def dense_transform(column: str, log1p: bool, mean: float, std: float) -> dict[str, Any]:
+    """One column's transform as JSON; a constant column keeps std 1."""
+    return {"column": column, "log1p": log1p, "mean": mean, "std": std if std > 1e-9 else 1.0}
 
 
 def apply_dense(data: TabularData, transforms: list[dict[str, Any]]) -> TabularData:

@@ -38,12 +38,20 @@ import numpy as np
 
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
-from trainers.data.dataset import Batch, BatchLoader, TabularData, batch_count, check_batch_size
+from trainers.data.dataset import (
+    Batch,
+    BatchLoader,
+    TabularData,
+    batch_count,
+    check_batch_size,
+    split_bounds,
+)
 from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import (
-    COUNT_RATIO,
     FIRST_ID,
     apply_dense,
+    dense_transform,
+    is_count_like,
     item_ids,
     vocabulary_ids,
     vocabulary_positions,
@@ -124,13 +132,7 @@ def open_stream(
 
 def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
     """0, the end of training, the end of validation, `rows` (as `split_indices` cuts)."""
-    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
-        raise RanknasError(
-            f"split fractions {tuple(fractions)}: need three non-negative numbers "
-            "(train, valid, test) that sum to 1"
-        )
-    cuts = np.round(np.cumsum(fractions)[:2] * rows).astype(np.int64)
-    return [0, int(cuts[0]), int(cuts[1]), rows]
+    return [0, *(int(b) for b in split_bounds(rows, fractions)), rows]
 
 
 def _eval_split(
@@ -185,13 +187,10 @@ class DenseStats:
     def transform(self) -> dict[str, Any]:
         """`fit_dense`'s transform of the column, from the statistics."""
         if not self.count:
-            return {"column": self.column, "log1p": False, "mean": 0.0, "std": 1.0}
-        median = float(np.median(self.sample))
-        count_like = self.low >= 0 and self.whole and self.high > COUNT_RATIO * (median + 1)
-        mean, squares = self.moments["log" if count_like else "x"]
-        std = math.sqrt(squares / self.count)
-        return {"column": self.column, "log1p": bool(count_like), "mean": mean,
-                "std": std if std > 1e-9 else 1.0}  # fmt: skip
+            return dense_transform(self.column, False, 0.0, 1.0)
+        log1p = is_count_like(self.low, self.high, self.whole, float(np.median(self.sample)))
+        mean, squares = self.moments["log" if log1p else "x"]
+        return dense_transform(self.column, log1p, mean, math.sqrt(squares / self.count))
 
 
 def _merge_moments(moments: tuple[float, float], count: int, y: np.ndarray) -> tuple[float, float]:
