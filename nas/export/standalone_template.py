@@ -8,6 +8,7 @@ not copied (the export merges the imports of everything it copies into one block
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,7 +113,7 @@ def encode_ids(
         if known is None and buckets is None:
             encoded.append(torch.as_tensor([int(v) for v in values], dtype=torch.long))
             continue
-        index = vocabulary_index(known or [])
+        index = fitted["index"].get(feature, {})
         if feature not in multi_valued:
             ids = [encode_value(v, index, buckets) for v in values]
             encoded.append(torch.as_tensor(ids, dtype=torch.long))
@@ -132,5 +133,14 @@ def encode_ids(
 
 
 def _preprocessing(directory: str | Path) -> dict:
+    """The fitted preprocessing, with each vocabulary's index under "index": read and built
+    once per version of the file (a served model calls this on every request)."""
     path = Path(directory) / "preprocessing.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return _read_preprocessing(str(path), path.stat().st_mtime_ns) if path.exists() else {}
+
+
+@functools.lru_cache(maxsize=8)
+def _read_preprocessing(path: str, version: int) -> dict:
+    fitted = json.loads(Path(path).read_text())
+    vocabularies = fitted.get("vocabulary", {})
+    return fitted | {"index": {f: vocabulary_index(v) for f, v in vocabularies.items()}}
