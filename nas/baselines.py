@@ -66,6 +66,12 @@ def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return dict(sorted(found.items(), key=lambda item: item[1].get("order", 0)))
 
 
+def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[str, Any]] | None:
+    """The recorded baseline of the lowest validation `metric`, with its key."""
+    done = [(k, a) for k, a in recorded(study).items() if a.get(f"val_{metric}") is not None]
+    return min(done, key=lambda item: item[1][f"val_{metric}"], default=None)
+
+
 def train_baselines(
     study: optuna.Study,
     config: StudyConfig,

@@ -181,13 +181,24 @@ class ObjectiveConfig(_Section):
     cost: Literal["none", "mflops", "params", "latency_ms"] = Field(
         default="none", description="a second objective to minimize (Pareto front)"
     )
-    max_mflops: float | None = Field(default=None, gt=0, description="constraint")
+    max_mflops: float | Literal["best_baseline"] | None = Field(
+        default=None,
+        description="constraint: an architecture above it is skipped without training (not "
+        "counted in the budget); best_baseline: the MFLOPs of the study's best baseline",
+    )
     max_params: int | None = Field(default=None, gt=0, description="constraint (dense params)")
     max_latency_ms: float | None = Field(default=None, gt=0, description="constraint (forward)")
     latency_batch_size: int = Field(default=512, ge=1, description="batch of latency_ms")
     latency_model: str | None = Field(
         default=None, description="predictor JSON (`ranknas latency fit`); default: measure"
     )
+
+    @field_validator("max_mflops")
+    @classmethod
+    def _positive_ceiling(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, float) and value <= 0:
+            raise ValueError("must be greater than 0, or best_baseline")
+        return value
 
     @property
     def needs_latency(self) -> bool:
@@ -321,6 +332,8 @@ class StudyConfig(_Section):
                              "data.stream works with the sampling searchers")  # fmt: skip
         if self.searcher.type in ("oneshot", "dnas") and self.search_space.type != "dag":
             raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
+        if self.objectives.max_mflops == "best_baseline" and not self.baselines:
+            raise ValueError("objectives.max_mflops: best_baseline needs `baselines:` to train")
         return self
 
     @property

@@ -24,7 +24,7 @@ import torch
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.baselines import train_baselines
+from nas.baselines import best_baseline, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.oneshot.phase import run_search_phase
@@ -64,6 +64,12 @@ Progress = Callable[[str], None]
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
+
+
+def _counted(trial: FrozenTrial) -> bool:
+    """Done and counted in the budget: complete or pruned, not skipped over a constraint."""
+    return trial.state in DONE and not trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
 
 
 def objective_names(config: StudyConfig) -> list[str]:
@@ -85,7 +91,7 @@ def open_study(
         sample_size=s.sample_size,
         startup_trials=s.startup_trials,
         objective_thresholds={"mflops": o.max_mflops}
-        if o.max_mflops and o.cost == "mflops"
+        if isinstance(o.max_mflops, float) and o.cost == "mflops"
         else None,
     )
     pruner = {
@@ -162,11 +168,19 @@ def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) ->
         optuna.storages.fail_stale_trials(study)
         with study_lock(config.storage, config.name):
             trials = study.get_trials(deepcopy=False)
-            done = sum(t.state in DONE for t in trials)
+            done = sum(_counted(t) for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
             failed = sum(_is_error(t) for t in trials)
             if done >= config.budget.trials:
                 return None
+            skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
+            if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
+                raise RanknasError(
+                    f"study {config.name!r}: {skipped} sampled architectures exceeded the "
+                    f"objectives' constraints and only {done} met them; loosen objectives."
+                    "max_mflops / max_params / max_latency_ms, or search a space of smaller "
+                    "architectures"
+                )
             limit = config.budget.max_failures or config.budget.trials
             if failed >= limit:
                 raise RanknasError(
@@ -219,6 +233,7 @@ def _run_study(
         )
     if config.baselines:
         train_baselines(study, config, config.baselines, data, logger, progress, worker)
+    config = _with_mflops_ceiling(study, config, progress)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes
@@ -257,10 +272,33 @@ def _run_study(
     return study
 
 
+def _with_mflops_ceiling(
+    study: optuna.Study, config: StudyConfig, progress: Progress
+) -> StudyConfig:
+    """`objectives.max_mflops: best_baseline` made a number: the MFLOPs of the best baseline
+    when the search starts, kept in the study so that resumed and joining workers share it
+    (a baseline added later does not move it)."""
+    o = config.objectives
+    if o.max_mflops != "best_baseline":
+        return config
+    ceiling = study.user_attrs.get(StudyAttr.MFLOPS_CEILING)
+    if ceiling is None:
+        best = best_baseline(study, o.metric)
+        if best is None:
+            raise RanknasError(f"study {config.name!r}: objectives.max_mflops is best_baseline "
+                               "but no baseline trained; see `ranknas status`")  # fmt: skip
+        ceiling = {"mflops": best[1]["mflops"], "baseline": best[0]}
+        study.set_user_attr(StudyAttr.MFLOPS_CEILING, ceiling)
+    progress(f"search: architectures above {ceiling['mflops']:.3f} MFLOPs (baseline "
+             f"{ceiling['baseline']}'s) are skipped untrained")  # fmt: skip
+    capped = o.model_copy(update={"max_mflops": float(ceiling["mflops"])})
+    return config.model_copy(update={"objectives": capped})
+
+
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:
     """The study's bar over its trial budget; silent off a terminal, where each trial's
     line is the periodic line."""
-    done = sum(t.state in DONE for t in study.get_trials(deepcopy=False))
+    done = sum(_counted(t) for t in study.get_trials(deepcopy=False))
     label = f"study {config.name}"
     return bars.bar(config.budget.trials, label, "trials", lines=False, initial=done)
 
@@ -288,7 +326,7 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
     """Queue the MLflow record in the durable outbox, then tell Optuna: a kill in between
     leaves a trial that its missed heartbeats fail and retry, never a finished trial that
     MLflow never hears of."""
-    if logger is not None:
+    if logger is not None and not trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
         directory = trial.user_attrs.get(TrialAttr.DIR)
         if directory and (Path(directory) / ARCHITECTURE_FILE).exists():
             diagram = diagram_png(read_architecture(directory))
@@ -364,13 +402,20 @@ def run_trial(
     costs = architecture_costs(arch, config)
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
-    sharding = plan_sharding(arch, config, directory)
-    result, model = _train_within_constraints(trial, arch, costs, data, config)
+    reason = _over_constraint(costs, config)
+    if reason:
+        trial.set_user_attr(TrialAttr.OVER_CONSTRAINT, True)
+        result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
+    else:
+        sharding = plan_sharding(arch, config, directory)
+        result, model = _train(trial, arch, data, config)
     summary = record_result(directory, costs, sharding, result, model)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
     state, values = _outcome(result, config, costs)
     tags["searcher"] = config.searcher.type
+    if reason:
+        tags[TrialAttr.OVER_CONSTRAINT] = True
     described = summary_name(arch, costs.mflops)
     params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
     record = mlflow_record(params, summary, result.curves, tags, _artifacts(directory),
@@ -390,25 +435,23 @@ def _artifacts(directory: Path) -> dict[str, str]:
     return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
 
 
-def _train_within_constraints(
-    trial: Trial,
-    arch: Architecture,
-    costs: Costs,
-    data: StudyData,
-    config: StudyConfig,
-) -> tuple[TrainResult, RankingModel | None]:
+def _over_constraint(costs: Costs, config: StudyConfig) -> str | None:
+    """Why an architecture is not trained (over a constraint of `objectives`), or None."""
     o = config.objectives
     reason = None
-    if o.max_mflops and costs.mflops > o.max_mflops:
+    if isinstance(o.max_mflops, float) and costs.mflops > o.max_mflops:
         reason = f"{costs.mflops:.3f} MFLOPs exceeds objectives.max_mflops={o.max_mflops}"
     elif o.max_params and costs.params > o.max_params:
         reason = f"{costs.params} params exceeds objectives.max_params={o.max_params}"
     elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:
         reason = (f"{costs.latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
                   f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
-    if reason:
-        return TrainResult(status="pruned", failure_reason=reason), None
+    return reason
 
+
+def _train(
+    trial: Trial, arch: Architecture, data: StudyData, config: StudyConfig
+) -> tuple[TrainResult, RankingModel | None]:
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
         if config.multi_objective:
             return False
@@ -436,17 +479,23 @@ def _progress_line(
 ) -> tuple[str, int, float]:
     """The line printed after a trial, with the study's done trials and best value."""
     trials = study.get_trials(deepcopy=False)
-    done = sum(t.state in DONE for t in trials)
+    done = sum(_counted(t) for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best = min((t.values[0] for t in complete), default=float("nan"))
     metric = config.objectives.metric
     value = record["metrics"].get(f"val_{metric}")
     elapsed = time.monotonic() - started
     worker = record["tags"][TrialAttr.WORKER]
-    mine = max(1, sum(t.state in DONE and t.user_attrs.get(TrialAttr.WORKER) == worker
+    mine = max(1, sum(_counted(t) and t.user_attrs.get(TrialAttr.WORKER) == worker
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
+    if TrialAttr.OVER_CONSTRAINT in record["tags"]:
+        return (
+            f"[{done}/{config.budget.trials}] skipped: {record['tags']['failure_reason']}",
+            done,
+            best,
+        )
     line = (
         f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
         f"(best {best:.4f})  {record['metrics'].get('mflops', 0):.3f} MFLOPs  "

@@ -38,6 +38,7 @@ class TrialAttr(StrEnum):
     DIR = "trial_dir"
     FAILURE_REASON = "failure_reason"
     PREDICTED_STEP_MS = "predicted_embedding_step_ms"
+    OVER_CONSTRAINT = "over_constraint"  # skipped untrained: not counted in the budget
 
 
 class StudyAttr(StrEnum):
@@ -53,6 +54,7 @@ class StudyAttr(StrEnum):
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained
+    MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.

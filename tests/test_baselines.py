@@ -5,6 +5,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from nas.baselines import recorded
 from nas.cli import main
 from nas.config import parse_config
@@ -12,6 +14,7 @@ from nas.leaderboard import verdict
 from nas.reevaluate import REEVAL_SEED, reevaluate_study
 from nas.runner import run_study
 from nas.storage import load_study
+from search_space.errors import RanknasError
 from study_helpers import tiny_config, write_config
 
 
@@ -86,3 +89,30 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_pat
 
     assert main(["baseline", "add", str(path), "no_such_model", "--no-mlflow"]) == 2
     assert "baselines: no_such_model: neither a preset" in capsys.readouterr().err
+
+
+def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp_path):
+    config = _config(tmp_path, "capped", baselines=("dlrm",), budget={"trials": 3},
+                     objectives={"max_mflops": "best_baseline"})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dcnv2"}
+    lines = []
+    study = run_study(parse_config(config), progress=lines.append)
+    ceiling = study.user_attrs["mflops_ceiling"]
+    assert ceiling == {"mflops": recorded(study)["dlrm"]["mflops"], "baseline": "dlrm"}
+    skipped = [t for t in study.trials if t.user_attrs.get("over_constraint")]
+    counted = [t for t in study.trials if t.state.is_finished() and t not in skipped
+               and "failure_reason" not in t.user_attrs]  # fmt: skip
+    assert len(counted) == 3 and skipped  # DCNv2's variants are mostly above DLRM's FLOPs
+    assert all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in counted)
+    for trial in skipped:
+        assert trial.user_attrs["mflops"] > ceiling["mflops"]
+        assert not (
+            tmp_path / "capped" / "trials" / str(trial.number) / "model.safetensors"
+        ).exists()
+    assert sum(line.startswith("[") and "skipped:" in line for line in lines) == len(skipped)
+
+
+def test_best_baseline_ceiling_needs_baselines(tmp_path):
+    config = tiny_config(tmp_path, "nobase", objectives={"max_mflops": "best_baseline"})
+    with pytest.raises(RanknasError, match="best_baseline needs `baselines:`"):
+        parse_config(config)

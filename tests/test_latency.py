@@ -19,6 +19,7 @@ from cost_models.latency.model import (
 from nas.cli import main
 from nas.config import parse_config
 from nas.runner import run_study
+from nas.storage import load_study
 from search_space.architecture import Architecture, analyze
 from search_space.blocks import OPS
 from search_space.errors import RanknasError
@@ -149,10 +150,13 @@ def test_collect_measures_distinct_architectures(tmp_path):
     assert calls == [1, 2, 3] and len({arch.to_json() for arch, _ in measured}) == 3
 
 
-def test_a_study_prunes_trials_over_max_latency_before_training(tmp_path):
+def test_a_study_skips_trials_over_max_latency_and_stops_when_none_fits(tmp_path):
     objectives = {"max_latency_ms": 1e-6, "latency_batch_size": 16}
     config = tiny_config(tmp_path, "fast", objectives=objectives, budget={"trials": 2})
-    study = run_study(parse_config(config), progress=lambda line: None)
+    with pytest.raises(RanknasError, match="20 sampled architectures exceeded the objectives"):
+        run_study(parse_config(config), progress=lambda line: None)
+    study = load_study("fast", config["storage"])
+    assert len(study.trials) == 20
     for trial in study.trials:
         assert trial.state == TrialState.PRUNED and trial.user_attrs["latency_ms"] > 0
         assert "exceeds objectives.max_latency_ms=1e-06" in trial.user_attrs["failure_reason"]
