@@ -109,7 +109,7 @@ def _train_one(
     directory = config.study_dir / "baselines" / key
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config)
-    sharding = plan_sharding(arch, config, directory)
+    sharding = plan_sharding(arch, config, directory, data)
     result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}")
     summary = record_result(directory, costs, sharding, result, model)
     attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),

@@ -36,6 +36,12 @@ class StudyData:
     # transforms, vocabularies, hashed and multi-valued columns
     preprocessing: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def pooling_factors(self) -> dict[str, float]:
+        """Each multi-valued feature's mean ids per training row (a lookup's pooling)."""
+        lists = getattr(self.train, "multi_hot", {})  # streamed rows have none in memory
+        return {name: float(j.lengths.mean()) for name, j in lists.items() if len(j.lengths)}
+
 
 def prepare_data(config: StudyConfig) -> StudyData:
     d = config.data
@@ -133,13 +139,16 @@ def architecture_costs(arch: Architecture, config: StudyConfig) -> Costs:
     return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms)
 
 
-def plan_sharding(arch: Architecture, config: StudyConfig, directory: Path) -> dict | None:
+def plan_sharding(
+    arch: Architecture, config: StudyConfig, directory: Path, data: StudyData
+) -> dict | None:
     """The embedding sharding plan of `sharding.devices` devices (none when not asked)."""
     shard = config.sharding
     if not shard.devices:
         return None
     batch = config.training.batch_size
-    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch)
+    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch,
+                               data.pooling_factors)  # fmt: skip
     (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
     return plan
 

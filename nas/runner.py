@@ -407,7 +407,7 @@ def run_trial(
         trial.set_user_attr(TrialAttr.OVER_CONSTRAINT, True)
         result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
     else:
-        sharding = plan_sharding(arch, config, directory)
+        sharding = plan_sharding(arch, config, directory, data)
         result, model = _train(trial, arch, data, config)
     summary = record_result(directory, costs, sharding, result, model)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,

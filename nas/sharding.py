@@ -18,12 +18,19 @@ from search_space.architecture import Architecture
 
 
 def plan_trial_sharding(
-    arch: Architecture, devices: int, method: str, model_dir: str, batch_size: int
+    arch: Architecture,
+    devices: int,
+    method: str,
+    model_dir: str,
+    batch_size: int,
+    pooling_factors: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    tables = tables_from_architecture(arch)
+    """`pooling_factors`: a multi-valued feature's mean ids per row (1 for the others)."""
+    tables = tables_from_architecture(arch, pooling_factors)
     topology = Topology(devices)
     plan = make_sharder(method, model_dir, batch_size).plan(tables, topology)
     record: dict[str, Any] = plan.to_dict()
+    record["pooling_factors"] = {t.name: t.pooling_factor for t in tables if t.pooling_factor != 1}
     if (Path(model_dir) / "cost_net.json").exists():
         predicted = load_cost_net(model_dir).plan_costs(tables, plan, topology)
         record["predicted_step_ms"] = float(predicted.sum(1).max())

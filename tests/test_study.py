@@ -240,6 +240,19 @@ def test_trials_record_the_sharding_plan_of_their_tables(tmp_path):
     assert plan["method"] == "size_greedy" and len(plan["memory_bytes"]) == 2
 
 
+def test_sharding_plans_read_a_multi_valued_feature_as_its_mean_ids_per_row(tmp_path):
+    from helpers import write_genre_log
+
+    csv, schema = write_genre_log(tmp_path, rows=600)
+    data = {"source": str(csv), "schema": str(schema)}
+    sharding = {"devices": 2, "method": "lookup_greedy"}
+    config = tiny_config(tmp_path, "lists", data=data, budget={"trials": 1}, sharding=sharding)
+    run_study(parse_config(config), progress=lambda line: None)
+    plan = json.loads((tmp_path / "lists" / "trials" / "0" / "sharding_plan.json").read_text())
+    assert list(plan["pooling_factors"]) == ["t_genres"]  # 1 to 4 genres a row: 2.5 on average
+    assert 2.2 < plan["pooling_factors"]["t_genres"] < 2.8
+
+
 def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     from nas.leaderboard import best_trial, rows
     from nas.reevaluate import REEVAL_SEED, reevaluate_study
