@@ -142,6 +142,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     counts = ", ".join(f"{n} {k}" for k, n in state["trials"].items() if n)
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
+    if state["mflops_ceiling"]:
+        c = state["mflops_ceiling"]
+        print(f"MFLOPs ceiling: {c['mflops']:.3f} (baseline {c['baseline']}'s); skipped "
+              "trials were above it and not trained")  # fmt: skip
     if state["best_trial"] is not None:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
     if state["verdict"]:

@@ -23,9 +23,16 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
                     "failure_reason")  # fmt: skip
 
 
+def _state(trial: FrozenTrial) -> str:
+    """Optuna's state, or `skipped`: over a constraint, told as pruned without training."""
+    return (
+        "skipped" if trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT) else trial.state.name.lower()
+    )
+
+
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
-    row = {"trial": trial.number, "state": trial.state.name.lower()}
+    row = {"trial": trial.number, "state": _state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
     return row
 
@@ -150,7 +157,9 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
 
 def status(study: optuna.Study) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
+    counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0}
+    for t in trials:
+        counts[_state(t)] += 1
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best = min(complete, key=lambda t: t.values[0]) if complete else None
     return {
@@ -162,6 +171,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best_trial": best.number if best else None,
         "best_val_ne": best.user_attrs.get("val_ne") if best else None,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
+        "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
     }

@@ -10,7 +10,7 @@ import pytest
 from nas.baselines import recorded
 from nas.cli import main
 from nas.config import parse_config
-from nas.leaderboard import verdict
+from nas.leaderboard import status, verdict
 from nas.reevaluate import REEVAL_SEED, reevaluate_study
 from nas.runner import run_study
 from nas.storage import load_study
@@ -110,6 +110,8 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
             tmp_path / "capped" / "trials" / str(trial.number) / "model.safetensors"
         ).exists()
     assert sum(line.startswith("[") and "skipped:" in line for line in lines) == len(skipped)
+    state = status(study)
+    assert state["trials"]["skipped"] == len(skipped) and state["mflops_ceiling"] == ceiling
 
 
 def test_best_baseline_ceiling_needs_baselines(tmp_path):
