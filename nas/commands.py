@@ -144,7 +144,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
     if state["mflops_ceiling"]:
         c = state["mflops_ceiling"]
-        print(f"MFLOPs ceiling: {c['mflops']:.3f} (baseline {c['baseline']}'s); skipped "
+        print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "
               "trials were above it and not trained")  # fmt: skip
     if state["best_trial"] is not None:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")

@@ -181,10 +181,11 @@ class ObjectiveConfig(_Section):
     cost: Literal["none", "mflops", "params", "latency_ms"] = Field(
         default="none", description="a second objective to minimize (Pareto front)"
     )
-    max_mflops: float | Literal["best_baseline"] | None = Field(
+    max_mflops: float | Literal["best_baseline", "base"] | None = Field(
         default=None,
         description="constraint: an architecture above it is skipped without training (not "
-        "counted in the budget); best_baseline: the MFLOPs of the study's best baseline",
+        "counted in the budget); best_baseline: the MFLOPs of the study's best baseline; "
+        "base: those of the around space's base",
     )
     max_params: int | None = Field(default=None, gt=0, description="constraint (dense params)")
     max_latency_ms: float | None = Field(default=None, gt=0, description="constraint (forward)")
@@ -197,7 +198,7 @@ class ObjectiveConfig(_Section):
     @classmethod
     def _positive_ceiling(cls, value: float | str | None) -> float | str | None:
         if isinstance(value, float) and value <= 0:
-            raise ValueError("must be greater than 0, or best_baseline")
+            raise ValueError("must be greater than 0, best_baseline or base")
         return value
 
     @property
@@ -334,6 +335,8 @@ class StudyConfig(_Section):
             raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
         if self.objectives.max_mflops == "best_baseline" and not self.baselines:
             raise ValueError("objectives.max_mflops: best_baseline needs `baselines:` to train")
+        if self.objectives.max_mflops == "base" and self.search_space.type != "around":
+            raise ValueError("objectives.max_mflops: base needs search_space.type: around")
         return self
 
     @property

@@ -24,7 +24,7 @@ import torch
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.baselines import best_baseline, train_baselines
+from nas.baselines import baseline_key, best_baseline, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.oneshot.phase import run_search_phase
@@ -233,7 +233,7 @@ def _run_study(
         )
     if config.baselines:
         train_baselines(study, config, config.baselines, data, logger, progress, worker)
-    config = _with_mflops_ceiling(study, config, progress)
+    config = _with_mflops_ceiling(study, config, space, progress)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes
@@ -273,26 +273,33 @@ def _run_study(
 
 
 def _with_mflops_ceiling(
-    study: optuna.Study, config: StudyConfig, progress: Progress
+    study: optuna.Study, config: StudyConfig, space: SearchSpace, progress: Progress
 ) -> StudyConfig:
-    """`objectives.max_mflops: best_baseline` made a number: the MFLOPs of the best baseline
-    when the search starts, kept in the study so that resumed and joining workers share it
-    (a baseline added later does not move it)."""
+    """`objectives.max_mflops: best_baseline | base` made a number: the MFLOPs of the best
+    baseline when the search starts, or of the around space's base; kept in the study so
+    that resumed and joining workers share it (a baseline added later does not move it)."""
     o = config.objectives
-    if o.max_mflops != "best_baseline":
+    if not isinstance(o.max_mflops, str):
         return config
     ceiling = study.user_attrs.get(StudyAttr.MFLOPS_CEILING)
     if ceiling is None:
-        best = best_baseline(study, o.metric)
-        if best is None:
-            raise RanknasError(f"study {config.name!r}: objectives.max_mflops is best_baseline "
-                               "but no baseline trained; see `ranknas status`")  # fmt: skip
-        ceiling = {"mflops": best[1]["mflops"], "baseline": best[0]}
+        ceiling = _resolve_ceiling(study, config, space)
         study.set_user_attr(StudyAttr.MFLOPS_CEILING, ceiling)
-    progress(f"search: architectures above {ceiling['mflops']:.3f} MFLOPs (baseline "
-             f"{ceiling['baseline']}'s) are skipped untrained")  # fmt: skip
+    progress(f"search: architectures above {ceiling['mflops']:.3f} MFLOPs ({ceiling['of']}'s) "
+             "are skipped untrained")  # fmt: skip
     capped = o.model_copy(update={"max_mflops": float(ceiling["mflops"])})
     return config.model_copy(update={"objectives": capped})
+
+
+def _resolve_ceiling(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> dict:
+    if config.objectives.max_mflops == "base":
+        mflops = architecture_costs(space.base, config).mflops  # an around space (validated)
+        return {"mflops": mflops, "of": f"base {baseline_key(config.search_space.base)}"}
+    best = best_baseline(study, config.objectives.metric)
+    if best is None:
+        raise RanknasError(f"study {config.name!r}: objectives.max_mflops is best_baseline "
+                           "but no baseline trained; see `ranknas status`")  # fmt: skip
+    return {"mflops": best[1]["mflops"], "of": f"baseline {best[0]}"}
 
 
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:

@@ -6,6 +6,7 @@ import io
 import json
 
 import pytest
+from optuna.trial import TrialState
 
 from nas.baselines import recorded
 from nas.cli import main
@@ -14,7 +15,10 @@ from nas.leaderboard import status, verdict
 from nas.reevaluate import REEVAL_SEED, reevaluate_study
 from nas.runner import run_study
 from nas.storage import load_study
+from search_space.architecture import analyze
 from search_space.errors import RanknasError
+from search_space.presets import preset
+from search_space.schema import synthetic_schema
 from study_helpers import tiny_config, write_config
 
 
@@ -98,7 +102,7 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
     lines = []
     study = run_study(parse_config(config), progress=lines.append)
     ceiling = study.user_attrs["mflops_ceiling"]
-    assert ceiling == {"mflops": recorded(study)["dlrm"]["mflops"], "baseline": "dlrm"}
+    assert ceiling == {"mflops": recorded(study)["dlrm"]["mflops"], "of": "baseline dlrm"}
     skipped = [t for t in study.trials if t.user_attrs.get("over_constraint")]
     counted = [t for t in study.trials if t.state.is_finished() and t not in skipped
                and "failure_reason" not in t.user_attrs]  # fmt: skip
@@ -114,7 +118,22 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
     assert state["trials"]["skipped"] == len(skipped) and state["mflops_ceiling"] == ceiling
 
 
-def test_best_baseline_ceiling_needs_baselines(tmp_path):
+def test_base_ceiling_holds_an_around_search_to_its_base_flops(tmp_path):
+    config = tiny_config(tmp_path, "atbase", objectives={"max_mflops": "base"},
+                         budget={"trials": 2})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dcnv2"}
+    study = run_study(parse_config(config), progress=lambda line: None)
+    ceiling = study.user_attrs["mflops_ceiling"]
+    base = preset("dcnv2", synthetic_schema(seed=0))
+    assert ceiling == {"mflops": analyze(base).flops / 1e6, "of": "base dcnv2"}
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2 and all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in done)
+
+
+def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
     config = tiny_config(tmp_path, "nobase", objectives={"max_mflops": "best_baseline"})
     with pytest.raises(RanknasError, match="best_baseline needs `baselines:`"):
+        parse_config(config)
+    config["objectives"] = {"max_mflops": "base"}
+    with pytest.raises(RanknasError, match=r"base needs search_space\.type: around"):
         parse_config(config)
