@@ -45,6 +45,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--searchers", nargs="+", default=["tpe"],
+                        choices=["tpe", "random", "evolution", "ax"],
+                        help="a study around DLRM per searcher; the first one searches "
+                        "around the best preset (--around-best)")  # fmt: skip
     parser.add_argument("--around-best", action="store_true",
                         help="also search around the best baseline")  # fmt: skip
     parser.add_argument("--criteo", action="store_true",
@@ -63,6 +67,7 @@ def study(
     base: str,
     criteo: bool,
     ceiling: str = "best_baseline",
+    searcher: str = "tpe",
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -78,13 +83,15 @@ def study(
     config["budget"] |= {"trials": trials, "examples_per_trial": rows}
     config["search_space"]["base"] = base
     config["objectives"]["max_mflops"] = ceiling
+    config["searcher"]["type"] = searcher
     parsed = parse_config(config)
     started = time.perf_counter()
     found = run_study(parsed, progress=lambda line: None)
     reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)
     v = verdict(found)
-    return {"rows": rows, "seed": seed, "base": base, "minutes": (time.perf_counter() - started)
-            / 60, "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
+    minutes = (time.perf_counter() - started) / 60
+    return {"rows": rows, "seed": seed, "base": base, "searcher": searcher, "minutes": minutes,
+            "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
 
 
 def _flat(v: dict[str, Any]) -> dict[str, Any]:
@@ -99,12 +106,13 @@ def _flat(v: dict[str, Any]) -> dict[str, Any]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| rows | seed | around | pick: val / test NE, MFLOPs | best baseline: val / test NE, "
-             "MFLOPs | test NE delta | FLOPs ratio | wins on test | minutes |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| rows | seed | searcher | around | pick: val / test NE, MFLOPs | best baseline: "
+             "val / test NE, MFLOPs | test NE delta | FLOPs ratio | wins on test | minutes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lines.append(
-            f"| {r['rows']:,} | {r['seed']} | {r['base']} | {r['found_val_ne']:.4f} / "
+            f"| {r['rows']:,} | {r['seed']} | {r['searcher']} | {r['base']} | "
+            f"{r['found_val_ne']:.4f} / "
             f"{r['found_test_ne']:.4f}, {r['found_mflops']:.3f} | {r['baseline']}: "
             f"{r['baseline_val_ne']:.4f} / {r['baseline_test_ne']:.4f}, "
             f"{r['baseline_mflops']:.3f} | {r['found_test_ne'] - r['baseline_test_ne']:+.4f} | "
@@ -114,10 +122,18 @@ def markdown(rows: list[dict]) -> str:
 
 
 def summary(rows: list[dict]) -> str:
+    """Per data size: each searcher around DLRM, and the search around the best preset."""
     out = []
     for rows_count in sorted({r["rows"] for r in rows}):
-        for base in sorted({r["base"] for r in rows}):
-            group = [r for r in rows if r["rows"] == rows_count and r["base"] == base]
+        sized = [r for r in rows if r["rows"] == rows_count]
+        groups = {
+            f"{s} around dlrm": [r for r in sized if r["searcher"] == s and r["base"] == "dlrm"]
+            for s in dict.fromkeys(r["searcher"] for r in sized)
+        }
+        groups[f"{sized[0]['searcher']} around the best preset"] = [
+            r for r in sized if r.get("around_best")
+        ]
+        for name, group in groups.items():
             if not group:
                 continue
             wins = sum(r["wins_test"] for r in group)
@@ -125,7 +141,7 @@ def summary(rows: list[dict]) -> str:
             gap = statistics.median(r["found_test_ne"] - r["baseline_test_ne"] for r in group)
             floors = [r["found_val_ne"] - r["bayes_ne"] for r in group if r["bayes_ne"]]
             floor = f"{statistics.median(floors):.4f}" if floors else "unknown (files)"
-            out.append(f"- {rows_count:,} rows, around {base}: the pick beats the best baseline "
+            out.append(f"- {rows_count:,} rows, {name}: the pick beats the best baseline "
                        f"on test NE in {wins} of {len(group)} seeds ({at_flops} at no more "
                        f"FLOPs); median test NE delta {gap:+.4f}; median gap of the pick to "
                        f"the Bayes floor (validation) {floor}")  # fmt: skip
@@ -139,15 +155,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ranknas-vs-baselines-") as tmp:
         for rows in args.rows:
             for seed in args.seeds:
-                first = study(Path(tmp), f"r{rows}-s{seed}", rows, seed, args.trials, "dlrm",
-                              args.criteo)  # fmt: skip
-                results.append(first)
-                print(markdown([first]).splitlines()[-1], flush=True)
-                if args.around_best and first["baseline"] != "dlrm":
-                    second = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials,
-                                   first["baseline"], args.criteo, ceiling="base")  # fmt: skip
-                    results.append(second)
-                    print(markdown([second]).splitlines()[-1], flush=True)
+                for searcher in args.searchers:
+                    row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed,
+                                args.trials, "dlrm", args.criteo, searcher=searcher)  # fmt: skip
+                    row["around_best"] = searcher == args.searchers[0] and row["baseline"] == "dlrm"
+                    results.append(row)
+                    print(markdown([row]).splitlines()[-1], flush=True)
+                best = next(
+                    r["baseline"] for r in results if (r["rows"], r["seed"]) == (rows, seed)
+                )
+                if args.around_best and best != "dlrm":
+                    row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
+                                args.criteo, "base", args.searchers[0])  # fmt: skip
+                    results.append(row | {"around_best": True})
+                    print(markdown([row]).splitlines()[-1], flush=True)
     print()
     print(markdown(results))
     print()
