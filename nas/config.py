@@ -194,12 +194,20 @@ class ObjectiveConfig(_Section):
         default=None, description="predictor JSON (`ranknas latency fit`); default: measure"
     )
 
-    @field_validator("max_mflops")
+    @field_validator("max_mflops", mode="before")
     @classmethod
-    def _positive_ceiling(cls, value: float | str | None) -> float | str | None:
-        if isinstance(value, float) and value <= 0:
-            raise ValueError("must be greater than 0, best_baseline or base")
-        return value
+    def _ceiling(cls, value: Any) -> float | str | None:
+        if value is None or value in ("best_baseline", "base"):
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = 0.0
+        if isinstance(value, bool) or not number > 0:
+            raise ValueError(
+                f"got {value!r}: use a number of MFLOPs above 0, best_baseline or base"
+            )
+        return number
 
     @property
     def needs_latency(self) -> bool:

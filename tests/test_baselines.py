@@ -137,3 +137,7 @@ def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
     config["objectives"] = {"max_mflops": "base"}
     with pytest.raises(RanknasError, match=r"base needs search_space\.type: around"):
         parse_config(config)
+    for wrong in ("bestbaseline", -1, True):
+        config["objectives"] = {"max_mflops": wrong}
+        with pytest.raises(RanknasError, match=f"max_mflops: got {wrong!r}: use a number of"):
+            parse_config(config)

@@ -164,7 +164,7 @@ def test_a_changed_search_space_is_refused_on_resume(tmp_path):
     [
         ({"name": None}, "name: Field required"),
         ({"searcher": {"type": "annealing"}}, "searcher.type: Input should be 'random'"),
-        ({"storage": "redis://127.0.0.1"}, "storage: Value error, must be an RDB URL"),
+        ({"storage": "redis://127.0.0.1"}, "storage: must be an RDB URL"),
         ({"data": {"source": "/nowhere/clicks.csv"}}, "/nowhere/clicks.csv"),
         ({"search_space": {"type": "dag", "num_blocks": -1}}, "search_space.num_blocks"),
         ({"budget": {"trials": 0}}, "budget.trials: Input should be greater than or equal to 1"),

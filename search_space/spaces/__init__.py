@@ -59,11 +59,16 @@ def format_validation_error(
             loc = loc[1:]
         location = ".".join(str(part) for part in loc)
         lines.append(
-            f"{source}{joiner}{location}: {error['msg']}"
+            f"{source}{joiner}{location}: {_message(error)}"
             if location
-            else f"{source}: {error['msg']}"
+            else f"{source}: {_message(error)}"
         )
     return "\n".join(lines)
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message, less the "Value error, " that it puts before a validator's own."""
+    return error["msg"].removeprefix("Value error, ")
 
 
 def make_space(config: SpaceConfig | dict[str, Any], schema: DatasetSchema) -> SearchSpace:
