@@ -80,20 +80,26 @@ def train_baselines(
     logger: Any = None,
     progress: Callable[[str], None] = print,
     worker: str = "",
+    wait: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Train every baseline in `names` that the study has not recorded (nor another worker
-    is training); returns the study's baselines."""
+    is training); with `wait`, until all of them are recorded (those that other workers
+    train included: a claim whose worker died is taken over). Returns the study's baselines."""
     archs = {baseline_key(n): load_baseline(n, data.train.schema) for n in names}
-    for order, (key, arch) in enumerate(archs.items()):
-        if not _claim(study, config, key):
-            continue
-        with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
-            record = _train_one(study, config, key, arch, data, order, worker)
-        study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
-        if logger is not None:
-            logger.log_baseline(key, **record["mlflow"])
-        progress(_line(key, record["attrs"]))
-    return recorded(study)
+    while True:
+        for order, (key, arch) in enumerate(archs.items()):
+            if not _claim(study, config, key):
+                continue
+            with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
+                record = _train_one(study, config, key, arch, data, order, worker)
+            study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
+            if logger is not None:
+                logger.log_baseline(key, **record["mlflow"])
+            progress(_line(key, record["attrs"]))
+        found = recorded(study)
+        if not wait or all(key in found for key in archs):
+            return found
+        time.sleep(min(config.heartbeat_seconds, 5))  # the rest are training elsewhere
 
 
 def _train_one(

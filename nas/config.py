@@ -343,6 +343,8 @@ class StudyConfig(_Section):
             raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
         if self.objectives.max_mflops == "best_baseline" and not self.baselines:
             raise ValueError("objectives.max_mflops: best_baseline needs `baselines:` to train")
+        if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
+            raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         if self.objectives.max_mflops == "base" and self.search_space.type != "around":
             raise ValueError("objectives.max_mflops: base needs search_space.type: around")
         return self

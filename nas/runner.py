@@ -57,6 +57,7 @@ from search_space.architecture import Architecture, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace, make_space
+from search_space.spaces.around import BEST_BASELINE
 from trainers import progress as bars
 from trainers.trainer import TrainResult
 
@@ -99,40 +100,50 @@ def open_study(
         "median": optuna.pruners.MedianPruner(n_startup_trials=config.pruning.startup_trials),
         "hyperband": optuna.pruners.HyperbandPruner(),
     }[config.pruning.type]
-    study = optuna.create_study(
-        study_name=config.name,
-        storage=storage,
-        sampler=sampler,
-        pruner=pruner,
-        directions=["minimize"] * len(objective_names(config)),
-        load_if_exists=True,
-    )
-    recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
-    current = config.search_space.model_dump(mode="json")
-    if recorded is None:
+    study = _create_study(config, storage, sampler=sampler, pruner=pruner)
+    if _check_search_space(study, config):
         study.set_metric_names(objective_names(config))  # how dashboards name the values
         for values in space.starting_points(s.startup_trials, config.seed):
             study.enqueue_trial(values)
-        study.set_user_attr(StudyAttr.SEARCH_SPACE, current)
+        study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
         study.set_user_attr(StudyAttr.SEARCHER, s.type)
         study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
-    elif recorded != current:
+    return study
+
+
+def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> optuna.Study:
+    return optuna.create_study(
+        study_name=config.name,
+        storage=storage,
+        directions=["minimize"] * len(objective_names(config)),
+        load_if_exists=True,
+        **options,
+    )
+
+
+def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
+    """True for a new study; refuses one created with another search space."""
+    recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
+    if recorded is not None and recorded != config.search_space.model_dump(mode="json"):
         raise RanknasError(
             f"study {config.name!r} in {redact(config.storage)} was created with another "
             "search_space; "
             "give the study a new name to search a different space"
         )
-    return study
+    return recorded is None
 
 
 def _sampler_seed(config: StudyConfig, storage: RDBStorage, worker: str) -> int:
-    """`seed` for the process that creates the study (a run is reproducible); for one that
+    """`seed` for the process that sets the study up (a run is reproducible); for one that
     joins or resumes it, a seed of its own, so that workers do not replay one sequence."""
     try:
-        trials = len(storage.get_all_trials(storage.get_study_id_from_name(config.name)))
+        study_id = storage.get_study_id_from_name(config.name)
     except KeyError:
         return config.seed
+    if StudyAttr.SEARCH_SPACE not in storage.get_study_user_attrs(study_id):
+        return config.seed  # created to train the baselines, not yet searched
+    trials = len(storage.get_all_trials(study_id))
     key = f"{config.seed}:{worker}:{trials}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
 
@@ -212,10 +223,12 @@ def _run_study(
     data = prepare_data(config)
     progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
              f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip
-    space = make_space(config.search_space, data.train.schema)
+    if not _around_best_baseline(config):  # a wrong base stops the study before any training
+        make_space(config.search_space, data.train.schema)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
-        study = open_study(config, space, storage, worker)
+        study = _create_study(config, storage)
+        _check_search_space(study, config)
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
@@ -232,7 +245,11 @@ def _run_study(
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:
-        train_baselines(study, config, config.baselines, data, logger, progress, worker)
+        needed = _around_best_baseline(config) or config.objectives.max_mflops == "best_baseline"
+        train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
+    space = make_space(_with_around_base(study, config, progress), data.train.schema)
+    with study_lock(config.storage, config.name):
+        study = open_study(config, space, storage, worker)
     config = _with_mflops_ceiling(study, config, space, progress)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
@@ -272,6 +289,29 @@ def _run_study(
     return study
 
 
+def _around_best_baseline(config: StudyConfig) -> bool:
+    return getattr(config.search_space, "base", None) == BEST_BASELINE
+
+
+def _with_around_base(study: optuna.Study, config: StudyConfig, progress: Progress) -> Any:
+    """The search space config, with `base: best_baseline` made the baseline of the best
+    validation metric once every listed baseline has trained; kept in the study so that
+    resumed and joining workers search around the same model."""
+    if not _around_best_baseline(config):
+        return config.search_space
+    base = study.user_attrs.get(StudyAttr.AROUND_BASE)
+    if base is None:
+        best = best_baseline(study, config.objectives.metric)
+        if best is None:
+            raise RanknasError(f"study {config.name!r}: search_space.base is best_baseline but "
+                               "no baseline trained; see `ranknas status`")  # fmt: skip
+        base = next((n for n in config.baselines if baseline_key(n) == best[0]),
+                    str(Path(best[1]["dir"]) / ARCHITECTURE_FILE))  # fmt: skip
+        study.set_user_attr(StudyAttr.AROUND_BASE, base)
+    progress(f"search: around the best baseline, {baseline_key(base)}")
+    return config.search_space.model_copy(update={"base": base})
+
+
 def _with_mflops_ceiling(
     study: optuna.Study, config: StudyConfig, space: SearchSpace, progress: Progress
 ) -> StudyConfig:
@@ -294,7 +334,7 @@ def _with_mflops_ceiling(
 def _resolve_ceiling(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> dict:
     if config.objectives.max_mflops == "base":
         mflops = architecture_costs(space.base, config).mflops  # an around space (validated)
-        return {"mflops": mflops, "of": f"base {baseline_key(config.search_space.base)}"}
+        return {"mflops": mflops, "of": f"base {baseline_key(space.config.base)}"}
     best = best_baseline(study, config.objectives.metric)
     if best is None:
         raise RanknasError(f"study {config.name!r}: objectives.max_mflops is best_baseline "

@@ -55,6 +55,7 @@ class StudyAttr(StrEnum):
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained
     MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved
+    AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard.

@@ -130,12 +130,39 @@ def test_base_ceiling_holds_an_around_search_to_its_base_flops(tmp_path):
     assert len(done) == 2 and all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in done)
 
 
+def test_an_around_search_of_the_best_baseline_goes_around_it_at_its_flops(tmp_path):
+    config = _config(tmp_path, "atbest", baselines=("logistic_regression", "dlrm"),
+                     objectives={"max_mflops": "base"}, budget={"trials": 2})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "best_baseline"}
+    lines = []
+    study = run_study(parse_config(config), progress=lines.append)
+    bases = recorded(study)
+    best = min(bases, key=lambda key: bases[key]["val_ne"])
+    assert study.user_attrs["around_base"] == best
+    assert f"search: around the best baseline, {best}" in lines
+    assert study.user_attrs["mflops_ceiling"] == {"mflops": bases[best]["mflops"],
+                                                  "of": f"base {best}"}  # fmt: skip
+    assert study.user_attrs["search_space"]["base"] == "best_baseline"  # as configured
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 2 and all(t.user_attrs["mflops"] <= bases[best]["mflops"] for t in done)
+    # a baseline added later that beats them all does not move the base of a resumed study
+    study.set_user_attr("baselines:dcnv2", bases[best] | {"val_ne": 0.1, "order": 9})
+    config["budget"] |= {"trials": 3}
+    again = run_study(parse_config(config), progress=lines.append)
+    assert again.user_attrs["around_base"] == best
+    assert sum(t.state == TrialState.COMPLETE for t in again.trials) == 3
+
+
 def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
     config = tiny_config(tmp_path, "nobase", objectives={"max_mflops": "best_baseline"})
     with pytest.raises(RanknasError, match="best_baseline needs `baselines:`"):
         parse_config(config)
     config["objectives"] = {"max_mflops": "base"}
     with pytest.raises(RanknasError, match=r"base needs search_space\.type: around"):
+        parse_config(config)
+    config["objectives"] = {}
+    config["search_space"] = {"type": "around", "base": "best_baseline"}
+    with pytest.raises(RanknasError, match="base: best_baseline needs `baselines:`"):
         parse_config(config)
     for wrong in ("bestbaseline", -1, True):
         config["objectives"] = {"max_mflops": wrong}

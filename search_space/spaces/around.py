@@ -40,11 +40,15 @@ SWAPS = {
     ("sparse", "sparse"): ("attention", "wukong", "dhen", "efc"),
 }
 INSERT_OPS = ("cross", "fm", "dot", "attention", "wukong", "dhen")
+BEST_BASELINE = "best_baseline"  # a study's base: its best baseline, once they have trained
 
 
 class AroundConfig(SpaceConfig):
     type: Literal["around"] = "around"
-    base: str = Field(description="a preset name or an architecture JSON file")
+    base: str = Field(
+        description="a preset name, an architecture JSON file, or best_baseline (in a study: "
+        "the baseline of the best validation metric, once the baselines have trained)"
+    )
     embedding_dims: list[int] | None = Field(  # type: ignore[assignment]
         default=None, min_length=1, description="default: half, the same and twice the base's"
     )
@@ -77,6 +81,11 @@ class AroundSpace(SearchSpace):
     def __init__(self, schema: DatasetSchema, config: AroundConfig) -> None:
         from search_space.presets import load_architecture
 
+        if config.base == BEST_BASELINE:
+            raise SpecError(
+                "search_space.base: best_baseline is resolved by a study once its baselines "
+                "have trained; name a preset or an architecture file here"
+            )
         try:
             self.base = load_architecture(config.base, schema)
         except SpecError as exc:
