@@ -1,16 +1,17 @@
 """Does the search beat the engineers' models? Every preset against the search's pick.
 
 For each data size and seed, one study exactly like `examples/quickstart.yaml`: the six
-presets trained as baselines, TPE over the `around: dlrm` space (startup trials are
-variants of DLRM) held to DLRM's FLOPs (`max_mflops: base`), then
-`reevaluate` of the two best trials and the two best baselines with three fresh seeds. The
-pick is the trial with the best mean validation NE; it is compared with the baseline of
-best mean validation NE, on mean test NE (which selected nothing) and FLOPs. With
-`--around-best`, a second study searches around that best baseline, held to its FLOPs
-(`max_mflops: base`), and is compared with it the same way. The data seed and the study
-seed are the seed, so each seed is a fresh synthetic data set (same generator, other draws).
+presets trained as baselines, then TPE over the `around` space of the best of them
+(`base: best_baseline`; startup trials are its variants) held to its FLOPs
+(`max_mflops: base`), then `reevaluate` of the two best trials and the two best baselines
+with three fresh seeds. The pick is the trial with the best mean validation NE; it is
+compared with the baseline of best mean validation NE, on mean test NE (which selected
+nothing) and FLOPs. `--base dlrm` searches around a fixed model instead; with
+`--around-best` as well, a second study searches around the best baseline when that is
+another model. The data seed and the study seed are the seed, so each seed is a fresh
+synthetic data set (same generator, other draws).
 
-    .venv/bin/python bench/bench_vs_baselines.py --rows 200000 --seeds 0 1 2   # ~6 min/seed
+    .venv/bin/python bench/bench_vs_baselines.py --rows 200000 --seeds 0 1 2   # ~3 min/seed
 
 Prints one Markdown row per (rows, seed) and a summary; --out keeps the rows as JSON.
 """
@@ -47,10 +48,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--searchers", nargs="+", default=["tpe"],
                         choices=["tpe", "random", "evolution", "ax"],
-                        help="a study around DLRM per searcher; the first one searches "
-                        "around the best preset (--around-best)")  # fmt: skip
+                        help="a study per searcher; the first one searches around the best "
+                        "preset (--around-best)")  # fmt: skip
+    parser.add_argument("--base", default="best_baseline",
+                        help="the model searched around: best_baseline or a preset")  # fmt: skip
     parser.add_argument("--around-best", action="store_true",
-                        help="also search around the best baseline")  # fmt: skip
+                        help="with a preset as --base: also search around the best "
+                        "baseline")  # fmt: skip
     parser.add_argument("--criteo", action="store_true",
                         help="each seed's rows as a Criteo-format TSV (`ranknas data synth "
                         "--format criteo`), read as users' files are")  # fmt: skip
@@ -88,7 +92,9 @@ def study(
     reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
-    return {"rows": rows, "seed": seed, "base": base, "searcher": searcher, "minutes": minutes,
+    around = found.user_attrs.get("around_base", base)
+    return {"rows": rows, "seed": seed, "base": around, "configured_base": base,
+            "searcher": searcher, "minutes": minutes,
             "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
 
 
@@ -120,13 +126,14 @@ def markdown(rows: list[dict]) -> str:
 
 
 def summary(rows: list[dict]) -> str:
-    """Per data size: each searcher around DLRM, and the search around the best preset."""
+    """Per data size: each searcher around its configured base, and the first searcher
+    around the preset that the seed means found best."""
     out = []
     for rows_count in sorted({r["rows"] for r in rows}):
         sized = [r for r in rows if r["rows"] == rows_count]
         groups = {
-            f"{s} around dlrm": [r for r in sized if r["searcher"] == s and r["base"] == "dlrm"]
-            for s in dict.fromkeys(r["searcher"] for r in sized)
+            f"{s} around {b}": [r for r in sized if (r["searcher"], r["configured_base"]) == (s, b)]
+            for s, b in dict.fromkeys((r["searcher"], r["configured_base"]) for r in sized)
         }
         groups[f"{sized[0]['searcher']} around the best preset"] = [
             r for r in sized if r.get("around_best")
@@ -155,17 +162,21 @@ def main() -> None:
             for seed in args.seeds:
                 for searcher in args.searchers:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed,
-                                args.trials, "dlrm", args.criteo, searcher=searcher)  # fmt: skip
-                    row["around_best"] = searcher == args.searchers[0] and row["baseline"] == "dlrm"
+                                args.trials, args.base, args.criteo, searcher=searcher)  # fmt: skip
+                    row["around_best"] = (
+                        searcher == args.searchers[0] and row["baseline"] == row["base"]
+                    )
                     results.append(row)
                     print(markdown([row]).splitlines()[-1], flush=True)
                 best = next(
                     r["baseline"] for r in results if (r["rows"], r["seed"]) == (rows, seed)
                 )
-                if args.around_best and best != "dlrm":
+                if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0])  # fmt: skip
-                    results.append(row | {"around_best": True})
+                    results.append(
+                        row | {"around_best": True, "configured_base": "the best preset"}
+                    )
                     print(markdown([row]).splitlines()[-1], flush=True)
     print()
     print(markdown(results))
