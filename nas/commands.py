@@ -142,6 +142,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     counts = ", ".join(f"{n} {k}" for k, n in state["trials"].items() if n)
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
+    if state["around_base"]:
+        print(f"searched around the best baseline: {state['around_base']}")
     if state["mflops_ceiling"]:
         c = state["mflops_ceiling"]
         print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "

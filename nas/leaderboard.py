@@ -172,6 +172,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best_val_ne": best.user_attrs.get("val_ne") if best else None,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
+        "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
     }

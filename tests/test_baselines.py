@@ -143,6 +143,7 @@ def test_an_around_search_of_the_best_baseline_goes_around_it_at_its_flops(tmp_p
     assert study.user_attrs["mflops_ceiling"] == {"mflops": bases[best]["mflops"],
                                                   "of": f"base {best}"}  # fmt: skip
     assert study.user_attrs["search_space"]["base"] == "best_baseline"  # as configured
+    assert status(study)["around_base"] == best
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(done) == 2 and all(t.user_attrs["mflops"] <= bases[best]["mflops"] for t in done)
     # a baseline added later that beats them all does not move the base of a resumed study
