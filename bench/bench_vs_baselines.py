@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
                         choices=["tpe", "random", "evolution", "ax"],
                         help="a study per searcher; the first one searches around the best "
                         "preset (--around-best)")  # fmt: skip
+    parser.add_argument("--population", type=int,
+                        help="evolution's population (default: the config's)")  # fmt: skip
     parser.add_argument("--base", default="best_baseline",
                         help="the model searched around: best_baseline or a preset")  # fmt: skip
     parser.add_argument("--around-best", action="store_true",
@@ -71,6 +73,7 @@ def study(
     base: str,
     criteo: bool,
     searcher: str = "tpe",
+    population: int | None = None,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -86,6 +89,8 @@ def study(
     config["budget"] |= {"trials": trials, "examples_per_trial": rows}
     config["search_space"]["base"] = base
     config["searcher"]["type"] = searcher
+    if population:
+        config["searcher"] |= {"population": population, "sample_size": min(4, population)}
     parsed = parse_config(config)
     started = time.perf_counter()
     found = run_study(parsed, progress=lambda line: None)
@@ -161,8 +166,8 @@ def main() -> None:
         for rows in args.rows:
             for seed in args.seeds:
                 for searcher in args.searchers:
-                    row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed,
-                                args.trials, args.base, args.criteo, searcher=searcher)  # fmt: skip
+                    row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
+                                args.base, args.criteo, searcher, args.population)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -173,7 +178,7 @@ def main() -> None:
                 )
                 if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
-                                args.criteo, args.searchers[0])  # fmt: skip
+                                args.criteo, args.searchers[0], args.population)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
