@@ -10,7 +10,15 @@ from torchrec.distributed.types import ShardingType
 
 from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net, run_mlp
 from cost_models.sharding.measure import KernelTime, Measurer
-from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
+from cost_models.sharding.policy import (
+    PolicyNet,
+    _ProjectedDevices,
+    _sample,
+    _SummedDevices,
+    _Tables,
+    load_policy,
+    run_episodes,
+)
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
@@ -304,3 +312,31 @@ def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
     assert torch.equal(action, sampled)
     assert torch.equal(log_prob, dist.log_prob(action))
     assert torch.equal(entropy, dist.entropy())
+
+
+def test_projected_devices_compute_what_summed_devices_do():
+    """Planning's cached first-layer projections give the costs and logits of feeding the
+    summed encodings whole (up to float rounding), at every step, and the same plans."""
+    torch.manual_seed(0)
+    policy, net = PolicyNet().eval(), CostNet().eval()
+    tables = generate_tables(40, seed=2)
+    topology = Topology(6, memory_bytes=int(sum(t.size_bytes for t in tables) / 3))
+    with torch.no_grad():
+        encoded = _Tables.encode(tables, policy, net, topology)
+        summed, projected = (kind(encoded, policy, net, topology, 5)
+                             for kind in (_SummedDevices, _ProjectedDevices))  # fmt: skip
+        generator = torch.Generator().manual_seed(1)
+        for i in range(len(tables)):
+            new_cost = summed.cost_with(i)
+            assert torch.allclose(projected.cost_with(i), new_cost, rtol=1e-5)
+            logits = summed.logits(i, new_cost)
+            assert torch.allclose(projected.logits(i, new_cost), logits, rtol=1e-4, atol=1e-5)
+            action = torch.randint(6, (5,), generator=generator)
+            summed.place(i, action, new_cost)
+            projected.place(i, action, new_cost)
+        runs = [
+            run_episodes(policy, net, tables, topology, 8, True, generator.manual_seed(3), (), p)
+            for p in (False, True)
+        ]
+    assert torch.equal(runs[0].ranks, runs[1].ranks)
+    assert torch.allclose(runs[0].cost_ms, runs[1].cost_ms)
