@@ -14,6 +14,7 @@ from cost_models.sharding.policy import (
     PolicyNet,
     _ProjectedDevices,
     _sample,
+    _schedule,
     _SummedDevices,
     _Tables,
     load_policy,
@@ -304,7 +305,7 @@ def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
     expected = torch.nn.functional.softplus(torch.cat([h(summed) for h in net.heads], dim=-1))
     assert torch.equal(net.predict(summed), expected)
     logits = torch.randn(15, 128).masked_fill(torch.rand(15, 128) < 0.3, float("-inf"))
-    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), True)
+    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), slice(0, 1))
     dist = torch.distributions.Categorical(logits=logits)
     sampled = torch.multinomial(dist.probs, 1, generator=torch.Generator().manual_seed(3))
     sampled = sampled.squeeze(-1)
@@ -315,25 +316,34 @@ def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
 
 
 def test_projected_devices_compute_what_summed_devices_do():
-    """Planning's cached first-layer projections give the costs and logits of feeding the
-    summed encodings whole (up to float rounding), at every step, and the same plans."""
+    """Planning's cached first-layer projections, with groups of tables in one loop, give
+    at every step the costs and logits of feeding each group's summed encodings whole (up
+    to float rounding), and the same plans."""
     torch.manual_seed(0)
     policy, net = PolicyNet().eval(), CostNet().eval()
     tables = generate_tables(40, seed=2)
     topology = Topology(6, memory_bytes=int(sum(t.size_bytes for t in tables) / 3))
+    groups = [tables[5:], [*column_shards(tables[0], 2), *tables[1:]]]
+    generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        encoded = _Tables.encode(tables, policy, net, topology)
-        summed, projected = (kind(encoded, policy, net, topology, 5)
-                             for kind in (_SummedDevices, _ProjectedDevices))  # fmt: skip
-        generator = torch.Generator().manual_seed(1)
-        for i in range(len(tables)):
-            new_cost = summed.cost_with(i)
-            assert torch.allclose(projected.cost_with(i), new_cost, rtol=1e-5)
-            logits = summed.logits(i, new_cost)
-            assert torch.allclose(projected.logits(i, new_cost), logits, rtol=1e-4, atol=1e-5)
-            action = torch.randint(6, (5,), generator=generator)
-            summed.place(i, action, new_cost)
-            projected.place(i, action, new_cost)
+        encoded = _Tables.encode(groups, policy, net, topology)
+        together = _ProjectedDevices(encoded, policy, net, topology, 2)
+        schedule = _schedule(encoded, [list(range(len(g))) for g in groups], 2)
+        alone = [_SummedDevices(_Tables.encode([g], policy, net, topology), policy, net,
+                                topology, 2) for g in groups]  # fmt: skip
+        for step, units in enumerate(schedule):
+            new_cost = together.cost_with(units)
+            logits = together.logits(units, new_cost)
+            action = torch.randint(6, (4,), generator=generator)
+            for g, devices in enumerate(alone):
+                rows = slice(2 * g, 2 * g + 2)
+                if step < len(groups[g]):
+                    cost = devices.cost_with(torch.full((2,), step))
+                    assert torch.allclose(new_cost[rows], cost, rtol=1e-5)
+                    expected = devices.logits(torch.full((2,), step), cost)
+                    assert torch.allclose(logits[rows], expected, rtol=1e-4, atol=1e-5)
+                    devices.place(torch.full((2,), step), action[rows], cost)
+            together.place(units, action, new_cost, units == encoded.nothing)
         runs = [
             run_episodes(policy, net, tables, topology, 8, True, generator.manual_seed(3), (), p)
             for p in (False, True)

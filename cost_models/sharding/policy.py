@@ -21,6 +21,7 @@ everywhere, and a policy trained on it learns to exploit exactly those mistakes 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,8 @@ class PolicyNet(nn.Module):
     def score(
         self, table: torch.Tensor, devices: torch.Tensor, state: torch.Tensor
     ) -> torch.Tensor:
-        """Logits `[R, D]` from one table's encoding `[E]`, the devices' encodings
-        `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
+        """Logits `[R, D]` from one table's encoding `[E]` (or each row's, `[R, 1, E]`),
+        the devices' encodings `[R, D, E]` and the pair state `[R, D, NUM_STATE]`."""
         table = table.expand(*devices.shape[:-1], -1)
         return run_mlp(self.scorer, torch.cat([table, devices, state], dim=-1)).squeeze(-1)
 
@@ -79,102 +80,154 @@ class Episodes:
 
 @dataclass
 class _Tables:
-    """An episode's tables, encoded once."""
+    """The episodes' units, encoded once: each group's (the units that every episode of the
+    group places) one after the other, then a row of zeros, "nothing": what the episodes of
+    a group that has placed all its units place while longer groups go on."""
 
-    cost_codes: torch.Tensor  # [n, Ec], the cost model's encodings
-    codes: torch.Tensor  # [n, Ep], the policy's (with gradients)
-    sizes: torch.Tensor  # [n] bytes
-    single_ms: torch.Tensor  # [n] predicted cost of each table alone on a device
+    cost_codes: torch.Tensor  # [N + 1, Ec], the cost model's encodings
+    codes: torch.Tensor  # [N + 1, Ep], the policy's (with gradients)
+    sizes: torch.Tensor  # [N + 1] bytes
+    single_ms: torch.Tensor  # [N + 1] predicted cost of each unit alone on a device
+    # What a unit adds to a device at least: its cost alone less the fixed cost of a kernel
+    # call (taken as the cheapest unit's of its group cost alone).
+    marginal_ms: torch.Tensor  # [N + 1]
+    scale_ms: torch.Tensor  # [N + 1] its group's balanced load (sum of costs alone / devices)
+    per_device: torch.Tensor  # [N + 1] its group's units per device
+    groups: list[range]  # each group's rows
 
     @classmethod
     def encode(
-        cls, tables: Sequence[TableSpec], policy: PolicyNet, cost_net: CostNet, topology: Topology
+        cls,
+        groups: Sequence[Sequence[TableSpec]],
+        policy: PolicyNet,
+        cost_net: CostNet,
+        topology: Topology,
     ) -> _Tables:
-        features = torch.from_numpy(table_features(tables))
+        units = [t for group in groups for t in group]
+        features = torch.from_numpy(table_features(units))
         with torch.no_grad():
             cost_codes = cost_net.encode(features)
-            single = cost_net.device_ms(cost_codes, torch.ones(len(tables)), topology)
-        normalized = cost_net.normalize(features)
-        sizes = torch.tensor([float(t.size_bytes) for t in tables])
-        return cls(cost_codes, policy.table_encoder(normalized), sizes, single)
+            single = cost_net.device_ms(cost_codes, torch.ones(len(units)), topology)
+        starts = list(itertools.accumulate((len(g) for g in groups), initial=0))
+        spans = [range(a, b) for a, b in itertools.pairwise(starts)]
+        d = topology.num_devices
+        marginal = torch.cat([(single[s] - single[s].min()).clamp_min(0.0) for s in spans])
+        scale = torch.cat([single[s].sum().expand(len(s)) / d for s in spans])
+        per_device = torch.cat([torch.full((len(s),), len(s) / d) for s in spans])
+        sizes = torch.tensor([float(t.size_bytes) for t in units])
+        codes = policy.table_encoder(cost_net.normalize(features))
+        nothing = [torch.cat([x, x.new_zeros(1, *x.shape[1:])]) for x in (cost_codes, codes)]
+        per_unit = [torch.cat([x, x.new_tensor([fill])]) for x, fill in
+                    ((sizes, 0.0), (single, 0.0), (marginal, 0.0), (scale, 1.0),
+                     (per_device, 1.0))]  # fmt: skip
+        return cls(*nothing, *per_unit, spans)
+
+    @property
+    def nothing(self) -> int:
+        return len(self.sizes) - 1
+
+    def order(self, group: int, pinned: int) -> list[int]:
+        """Group `group`'s placement order (its indices): the first `pinned` units as they
+        are, then the rest by cost alone, largest first."""
+        single = self.single_ms[self.groups[group]][pinned:]
+        return [*range(pinned), *(pinned + torch.argsort(single, descending=True)).tolist()]
 
 
 class _Devices:
     """Each episode's devices: predicted cost, table count, free memory. How the cost model
-    rates a table joining a device, and how the policy scores that, is the subclasses' part."""
+    rates a unit joining a device, and how the policy scores that, is the subclasses' part.
+    Methods take `units`, `[R]`: the unit each episode places at this step."""
 
     def __init__(
-        self, tables: _Tables, policy: PolicyNet, cost_net: CostNet, topology: Topology, r: int
+        self,
+        tables: _Tables,
+        policy: PolicyNet,
+        cost_net: CostNet,
+        topology: Topology,
+        episodes: int,
     ) -> None:
-        d = topology.num_devices
+        """`episodes` per group of `tables`, the groups one after the other."""
+        d, r = topology.num_devices, episodes * len(tables.groups)
         self.tables, self.policy, self.cost_net, self.topology = tables, policy, cost_net, topology
         self.capacity = float(topology.memory_bytes)
-        self.scale = float(tables.single_ms.sum()) / d
-        # What a table adds to a device at least: its cost alone less the fixed cost of a
-        # kernel call (taken as the cheapest table's cost alone).
-        self.marginal = (tables.single_ms - tables.single_ms.min()).clamp_min(0.0).tolist()
-        self.single_ms = tables.single_ms.tolist()
-        self.per_device = len(tables.sizes) / d
+        first_units = torch.tensor([g.start for g in tables.groups]).repeat_interleave(episodes)
+        self.scale = tables.scale_ms[first_units][:, None]  # [R, 1]
+        self.per_device = tables.per_device[first_units][:, None]  # [R, 1]
         self.count = torch.zeros(r, d)
         self.cost = torch.zeros(r, d)
         self.free = torch.full((r, d), self.capacity)
         self.row_starts = torch.arange(r) * d  # flat index of each episode's device 0
         self.ones = torch.ones(r)
 
-    def cost_with(self, i: int) -> torch.Tensor:
-        """Each device's predicted ms if table `i` joined it, `[R, D]`: the cost model's
-        prediction, but never below the device's cost so far plus the table's marginal cost,
-        nor below the table's cost alone."""
-        floor = torch.clamp_min(self.cost + self.marginal[i], self.single_ms[i])
-        return torch.maximum(self.predicted_with(i), floor)
+    def cost_with(self, units: torch.Tensor) -> torch.Tensor:
+        """Each device's predicted ms if its episode's unit joined it, `[R, D]`: the cost
+        model's prediction, but never below the device's cost so far plus the unit's
+        marginal cost, nor below the unit's cost alone."""
+        floor = torch.maximum(self.cost + self.tables.marginal_ms[units][:, None],
+                              self.tables.single_ms[units][:, None])  # fmt: skip
+        return torch.maximum(self.predicted_with(units), floor)
 
-    def predicted_with(self, i: int) -> torch.Tensor:
-        """The cost model's ms of each device with table `i` added, `[R, D]`."""
+    def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
+        """The cost model's ms of each device with its episode's unit added, `[R, D]`."""
         raise NotImplementedError
 
-    def logits(self, i: int, new_cost: torch.Tensor) -> torch.Tensor:
-        """The policy's logits `[R, D]` for placing table `i` on each device."""
+    def logits(self, units: torch.Tensor, new_cost: torch.Tensor) -> torch.Tensor:
+        """The policy's logits `[R, D]` for placing each episode's unit on each device."""
         raise NotImplementedError
 
-    def place(self, i: int, action: torch.Tensor, new_cost: torch.Tensor) -> None:
-        """Table `i` joins device `action[r]` of each episode `r`, at cost `new_cost`."""
+    def place(
+        self,
+        units: torch.Tensor,
+        action: torch.Tensor,
+        new_cost: torch.Tensor,
+        finished: torch.Tensor | None = None,
+    ) -> None:
+        """Each episode's unit joins its device `action`, at cost `new_cost`; episodes
+        `finished` (a mask) have nothing left to place."""
         flat = self.row_starts + action
+        if finished is not None:
+            units, flat = units[~finished], flat[~finished]
         before = self.cost.view(-1)[flat]
         after = new_cost.view(-1)[flat]
         self.cost.view(-1)[flat] = after
-        self.count.view(-1).index_add_(0, flat, self.ones)
-        self.free.view(-1).index_add_(0, flat, self.ones, alpha=-float(self.tables.sizes[i]))
-        self.add_codes(i, flat, after - before)
+        self.count.view(-1).index_add_(0, flat, self.ones[: len(flat)])
+        self.free.view(-1).index_add_(0, flat, self.tables.sizes[units], alpha=-1)
+        self.add_codes(units, flat, after - before)
 
-    def add_codes(self, i: int, flat: torch.Tensor, cost_increase: torch.Tensor) -> None:
-        """Record table `i` on the devices at the flat indices `flat` (one per episode),
-        whose costs rose by `cost_increase`."""
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
+        """Record `units` on the devices at the flat indices `flat`, whose costs rose by
+        `increase`."""
         raise NotImplementedError
 
 
 class _SummedDevices(_Devices):
-    """Devices as the sums of their tables' encodings, fed whole to the cost model and the
+    """Devices as the sums of their units' encodings, fed whole to the cost model and the
     policy at every step: the computation that REINFORCE differentiates."""
 
     def __init__(
-        self, tables: _Tables, policy: PolicyNet, cost_net: CostNet, topology: Topology, r: int
+        self,
+        tables: _Tables,
+        policy: PolicyNet,
+        cost_net: CostNet,
+        topology: Topology,
+        episodes: int,
     ) -> None:
-        super().__init__(tables, policy, cost_net, topology, r)
-        d = topology.num_devices
-        self.cost_codes = torch.zeros(r, d, tables.cost_codes.shape[1])
-        self.codes = torch.zeros(r, d, tables.codes.shape[1])
+        super().__init__(tables, policy, cost_net, topology, episodes)
+        self.cost_codes = torch.zeros(*self.cost.shape, tables.cost_codes.shape[1])
+        self.codes = torch.zeros(*self.cost.shape, tables.codes.shape[1])
 
     @torch.no_grad()
-    def predicted_with(self, i: int) -> torch.Tensor:
-        summed = self.cost_codes + self.tables.cost_codes[i]
+    def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
+        summed = self.cost_codes + self.tables.cost_codes[units][:, None, :]
         return self.cost_net.device_ms(summed, self.count + 1, self.topology)
 
-    def logits(self, i: int, new_cost: torch.Tensor) -> torch.Tensor:
-        devices = self.codes / self.per_device
-        return self.policy.score(self.tables.codes[i], devices, self.pair_state(i, new_cost))
+    def logits(self, units: torch.Tensor, new_cost: torch.Tensor) -> torch.Tensor:
+        devices = self.codes / self.per_device[..., None]
+        state = self.pair_state(units, new_cost)
+        return self.policy.score(self.tables.codes[units][:, None, :], devices, state)
 
-    def pair_state(self, i: int, new_cost: torch.Tensor) -> torch.Tensor:
-        """The cost and memory features of placing table `i` on each device,
+    def pair_state(self, units: torch.Tensor, new_cost: torch.Tensor) -> torch.Tensor:
+        """The cost and memory features of placing each episode's unit on each device,
         `[R, D, NUM_STATE]` (`_ProjectedDevices` takes the same features apart)."""
         now_max = self.cost.max(-1, keepdim=True).values.expand_as(self.cost)
         after_max = torch.maximum(new_cost, now_max)
@@ -184,33 +237,37 @@ class _SummedDevices(_Devices):
             *(c / self.scale for c in costs),
             (new_cost > now_max).float(),
             used,
-            used + self.tables.sizes[i] / self.capacity,
+            used + self.tables.sizes[units][:, None] / self.capacity,
             self.count / self.per_device,
         ]
         return torch.stack(state, dim=-1)
 
-    def add_codes(self, i: int, flat: torch.Tensor, cost_increase: torch.Tensor) -> None:
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
         for summed, codes in ((self.cost_codes, self.tables.cost_codes),
                               (self.codes, self.tables.codes.detach())):  # fmt: skip
-            width = summed.shape[-1]
-            summed.view(-1, width).index_add_(0, flat, codes[i].expand(len(flat), width))
+            summed.view(-1, summed.shape[-1]).index_add_(0, flat, codes[units])
 
 
 class _ProjectedDevices(_Devices):
     """Devices for planning, without gradients: the arithmetic of `_SummedDevices` up to
     float rounding, at a fraction of the work. The cost model's heads and the policy's
     scorer begin with a linear layer, so a device's first-layer output is a sum of terms:
-    its tables' and its own state's (which change only where a table lands: one device
-    per episode and step), the joining table's, and the pair's (the costs with the table,
-    which change everywhere at every step). The per-device sums are kept and updated where
-    a table lands, instead of projecting all R x D devices again at every step."""
+    its units' and its own state's (which change only where a unit lands: one device per
+    episode and step), the joining unit's, and the pair's (the costs with the unit, which
+    change everywhere at every step). The per-device sums are kept and updated where a
+    unit lands, instead of projecting all R x D devices again at every step."""
 
     def __init__(
-        self, tables: _Tables, policy: PolicyNet, cost_net: CostNet, topology: Topology, r: int
+        self,
+        tables: _Tables,
+        policy: PolicyNet,
+        cost_net: CostNet,
+        topology: Topology,
+        episodes: int,
     ) -> None:
-        super().__init__(tables, policy, cost_net, topology, r)
-        self._project_heads(cost_net, r * topology.num_devices)
-        self._project_scorer(policy, r * topology.num_devices)
+        super().__init__(tables, policy, cost_net, topology, episodes)
+        self._project_heads(cost_net, self.cost.numel())
+        self._project_scorer(policy, self.cost.numel())
 
     def _project_heads(self, cost_net: CostNet, devices: int) -> None:
         first = [head[0] for head in cost_net.heads]  # each head: linear, ReLU, linear
@@ -218,7 +275,7 @@ class _ProjectedDevices(_Devices):
         weight = torch.stack([layer.weight for layer in first])  # [3, H, Ec]
         bias = torch.stack([layer.bias for layer in first])  # [3, H]
         self.table_heads = torch.einsum("khe,ne->nkh", weight, self.tables.cost_codes)
-        self.joining_heads = (self.table_heads + bias)[:, :, None, :]  # [n, 3, 1, H]
+        self.joining_heads = self.table_heads + bias  # [N + 1, 3, H]
         self.head_out = [(layer.weight[0], layer.bias[0]) for layer in last]
         self.head_sums = torch.zeros(len(first), devices, weight.shape[1])
 
@@ -226,20 +283,22 @@ class _ProjectedDevices(_Devices):
         """The scorer's first layer, taken apart by what its inputs change with (features
         as in `_SummedDevices.pair_state`)."""
         layer = policy.scorer[0]
-        e, size = self.tables.codes.shape[1], self.tables.sizes[:, None] / self.capacity
-        on_table, on_devices, on_state = layer.weight.T.split([e, e, NUM_STATE])
-        w = on_state / torch.tensor([self.scale] * 5 + [1.0] * 4)[:, None]  # [NUM_STATE, Hs]
-        codes = self.tables.codes
-        self.joining = codes @ on_table + layer.bias + size * w[7]  # [n, Hs]
-        self.landed = (codes @ on_devices + w[8]) / self.per_device + size * (w[6] + w[7])
+        tables = self.tables
+        size = tables.sizes[:, None] / self.capacity
+        on_table, on_devices, w = layer.weight.T.split([tables.codes.shape[1]] * 2 + [NUM_STATE])
+        self.joining = tables.codes @ on_table + layer.bias + size * w[7]  # [N + 1, Hs]
+        self.landed = (tables.codes @ on_devices + w[8]) / tables.per_device[:, None] \
+            + size * (w[6] + w[7])  # fmt: skip
         self.on_cost = w[0] - w[2]
         self.on_now_max = w[4]
         self.on_pair = torch.stack([w[1] + w[2], w[3], w[5]])  # new, after max, new > max
         self.scorer_rest = list(policy.scorer)[1:]
         self.scorer_sums = torch.zeros(devices, layer.weight.shape[0])
 
-    def predicted_with(self, i: int) -> torch.Tensor:
-        hidden = torch.add(self.head_sums, self.joining_heads[i]).relu_()
+    def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
+        joining = self.joining_heads[units].transpose(0, 1)[:, :, None, :]  # [3, R, 1, H]
+        sums = self.head_sums.view(len(self.head_out), *self.cost.shape, -1)
+        hidden = torch.add(sums, joining).relu_().view(self.head_sums.shape)
         # One matrix-vector product per head: a batched product with one column is slower.
         forward, backward, megabytes = (
             nn.functional.softplus(torch.addmv(b, x, w)).view(self.cost.shape)
@@ -247,42 +306,42 @@ class _ProjectedDevices(_Devices):
         )
         return forward + backward + self.topology.comm_ms(megabytes)
 
-    def logits(self, i: int, new_cost: torch.Tensor) -> torch.Tensor:
+    def logits(self, units: torch.Tensor, new_cost: torch.Tensor) -> torch.Tensor:
         now_max = self.cost.max(-1, keepdim=True).values
-        pair = [new_cost, torch.maximum(new_cost, now_max), (new_cost > now_max).float()]
+        after_max = torch.maximum(new_cost, now_max)
+        pair = [new_cost / self.scale, after_max / self.scale, (new_cost > now_max).float()]
         pair = torch.stack(pair, dim=-1).view(-1, len(pair))
         hidden = torch.addmm(self.scorer_sums, pair, self.on_pair)
-        joining = torch.addr(self.joining[i], now_max[:, 0], self.on_now_max, beta=1)
+        joining = torch.addr(self.joining[units], (now_max / self.scale)[:, 0], self.on_now_max)
         hidden.view(*self.cost.shape, -1).add_(joining[:, None, :]).relu_()
         return run_mlp(self.scorer_rest, hidden).view(self.cost.shape)
 
-    def add_codes(self, i: int, flat: torch.Tensor, cost_increase: torch.Tensor) -> None:
-        heads = self.table_heads[i][:, None, :].expand(-1, len(flat), -1)
-        self.head_sums.index_add_(1, flat, heads)
-        landed = torch.addr(self.landed[i], cost_increase, self.on_cost)
-        self.scorer_sums.index_add_(0, flat, landed)
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
+        self.head_sums.index_add_(1, flat, self.table_heads[units].transpose(0, 1))
+        scaled = increase / self.tables.scale_ms[units]
+        self.scorer_sums.index_add_(0, flat, torch.addr(self.landed[units], scaled, self.on_cost))
 
 
 def _draw(
-    log_p: torch.Tensor, generator: torch.Generator | None, greedy_first: bool
+    log_p: torch.Tensor, generator: torch.Generator | None, greedy: slice | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """An action per row of log-probabilities `log_p` (row 0 takes the argmax when
-    `greedy_first`), and the probabilities."""
+    """An action per row of log-probabilities `log_p` (the rows `greedy` take the argmax),
+    and the probabilities."""
     probs = torch.softmax(log_p, -1)
     action = torch.multinomial(probs.detach(), 1, generator=generator).squeeze(-1)
-    if greedy_first:
-        action[0] = probs[0].argmax()
+    if greedy is not None:
+        action[greedy] = probs[greedy].argmax(-1)
     return action, probs
 
 
 def _sample(
-    logits: torch.Tensor, generator: torch.Generator | None, greedy_first: bool
+    logits: torch.Tensor, generator: torch.Generator | None, greedy: slice | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """An action per row of `logits` (-inf where masked; episode 0 takes the argmax when
-    `greedy_first`), its log-probability and the entropy: the arithmetic of
+    """An action per row of `logits` (-inf where masked; the rows `greedy` take the
+    argmax), its log-probability and the entropy: the arithmetic of
     `torch.distributions.Categorical`, without its per-call argument checks."""
     log_p = logits - logits.logsumexp(-1, keepdim=True)
-    action, probs = _draw(log_p, generator, greedy_first)
+    action, probs = _draw(log_p, generator, greedy)
     log_prob = log_p.gather(-1, action[:, None]).squeeze(-1)
     entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * probs).sum(-1)
     return action, log_prob, entropy
@@ -305,42 +364,85 @@ def run_episodes(
     device starts with their memory and their predicted cost. Without gradients (planning),
     devices keep their first-layer projections (`_ProjectedDevices`, unless `projected` is
     False); with them (training), each step feeds the summed encodings whole."""
-    encoded = _Tables.encode(tables, policy, cost_net, topology)
+    return run_episode_groups(policy, cost_net, [tables], topology, episodes, greedy_first,
+                              generator, pinned, projected)[0]  # fmt: skip
+
+
+def run_episode_groups(
+    policy: PolicyNet,
+    cost_net: CostNet,
+    groups: Sequence[Sequence[TableSpec]],
+    topology: Topology,
+    episodes: int,
+    greedy_first: bool = False,
+    generator: torch.Generator | None = None,
+    pinned: Sequence[int] = (),
+    projected: bool | None = None,
+) -> list[Episodes]:
+    """`run_episodes` of several groups of tables (e.g. the same tables cut in different
+    ways) in one loop: one step of every group at a time, so that the fixed cost of a
+    step is paid once. Each group starts with the same `pinned` units."""
+    encoded = _Tables.encode(groups, policy, cost_net, topology)
     learning = torch.is_grad_enabled()
     projected = not learning if projected is None else projected
     kind = _ProjectedDevices if projected else _SummedDevices
     devices = kind(encoded, policy, cost_net, topology, episodes)
-    n, fixed = len(tables), len(pinned)
-    ranks = torch.zeros(episodes, n, dtype=torch.long)
-    for i, rank in enumerate(pinned):
-        ranks[:, i] = rank
-        devices.place(i, ranks[:, i], devices.cost_with(i))
-    order = list(range(fixed))
-    order += (fixed + torch.argsort(encoded.single_ms[fixed:], descending=True)).tolist()
-    log_prob, entropy = torch.zeros(episodes), torch.zeros(episodes)
-    overflow_step = torch.full((episodes,), 0 if (devices.free < 0).any() else n)
-    for step, i in enumerate(order[fixed:], start=fixed):
-        new_cost = devices.cost_with(i)
-        logits = devices.logits(i, new_cost)
-        fits = devices.free >= encoded.sizes[i]
+    orders = [encoded.order(g, len(pinned)) for g in range(len(groups))]
+    schedule = _schedule(encoded, orders, episodes)  # [steps, R]
+    finished = schedule == encoded.nothing
+    some_finished = finished.any(-1).tolist()
+    lengths = torch.tensor([len(g) for g in groups]).repeat_interleave(episodes)
+    fixed, r = len(pinned), len(lengths)
+    greedy = slice(None, None, episodes) if greedy_first else None
+    actions = torch.zeros(r, len(schedule), dtype=torch.long)
+    for step, rank in enumerate(pinned):
+        actions[:, step] = rank
+        devices.place(schedule[step], actions[:, step], devices.cost_with(schedule[step]))
+    log_prob, entropy = torch.zeros(r), torch.zeros(r)
+    overflow_step = torch.where((devices.free < 0).any(-1), 0, lengths)
+    for step in range(fixed, len(schedule)):
+        units, done = schedule[step], finished[step] if some_finished[step] else None
+        new_cost = devices.cost_with(units)
+        logits = devices.logits(units, new_cost)
+        fits = devices.free >= encoded.sizes[units][:, None]
         stuck = ~fits.any(-1)
         if stuck.any():
-            overflow_step = torch.where(stuck & (overflow_step == n), step, overflow_step)
+            overflow_step = torch.where(stuck & (overflow_step == lengths), step, overflow_step)
             fits[stuck] = True  # place anyway: the episode is marked as overflowing
         logits = logits.masked_fill(~fits, float("-inf"))
         if learning:
-            action, step_log_prob, step_entropy = _sample(logits, generator, greedy_first)
-            log_prob = log_prob + step_log_prob
-            entropy = entropy + step_entropy / (n - fixed)
+            action, step_log_prob, step_entropy = _sample(logits, generator, greedy)
+            live = 1.0 if done is None else (~done).float()
+            log_prob = log_prob + live * step_log_prob
+            entropy = entropy + live * step_entropy / (lengths - fixed)
         else:
             log_p = logits - logits.logsumexp(-1, keepdim=True)
-            action = _draw(log_p, generator, greedy_first)[0]
-        devices.place(i, action, new_cost)
-        ranks[:, i] = action
+            action = _draw(log_p, generator, greedy)[0]
+        devices.place(units, action, new_cost, done)
+        actions[:, step] = action
     t = SOFT_MAX_TEMPERATURE
     soft = t * torch.logsumexp(devices.cost / devices.scale / t, dim=-1)
     cost = devices.cost.max(-1).values
-    return Episodes(ranks, cost, soft, devices.scale, log_prob, entropy, overflow_step, order)
+    out = []
+    for g, order in enumerate(orders):
+        rows = slice(g * episodes, (g + 1) * episodes)
+        ranks = torch.empty(episodes, len(order), dtype=torch.long)
+        ranks[:, order] = actions[rows, : len(order)]
+        scale = float(devices.scale[g * episodes])
+        out.append(Episodes(ranks, cost[rows], soft[rows], scale, log_prob[rows], entropy[rows],
+                            overflow_step[rows], order))  # fmt: skip
+    return out
+
+
+def _schedule(tables: _Tables, orders: list[list[int]], episodes: int) -> torch.Tensor:
+    """`[steps, R]`: the unit (index into `tables`) each episode places at each step, each
+    group's in its order, then nothing."""
+    steps = max(len(order) for order in orders)
+    columns = [
+        torch.tensor([group.start + i for i in order] + [tables.nothing] * (steps - len(order)))
+        for group, order in zip(tables.groups, orders, strict=True)
+    ]
+    return torch.stack(columns, dim=1).repeat_interleave(episodes, dim=1)
 
 
 # ---------------------------------------------------------------------- files
