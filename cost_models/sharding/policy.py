@@ -134,9 +134,9 @@ class _Tables:
 
 
 class _Devices:
-    """Each episode's devices: predicted cost, table count, free memory. How the cost model
-    rates a unit joining a device, and how the policy scores that, is the subclasses' part.
-    Methods take `units`, `[R]`: the unit each episode places at this step."""
+    """Each episode's devices: predicted cost and free memory. How the cost model rates a
+    unit joining a device, and how the policy scores that, is the subclasses' part. Methods
+    take `units`, `[R]`: the unit each episode places at this step."""
 
     def __init__(
         self,
@@ -153,11 +153,10 @@ class _Devices:
         first_units = torch.tensor([g.start for g in tables.groups]).repeat_interleave(episodes)
         self.scale = tables.scale_ms[first_units][:, None]  # [R, 1]
         self.per_device = tables.per_device[first_units][:, None]  # [R, 1]
-        self.count = torch.zeros(r, d)
         self.cost = torch.zeros(r, d)
         self.free = torch.full((r, d), self.capacity)
+        self.flat_cost, self.flat_free = self.cost.view(-1), self.free.view(-1)
         self.row_starts = torch.arange(r) * d  # flat index of each episode's device 0
-        self.ones = torch.ones(r)
 
     def cost_with(self, units: torch.Tensor) -> torch.Tensor:
         """Each device's predicted ms if its episode's unit joined it, `[R, D]`: the cost
@@ -187,16 +186,12 @@ class _Devices:
         flat = self.row_starts + action
         if finished is not None:
             units, flat = units[~finished], flat[~finished]
-        before = self.cost.view(-1)[flat]
-        after = new_cost.view(-1)[flat]
-        self.cost.view(-1)[flat] = after
-        self.count.view(-1).index_add_(0, flat, self.ones[: len(flat)])
-        self.free.view(-1).index_add_(0, flat, self.tables.sizes[units], alpha=-1)
-        self.add_codes(units, flat, after - before)
+        self.flat_cost.index_copy_(0, flat, new_cost.view(-1)[flat])
+        self.flat_free.index_add_(0, flat, self.tables.sizes[units], alpha=-1)
+        self.add_codes(units, flat)
 
-    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
-        """Record `units` on the devices at the flat indices `flat`, whose costs rose by
-        `increase`."""
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor) -> None:
+        """Record `units` on the devices at the flat indices `flat`."""
         raise NotImplementedError
 
 
@@ -213,6 +208,7 @@ class _SummedDevices(_Devices):
         episodes: int,
     ) -> None:
         super().__init__(tables, policy, cost_net, topology, episodes)
+        self.count = torch.zeros_like(self.cost)
         self.cost_codes = torch.zeros(*self.cost.shape, tables.cost_codes.shape[1])
         self.codes = torch.zeros(*self.cost.shape, tables.codes.shape[1])
 
@@ -242,7 +238,8 @@ class _SummedDevices(_Devices):
         ]
         return torch.stack(state, dim=-1)
 
-    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor) -> None:
+        self.count.view(-1).index_add_(0, flat, torch.ones(len(flat)))
         for summed, codes in ((self.cost_codes, self.tables.cost_codes),
                               (self.codes, self.tables.codes.detach())):  # fmt: skip
             summed.view(-1, summed.shape[-1]).index_add_(0, flat, codes[units])
@@ -252,7 +249,7 @@ class _ProjectedDevices(_Devices):
     """Devices for planning, without gradients: the arithmetic of `_SummedDevices` up to
     float rounding, at a fraction of the work. The cost model's heads and the policy's
     scorer begin with a linear layer, so a device's first-layer output is a sum of terms:
-    its units' and its own state's (which change only where a unit lands: one device per
+    its units' and its memory's (which change only where a unit lands: one device per
     episode and step), the joining unit's, and the pair's (the costs with the unit, which
     change everywhere at every step). The per-device sums are kept and updated where a
     unit lands, instead of projecting all R x D devices again at every step."""
@@ -266,60 +263,73 @@ class _ProjectedDevices(_Devices):
         episodes: int,
     ) -> None:
         super().__init__(tables, policy, cost_net, topology, episodes)
-        self._project_heads(cost_net, self.cost.numel())
-        self._project_scorer(policy, self.cost.numel())
+        heads, scorer = self._project_heads(cost_net), self._project_scorer(policy)
+        # Each unit's terms side by side, so that a step gathers its units' terms once.
+        self.unit_terms = torch.cat([*heads, *scorer], dim=1)
+        self.widths = [x.shape[1] for x in (*heads, *scorer)]
+        self.step_terms: tuple[torch.Tensor, list[torch.Tensor]] | None = None
 
-    def _project_heads(self, cost_net: CostNet, devices: int) -> None:
+    def _project_heads(self, cost_net: CostNet) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each unit's first-layer terms of the heads (with the bias, for the joining unit;
+        without, for a unit on a device), `[N + 1, 3 x H]` each."""
         first = [head[0] for head in cost_net.heads]  # each head: linear, ReLU, linear
         last = [head[2] for head in cost_net.heads]
-        weight = torch.stack([layer.weight for layer in first])  # [3, H, Ec]
-        bias = torch.stack([layer.bias for layer in first])  # [3, H]
-        self.table_heads = torch.einsum("khe,ne->nkh", weight, self.tables.cost_codes)
-        self.joining_heads = self.table_heads + bias  # [N + 1, 3, H]
+        weight = torch.cat([layer.weight for layer in first])  # [3 x H, Ec]
+        bias = torch.cat([layer.bias for layer in first])
         self.head_out = [(layer.weight[0], layer.bias[0]) for layer in last]
-        self.head_sums = torch.zeros(len(first), devices, weight.shape[1])
+        self.head_sums = torch.zeros(len(first), self.cost.numel(), first[0].weight.shape[0])
+        self.head_outputs = torch.zeros(len(first), self.cost.numel())
+        on_device = self.tables.cost_codes @ weight.T
+        return on_device + bias, on_device
 
-    def _project_scorer(self, policy: PolicyNet, devices: int) -> None:
-        """The scorer's first layer, taken apart by what its inputs change with (features
-        as in `_SummedDevices.pair_state`)."""
-        layer = policy.scorer[0]
-        tables = self.tables
+    def _project_scorer(self, policy: PolicyNet) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each unit's first-layer terms of the scorer, for the joining unit and for a unit
+        on a device (with the memory it takes), `[N + 1, Hs]` each; the weights of the
+        pair's features (as in `_SummedDevices.pair_state`)."""
+        layer, tables = policy.scorer[0], self.tables
         size = tables.sizes[:, None] / self.capacity
         on_table, on_devices, w = layer.weight.T.split([tables.codes.shape[1]] * 2 + [NUM_STATE])
-        self.joining = tables.codes @ on_table + layer.bias + size * w[7]  # [N + 1, Hs]
-        self.landed = (tables.codes @ on_devices + w[8]) / tables.per_device[:, None] \
+        joining = tables.codes @ on_table + layer.bias + size * w[7]
+        landed = (tables.codes @ on_devices + w[8]) / tables.per_device[:, None] \
             + size * (w[6] + w[7])  # fmt: skip
-        self.on_cost = w[0] - w[2]
+        # cost, new cost, after max, new > max (x scale: the pair is divided by the scale)
+        self.on_pair = torch.stack([w[0] - w[2], w[1] + w[2], w[3], w[5]])
         self.on_now_max = w[4]
-        self.on_pair = torch.stack([w[1] + w[2], w[3], w[5]])  # new, after max, new > max
         self.scorer_rest = list(policy.scorer)[1:]
-        self.scorer_sums = torch.zeros(devices, layer.weight.shape[0])
+        self.scorer_sums = torch.zeros(self.cost.numel(), layer.weight.shape[0])
+        return joining, landed
+
+    def terms(self, units: torch.Tensor) -> list[torch.Tensor]:
+        """The units' first-layer terms (see `_project_heads`, `_project_scorer`), gathered
+        once per step."""
+        if self.step_terms is None or self.step_terms[0] is not units:
+            self.step_terms = (units, self.unit_terms[units].split(self.widths, dim=1))
+        return self.step_terms[1]
 
     def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
-        joining = self.joining_heads[units].transpose(0, 1)[:, :, None, :]  # [3, R, 1, H]
+        joining = self.terms(units)[0].view(len(units), 3, 1, -1).transpose(0, 1)
         sums = self.head_sums.view(len(self.head_out), *self.cost.shape, -1)
         hidden = torch.add(sums, joining).relu_().view(self.head_sums.shape)
         # One matrix-vector product per head: a batched product with one column is slower.
-        forward, backward, megabytes = (
-            nn.functional.softplus(torch.addmv(b, x, w)).view(self.cost.shape)
-            for x, (w, b) in zip(hidden, self.head_out, strict=True)
-        )
-        return forward + backward + self.topology.comm_ms(megabytes)
+        for x, (w, b), out in zip(hidden, self.head_out, self.head_outputs, strict=True):
+            torch.addmv(b, x, w, out=out)
+        forward, backward, megabytes = nn.functional.softplus(self.head_outputs)
+        return (forward + backward + self.topology.comm_ms(megabytes)).view(self.cost.shape)
 
     def logits(self, units: torch.Tensor, new_cost: torch.Tensor) -> torch.Tensor:
         now_max = self.cost.max(-1, keepdim=True).values
         after_max = torch.maximum(new_cost, now_max)
-        pair = [new_cost / self.scale, after_max / self.scale, (new_cost > now_max).float()]
-        pair = torch.stack(pair, dim=-1).view(-1, len(pair))
-        hidden = torch.addmm(self.scorer_sums, pair, self.on_pair)
-        joining = torch.addr(self.joining[units], (now_max / self.scale)[:, 0], self.on_now_max)
+        over = (new_cost > now_max) * self.scale
+        pair = torch.stack([self.cost, new_cost, after_max, over], dim=-1) / self.scale[..., None]
+        hidden = torch.addmm(self.scorer_sums, pair.view(-1, 4), self.on_pair)
+        joining = torch.addr(self.terms(units)[2], (now_max / self.scale)[:, 0], self.on_now_max)
         hidden.view(*self.cost.shape, -1).add_(joining[:, None, :]).relu_()
         return run_mlp(self.scorer_rest, hidden).view(self.cost.shape)
 
-    def add_codes(self, units: torch.Tensor, flat: torch.Tensor, increase: torch.Tensor) -> None:
-        self.head_sums.index_add_(1, flat, self.table_heads[units].transpose(0, 1))
-        scaled = increase / self.tables.scale_ms[units]
-        self.scorer_sums.index_add_(0, flat, torch.addr(self.landed[units], scaled, self.on_cost))
+    def add_codes(self, units: torch.Tensor, flat: torch.Tensor) -> None:
+        _, on_device, _, landed = self.terms(units)
+        self.head_sums.index_add_(1, flat, on_device.view(len(flat), 3, -1).transpose(0, 1))
+        self.scorer_sums.index_add_(0, flat, landed)
 
 
 def _draw(
@@ -394,22 +404,21 @@ def run_episode_groups(
     lengths = torch.tensor([len(g) for g in groups]).repeat_interleave(episodes)
     fixed, r = len(pinned), len(lengths)
     greedy = slice(None, None, episodes) if greedy_first else None
-    actions = torch.zeros(r, len(schedule), dtype=torch.long)
-    for step, rank in enumerate(pinned):
-        actions[:, step] = rank
-        devices.place(schedule[step], actions[:, step], devices.cost_with(schedule[step]))
+    placed = [torch.full((r,), rank) for rank in pinned]
+    for step, action in enumerate(placed):
+        devices.place(schedule[step], action, devices.cost_with(schedule[step]))
     log_prob, entropy = torch.zeros(r), torch.zeros(r)
     overflow_step = torch.where((devices.free < 0).any(-1), 0, lengths)
     for step in range(fixed, len(schedule)):
         units, done = schedule[step], finished[step] if some_finished[step] else None
         new_cost = devices.cost_with(units)
         logits = devices.logits(units, new_cost)
-        fits = devices.free >= encoded.sizes[units][:, None]
-        stuck = ~fits.any(-1)
+        full = devices.free < encoded.sizes[units][:, None]
+        stuck = full.all(-1)
         if stuck.any():
             overflow_step = torch.where(stuck & (overflow_step == lengths), step, overflow_step)
-            fits[stuck] = True  # place anyway: the episode is marked as overflowing
-        logits = logits.masked_fill(~fits, float("-inf"))
+            full[stuck] = False  # place anyway: the episode is marked as overflowing
+        logits = logits.masked_fill(full, float("-inf"))
         if learning:
             action, step_log_prob, step_entropy = _sample(logits, generator, greedy)
             live = 1.0 if done is None else (~done).float()
@@ -419,7 +428,8 @@ def run_episode_groups(
             log_p = logits - logits.logsumexp(-1, keepdim=True)
             action = _draw(log_p, generator, greedy)[0]
         devices.place(units, action, new_cost, done)
-        actions[:, step] = action
+        placed.append(action)
+    actions = torch.stack(placed, dim=1)  # [R, steps]
     t = SOFT_MAX_TEMPERATURE
     soft = t * torch.logsumexp(devices.cost / devices.scale / t, dim=-1)
     cost = devices.cost.max(-1).values
