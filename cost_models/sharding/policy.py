@@ -157,6 +157,11 @@ class _Devices:
         self.free = torch.full((r, d), self.capacity)
         self.flat_cost, self.flat_free = self.cost.view(-1), self.free.view(-1)
         self.row_starts = torch.arange(r) * d  # flat index of each episode's device 0
+        self.start_codes()
+
+    def start_codes(self) -> None:
+        """Set up what the subclass keeps of the devices' units, for devices with none."""
+        raise NotImplementedError
 
     def cost_with(self, units: torch.Tensor) -> torch.Tensor:
         """Each device's predicted ms if its episode's unit joined it, `[R, D]`: the cost
@@ -199,18 +204,10 @@ class _SummedDevices(_Devices):
     """Devices as the sums of their units' encodings, fed whole to the cost model and the
     policy at every step: the computation that REINFORCE differentiates."""
 
-    def __init__(
-        self,
-        tables: _Tables,
-        policy: PolicyNet,
-        cost_net: CostNet,
-        topology: Topology,
-        episodes: int,
-    ) -> None:
-        super().__init__(tables, policy, cost_net, topology, episodes)
+    def start_codes(self) -> None:
         self.count = torch.zeros_like(self.cost)
-        self.cost_codes = torch.zeros(*self.cost.shape, tables.cost_codes.shape[1])
-        self.codes = torch.zeros(*self.cost.shape, tables.codes.shape[1])
+        self.cost_codes = torch.zeros(*self.cost.shape, self.tables.cost_codes.shape[1])
+        self.codes = torch.zeros(*self.cost.shape, self.tables.codes.shape[1])
 
     @torch.no_grad()
     def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
@@ -254,16 +251,8 @@ class _ProjectedDevices(_Devices):
     change everywhere at every step). The per-device sums are kept and updated where a
     unit lands, instead of projecting all R x D devices again at every step."""
 
-    def __init__(
-        self,
-        tables: _Tables,
-        policy: PolicyNet,
-        cost_net: CostNet,
-        topology: Topology,
-        episodes: int,
-    ) -> None:
-        super().__init__(tables, policy, cost_net, topology, episodes)
-        heads, scorer = self._project_heads(cost_net), self._project_scorer(policy)
+    def start_codes(self) -> None:
+        heads, scorer = self._project_heads(self.cost_net), self._project_scorer(self.policy)
         # Each unit's terms side by side, so that a step gathers its units' terms once.
         self.unit_terms = torch.cat([*heads, *scorer], dim=1)
         self.widths = [x.shape[1] for x in (*heads, *scorer)]
