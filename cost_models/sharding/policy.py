@@ -285,7 +285,7 @@ class _ProjectedDevices(_Devices):
         self.on_pair = torch.stack([w[0] - w[2], w[1] + w[2], w[3], w[5]])
         self.pair = torch.zeros(len(self.on_pair), *self.cost.shape)
         self.on_now_max = w[4]
-        self.scorer_rest = list(policy.scorer)[1:]
+        self.scorer_rest = list(policy.scorer)[2:]  # after the first ReLU (applied in place)
         self.scorer_sums = torch.zeros(self.cost.numel(), layer.weight.shape[0])
         return joining, landed
 
