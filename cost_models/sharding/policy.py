@@ -89,7 +89,7 @@ class _Tables:
     sizes: torch.Tensor  # [N + 1] bytes
     single_ms: torch.Tensor  # [N + 1] predicted cost of each unit alone on a device
     # What a unit adds to a device at least: its cost alone less the fixed cost of a kernel
-    # call (taken as the cheapest unit's of its group cost alone).
+    # call (taken as the cost alone of its group's cheapest unit).
     marginal_ms: torch.Tensor  # [N + 1]
     scale_ms: torch.Tensor  # [N + 1] its group's balanced load (sum of costs alone / devices)
     per_device: torch.Tensor  # [N + 1] its group's units per device
@@ -116,14 +116,15 @@ class _Tables:
         per_device = torch.cat([torch.full((len(s),), len(s) / d) for s in spans])
         sizes = torch.tensor([float(t.size_bytes) for t in units])
         codes = policy.table_encoder(cost_net.normalize(features))
-        nothing = [torch.cat([x, x.new_zeros(1, *x.shape[1:])]) for x in (cost_codes, codes)]
+        encodings = [torch.cat([x, x.new_zeros(1, x.shape[1])]) for x in (cost_codes, codes)]
         per_unit = [torch.cat([x, x.new_tensor([fill])]) for x, fill in
                     ((sizes, 0.0), (single, 0.0), (marginal, 0.0), (scale, 1.0),
                      (per_device, 1.0))]  # fmt: skip
-        return cls(*nothing, *per_unit, spans)
+        return cls(*encodings, *per_unit, spans)
 
     @property
     def nothing(self) -> int:
+        """The index of the row of zeros."""
         return len(self.sizes) - 1
 
     def order(self, group: int, pinned: int) -> list[int]:
