@@ -10,7 +10,17 @@ from torchrec.distributed.types import ShardingType
 
 from cost_models.sharding.cost_net import CostNet, CostSample, FitConfig, fit_cost_net, run_mlp
 from cost_models.sharding.measure import KernelTime, Measurer
-from cost_models.sharding.policy import PolicyNet, _sample, load_policy, run_episodes
+from cost_models.sharding.policy import (
+    PolicyNet,
+    _draw_by_inverse_cdf,
+    _ProjectedDevices,
+    _sample,
+    _schedule,
+    _SummedDevices,
+    _Tables,
+    load_policy,
+    run_episodes,
+)
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
@@ -175,16 +185,17 @@ def test_refine_brings_a_bad_plan_near_the_balance_bound_within_memory(learned):
 
 
 def test_the_refined_rl_plan_is_never_rated_worse_than_the_unrefined(learned):
+    """The local search never raises the max of the plan it starts from. (The sharder's
+    final plan is selected by the robust max, which may trade a little max for balance.)"""
     net, policy, pool, *_ = learned
     tables, topology = pool[:30], Topology(4)
 
-    def rated(plan):  # the floored device costs that the episodes and `refine` use
-        ranks = [plan.assignment[t.name] for t in tables]
+    def rated(ranks):  # the floored device costs that the episodes and `refine` use
         return float(device_costs(net, tables, ranks, topology).max())
 
-    refined = RLSharder(policy, net, refine=True).plan(tables, topology)
-    plain = RLSharder(policy, net).plan(tables, topology)
-    assert rated(refined) <= rated(plain) + 1e-6
+    plain = RLSharder(policy, net, select=False).plan(tables, topology)
+    start = [plain.assignment[t.name] for t in tables]
+    assert rated(refine(net, tables, start, topology)) <= rated(start) + 1e-6
 
 
 def test_robust_max_charges_for_every_device_near_the_max():
@@ -296,7 +307,7 @@ def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
     expected = torch.nn.functional.softplus(torch.cat([h(summed) for h in net.heads], dim=-1))
     assert torch.equal(net.predict(summed), expected)
     logits = torch.randn(15, 128).masked_fill(torch.rand(15, 128) < 0.3, float("-inf"))
-    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), True)
+    action, log_prob, entropy = _sample(logits, torch.Generator().manual_seed(3), slice(0, 1))
     dist = torch.distributions.Categorical(logits=logits)
     sampled = torch.multinomial(dist.probs, 1, generator=torch.Generator().manual_seed(3))
     sampled = sampled.squeeze(-1)
@@ -304,3 +315,48 @@ def test_episode_fast_paths_compute_exactly_what_torch_modules_do():
     assert torch.equal(action, sampled)
     assert torch.equal(log_prob, dist.log_prob(action))
     assert torch.equal(entropy, dist.entropy())
+    # Planning draws by the inverse CDF: other draws, the same distribution, never a mask.
+    rows = logits[1:3].repeat(10_000, 1)
+    drawn = _draw_by_inverse_cdf(rows, torch.Generator().manual_seed(4), slice(0, None, 5000))
+    assert torch.equal(drawn[::5000], rows[::5000].argmax(-1))
+    for first, r in ((0, 1), (1, 2)):  # rows alternate between logits[1] and logits[2]
+        counts = torch.bincount(drawn[first::2], minlength=128) / len(drawn[first::2])
+        assert torch.allclose(counts, dist.probs[r], atol=0.01)
+        assert (counts[logits[r] == float("-inf")] == 0).all()
+
+
+def test_projected_devices_compute_what_summed_devices_do():
+    """Planning's cached first-layer projections, with groups of tables in one loop, give
+    at every step the costs and logits of feeding each group's summed encodings whole (up
+    to float rounding), and the same plans."""
+    torch.manual_seed(0)
+    policy, net = PolicyNet().eval(), CostNet().eval()
+    tables = generate_tables(40, seed=2)
+    topology = Topology(6, memory_bytes=int(sum(t.size_bytes for t in tables) / 3))
+    groups = [tables[5:], [*column_shards(tables[0], 2), *tables[1:]]]
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        encoded = _Tables.encode(groups, policy, net, topology)
+        together = _ProjectedDevices(encoded, policy, net, topology, 2)
+        schedule = _schedule(encoded, [list(range(len(g))) for g in groups], 2)
+        alone = [_SummedDevices(_Tables.encode([g], policy, net, topology), policy, net,
+                                topology, 2) for g in groups]  # fmt: skip
+        for step, units in enumerate(schedule):
+            new_cost = together.cost_with(units)
+            logits = together.logits(units, new_cost)
+            action = torch.randint(6, (4,), generator=generator)
+            for g, devices in enumerate(alone):
+                rows = slice(2 * g, 2 * g + 2)
+                if step < len(groups[g]):
+                    cost = devices.cost_with(torch.full((2,), step))
+                    assert torch.allclose(new_cost[rows], cost, rtol=1e-5)
+                    expected = devices.logits(torch.full((2,), step), cost)
+                    assert torch.allclose(logits[rows], expected, rtol=1e-4, atol=1e-5)
+                    devices.place(torch.full((2,), step), action[rows], cost)
+            together.place(units, action, new_cost, units == encoded.nothing)
+        runs = [
+            run_episodes(policy, net, tables, topology, 8, True, generator.manual_seed(3), (), p)
+            for p in (False, True)
+        ]
+    assert torch.equal(runs[0].ranks, runs[1].ranks)
+    assert torch.allclose(runs[0].cost_ms, runs[1].cost_ms)

@@ -13,7 +13,7 @@ minimizes the MSE of log costs, so errors are relative.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +67,7 @@ def mlp(*widths: int) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
-def run_mlp(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+def run_mlp(layers: Iterable[nn.Module], x: torch.Tensor) -> torch.Tensor:
     """`layers(x)` for an `mlp`, the same kernels called directly: an episode step runs a
     dozen layers on small tensors, where nn.Module's per-call dispatch costs as much as
     the arithmetic."""

@@ -195,12 +195,15 @@ def table_features(tables: Sequence[TableSpec]) -> np.ndarray:
     """AutoShard's 21 features per table, `[len(tables), 21]`: log2 dim, log10 rows,
     log2 pooling factor, log10 bytes, then the 17-bin reuse histogram."""
     out = np.zeros((len(tables), NUM_FEATURES), dtype=np.float32)
-    for i, t in enumerate(tables):
-        out[i, 0] = np.log2(t.embedding_dim)
-        out[i, 1] = np.log10(t.num_embeddings)
-        out[i, 2] = np.log2(max(t.pooling_factor, 1e-3))
-        out[i, 3] = np.log10(t.size_bytes)
-        out[i, 4:] = t.histogram()
+    if not tables:
+        return out
+    shape = np.array([(t.embedding_dim, t.num_embeddings, t.pooling_factor, t.size_bytes)
+                      for t in tables], dtype=np.float64)  # fmt: skip
+    out[:, 0] = np.log2(shape[:, 0])
+    out[:, 1] = np.log10(shape[:, 1])
+    out[:, 2] = np.log2(np.maximum(shape[:, 2], 1e-3))
+    out[:, 3] = np.log10(shape[:, 3])
+    out[:, 4:] = [t.histogram() for t in tables]
     return out
 
 
