@@ -102,3 +102,13 @@ def test_features_and_reuse_histogram():
     assert (hist_skewed * bins).sum() > (hist_flat * bins).sum() + 2  # more reuse
     given = TableSpec("g", 10, 4, reuse_histogram=(1.0,) + (0.0,) * 16)
     assert table_features([given])[0, 4] == 1.0
+
+
+def test_id_counts_are_numpys_unique_counts():
+    from cost_models.sharding.tables import REUSE_SAMPLES, id_counts, zipf_indices
+
+    rng = np.random.default_rng(0)
+    for rows in (1, 7, 1000, 8 * REUSE_SAMPLES, 8 * REUSE_SAMPLES + 1, 10**8, 3 * 10**9):
+        for alpha in (0.0, 1.0, 1.3):
+            ids = zipf_indices(rows, alpha, REUSE_SAMPLES, rng)
+            assert np.array_equal(id_counts(ids, rows), np.unique(ids, return_counts=True)[1])

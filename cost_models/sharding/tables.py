@@ -186,9 +186,21 @@ def reuse_histogram(rows: int, alpha: float) -> np.ndarray:
 
     Cached: the result is shared, so treat it as read-only."""
     rng = np.random.default_rng([rows, round(alpha * 1e4)])
-    _, counts = np.unique(zipf_indices(rows, alpha, REUSE_SAMPLES, rng), return_counts=True)
+    counts = id_counts(zipf_indices(rows, alpha, REUSE_SAMPLES, rng), rows)
     bins = np.minimum(np.log2(counts).astype(int), HISTOGRAM_BINS - 1)
     return np.bincount(bins, weights=counts, minlength=HISTOGRAM_BINS) / REUSE_SAMPLES
+
+
+def id_counts(ids: np.ndarray, rows: int) -> np.ndarray:
+    """How often each id in `ids` (all in [0, rows)) occurs, in id order: what
+    `np.unique(ids, return_counts=True)[1]` gives, several times faster (a table's count for
+    a small table, a 32-bit sort for a large one; planning 800 tables computes 800)."""
+    if rows <= 8 * len(ids):
+        counts = np.bincount(ids, minlength=rows)
+        return counts[counts > 0]
+    ordered = np.sort(ids.astype(np.int32 if rows < 2**31 else np.int64))
+    starts = np.flatnonzero(np.diff(ordered, prepend=-1))
+    return np.diff(np.append(starts, len(ordered)))
 
 
 def table_features(tables: Sequence[TableSpec]) -> np.ndarray:
