@@ -2,11 +2,15 @@
 loader's share of a training step, and peak RSS; the in-memory loader as baseline on a
 size that fits.
 
+    python bench/bench_stream.py --rows 20000000 --out /tmp/stream-bench --clear-cache
     python bench/bench_stream.py --rows 20000000 --out /tmp/stream-bench
     python bench/bench_stream.py --mode memory --rows 2000000 --out /tmp/stream-bench
 
 Each mode runs in its own process (peak RSS is per process). The file is written by
 `write_synthetic_criteo` (what `ranknas data synth --format criteo` runs) unless it exists.
+Streamed, the encoded rows go to a row cache beside the file (`.ranknas-cache/`): the first
+run writes it (`--clear-cache` removes an earlier one), a second run reads it; `--no-cache`
+parses the file on every pass.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +29,7 @@ from search_space.builder import build_model
 from search_space.presets import load_architecture
 from trainers.data import load_criteo
 from trainers.data.stream import StreamOptions, open_stream
+from trainers.data.stream_cache import default_cache_dir
 from trainers.data.synthetic import write_synthetic_criteo
 from trainers.trainer import TrainConfig, train
 
@@ -37,7 +43,7 @@ class TimedRows:
 
     def __init__(self, rows) -> None:
         self.rows, self.waited = rows, 0.0
-        self.schema = rows.schema
+        self.schema, self.label_mean = rows.schema, rows.label_mean
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -103,6 +109,8 @@ def main() -> None:
     parser.add_argument("--train-examples", type=int, default=1_000_000)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--min-count", type=int, default=10)
+    parser.add_argument("--no-cache", action="store_true", help="stream: no row cache")
+    parser.add_argument("--clear-cache", action="store_true", help="stream: write it anew")
     args = parser.parse_args()
     torch.set_num_threads(1)
     path = Path(args.out) / f"criteo-{args.rows}.tsv"
@@ -114,10 +122,15 @@ def main() -> None:
     report["file_gib"] = round(path.stat().st_size / 2**30, 2)
     started = time.perf_counter()
     if args.mode == "stream":
-        data = open_stream(f"criteo:{path}", options=StreamOptions(min_count=args.min_count))
+        if args.clear_cache:
+            shutil.rmtree(default_cache_dir(path), ignore_errors=True)
+        options = StreamOptions(min_count=args.min_count, cache=not args.no_cache)
+        data = open_stream(f"criteo:{path}", options=options)
         train_rows, valid = data.train, data.valid
-        report["open_seconds"] = round(time.perf_counter() - started, 1)
-        report["open_rows_per_s"] = round(data.train.stop / report["open_seconds"])
+        opened = time.perf_counter() - started
+        report["open_seconds"] = round(opened, 1)
+        report["open_rows_per_s"] = round(len(data.train) / opened)
+        report["row_cache"] = data.cache_note or "none"
     else:
         train_rows, valid, _ = load_criteo(path, min_count=args.min_count, use_cache=False).split(
             method="ordered"

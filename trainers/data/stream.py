@@ -13,13 +13,17 @@ one pass, batches made in a background thread.
   value: memory grows with the vocabulary, not with the rows; values seen fewer than
   `min_count` times share the out-of-vocabulary id). For vocabularies of hundreds of
   millions of values, `hash_size` is the right choice: no counting pass state at all.
+- The row cache (`trainers.data.stream_cache`, on unless `cache` is off): after the fit,
+  one more pass writes every split's encoded rows to binary files, and every later pass,
+  and every later run with the same files and settings (which then fits nothing), reads
+  those arrays instead of parsing the files.
 - Training batches: the rows of a split are cut into windows of `shuffle_rows` rows (a
-  multiple of the batch size), each window shuffled (window 0 with the in-memory loader's
-  permutation, so a split that fits one window trains exactly as in memory) and cut into
-  batches by `BatchLoader`; one thread reads and shuffles the next window while another
+  multiple of the batch size), each window's batches gathered in a permutation of the
+  window (window 0's is the in-memory loader's, so a split that fits one window trains
+  exactly as in memory) by `BatchLoader`; one thread reads the next window while another
   makes batches ahead of the training step into a queue of `prefetch_batches`. What is
-  held: at most four windows (the one batched, the next, the one being read and its
-  shuffled copy), one chunk (one Parquet row group or block of TSV lines) and the queue.
+  held: at most three windows (the one batched, the next and the one being read), one
+  chunk (one Parquet row group or block of TSV lines) and the queue.
 - Validation and test are held in memory when they have at most `memory_rows` rows, and
   streamed at each evaluation otherwise.
 """
@@ -505,18 +509,17 @@ class StreamLoader:
         return prefetch(self._batches(epoch), self.split.options.prefetch_batches)
 
     def _batches(self, epoch: int) -> Iterator[Batch]:
-        # windows are read and shuffled by a thread of their own, one ahead: the step does
-        # not wait for a whole window each time one is used up
-        for window in prefetch(self._shuffled(epoch), depth=1):
+        # windows are read by a thread of their own, one ahead: the step does not wait for a
+        # whole window each time one is used up; a shuffled window's batches are gathered
+        # from it in the window's permutation (no shuffled copy of the window)
+        for w, window in enumerate(prefetch(self.split.windows(self.window_rows), depth=1)):
+            order = self._permutation(epoch, w, len(window)) if self.shuffle else None
             yield from BatchLoader(window, self.batch_size, drop_last=self.drop_last,
-                                   pin_memory=self.pin_memory)  # fmt: skip
+                                   pin_memory=self.pin_memory, order=order)  # fmt: skip
 
-    def _shuffled(self, epoch: int) -> Iterator[TabularData]:
-        for w, window in enumerate(self.split.windows(self.window_rows)):
-            if self.shuffle:
-                key = [self.seed, epoch] + ([w] if w else [])  # window 0: BatchLoader's order
-                window = window.take(np.random.default_rng(key).permutation(len(window)))
-            yield window
+    def _permutation(self, epoch: int, window: int, rows: int) -> np.ndarray:
+        key = [self.seed, epoch] + ([window] if window else [])  # window 0: BatchLoader's
+        return np.random.default_rng(key).permutation(rows)
 
 
 _END = object()
