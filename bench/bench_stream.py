@@ -19,6 +19,7 @@ import argparse
 import json
 import resource
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,26 @@ from trainers.trainer import TrainConfig, train
 
 def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class RssParts:
+    """The largest anonymous and file-backed resident memory seen, sampled by a thread (a
+    memory map's pages read would be file-backed)."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.peaks = {"RssAnon": 0, "RssFile": 0}
+        threading.Thread(target=self._sample, args=(every_s,), daemon=True).start()
+
+    def _sample(self, every_s: float) -> None:
+        while True:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in self.peaks:
+                    self.peaks[key] = max(self.peaks[key], int(value.split()[0]))
+            time.sleep(every_s)
+
+    def gib(self) -> dict[str, float]:
+        return {f"peak_{k}_gib": round(v / 2**20, 2) for k, v in self.peaks.items()}
 
 
 class TimedRows:
@@ -113,6 +134,7 @@ def main() -> None:
     parser.add_argument("--clear-cache", action="store_true", help="stream: write it anew")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    rss_parts = RssParts()
     path = Path(args.out) / f"criteo-{args.rows}.tsv"
     report: dict = {"mode": args.mode, "rows": args.rows, "file": str(path)}
     if not path.exists():
@@ -123,7 +145,8 @@ def main() -> None:
     started = time.perf_counter()
     if args.mode == "stream":
         if args.clear_cache:
-            shutil.rmtree(default_cache_dir(path), ignore_errors=True)
+            for cache in default_cache_dir(path).glob(f"{path.name}-*"):
+                shutil.rmtree(cache)
         options = StreamOptions(min_count=args.min_count, cache=not args.no_cache)
         data = open_stream(f"criteo:{path}", options=options)
         train_rows, valid = data.train, data.valid
@@ -140,8 +163,10 @@ def main() -> None:
     report["train_rows"], report["valid_rows"] = len(train_rows), len(valid)
     limit = min(args.loader_rows, len(train_rows))
     report["loader_rows_per_s"] = round(loader_rate(train_rows, args.batch_size, limit))
+    report["peak_rss_gib_after_loader"] = round(peak_rss_gib(), 2)
     report |= train_rate(train_rows, valid, args.train_examples, args.batch_size)
     report["peak_rss_gib"] = round(peak_rss_gib(), 2)
+    report |= rss_parts.gib()
     print(json.dumps(report, indent=2), flush=True)
 
 

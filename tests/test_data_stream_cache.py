@@ -147,3 +147,11 @@ def test_train_stream_says_when_it_writes_and_reads_the_cache(tmp_path, capsys):
     main([*args, "--no-cache"])
     assert "encoded rows" not in capsys.readouterr().err
     assert len(list((tmp_path / "c").iterdir())) == 1
+
+
+def test_an_unwritable_cache_dir_falls_back_to_the_files(source, tmp_path, caplog):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache directory would go")
+    data = opened(source, cache_dir=str(blocked / "cache"))
+    assert data.cache_note == "" and "cannot write the row cache" in caplog.text
+    assert_same_batches(data.train, opened(source, cache=False).train)

@@ -145,7 +145,7 @@ def open_stream(
     if where is not None:
         meta = {"source": source.name, "source_rows": source.rows,
                 "label_mean": clicks / train_rows, "fitted": encoder.fitted}  # fmt: skip
-        if (cache := write_row_cache(where, source, bounds, encoder, meta)) is not None:
+        if (cache := _write_row_cache(where, source, bounds, encoder, meta)) is not None:
             note = f"wrote the encoded rows to {where} ({cache.nbytes / 2**30:.2f} GiB)"
             return _from_cache(cache, options, note + ": later runs read them")
     train = StreamSplit(_encoded(source, *bounds[:2], encoder), encoder.schema, train_rows,
@@ -216,17 +216,14 @@ def _cache_path(
     return cache_path(files, settings, cache_dir, Path(data_path).name)
 
 
-def write_row_cache(
+def _write_row_cache(
     where: Path, source: Source, bounds: list[int], encoder: Encoder, meta: dict[str, Any]
 ) -> RowCache | None:
     """Encode every row of the source into a row cache at `where` (one more pass over the
     files); None, with a warning, when it cannot be written."""
+    writer = None
     try:
         writer = RowCacheWriter(where, encoder.schema)
-    except OSError as exc:
-        logger.warning("cannot write the row cache %s (%s): reading the files", where, exc)
-        return None
-    try:
         split_rows = []
         for lo, hi in pairwise(bounds):
             before = writer.rows
@@ -238,7 +235,8 @@ def write_row_cache(
         logger.warning("cannot write the row cache %s (%s): reading the files", where, exc)
         return None
     finally:
-        writer.discard()
+        if writer is not None:
+            writer.discard()
 
 
 def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedData:
