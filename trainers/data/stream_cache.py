@@ -45,10 +45,15 @@ def default_cache_dir(data_path: str | Path) -> Path:
 
 def cache_path(files: list[Path], settings: dict[str, Any], cache_dir: Path, name: str) -> Path:
     """Where the rows of `files` encoded with `settings` are cached: `cache_dir/name-DIGEST`."""
-    stats = [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    key = {"version": CACHE_VERSION, "files": stats, **settings}
+    key = {"version": CACHE_VERSION, "files": [_file_key(f) for f in files], **settings}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir / f"{name}-{digest}"
+
+
+def _file_key(file: Path) -> tuple[str, int, int]:
+    """What tells a file's content apart without reading it: path, size, mtime."""
+    stat = file.stat()
+    return str(file.resolve()), stat.st_size, stat.st_mtime_ns
 
 
 def _id_dtype(schema: DatasetSchema) -> np.dtype:
