@@ -395,6 +395,12 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--hash-size", type=int, metavar="N",
                        help="--stream: hash ids into N buckets instead of a vocabulary (huge "
                        "vocabularies)")  # fmt: skip
+    train.add_argument("--cache-dir", metavar="DIR",
+                       help="--stream: where the row cache of encoded rows lives (default: "
+                       ".ranknas-cache/ beside the data)")  # fmt: skip
+    train.add_argument("--no-cache", action="store_true",
+                       help="--stream: parse the files on every pass instead of caching the "
+                       "encoded rows")  # fmt: skip
     train.add_argument("--json", action="store_true",
                        help="print the metrics as one JSON object instead of lines")  # fmt: skip
 

@@ -459,10 +459,13 @@ def _train_streamed(args: argparse.Namespace) -> int:
 
     if args.split not in ("auto", "ordered"):
         raise RanknasError(f"--split {args.split}: --stream splits in file order (auto or ordered)")
-    options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size)
+    options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size,
+                            cache=not args.no_cache, cache_dir=args.cache_dir)  # fmt: skip
     dense = wants_preprocessing(args.preprocessing, args.data)
     data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense)
     print(f"split {data.description}", file=sys.stderr)
+    if data.cache_note:
+        print(data.cache_note, file=sys.stderr)
     if described := describe(data.fitted):
         print(described, file=sys.stderr)
     arch = load_architecture(args.arch, data.train.schema)

@@ -51,6 +51,13 @@ class StreamConfig(_Section):
     memory_rows: int = Field(
         default=500_000, ge=0, description="validation/test held in memory up to this size"
     )
+    cache: bool = Field(
+        default=True,
+        description="encode the rows once into a row cache that later passes and runs read",
+    )
+    cache_dir: str | None = Field(
+        default=None, description="where row caches live (default: .ranknas-cache/ beside the data)"
+    )
 
 
 class DataConfig(_Section):

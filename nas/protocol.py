@@ -78,7 +78,8 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     dense = wants_preprocessing(d.preprocessing, d.source)
     data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
                        dense_preprocessing=dense)  # fmt: skip
-    described = "; ".join(filter(None, [data.description, describe(data.fitted)]))
+    parts = [data.description, describe(data.fitted), data.cache_note]
+    described = "; ".join(filter(None, parts))
     return StudyData(data.train, data.valid, data.test, None, described, data.fitted)
 
 

@@ -23,12 +23,8 @@ from search_space.errors import RanknasError
 from trainers import progress as bars
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
-from trainers.data.stream import StreamSplit
+from trainers.data.stream import Rows
 from trainers.metrics import ranking_metrics
-
-# Rows to train or evaluate on: in memory, or a split streamed from files (both have
-# `len`, `schema`, `loader(...)` and `head(rows)`).
-Rows = TabularData | StreamSplit
 
 # Called at each intermediate evaluation with (step, examples seen, validation metrics);
 # returning True stops the run as "pruned" (a searcher's pruner decides).

@@ -239,8 +239,8 @@ class BatchLoader:
     numpy and wrapped with `torch.from_numpy`: numpy copies on one thread, whereas torch's
     parallel copies slow down badly when the model's threads hold every core. With `shuffle`,
     epoch e uses a permutation seeded by (seed, e); each iteration over the loader is one
-    epoch (`set_epoch` overrides). Batches are pinned when CUDA is available, unless
-    `pin_memory=False`.
+    epoch (`set_epoch` overrides); `order` gives the permutation instead. Batches are pinned
+    when CUDA is available, unless `pin_memory=False`.
     """
 
     def __init__(
@@ -252,10 +252,12 @@ class BatchLoader:
         seed: int = 0,
         drop_last: bool = False,
         pin_memory: bool | None = None,
+        order: np.ndarray | None = None,
     ) -> None:
         check_batch_size(batch_size)
         self.batch_size = batch_size
         self.shuffle = shuffle
+        self.order = order
         self.seed = seed
         self.drop_last = drop_last
         self.pin_memory = torch.cuda.is_available() and pin_memory is not False
@@ -274,8 +276,8 @@ class BatchLoader:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Batch]:
-        order = None
-        if self.shuffle:
+        order = self.order
+        if self.shuffle and order is None:
             order = np.random.default_rng([self.seed, self.epoch]).permutation(self._rows)
         self.epoch += 1
         for i in range(len(self)):

@@ -13,13 +13,17 @@ one pass, batches made in a background thread.
   value: memory grows with the vocabulary, not with the rows; values seen fewer than
   `min_count` times share the out-of-vocabulary id). For vocabularies of hundreds of
   millions of values, `hash_size` is the right choice: no counting pass state at all.
+- The row cache (`trainers.data.stream_cache`, on unless `cache` is off): after the fit,
+  one more pass writes every split's encoded rows to binary files, and every later pass,
+  and every later run with the same files and settings (which then fits nothing), reads
+  those arrays instead of parsing the files.
 - Training batches: the rows of a split are cut into windows of `shuffle_rows` rows (a
-  multiple of the batch size), each window shuffled (window 0 with the in-memory loader's
-  permutation, so a split that fits one window trains exactly as in memory) and cut into
-  batches by `BatchLoader`; one thread reads and shuffles the next window while another
+  multiple of the batch size), each window's batches gathered in a permutation of the
+  window (window 0's is the in-memory loader's, so a split that fits one window trains
+  exactly as in memory) by `BatchLoader`; one thread reads the next window while another
   makes batches ahead of the training step into a queue of `prefetch_batches`. What is
-  held: at most four windows (the one batched, the next, the one being read and its
-  shuffled copy), one chunk (one Parquet row group or block of TSV lines) and the queue.
+  held: at most three windows (the one batched, the next and the one being read), one
+  chunk (one Parquet row group or block of TSV lines) and the queue.
 - Validation and test are held in memory when they have at most `memory_rows` rows, and
   streamed at each evaluation otherwise.
 """
@@ -29,8 +33,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+from itertools import pairwise
+from pathlib import Path
 from queue import Empty, Full, Queue
 from typing import Any
 
@@ -57,11 +64,21 @@ from trainers.data.preprocess import (
     vocabulary_positions,
 )
 from trainers.data.report import BadRowLimits
-from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, open_source
+from trainers.data.stream_cache import (
+    RowCache,
+    RowCacheWriter,
+    cache_path,
+    default_cache_dir,
+    open_row_cache,
+)
+from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, data_files, open_source
 
 logger = logging.getLogger(__name__)
 
 DENSE_SAMPLE = 1 << 16  # values per dense column kept for the median
+
+# a split's rows in pieces, given the piece size wanted (a source's chunks have their own)
+ReadRows = Callable[[int], Iterator[TabularData]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,8 @@ class StreamOptions:
     memory_rows: int = 500_000
     max_bad_rows: int | None = 1000
     max_bad_fraction: float | None = 0.01
+    cache: bool = True  # encode the rows once into a row cache (`stream_cache`)
+    cache_dir: str | None = None  # None: `.ranknas-cache/` beside the data
 
     def __post_init__(self) -> None:
         for name in ("chunk_rows", "shuffle_rows", "prefetch_batches"):
@@ -89,10 +108,11 @@ class StreamedData:
     """Train, validation and test of a streamed data set, and what was fitted on training."""
 
     train: StreamSplit
-    valid: TabularData | StreamSplit
-    test: TabularData | StreamSplit
+    valid: Rows
+    test: Rows
     fitted: dict[str, Any]
     description: str
+    cache_note: str = ""  # one line: the row cache written or read, if any
 
 
 def open_stream(
@@ -105,7 +125,9 @@ def open_stream(
 ) -> StreamedData:
     """Open `criteo:PATH` or Parquet files (a directory or one file, with the schema YAML at
     `schema_path`), split them in file order, and fit the preprocessing in one pass over the
-    training rows (dense transforms only with `dense_preprocessing`)."""
+    training rows (dense transforms only with `dense_preprocessing`). With `options.cache`,
+    the encoded rows are written to a row cache after the fit and every pass reads them; a
+    later run with the same files and settings reads the cache and fits nothing."""
     options = options or StreamOptions()
     check_encoding(options.min_count, options.hash_size, spec)
     if spec == "synthetic":
@@ -113,21 +135,26 @@ def open_stream(
             "streaming reads files: give data.source (a Parquet directory or file, or "
             "criteo:PATH); the built-in synthetic data is generated in memory"
         )
+    where = _cache_path(spec, schema_path, fractions, options, dense_preprocessing)
+    if where is not None and (cache := open_row_cache(where)) is not None:
+        return _from_cache(cache, options, f"read the encoded rows cached in {where}")
     limits = BadRowLimits(options.max_bad_rows, options.max_bad_fraction)
     source = open_source(spec, schema_path, chunk_rows=options.chunk_rows, limits=limits)
     bounds = _bounds(source.rows, fractions)
     encoder, train_rows, clicks = fit_encoder(source, bounds[1], options, dense_preprocessing)
-    train = StreamSplit(source, bounds[0], bounds[1], encoder, train_rows, options,
-                        label_mean=clicks / train_rows)  # fmt: skip
+    if where is not None:
+        meta = {"source": source.name, "source_rows": source.rows,
+                "label_mean": clicks / train_rows, "fitted": encoder.fitted}  # fmt: skip
+        if (cache := _write_row_cache(where, source, bounds, encoder, meta)) is not None:
+            note = f"wrote the encoded rows to {where} ({cache.nbytes / 2**30:.2f} GiB)"
+            return _from_cache(cache, options, note + ": later runs read them")
+    train = StreamSplit(_encoded(source, *bounds[:2], encoder), encoder.schema, train_rows,
+                        options, label_mean=clicks / train_rows)  # fmt: skip
     valid, test = (
         _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
     )
-    description = (
-        f"in file order, streamed from {source.name} ({source.rows:,} rows in the files, "
-        f"{train_rows:,} training rows read in chunks; "
-        f"{_eval_where(valid)} validation, {_eval_where(test)} test)"
-    )
-    return StreamedData(train, valid, test, encoder.fitted, description)
+    return StreamedData(train, valid, test, encoder.fitted,
+                        _describe(source.name, source.rows, (train, valid, test)))  # fmt: skip
 
 
 def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
@@ -135,17 +162,100 @@ def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
     return [0, *(int(b) for b in split_bounds(rows, fractions)), rows]
 
 
-def _eval_split(
-    source: Source, lo: int, hi: int, encoder: Encoder, options: StreamOptions
-) -> TabularData | StreamSplit:
+def _describe(name: str, rows: int, splits: Sequence[Rows], cached: bool = False) -> str:
+    train, valid, test = splits
+    read = "from the row cache" if cached else "in chunks"
+    return (
+        f"in file order, streamed from {name} ({rows:,} rows in the files, "
+        f"{len(train):,} training rows read {read}; "
+        f"{_eval_where(valid)} validation, {_eval_where(test)} test)"
+    )
+
+
+def _eval_split(source: Source, lo: int, hi: int, encoder: Encoder, options: StreamOptions) -> Rows:
     """Held in memory up to `memory_rows` rows; else streamed (one pass counts its rows)."""
     if hi - lo <= options.memory_rows:
         return concat([encoder.apply(chunk) for chunk in source.chunks(lo, hi)], encoder.schema)
     rows = sum(len(chunk) for chunk in source.chunks(lo, hi))
-    return StreamSplit(source, lo, hi, encoder, rows, options)
+    return StreamSplit(_encoded(source, lo, hi, encoder), encoder.schema, rows, options)
 
 
-def _eval_where(split: TabularData | StreamSplit) -> str:
+def _encoded(source: Source, start: int, stop: int, encoder: Encoder) -> ReadRows:
+    """Rows [start, stop) of a source, encoded chunk by chunk as they are read."""
+
+    def read(_: int) -> Iterator[TabularData]:
+        for chunk in source.chunks(start, stop):
+            yield encoder.apply(chunk)
+
+    return read
+
+
+def _cache_path(
+    spec: str,
+    schema_path: str | None,
+    fractions: Sequence[float],
+    options: StreamOptions,
+    dense_preprocessing: bool,
+) -> Path | None:
+    """Where the row cache of these files and settings lives; None without a cache (or
+    without the schema Parquet needs: `open_source` says so)."""
+    if not options.cache or (schema_path is None and not spec.startswith("criteo:")):
+        return None
+    files = data_files(spec)
+    data_path = spec.removeprefix("criteo:")
+    settings = {
+        "schema": Path(schema_path).read_text() if schema_path else None,
+        "fractions": [float(f) for f in fractions],
+        "dense_preprocessing": dense_preprocessing,
+        "min_count": options.min_count,
+        "hash_size": options.hash_size,
+        "max_bad_rows": options.max_bad_rows,
+        "max_bad_fraction": options.max_bad_fraction,
+    }
+    cache_dir = Path(options.cache_dir) if options.cache_dir else default_cache_dir(data_path)
+    return cache_path(files, settings, cache_dir, Path(data_path).name)
+
+
+def _write_row_cache(
+    where: Path, source: Source, bounds: list[int], encoder: Encoder, meta: dict[str, Any]
+) -> RowCache | None:
+    """Encode every row of the source into a row cache at `where` (one more pass over the
+    files); None, with a warning, when it cannot be written."""
+    writer = None
+    try:
+        writer = RowCacheWriter(where, encoder.schema)
+        split_rows = []
+        for lo, hi in pairwise(bounds):
+            before = writer.rows
+            for chunk in source.chunks(lo, hi):
+                writer.append(encoder.apply(chunk))
+            split_rows.append(writer.rows - before)
+        return writer.finish(meta | {"split_rows": split_rows})
+    except OSError as exc:
+        logger.warning("cannot write the row cache %s (%s): reading the files", where, exc)
+        return None
+    finally:
+        if writer is not None:
+            writer.discard()
+
+
+def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedData:
+    """Training streamed from the cache; validation and test too, or in memory when small."""
+    meta = cache.meta
+    splits: list[Rows] = []
+    for k, (lo, hi) in enumerate(cache.split_ranges):
+        if k and hi - lo <= options.memory_rows:
+            splits.append(cache.read(lo, hi))
+        else:
+            read = partial(cache.windows, lo, hi)
+            label_mean = meta["label_mean"] if k == 0 else None
+            splits.append(StreamSplit(read, cache.schema, hi - lo, options, label_mean))
+    train, valid, test = splits
+    description = _describe(meta["source"], meta["source_rows"], splits, cached=True)
+    return StreamedData(train, valid, test, meta["fitted"], description, note)
+
+
+def _eval_where(split: Rows) -> str:
     return f"{len(split):,} {'streamed' if isinstance(split, StreamSplit) else 'in-memory'}"
 
 
@@ -299,42 +409,32 @@ def fit_encoder(
 
 
 class StreamSplit:
-    """Rows [start, stop) of a source, preprocessed as they are read; `rows` of them good.
+    """Rows of a split, `rows` of them, read piece by piece by `read` (from the source's
+    files, encoded as they are read, or from the row cache).
 
     Looks like a `TabularData` to the trainer: `len`, `schema`, `loader(...)` and `head`.
     """
 
     def __init__(
         self,
-        source: Source,
-        start: int,
-        stop: int,
-        encoder: Encoder,
+        read: ReadRows,
+        schema: DatasetSchema,
         rows: int,
         options: StreamOptions,
         label_mean: float | None = None,
     ) -> None:
-        self.source, self.start, self.stop = source, start, stop
-        self.encoder, self.rows, self.options = encoder, rows, options
+        self.read, self.schema, self.rows, self.options = read, schema, rows, options
         self.label_mean = label_mean  # counted by the fitting pass (the training split's)
         self._head: TabularData | None = None
 
-    @property
-    def schema(self) -> DatasetSchema:
-        return self.encoder.schema
-
     def __len__(self) -> int:
         return self.rows
-
-    def chunks(self) -> Iterator[TabularData]:
-        for chunk in self.source.chunks(self.start, self.stop):
-            yield self.encoder.apply(chunk)
 
     def windows(self, size: int) -> Iterator[TabularData]:
         """The rows in windows of exactly `size` rows (the last one: what is left)."""
         parts: list[TabularData] = []
         held = 0
-        for chunk in self.chunks():
+        for chunk in self.read(size):
             parts.append(chunk)
             held += len(chunk)
             if held >= size:
@@ -350,7 +450,7 @@ class StreamSplit:
         """The first `rows` rows, in memory (kept for the next call)."""
         if self._head is None or len(self._head) < min(rows, self.rows):
             parts, held = [], 0
-            for chunk in self.chunks():
+            for chunk in self.read(rows):
                 parts.append(chunk)
                 held += len(chunk)
                 if held >= rows:
@@ -369,6 +469,11 @@ class StreamSplit:
     ) -> StreamLoader:
         return StreamLoader(self, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                             pin_memory=pin_memory)  # fmt: skip
+
+
+# Rows to train or evaluate on: in memory, or a split streamed from files (both have
+# `len`, `schema`, `loader(...)` and `head(rows)`).
+Rows = TabularData | StreamSplit
 
 
 class StreamLoader:
@@ -402,18 +507,17 @@ class StreamLoader:
         return prefetch(self._batches(epoch), self.split.options.prefetch_batches)
 
     def _batches(self, epoch: int) -> Iterator[Batch]:
-        # windows are read and shuffled by a thread of their own, one ahead: the step does
-        # not wait for a whole window each time one is used up
-        for window in prefetch(self._shuffled(epoch), depth=1):
+        # windows are read by a thread of their own, one ahead: the step does not wait for a
+        # whole window each time one is used up; a shuffled window's batches are gathered
+        # from it in the window's permutation (no shuffled copy of the window)
+        for w, window in enumerate(prefetch(self.split.windows(self.window_rows), depth=1)):
+            order = self._permutation(epoch, w, len(window)) if self.shuffle else None
             yield from BatchLoader(window, self.batch_size, drop_last=self.drop_last,
-                                   pin_memory=self.pin_memory)  # fmt: skip
+                                   pin_memory=self.pin_memory, order=order)  # fmt: skip
 
-    def _shuffled(self, epoch: int) -> Iterator[TabularData]:
-        for w, window in enumerate(self.split.windows(self.window_rows)):
-            if self.shuffle:
-                key = [self.seed, epoch] + ([w] if w else [])  # window 0: BatchLoader's order
-                window = window.take(np.random.default_rng(key).permutation(len(window)))
-            yield window
+    def _permutation(self, epoch: int, window: int, rows: int) -> np.ndarray:
+        key = [self.seed, epoch] + ([window] if window else [])  # window 0: BatchLoader's
+        return np.random.default_rng(key).permutation(rows)
 
 
 _END = object()

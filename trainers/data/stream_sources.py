@@ -119,6 +119,16 @@ def open_source(
     return ParquetSource(Path(path), spec, limits, chunk_rows)
 
 
+def data_files(path: str | Path) -> list[Path]:
+    """The files a source reads: the Criteo TSV of `criteo:PATH`, or the Parquet files."""
+    text = str(path)
+    if text.startswith("criteo:"):
+        file = Path(text.removeprefix("criteo:"))
+        criteo._file_stat(file)
+        return [file]
+    return _parquet_files(Path(path))
+
+
 class ParquetSource(Source):
     """The Parquet files of a directory in name order (or one file), read by row group."""
 
