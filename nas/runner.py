@@ -223,8 +223,10 @@ def _run_study(
     data = prepare_data(config)
     progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
              f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip
-    if not _around_best_baseline(config):  # a wrong base stops the study before any training
-        make_space(config.search_space, data.train.schema)
+    # built before any training, so that a wrong space stops the study at once; a space
+    # around the best baseline waits for the baselines
+    space = None if _around_best_baseline(config) else make_space(config.search_space,
+                                                                  data.train.schema)  # fmt: skip
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)
@@ -247,7 +249,8 @@ def _run_study(
     if config.baselines:
         needed = _around_best_baseline(config) or config.objectives.max_mflops == "best_baseline"
         train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
-    space = make_space(_with_around_base(study, config, progress), data.train.schema)
+    if space is None:
+        space = make_space(_with_around_base(study, config, progress), data.train.schema)
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker)
     config = _with_mflops_ceiling(study, config, space, progress)
