@@ -282,6 +282,18 @@ class ShardingConfig(_Section):
     model_dir: str = Field(default="runs/sharding/model", description="`ranknas shard train`")
 
 
+class BestBaselineConfig(_Section):
+    """How a study picks `best_baseline` (search_space.base, objectives.max_mflops): by seed
+    means, as the verdict compares models, not by one run's luck."""
+
+    top: int = Field(default=2, ge=2, description="the best single runs retrained")
+    seeds: int = Field(
+        default=3,
+        ge=0,
+        description="fresh seeds each (reevaluate's, reused by it); 0: the single runs decide",
+    )
+
+
 class MlflowConfig(_Section):
     tracking_uri: str | None = Field(
         default=DEFAULT_TRACKING_URI, description="null: do not log to MLflow"
@@ -317,6 +329,7 @@ class StudyConfig(_Section):
         description="preset names or architecture files trained like every trial, outside "
         "the budget and unseen by the searcher, to compare the search against",
     )
+    best_baseline: BestBaselineConfig = BestBaselineConfig()
     output_dir: str | None = Field(default=None, description="default: ranknas-data/studies/NAME")
     heartbeat_seconds: int = Field(default=10, ge=1)
     seed: int = 0

@@ -16,12 +16,13 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import optuna
 import torch
 
 from nas.baselines import recorded
 from nas.config import StudyConfig
 from nas.leaderboard import baseline_rows, rows
-from nas.protocol import prepare_data, train_architecture
+from nas.protocol import StudyData, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
@@ -46,13 +47,29 @@ def reevaluate_study(
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
-    bases = sorted((b for b in baseline_rows(study) if b["state"] == "complete"),
-                   key=lambda b: b["val_ne"])[:top]  # fmt: skip
-    archs |= {f"baseline:{b['baseline']}": recorded(study)[b["baseline"]]["dir"] for b in bases}
+    bases = _best_baselines(study, top)
+    archs |= {f"baseline:{b['baseline']}": b["dir"] for b in bases}
+    record = retrain(study, config, archs, seeds, progress)
+    table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
+    return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
+                  key=lambda r: r["mean_val_ne"])  # fmt: skip
+
+
+def retrain(
+    study: optuna.Study,
+    config: StudyConfig,
+    archs: dict[str, str],
+    seeds: int,
+    progress: Callable[[str], None] = print,
+    data: StudyData | None = None,
+) -> dict[str, dict[str, list[float]]]:
+    """Train each architecture of `archs` (key: `<trial>` or `baseline:<key>`, value: its
+    directory) with the first `seeds` fresh seeds that the study has not recorded; each
+    run is recorded as it ends. Returns the study's record of every re-evaluation run."""
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(seed not in record.get(key, {}) for key in archs for seed in wanted)
-    data, done = None, 0
+    done = 0
     # off a terminal the line after each run is the periodic line
     with bars.bar(todo, "reevaluate", "runs", lines=False) as bar:
         for key, directory in archs.items():
@@ -70,9 +87,41 @@ def reevaluate_study(
                 done += 1
                 progress(f"[{done}/{todo}] {label}: validation NE {runs[seed][0]:.4f}")
                 bar.update()
-    table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
-    return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
-                  key=lambda r: r["mean_val_ne"])  # fmt: skip
+    return record
+
+
+def best_baseline_by_seed_means(
+    study: optuna.Study,
+    config: StudyConfig,
+    data: StudyData,
+    progress: Callable[[str], None] = print,
+) -> str | None:
+    """The key of the baseline of best mean validation NE over `config.best_baseline.seeds`
+    fresh seeds, among the `config.best_baseline.top` best single runs: the runs
+    `reevaluate` would make (and later reuses). None when the single runs decide (seeds 0,
+    or fewer than two complete baselines)."""
+    choice = config.best_baseline
+    bases = {b["baseline"]: b["dir"] for b in _best_baselines(study, choice.top)}
+    if choice.seeds == 0 or len(bases) < 2:
+        return None
+    progress(f"best baseline: the best single runs ({', '.join(bases)}) retrained with "
+             f"{choice.seeds} fresh seeds")  # fmt: skip
+    archs = {f"baseline:{key}": directory for key, directory in bases.items()}
+    record = retrain(study, config, archs, choice.seeds, progress, data)
+    means = {key: statistics.fmean(record[f"baseline:{key}"][str(REEVAL_SEED + k)][0]
+                                   for k in range(choice.seeds)) for key in bases}  # fmt: skip
+    ranked = sorted(means, key=means.__getitem__)
+    progress("best baseline by mean validation NE: "
+             + ", ".join(f"{key} {means[key]:.4f}" for key in ranked))  # fmt: skip
+    return ranked[0]
+
+
+def _best_baselines(study: optuna.Study, top: int) -> list[dict[str, Any]]:
+    """The `top` complete baselines of the best single-run validation NE, with their dirs."""
+    found = recorded(study)
+    bases = sorted((b for b in baseline_rows(study) if b["state"] == "complete"),
+                   key=lambda b: b["val_ne"])[:top]  # fmt: skip
+    return [b | {"dir": found[b["baseline"]]["dir"]} for b in bases]
 
 
 def _label(key: str) -> str:

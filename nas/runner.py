@@ -24,7 +24,7 @@ import torch
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.baselines import baseline_key, best_baseline, train_baselines
+from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.oneshot.phase import run_search_phase
@@ -38,6 +38,7 @@ from nas.protocol import (
     record_result,
     train_architecture,
 )
+from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.storage import beating, open_storage, redact, study_lock
@@ -249,11 +250,12 @@ def _run_study(
     if config.baselines:
         needed = _around_best_baseline(config) or config.objectives.max_mflops == "best_baseline"
         train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
+    best = _best_baseline(study, config, data, progress)
     if space is None:
-        space = make_space(_with_around_base(study, config, progress), data.train.schema)
+        space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker)
-    config = _with_mflops_ceiling(study, config, space, progress)
+    config = _with_mflops_ceiling(study, config, space, best, progress)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes
@@ -296,18 +298,38 @@ def _around_best_baseline(config: StudyConfig) -> bool:
     return getattr(config.search_space, "base", None) == BEST_BASELINE
 
 
-def _with_around_base(study: optuna.Study, config: StudyConfig, progress: Progress) -> Any:
-    """The search space config, with `base: best_baseline` made the baseline of the best
-    validation metric once every listed baseline has trained; kept in the study so that
-    resumed and joining workers search around the same model."""
+def _best_baseline(
+    study: optuna.Study, config: StudyConfig, data: StudyData, progress: Progress
+) -> tuple[str, dict[str, Any]] | None:
+    """The study's best baseline (key, record) while a `best_baseline` of the config is still
+    to be resolved, else None: by seed means (`config.best_baseline`), or by the single runs
+    where those are off. One worker retrains while the others wait for its runs."""
+    unresolved = (_around_best_baseline(config)
+                  and StudyAttr.AROUND_BASE not in study.user_attrs) or (
+        config.objectives.max_mflops == BEST_BASELINE
+        and StudyAttr.MFLOPS_CEILING not in study.user_attrs)  # fmt: skip
+    if not unresolved:
+        return None
+    with study_lock(config.storage, config.name):
+        key = best_baseline_by_seed_means(study, config, data, progress)
+    best = (key, recorded(study)[key]) if key else best_baseline(study, config.objectives.metric)
+    if best is None:
+        raise RanknasError(f"study {config.name!r}: best_baseline is asked for but no baseline "
+                           "trained; see `ranknas status`")  # fmt: skip
+    return best
+
+
+def _with_around_base(
+    study: optuna.Study, config: StudyConfig, best: tuple[str, dict] | None, progress: Progress
+) -> Any:
+    """The search space config, with `base: best_baseline` made the best baseline
+    (`_best_baseline`); kept in the study so that resumed and joining workers search around
+    the same model."""
     if not _around_best_baseline(config):
         return config.search_space
     base = study.user_attrs.get(StudyAttr.AROUND_BASE)
     if base is None:
-        best = best_baseline(study, config.objectives.metric)
-        if best is None:
-            raise RanknasError(f"study {config.name!r}: search_space.base is best_baseline but "
-                               "no baseline trained; see `ranknas status`")  # fmt: skip
+        assert best is not None  # unresolved, so _best_baseline chose one
         base = next((n for n in config.baselines if baseline_key(n) == best[0]),
                     str(Path(best[1]["dir"]) / ARCHITECTURE_FILE))  # fmt: skip
         study.set_user_attr(StudyAttr.AROUND_BASE, base)
@@ -316,7 +338,11 @@ def _with_around_base(study: optuna.Study, config: StudyConfig, progress: Progre
 
 
 def _with_mflops_ceiling(
-    study: optuna.Study, config: StudyConfig, space: SearchSpace, progress: Progress
+    study: optuna.Study,
+    config: StudyConfig,
+    space: SearchSpace,
+    best: tuple[str, dict] | None,
+    progress: Progress,
 ) -> StudyConfig:
     """`objectives.max_mflops: best_baseline | base` made a number: the MFLOPs of the best
     baseline when the search starts, or of the around space's base; kept in the study so
@@ -326,7 +352,7 @@ def _with_mflops_ceiling(
         return config
     ceiling = study.user_attrs.get(StudyAttr.MFLOPS_CEILING)
     if ceiling is None:
-        ceiling = _resolve_ceiling(study, config, space)
+        ceiling = _resolve_ceiling(config, space, best)
         study.set_user_attr(StudyAttr.MFLOPS_CEILING, ceiling)
     progress(f"search: architectures above {ceiling['mflops']:.3f} MFLOPs ({ceiling['of']}'s) "
              "are skipped untrained")  # fmt: skip
@@ -334,14 +360,13 @@ def _with_mflops_ceiling(
     return config.model_copy(update={"objectives": capped})
 
 
-def _resolve_ceiling(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> dict:
+def _resolve_ceiling(
+    config: StudyConfig, space: SearchSpace, best: tuple[str, dict] | None
+) -> dict:
     if config.objectives.max_mflops == "base":
         mflops = architecture_costs(space.base, config).mflops  # an around space (validated)
         return {"mflops": mflops, "of": f"base {baseline_key(space.config.base)}"}
-    best = best_baseline(study, config.objectives.metric)
-    if best is None:
-        raise RanknasError(f"study {config.name!r}: objectives.max_mflops is best_baseline "
-                           "but no baseline trained; see `ranknas status`")  # fmt: skip
+    assert best is not None  # unresolved, so _best_baseline chose one
     return {"mflops": best[1]["mflops"], "of": f"baseline {best[0]}"}
 
 
