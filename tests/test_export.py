@@ -218,6 +218,25 @@ def test_the_exported_model_checks_the_id_matrix(cases: dict[str, Case]) -> None
             model(case.dense, case.ids[:, :5])
 
 
+def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case]) -> None:
+    case = cases["dlrm"]  # trained on ids as they are: no vocabulary, no dense transforms
+    directory = case.result.out_dir
+    module = sys.modules[type(load_exported(directory)).__module__]
+    features = list(module.FEATURES)
+    with pytest.raises(ValueError, match=f"feature '{features[1]}', row 1: 'shop-3' is not an id"):
+        module.encode_ids([[1, 2]] + [[1, "shop-3"]] * (len(features) - 1), features, directory)
+    model = load_exported(directory)
+    ids = case.ids.clone()
+    ids[3, 2] = 10**9
+    with torch.no_grad(), pytest.raises(ValueError, match=rf"feature '{features[2]}': id "
+                                        r"1000000000 \(at 3\) is outside its table"):  # fmt: skip
+        model(case.dense, ids)
+    dense = case.dense.clone()
+    dense[2, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 2, column 1"):
+        module.prepare_dense(dense, directory)
+
+
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:
     case = cases["mixed"]
     weights = load_file(case.result.weights)

@@ -64,9 +64,22 @@ class EmbeddingBags(nn.Module):
             raise ValueError(
                 f"expected ids of shape [B, {len(self.features)}], got {list(ids.shape)}"
             )
+        for i, f in enumerate(self.features):
+            self._check_range(f, ids[:, i])
         return {
             f: self.embedding_bags[f"t_{f}"](ids[:, i : i + 1]) for i, f in enumerate(self.features)
         }
+
+    def _check_range(self, feature: str, ids: torch.Tensor) -> None:
+        """A clear error for an id outside the feature's table (torch's names no feature)."""
+        rows = self.embedding_bags[f"t_{feature}"].num_embeddings
+        outside = ((ids < 0) | (ids >= rows)).nonzero()
+        if len(outside):
+            first = int(outside[0, 0])
+            raise ValueError(
+                f"feature {feature!r}: id {int(ids[first])} (at {first}) is outside its table, "
+                f"ids 0..{rows - 1}: encode raw values with encode_ids, as in training"
+            )
 
     def _per_feature(self, entries: Sequence[Ids]) -> dict[str, torch.Tensor]:
         if len(entries) != len(self.features):
@@ -76,9 +89,12 @@ class EmbeddingBags(nn.Module):
             bag = self.embedding_bags[f"t_{f}"]
             if isinstance(entry, tuple):
                 values, offsets = (torch.as_tensor(t, dtype=torch.long) for t in entry)
+                self._check_range(f, values)
                 pooled[f] = bag(values, offsets[:-1])
             else:
-                pooled[f] = bag(torch.as_tensor(entry, dtype=torch.long).view(-1, 1))
+                ids = torch.as_tensor(entry, dtype=torch.long).view(-1)
+                self._check_range(f, ids)
+                pooled[f] = bag(ids.view(-1, 1))
         return pooled
 
 
@@ -92,7 +108,14 @@ def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Ten
     """Raw dense values `[B, len(DENSE_COLUMNS)]` -> the model's dense input: the transforms
     fitted on the training data (`preprocessing.json` in `directory`; none: as they are)."""
     transforms = _preprocessing(directory).get("dense", [])
-    return transform_dense(torch.as_tensor(dense, dtype=torch.float32), transforms)
+    values = torch.as_tensor(dense, dtype=torch.float32)
+    if not transforms and values.isnan().any():  # nothing fitted to fill a missing value
+        row, column = (int(i) for i in values.isnan().nonzero()[0])
+        raise ValueError(
+            f"dense value missing (NaN) in row {row}, column {column}: this model's training "
+            "data had no missing dense values, so nothing was fitted to fill one; give a number"
+        )
+    return transform_dense(values, transforms)
 
 
 def encode_ids(
@@ -111,7 +134,7 @@ def encode_ids(
     for feature, values in zip(features, columns, strict=True):
         known, buckets = vocabularies.get(feature), hashing.get(feature)
         if known is None and buckets is None:
-            encoded.append(torch.as_tensor([int(v) for v in values], dtype=torch.long))
+            encoded.append(torch.as_tensor(_given_ids(feature, values), dtype=torch.long))
             continue
         index = fitted["index"].get(feature, {})
         if feature not in multi_valued:
@@ -130,6 +153,20 @@ def encode_ids(
     if multi_valued:
         return encoded
     return torch.stack(encoded, dim=1)  # type: ignore[arg-type]
+
+
+def _given_ids(feature: str, values: Sequence[object]) -> list[int]:
+    """A feature trained on ids (no vocabulary, no hashing): its values as they are."""
+    ids = []
+    for row, value in enumerate(values):
+        try:
+            ids.append(int(value))  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"feature {feature!r}, row {row}: {value!r} is not an id; this model was "
+                "trained on this feature's integer ids (no vocabulary), so give those"
+            ) from None
+    return ids
 
 
 def _preprocessing(directory: str | Path) -> dict:
