@@ -271,6 +271,9 @@ def _study_commands(command, commands) -> None:
                        help="best leaderboard trials to retrain")  # fmt: skip
     again.add_argument("--seeds", type=int, default=3, metavar="N",
                        help="fresh training seeds per trial")  # fmt: skip
+    again.add_argument("--baselines", type=int, metavar="K",
+                       help="best baselines to retrain (default: all; the verdict compares "
+                       "only those with seed means)")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
                        help="do not log the retrains to MLflow")  # fmt: skip
     board = command(

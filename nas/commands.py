@@ -260,9 +260,10 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
-    print(f"study {config.name!r}: retraining the top {args.top} trials and baselines with "
+    which = "every baseline" if args.baselines is None else f"the top {args.baselines} baselines"
+    print(f"study {config.name!r}: retraining the top {args.top} trials and {which} with "
           f"{args.seeds} fresh seeds each")  # fmt: skip
-    table = reevaluate_study(config, args.top, args.seeds, bars.write)
+    table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines)
     print()
     print(leaderboard.format_reevaluation(table))
     logger = _logger(config)

@@ -74,17 +74,21 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     """The best found architecture against the best baseline (None without both).
 
     By validation NE of the recorded runs, or of seed means once `reevaluate` has retrained
-    the finalists and the baselines with the same fresh seeds; test NE is reported beside it.
+    the finalists and the baselines with the same fresh seeds: then only the trials and
+    baselines that have seed means are compared (`not_compared` lists the other baselines),
+    never one run against a mean. Test NE is reported beside it.
     """
     found = [r for r in rows(study) if r["val_ne"] is not None]
     bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
     if not found or not bases:
         return None
-    basis = "recorded runs"
+    basis, not_compared = "recorded runs", []
     means = _seed_means(study)
-    if means and any(str(r["trial"]) in means for r in found):
+    meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
+    if meaned and any(str(r["trial"]) in means for r in found):
         found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
-        bases = [r | means.get(f"baseline:{r['baseline']}", {}) for r in bases]
+        not_compared = [r["baseline"] for r in bases if r not in meaned]
+        bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         basis = f"seed means over {min(m['seeds'] for m in means.values())} fresh seeds"
     best = min(found, key=lambda r: r["val_ne"])
     base = min(bases, key=lambda r: r["val_ne"])
@@ -98,6 +102,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "delta_test_ne": delta_test,
         "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
         "search_wins": best["val_ne"] < base["val_ne"],
+        "not_compared": not_compared,
         "dominated_baselines": [
             b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
         ],
@@ -125,7 +130,10 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"({v['delta_test_ne']:+.4f})")  # fmt: skip
     ratio = "" if v["flops_ratio"] is None else f", at {v['flops_ratio']:.2f}x its FLOPs"
     dominated = ", ".join(v["dominated_baselines"]) or "none"
-    return (f"verdict ({v['basis']}): {outcome}: trial {found['trial']} validation NE "
+    left_out = v.get("not_compared")
+    basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)}"
+                          if left_out else "")  # fmt: skip
+    return (f"verdict ({basis}): {outcome}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
             f"baselines Pareto-dominated by found architectures: {dominated}")  # fmt: skip

@@ -33,13 +33,18 @@ ATTR = StudyAttr.REEVALUATION
 
 
 def reevaluate_study(
-    config: StudyConfig, top: int, seeds: int, progress: Callable[[str], None] = print
+    config: StudyConfig,
+    top: int,
+    seeds: int,
+    progress: Callable[[str], None] = print,
+    baselines: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Retrain the `top` complete trials and the `top` best baselines of `config`'s study
-    with the same `seeds` fresh seeds each; returns one row per trial or baseline (`trial`
-    is then `baseline:<key>`), best mean validation NE first."""
-    if top < 1 or seeds < 1:
-        raise RanknasError(f"--top and --seeds must be at least 1 (got {top} and {seeds})")
+    """Retrain the `top` complete trials and the `baselines` best complete baselines (None:
+    all) of `config`'s study with the same `seeds` fresh seeds each; returns one row per
+    trial or baseline (`trial` is then `baseline:<key>`), best mean validation NE first."""
+    if top < 1 or seeds < 1 or (baselines is not None and baselines < 0):
+        raise RanknasError(f"--top and --seeds must be at least 1, --baselines at least 0 "
+                           f"(got {top}, {seeds} and {baselines})")  # fmt: skip
     study = load_study(config.name, config.storage)
     torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
@@ -47,7 +52,7 @@ def reevaluate_study(
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
-    bases = _best_baselines(study, top)
+    bases = _best_baselines(study, baselines)
     archs |= {f"baseline:{b['baseline']}": b["dir"] for b in bases}
     record = retrain(study, config, archs, seeds, progress)
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
@@ -116,8 +121,9 @@ def best_baseline_by_seed_means(
     return ranked[0]
 
 
-def _best_baselines(study: optuna.Study, top: int) -> list[dict[str, Any]]:
-    """The `top` complete baselines of the best single-run validation NE, with their dirs."""
+def _best_baselines(study: optuna.Study, top: int | None) -> list[dict[str, Any]]:
+    """The `top` (None: all) complete baselines of the best single-run validation NE, with
+    their dirs."""
     found = recorded(study)
     bases = sorted((b for b in baseline_rows(study) if b["state"] == "complete"),
                    key=lambda b: b["val_ne"])[:top]  # fmt: skip

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from nas.baselines import recorded
 from nas.cli import main
 from nas.config import BestBaselineConfig, parse_config
-from nas.leaderboard import status, verdict
+from nas.leaderboard import format_verdict, status, verdict
 from nas.protocol import prepare_data
 from nas.reevaluate import REEVAL_SEED, best_baseline_by_seed_means, reevaluate_study
 from nas.runner import run_study
@@ -184,6 +184,17 @@ def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
     assert lines[-1] == f"best baseline by mean validation NE: {steady} 0.9000, {lucky} 0.9500"
     single_runs = config.model_copy(update={"best_baseline": BestBaselineConfig(seeds=0)})
     assert best_baseline_by_seed_means(study, single_runs, data, lines.append) is None
+
+    # the verdict never sets one baseline's single run against the others' seed means
+    trial = str(study.best_trials[0].number)
+    study.set_user_attr("reevaluation", {
+        trial: {s: [0.97, 0.97] for s in seeds},
+        f"baseline:{steady}": {s: [0.96, 0.96] for s in seeds},
+    })  # fmt: skip
+    v = verdict(study)
+    assert v["best_baseline"]["baseline"] == steady and v["best_baseline"]["val_ne"] == 0.96
+    assert v["not_compared"] == [lucky] and not v["search_wins"]
+    assert f"not compared: {lucky}" in format_verdict(v)
 
 
 def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
