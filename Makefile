@@ -50,7 +50,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 # The main job end to end: start MLflow, search around DLRM with every preset trained as a
-# baseline, retrain the two best trials and the two best baselines with fresh seeds (the
+# baseline, retrain the two best trials and every baseline with fresh seeds (the
 # verdict then compares seed means), print the leaderboard, export the winner (registered
 # in MLflow's model registry). Running it again resumes: no new training, the same export.
 RANKNAS := $(VENV)/bin/ranknas

@@ -2,11 +2,11 @@
 
 For each data size and seed, one study exactly like `examples/quickstart.yaml`: the six
 presets trained as baselines, then TPE over the `around` space of the best of them
-(`base: best_baseline`; startup trials are its variants) held to its FLOPs
-(`max_mflops: base`), then `reevaluate` of the two best trials and the two best baselines
-with three fresh seeds. The pick is the trial with the best mean validation NE; it is
-compared with the baseline of best mean validation NE, on mean test NE (which selected
-nothing) and FLOPs. `--base dlrm` searches around a fixed model instead; with
+(`base: best_baseline`: the best seed mean of the two best single runs; startup trials
+are its variants) held to its FLOPs (`max_mflops: base`), then `reevaluate` of the two best
+trials and every baseline with three fresh seeds. The pick is the trial with the best mean
+validation NE; it is compared with the baseline of best mean validation NE, on mean test
+NE (which selected nothing) and FLOPs. `--base dlrm` searches around a fixed model instead; with
 `--around-best` as well, a second study searches around the best baseline when that is
 another model. The data seed and the study seed are the seed, so each seed is a fresh
 synthetic data set (same generator, other draws).
@@ -19,6 +19,7 @@ Prints one Markdown row per (rows, seed) and a summary; --out keeps the rows as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -60,6 +61,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--criteo", action="store_true",
                         help="each seed's rows as a Criteo-format TSV (`ranknas data synth "
                         "--format criteo`), read as users' files are")  # fmt: skip
+    parser.add_argument("--work-dir", type=Path,
+                        help="keep the studies here (default: a temporary directory); a "
+                        "second run with the same directory resumes them, training only "
+                        "what is missing")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -94,7 +99,7 @@ def study(
     parsed = parse_config(config)
     started = time.perf_counter()
     found = run_study(parsed, progress=lambda line: None)
-    reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)
+    reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)  # every baseline
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
     around = found.user_attrs.get("around_base", base)
@@ -162,7 +167,10 @@ def main() -> None:
     args = parse_args()
     quiet_single_thread()
     results = []
-    with tempfile.TemporaryDirectory(prefix="ranknas-vs-baselines-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.work_dir or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="ranknas-vs-baselines-")
+        )
         for rows in args.rows:
             for seed in args.seeds:
                 for searcher in args.searchers:
