@@ -61,6 +61,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--criteo", action="store_true",
                         help="each seed's rows as a Criteo-format TSV (`ranknas data synth "
                         "--format criteo`), read as users' files are")  # fmt: skip
+    parser.add_argument("--top", type=int, default=2,
+                        help="best trials retrained with fresh seeds (the finalists)")  # fmt: skip
     parser.add_argument("--work-dir", type=Path,
                         help="keep the studies here (default: a temporary directory); a "
                         "second run with the same directory resumes them, training only "
@@ -79,6 +81,7 @@ def study(
     criteo: bool,
     searcher: str = "tpe",
     population: int | None = None,
+    top: int = 2,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -99,7 +102,7 @@ def study(
     parsed = parse_config(config)
     started = time.perf_counter()
     found = run_study(parsed, progress=lambda line: None)
-    reevaluate_study(parsed, top=2, seeds=3, progress=lambda line: None)  # every baseline
+    reevaluate_study(parsed, top=top, seeds=3, progress=lambda line: None)  # every baseline
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
     around = found.user_attrs.get("around_base", base)
@@ -175,7 +178,8 @@ def main() -> None:
             for seed in args.seeds:
                 for searcher in args.searchers:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
-                                args.base, args.criteo, searcher, args.population)  # fmt: skip
+                                args.base, args.criteo, searcher, args.population,
+                                args.top)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -186,7 +190,8 @@ def main() -> None:
                 )
                 if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
-                                args.criteo, args.searchers[0], args.population)  # fmt: skip
+                                args.criteo, args.searchers[0], args.population,
+                                args.top)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
