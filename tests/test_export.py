@@ -221,11 +221,11 @@ def test_the_exported_model_checks_the_id_matrix(cases: dict[str, Case]) -> None
 def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case]) -> None:
     case = cases["dlrm"]  # trained on ids as they are: no vocabulary, no dense transforms
     directory = case.result.out_dir
-    module = sys.modules[type(load_exported(directory)).__module__]
+    model = load_exported(directory)
+    module = sys.modules[type(model).__module__]
     features = list(module.FEATURES)
     with pytest.raises(ValueError, match=f"feature '{features[1]}', row 1: 'shop-3' is not an id"):
         module.encode_ids([[1, 2]] + [[1, "shop-3"]] * (len(features) - 1), features, directory)
-    model = load_exported(directory)
     ids = case.ids.clone()
     ids[3, 2] = 10**9
     with torch.no_grad(), pytest.raises(ValueError, match=rf"feature '{features[2]}': id "

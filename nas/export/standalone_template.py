@@ -73,9 +73,8 @@ class EmbeddingBags(nn.Module):
     def _check_range(self, feature: str, ids: torch.Tensor) -> None:
         """A clear error for an id outside the feature's table (torch's names no feature)."""
         rows = self.embedding_bags[f"t_{feature}"].num_embeddings
-        outside = ((ids < 0) | (ids >= rows)).nonzero()
-        if len(outside):
-            first = int(outside[0, 0])
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= rows):  # two reductions
+            first = int(((ids < 0) | (ids >= rows)).nonzero()[0, 0])
             raise ValueError(
                 f"feature {feature!r}: id {int(ids[first])} (at {first}) is outside its table, "
                 f"ids 0..{rows - 1}: encode raw values with encode_ids, as in training"
