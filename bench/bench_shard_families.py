@@ -12,9 +12,14 @@ the fused kernel as in `bench_sharding.py`; per plan:
 - max: the measured max-device cost per step (ms), what the plan is judged by;
 - bound: the plan's mean measured device cost, the balance bound (no placement of these
   units can have its max below it);
-- noise: the RL plan's max-device cost from two independent timings of every device,
-  |a - b| / mean;
+- noise: a plan's max-device cost from two independent timings of every device,
+  |a - b| / mean (the `rl` and `rl_measured` plans);
 - planning: CPU seconds of the planning thread.
+
+`rl_measured` is the RL sharder with a `Measurer` of its own (`measured.MeasuredSearch`:
+candidate cuts and plans chosen by their measured max, then measured moves and swaps off
+the costliest device). Its timings are not the ones that judge it: the judging `Measurer`
+draws other inputs and keeps its own cache.
 
 Ablations, not competitors: `rl_refined` (the policy's plan and the best heuristic's, each
 improved by local search on the cost model, `refine=True`), `rl_policy` (the policy's plan
@@ -35,14 +40,16 @@ from pathlib import Path
 import numpy as np
 from bench_sharding import GREEDY_ON_RL_CUTS, MEMORY_SLACK, TABLE_WISE_RL, Bench, load_or_train
 
-from cost_models.sharding.measure import Measurer
+from cost_models.sharding.measure import MeasureConfig, Measurer
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.tables import POOL_FAMILIES, TableSpec, pool_family
 from cost_models.sharding.topology import Topology
 
+MEASURED = "rl_measured"  # the RL sharder choosing and refining by its own timings
 REFINED = "rl_refined"
 POLICY_ONLY = "rl_policy"  # the policy's plan, no selection among the heuristics' plans
 SELECT_BY_MAX = "rl_select_max"  # selection by the predicted max, no error margin
+RATED = ("rl", MEASURED)
 ABLATIONS = (REFINED, POLICY_ONLY, SELECT_BY_MAX, TABLE_WISE_RL, GREEDY_ON_RL_CUTS)
 
 
@@ -52,9 +59,9 @@ def topology_for(tables: list[TableSpec], devices: int) -> Topology:
     return Topology(devices, memory_bytes=int(memory))
 
 
-def noise(bench: Bench, tables: list[TableSpec], topology: Topology) -> float:
-    """|max_a - max_b| / mean of the RL plan's max-device cost from two timings per device."""
-    plan = bench.sharders["rl"].plan(tables, topology)
+def noise(bench: Bench, tables: list[TableSpec], topology: Topology, method: str) -> float:
+    """|max_a - max_b| / mean of a plan's max-device cost from two timings per device."""
+    plan = bench.plans[method]
     sets = [tuple(ts) for ts in plan.device_tables(tables) if ts]
     pairs = [bench.measurer.timings(ts, 2) for ts in sets]
     bench.measurer.save()
@@ -65,23 +72,30 @@ def noise(bench: Bench, tables: list[TableSpec], topology: Topology) -> float:
 
 def summarize(results: list[dict]) -> str:
     methods = [m for m in results[0]["methods"] if "measured" in results[0]["methods"][m]]
+    ratios = ["RL / best other", "RL / bound", "noise"]
     lines = [
-        "| family | tables x devices | seed | bound (RL plan) | "
+        "| family | tables x devices | seed | "
         + " | ".join(methods)
-        + " | RL / best other | RL / bound | noise |",
-        "|" + "---|" * (len(methods) + 7),
+        + " | "
+        + " | ".join(f"{what} ({m})" for m in RATED for what in ratios)
+        + " |",
+        "|" + "---|" * (len(methods) + 3 + len(RATED) * len(ratios)),
     ]
     for r in results:
         costs = {m: r["methods"][m].get("measured", float("nan")) for m in methods}
-        others = [c for m, c in costs.items() if m != "rl" and m not in ABLATIONS]
-        bound = r["methods"]["rl"]["bound"]
-        lines.append(
-            f"| {r['family']} | {r['tables']} x {r['devices']} | {r['seed']} | {bound:.3f} | "
-            + " | ".join(f"{costs[m]:.3f}" for m in methods)
-            + f" | {costs['rl'] / min(others):.3f} | {costs['rl'] / bound:.3f} | "
-            f"{r['noise']:.1%} |"
-        )
+        cells = [f"{r['family']}", f"{r['tables']} x {r['devices']}", f"{r['seed']}"]
+        cells += [f"{costs[m]:.3f}" for m in methods]
+        for m, (to_best, to_bound) in rated(r).items():
+            cells += [f"{to_best:.3f}", f"{to_bound:.3f}", f"{r['noise'][m]:.1%}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def rated(result: dict) -> dict[str, tuple[float, float]]:
+    """For `rl` and `rl_measured`: max / the best competitor's max, and max / own bound."""
+    costs = {m: v["measured"] for m, v in result["methods"].items() if "measured" in v}
+    best_other = min(c for m, c in costs.items() if m not in (*RATED, *ABLATIONS))
+    return {m: (costs[m] / best_other, costs[m] / result["methods"][m]["bound"]) for m in RATED}
 
 
 def main() -> None:
@@ -106,6 +120,8 @@ def main() -> None:
         bench.sharders[REFINED] = RLSharder(policy, net, refine=True)
         bench.sharders[POLICY_ONLY] = RLSharder(policy, net, select=False)
         bench.sharders[SELECT_BY_MAX] = RLSharder(policy, net, model_error=0.0)
+        own = Measurer(MeasureConfig(seed=seed + 1))  # not the judge's inputs or cache
+        bench.sharders[MEASURED] = RLSharder(policy, net, measurer=own)
         for family in args.families.split(","):
             for config in args.configs.split(","):
                 count, devices = (int(x) for x in config.split("x"))
@@ -113,14 +129,16 @@ def main() -> None:
                 topology = topology_for(tables, devices)
                 row = bench.run(tables, topology)
                 row |= {"family": family, "tables": count, "devices": devices, "seed": seed}
-                row["noise"] = noise(bench, tables, topology)
+                row["noise"] = {m: noise(bench, tables, topology, m) for m in RATED}
                 results.append(row)
                 print(f"<!-- {family} {config} seed {seed}: "
                       f"{time.perf_counter() - started:.0f} s -->", flush=True)  # fmt: skip
     print(summarize(results))
-    ratios = [r["methods"]["rl"]["measured"] / r["methods"]["rl"]["bound"] for r in results]
-    print(f"\nRL max / balance bound: mean {np.mean(ratios):.3f}, "
-          f"median {statistics.median(ratios):.3f}")  # fmt: skip
+    for m in RATED:
+        to_best, to_bound = zip(*(rated(r)[m] for r in results), strict=True)
+        print(f"\n{m}: max / balance bound mean {np.mean(to_bound):.3f}, median "
+              f"{statistics.median(to_bound):.3f}; max / best other mean {np.mean(to_best):.3f}, "
+              f"worst {max(to_best):.3f}")  # fmt: skip
     print("\nPlanning time (CPU s): " + ", ".join(
         f"{m} {max(r['methods'][m].get('seconds', 0) for r in results):.2f}"
         for m in results[0]["methods"]))  # fmt: skip

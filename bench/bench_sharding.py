@@ -84,6 +84,7 @@ class Bench:
         self.sharders[TABLE_WISE_RL] = RLSharder(trained.policy, trained.cost_net, split_limits=())
         self.offset, self.scale = trained.report["torchrec_calibration"]
         self.samples: dict[str, CostSample] = {}  # every measured device set, by signature
+        self.plans: dict[str, Plan] = {}
 
     def run(self, tables: list[TableSpec], topology: Topology) -> dict:
         plans, row = {}, {"floor": self._table_wise_floor(tables, topology), "methods": {}}
@@ -98,6 +99,7 @@ class Bench:
         if "rl" in plans:
             plans[GREEDY_ON_RL_CUTS] = greedy_on_cuts(plans["rl"], tables, topology)
             row["methods"][GREEDY_ON_RL_CUTS] = {"seconds": float("nan")}
+        self.plans = plans  # the last run's plans, by method
         measured = measure_plans(plans, tables, self.measurer, topology, seed=self.seed)
         for method, plan in plans.items():
             row["methods"][method] |= self._costs(plan, tables, topology, measured[method])

@@ -56,6 +56,16 @@ def test_plan_takes_a_preset_s_tables(model, capsys):
     assert 0 < record["predicted_max_ms"] < 100  # tiny tables: no extrapolated nonsense
 
 
+def test_plan_measure_times_the_rl_plan_and_refuses_other_methods(model, table_file, capsys):
+    argv = ["shard", "plan", str(table_file), "--devices", "3", "--model", str(model)]
+    assert run([*argv, "--measure", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert len(record["measured_ms"]) == 3 and record["measured_max_ms"] > 0
+    assert record["measured_max_ms"] == max(record["measured_ms"])
+    with pytest.raises(RanknasError, match=r"--measure times the rl sharder.*--method rl"):
+        run([*argv, "--measure", "--method", "size_greedy"])
+
+
 def test_compare_measures_every_method(model, table_file, tmp_path, capsys):
     argv = ["shard", "compare", str(table_file), "--devices", "2", "--json"]
     assert run([*argv, "--model", str(model), "--cache", str(tmp_path / "c")]) == 0

@@ -34,6 +34,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="METHOD",
         help=f"sharder: {', '.join(METHODS)} (rl without a trained policy in --model: {FALLBACK})",
     )
+    plan.add_argument(
+        "--measure",
+        action="store_true",
+        help="rl only: choose among the candidate plans by timing them on this machine's "
+        "kernel, then improve the best by timed moves (seconds to minutes, not under one)",
+    )
     plan.set_defaults(handler=_handler("cmd_plan"))
 
     compare = sub.add_parser("compare", help="measure every sharder's plan on the real kernel")

@@ -20,6 +20,7 @@ import numpy as np
 from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
+from cost_models.sharding.measured import measured_device_ms
 from cost_models.sharding.methods import FALLBACK
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
@@ -93,18 +94,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
     _use_packaged_model(args)
     method = args.method
+    if args.measure and method != "rl":
+        raise RanknasError(f"--measure times the rl sharder's candidate plans: drop it or use "
+                           f"--method rl (not {method})")  # fmt: skip
     if method == "rl" and not (Path(args.model) / "policy.json").exists():
         print(f"no trained RL policy in {args.model}: planned with {FALLBACK} instead (`ranknas "
               f"shard train --out {args.model}` trains one)", file=sys.stderr)  # fmt: skip
         method = FALLBACK
     sharder = make_sharder(method, model_dir=args.model)
+    measurer = Measurer() if args.measure and method == "rl" else None
+    if measurer is not None:
+        sharder.measurer = measurer
     start = time.perf_counter()
     plan = sharder.plan(tables, topology)
     seconds = time.perf_counter() - start
     net = _cost_net(args.model)
     predicted = net.plan_costs(tables, plan, topology) if net is not None else None
+    measured = None
+    if measurer is not None:  # the timings the plan was chosen by (cached: no new runs)
+        groups = plan.host_row_groups()
+        measured = [measured_device_ms(ts, topology, measurer, groups)
+                    for ts in plan.device_tables(tables)]  # fmt: skip
     if args.json:
-        print(json.dumps(_plan_record(plan, predicted, seconds), indent=2))
+        record = _plan_record(plan, predicted, seconds)
+        if measured is not None:
+            record |= {"measured_ms": measured, "measured_max_ms": max(measured)}
+        print(json.dumps(record, indent=2))
         return 0
     print(f"{plan.method}: {len(tables)} tables on {plan.num_devices} devices in {seconds:.3f} s")
     if plan.splits:
@@ -117,6 +132,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
     else:
         print(f"predicted max-device cost: {predicted.sum(1).max():.3f} ms per step")
+    if measured is not None:
+        print(f"measured max-device cost on this machine ({measurer.device}): "
+              f"{max(measured):.3f} ms per step (kernel + analytic communication)")  # fmt: skip
     _print_devices(plan, tables, topology, predicted)
     return 0
 

@@ -86,6 +86,14 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def _autograd() -> Iterator[None]:
+    """Gradients on, also when a caller plans under `torch.inference_mode` or `no_grad`:
+    the timed backward pass needs them."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
 def single_threaded(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorate a function that runs many small torch ops: it runs on one thread."""
 
@@ -214,7 +222,7 @@ class Measurer:
         the ratio to the reference's time then takes out how loaded the machine was."""
         c = self.config
         nominal = self.reference_ms / 1e3
-        with torch_threads(c.threads):
+        with torch_threads(c.threads), _autograd():
             rng = np.random.default_rng([c.seed, len(tables), sample])
             batches = [_inputs(tables, c.batch_size, rng) for _ in range(c.warmup + c.repeats)]
             module = self._module(tables)
@@ -241,13 +249,13 @@ class Measurer:
     def _time_reference(self, runs: int) -> list[float]:
         """Seconds of `runs` forward + backward passes of the reference kernel, each after
         an untimed one that brings its weights back into the caches."""
-        if self._reference is None:
-            rng = np.random.default_rng(0)
-            batches = [_inputs(REFERENCE, self.config.batch_size, rng) for _ in range(4)]
-            self._reference = (self._module(REFERENCE), batches)
-        module, batches = self._reference
         times = []
-        with torch_threads(self.config.threads):
+        with torch_threads(self.config.threads), _autograd():
+            if self._reference is None:
+                rng = np.random.default_rng(0)
+                batches = [_inputs(REFERENCE, self.config.batch_size, rng) for _ in range(4)]
+                self._reference = (self._module(REFERENCE), batches)
+            module, batches = self._reference
             for i in range(runs):
                 module(*batches[i % len(batches)]).sum().backward()
                 start = time.thread_time()

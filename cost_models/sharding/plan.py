@@ -55,12 +55,7 @@ class Plan:
     def host_row_groups(self) -> dict[str, int]:
         """Row shard -> the size of its group, for the tables cut over the ranks of one host
         (table-row-wise); row-wise tables over every rank are not listed."""
-        return {
-            row_shard_name(table, j): len(ranks)
-            for table, ranks in self.row_wise.items()
-            if len(ranks) < self.num_devices
-            for j in range(len(ranks))
-        }
+        return host_row_groups(self.row_wise, self.num_devices)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +77,17 @@ class Plan:
             splits=dict(data.get("splits", {})),
             row_wise={t: tuple(ranks) for t, ranks in data.get("row_wise", {}).items()},
         )
+
+
+def host_row_groups(row_wise: Mapping[str, Sequence[int]], num_devices: int) -> dict[str, int]:
+    """Row shard -> the size of its group, for the tables of `row_wise` cut over fewer than
+    `num_devices` ranks (the ranks of one host)."""
+    return {
+        row_shard_name(table, j): len(ranks)
+        for table, ranks in row_wise.items()
+        if len(ranks) < num_devices
+        for j in range(len(ranks))
+    }
 
 
 def make_plan(

@@ -10,11 +10,15 @@ the most without raising its max. It stops when nothing helps or after `max_roun
 Device costs are the cost model's, floored as in the RL episodes so that the search cannot
 exploit a non-monotone prediction: a device costs at least the cheapest table's cost alone
 plus every other unit's marginal cost (its cost alone less that fixed cost).
+
+`Placement` and `changes_off` are shared with the measured search (`measured.py`), which
+ranks the same changes by their predicted effect but lets timings decide.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -25,10 +29,11 @@ from cost_models.sharding.tables import TableSpec, table_features
 from cost_models.sharding.topology import Topology
 
 MAX_ROUNDS = 400
+Change = list[tuple[int, int, int]]  # (unit, from device, to device) for each unit moved
 
 
 class _Load:
-    """Per-device summed encodings, cost floors, unit counts and free bytes."""
+    """Per-unit encodings, marginal costs and sizes, and how a device's cost follows."""
 
     def __init__(self, net: CostNet, units: Sequence[TableSpec], topology: Topology) -> None:
         self.net, self.topology = net, topology
@@ -46,17 +51,109 @@ class _Load:
         return torch.where(count > 0, torch.maximum(predicted, floor + self.base), 0.0)
 
 
+class Placement:
+    """A device per unit and each device's sums, kept up to date as units move."""
+
+    def __init__(
+        self,
+        net: CostNet,
+        units: Sequence[TableSpec],
+        ranks: Sequence[int],
+        topology: Topology,
+        pinned: int = 0,
+    ) -> None:
+        self.load = load = _Load(net, units, topology)
+        d = topology.num_devices
+        self.rank = rank = torch.tensor(list(ranks))
+        self.summed = torch.zeros(d, load.codes.shape[1]).index_add_(0, rank, load.codes)
+        self.floor = torch.zeros(d).index_add_(0, rank, load.marginal)
+        self.count = torch.bincount(rank, minlength=d).float()
+        self.free = load.capacity - torch.zeros(d).index_add_(0, rank, load.sizes)
+        self.movable = torch.arange(len(rank)) >= pinned  # the first `pinned`: row shards
+
+    def costs(self) -> torch.Tensor:
+        """Each device's floored predicted ms."""
+        return self.load.costs(self.summed, self.floor, self.count)
+
+    def apply(self, change: Change) -> None:
+        load = self.load
+        for unit, src, dst in change:
+            self.rank[unit] = dst
+            for device, sign in ((src, -1.0), (dst, 1.0)):
+                self.summed[device] += sign * load.codes[unit]
+                self.floor[device] += sign * load.marginal[unit]
+                self.count[device] += sign
+                self.free[device] -= sign * load.sizes[unit]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Every move of a unit off device `top` and every swap of one with a unit elsewhere:
+    the two devices' predicted ms after each, and whether memory allows it."""
+
+    top: int
+    unit: torch.Tensor  # [N] the unit leaving `top`
+    other: torch.Tensor  # [N] the unit joining `top` (-1 for a move)
+    dest: torch.Tensor  # [N] the other device
+    top_after: torch.Tensor  # [N]
+    dest_after: torch.Tensor  # [N]
+    ok: torch.Tensor  # [N]
+
+    def __len__(self) -> int:
+        return len(self.unit)
+
+    def change(self, i: int) -> Change:
+        unit, other, dest = int(self.unit[i]), int(self.other[i]), int(self.dest[i])
+        moved = [(unit, self.top, dest)]
+        return moved if other < 0 else [*moved, (other, dest, self.top)]
+
+
+@torch.no_grad()
+def changes_off(placement: Placement, top: int) -> Changes:
+    """Every move and swap of a movable unit on device `top` (moves first)."""
+    p, load = placement, placement.load
+    d = len(p.count)
+    on_top = ((p.rank == top) & p.movable).nonzero().squeeze(1)
+    elsewhere = ((p.rank != top) & p.movable).nonzero().squeeze(1)
+    codes, marginal, sizes = load.codes, load.marginal, load.sizes
+    k, v = len(on_top), len(elsewhere)
+
+    # Moves: unit k of `top` to device j.
+    move_top = load.costs(p.summed[top] - codes[on_top], p.floor[top] - marginal[on_top],
+                          p.count[top] - 1)  # fmt: skip
+    move_dest = load.costs(p.summed[None] + codes[on_top, None],
+                           p.floor[None] + marginal[on_top, None], p.count[None] + 1)  # fmt: skip
+    move_ok = p.free[None] >= sizes[on_top, None]
+    move_ok[:, top] = False
+
+    # Swaps: unit k of `top` with unit v on device rank[v].
+    dev = p.rank[elsewhere]
+    delta_codes = codes[elsewhere][None] - codes[on_top, None]  # [K, V, E] into top
+    delta_floor = marginal[elsewhere][None] - marginal[on_top, None]
+    swap_top = load.costs(p.summed[top] + delta_codes, p.floor[top] + delta_floor, p.count[top])
+    swap_dest = load.costs(p.summed[dev][None] - delta_codes, p.floor[dev][None] - delta_floor,
+                           p.count[dev][None])  # fmt: skip
+    swap_ok = (p.free[top] + sizes[on_top, None] >= sizes[elsewhere][None]) & (
+        p.free[dev][None] + sizes[elsewhere][None] >= sizes[on_top, None]
+    )
+    flat = lambda x: x.reshape(-1)  # noqa: E731
+    return Changes(
+        top=top,
+        unit=torch.cat([on_top.repeat_interleave(d), on_top.repeat_interleave(v)]),
+        other=torch.cat([torch.full((k * d,), -1), elsewhere.repeat(k)]),
+        dest=torch.cat([torch.arange(d).repeat(k), dev.repeat(k)]),
+        top_after=torch.cat([move_top.repeat_interleave(d), flat(swap_top)]),
+        dest_after=torch.cat([flat(move_dest), flat(swap_dest)]),
+        ok=torch.cat([flat(move_ok), flat(swap_ok)]),
+    )
+
+
 @torch.no_grad()
 def device_costs(
     net: CostNet, units: Sequence[TableSpec], ranks: Sequence[int], topology: Topology
 ) -> torch.Tensor:
     """Each device's floored predicted ms under `ranks` (what `refine` minimizes the max of)."""
-    load = _Load(net, units, topology)
-    rank = torch.tensor(list(ranks))
-    d = topology.num_devices
-    summed = torch.zeros(d, load.codes.shape[1]).index_add_(0, rank, load.codes)
-    floor = torch.zeros(d).index_add_(0, rank, load.marginal)
-    return load.costs(summed, floor, torch.bincount(rank, minlength=d).float())
+    return Placement(net, units, ranks, topology).costs()
 
 
 @torch.no_grad()
@@ -71,113 +168,44 @@ def refine(
 ) -> list[int]:
     """`ranks` (a device per unit, memory respected) improved by moves and swaps; the first
     `pinned` units (row shards) stay where they are."""
-    load = _Load(net, units, topology)
-    d = topology.num_devices
-    rank = torch.tensor(list(ranks))
-    summed = torch.zeros(d, load.codes.shape[1]).index_add_(0, rank, load.codes)
-    floor = torch.zeros(d).index_add_(0, rank, load.marginal)
-    count = torch.bincount(rank, minlength=d).float()
-    free = load.capacity - torch.zeros(d).index_add_(0, rank, load.sizes)
-    cost = load.costs(summed, floor, count)
-    movable = torch.arange(len(rank)) >= pinned
-    tau = SOFT_MAX_TEMPERATURE * float(cost.sum()) / d
+    placement = Placement(net, units, ranks, topology, pinned)
+    cost = placement.costs()
+    tau = SOFT_MAX_TEMPERATURE * float(cost.sum()) / topology.num_devices
     for _ in range(max_rounds):
-        top = int(cost.argmax())
-        change = _best_change(load, rank, movable, summed, floor, count, free, cost, top, tau)
+        change = _best_change(placement, cost, tau)
         if change is None:
             break
-        for unit, src, dst in change:
-            rank[unit] = dst
-            for device, sign in ((src, -1.0), (dst, 1.0)):
-                summed[device] += sign * load.codes[unit]
-                floor[device] += sign * load.marginal[unit]
-                count[device] += sign
-                free[device] -= sign * load.sizes[unit]
-        cost = load.costs(summed, floor, count)
-    return rank.tolist()
+        placement.apply(change)
+        cost = placement.costs()
+    return placement.rank.tolist()
 
 
-def _best_change(load, rank, movable, summed, floor, count, free, cost, top, tau):
-    """The move or swap off device `top` that lowers the soft max most, as
-    [(unit, from, to), ...], or None when none lowers it without raising the max."""
-    on_top = ((rank == top) & movable).nonzero().squeeze(1)
-    elsewhere = ((rank != top) & movable).nonzero().squeeze(1)
-    if len(on_top) == 0:
+def _best_change(placement: Placement, cost: torch.Tensor, tau: float) -> Change | None:
+    """The move or swap off the costliest device that lowers the soft max most, or None
+    when none lowers it without raising the max."""
+    changes = changes_off(placement, int(cost.argmax()))
+    if len(changes) == 0:
         return None
+    soft, new_max = _after(cost, tau, changes)
+    peak = float(cost.max())
+    current = tau * torch.log(torch.exp((cost - peak) / tau).sum()) + peak
+    soft = torch.where(changes.ok & (new_max <= peak + 1e-9), soft, torch.inf)
+    i = int(soft.argmin())
+    return changes.change(i) if float(soft[i]) < float(current) - 1e-9 else None
+
+
+def _after(cost: torch.Tensor, tau: float, changes: Changes):
+    """Soft max and max of the plan after each change (its two devices' new costs)."""
+    top, dest = changes.top, changes.dest
     peak = float(cost.max())
     weights = torch.exp((cost - peak) / tau)
-    total = float(weights.sum())
-    codes, marginal, sizes = load.codes, load.marginal, load.sizes
-
-    # Moves: unit k of `top` to device j.
-    top_after = load.costs(
-        summed[top] - codes[on_top], floor[top] - marginal[on_top], count[top] - 1
-    )
-    dest_after = load.costs(
-        summed[None] + codes[on_top, None], floor[None] + marginal[on_top, None], count[None] + 1
-    )
-    move_ok = free[None] >= sizes[on_top, None]
-    move_ok[:, top] = False
-    move_soft, move_max = _after(
-        cost,
-        weights,
-        total,
-        peak,
-        tau,
-        top,
-        top_after[:, None],
-        torch.arange(len(cost))[None],
-        dest_after,
-    )
-
-    # Swaps: unit k of `top` with unit v on device rank[v].
-    dev = rank[elsewhere]
-    delta_codes = codes[elsewhere][None] - codes[on_top, None]  # [K, V, E] into top
-    delta_floor = marginal[elsewhere][None] - marginal[on_top, None]
-    top_swap = load.costs(summed[top] + delta_codes, floor[top] + delta_floor, count[top])
-    dest_swap = load.costs(
-        summed[dev][None] - delta_codes, floor[dev][None] - delta_floor, count[dev][None]
-    )
-    swap_ok = (free[top] + sizes[on_top, None] >= sizes[elsewhere][None]) & (
-        free[dev][None] + sizes[elsewhere][None] >= sizes[on_top, None]
-    )
-    swap_soft, swap_max = _after(
-        cost, weights, total, peak, tau, top, top_swap, dev[None], dest_swap
-    )
-
-    current = tau * torch.log(torch.tensor(total)) + peak
-    best, change = float(current) - 1e-9, None
-    for soft, new_max, ok, kind in (
-        (move_soft, move_max, move_ok, "move"),
-        (swap_soft, swap_max, swap_ok, "swap"),
-    ):
-        soft = torch.where(ok & (new_max <= peak + 1e-9), soft, torch.inf)
-        if soft.numel() == 0:  # no unit elsewhere to swap with
-            continue
-        i = int(soft.argmin())
-        k, j = divmod(i, soft.shape[1])
-        if float(soft.flatten()[i]) < best:
-            best = float(soft.flatten()[i])
-            unit = int(on_top[k])
-            if kind == "move":
-                change = [(unit, top, j)]
-            else:
-                other = int(elsewhere[j])
-                change = [(unit, top, int(rank[other])), (other, int(rank[other]), top)]
-    return change
-
-
-def _after(cost, weights, total, peak, tau, top, top_new, dest, dest_new):
-    """Soft max and max of the plan after device `top` becomes `top_new` and device `dest`
-    becomes `dest_new` (broadcast to one shape)."""
-    top_new, dest_new = torch.broadcast_tensors(top_new, dest_new)
-    dest = dest.expand_as(top_new)
-    rest = total - float(weights[top]) - weights[dest]
-    soft_sum = rest + torch.exp((top_new - peak) / tau) + torch.exp((dest_new - peak) / tau)
+    rest = float(weights.sum()) - float(weights[top]) - weights[dest]
+    soft_sum = (rest + torch.exp((changes.top_after - peak) / tau)
+                + torch.exp((changes.dest_after - peak) / tau))  # fmt: skip
     soft = tau * torch.log(soft_sum.clamp_min(1e-30)) + peak
     others = cost.clone()
     others[top] = -torch.inf
     order = torch.argsort(others, descending=True)
     first, second = order[0], order[1] if len(order) > 1 else order[0]
     rest_max = torch.where(dest == first, others[second], others[first]).clamp_min(0.0)
-    return soft, torch.maximum(torch.maximum(top_new, dest_new), rest_max)
+    return soft, torch.maximum(torch.maximum(changes.top_after, changes.dest_after), rest_max)

@@ -24,8 +24,12 @@ error) is returned. When no episode fits in memory, the best-rated heuristic pla
 used. With `refine=True` (off by default), the policy's plan and the best heuristic plan
 are first improved by local search (`refine`: moves and swaps off the costliest device);
 measured, that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding across kinds
-of table pools"): the search balances the model's predictions, errors included. No
-measurement happens here.
+of table pools"): the search balances the model's predictions, errors included.
+
+With a `measurer` (off by default: planning then takes seconds to minutes, not under a
+second), the candidates are ranked as above but chosen by their measured max-device cost
+on this machine, and the chosen plan is improved by measured moves and swaps
+(`measured.MeasuredSearch`): the model proposes, the timings decide.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from pathlib import Path
 import torch
 
 from cost_models.sharding.cost_net import CostNet, load_cost_net, predict_kernel_ms
-from cost_models.sharding.measure import single_threaded
-from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.measure import Measurer, single_threaded
+from cost_models.sharding.measured import MeasuredSearch, measured_device_ms
+from cost_models.sharding.plan import Plan, host_row_groups, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episode_groups
 from cost_models.sharding.refine import device_costs, refine
 from cost_models.sharding.sharders.base import (
@@ -93,16 +98,21 @@ class RLSharder(Sharder):
         row_mode: str = "auto",
         select: bool = True,
         model_error: float = MODEL_ERROR,
+        measurer: Measurer | None = None,
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
         self.refine, self.row_mode = refine, row_mode
         self.select, self.model_error = select, model_error
+        self.measurer = measurer
+        self.search: MeasuredSearch | None = None  # the last measured search, for reports
 
     @classmethod
-    def load(cls, directory: str | Path, episodes: int | None = None) -> RLSharder:
+    def load(
+        cls, directory: str | Path, episodes: int | None = None, measurer: Measurer | None = None
+    ) -> RLSharder:
         """The policy and cost model that `ranknas shard train` saved in `directory`."""
-        return cls(load_policy(directory), load_cost_net(directory), episodes)
+        return cls(load_policy(directory), load_cost_net(directory), episodes, measurer=measurer)
 
     @single_threaded
     @torch.inference_mode()  # no autograd bookkeeping: a third of an episode step's overhead
@@ -121,9 +131,14 @@ class RLSharder(Sharder):
             cut = row_wise_tables(tables, topology, shard_ms if mode == "auto" else None, mode)
             cuts += [cut] if cut not in cuts else []
         plans = [self._plan_around(tables, topology, cut) for cut in cuts]
-        return min(plans, key=lambda plan: self._robust_ms(tables, plan, topology))
+        return min(plans, key=lambda plan: self._score(tables, plan, topology))
 
-    def _robust_ms(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
+    def _score(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
+        """The measured max-device cost with a measurer, else the robust predicted one."""
+        if self.measurer is not None:
+            groups = plan.host_row_groups()
+            return max(measured_device_ms(ts, topology, self.measurer, groups)
+                       for ts in plan.device_tables(tables))  # fmt: skip
         costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
         return robust_max_ms(costs, self.model_error)
 
@@ -138,8 +153,9 @@ class RLSharder(Sharder):
             for shard, rank in zip(row_shards(by_name[name], len(ranks)), ranks, strict=True)
         ]
         rest = [t for t in tables if t.name not in row_wise]
-        chosen = self._place(rest, topology, pinned)
-        ranks = self._select(chosen, topology, len(pinned))
+        host_groups = host_row_groups(row_wise, topology.num_devices)
+        chosen = self._place(rest, topology, pinned, host_groups)
+        ranks = self._select(chosen, topology, len(pinned), host_groups)
         assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
         return make_plan(
             assignment, tables, topology.num_devices, self.name, chosen.splits, row_wise
@@ -157,10 +173,12 @@ class RLSharder(Sharder):
         tables: Sequence[TableSpec],
         topology: Topology,
         pinned: Sequence[tuple[TableSpec, int]] = (),
+        host_groups: Mapping[str, int] | None = None,
     ) -> _Best:
         """The policy's best episode placing `tables` (cut by the best candidate cut) on
         devices that already hold the `pinned` row shards (the first units, at their ranks:
-        each device's memory and cost start from its own shards)."""
+        each device's memory and cost start from its own shards; `host_groups`: those cut
+        inside a host)."""
         check_capacity([*tables, *(shard for shard, _ in pinned)], topology)
         generator = torch.Generator().manual_seed(self.seed)
         candidates = self._candidate_splits(tables, topology)
@@ -179,6 +197,8 @@ class RLSharder(Sharder):
         if not screened:
             return self._packed_by_heuristic(stuck, candidates[0], topology, pinned_ranks)
         chosen = min(screened, key=lambda b: (b.cost_ms, b.soft_ms))
+        if self.measurer is not None and len(screened) > 1:
+            chosen = self._measured_cut(screened, chosen, topology, len(held), host_groups)
         if count > screen:
             more = self._episodes(
                 [chosen.units], topology, count - screen, False, generator, pinned_ranks
@@ -186,6 +206,24 @@ class RLSharder(Sharder):
             chosen = min(filter(None, [chosen, _best(more, chosen.splits, chosen.units)]),
                          key=lambda b: b.soft_ms)  # fmt: skip
         return chosen
+
+    def _measured_cut(
+        self,
+        screened: list[_Best],
+        predicted: _Best,
+        topology: Topology,
+        pinned: int,
+        host_groups: Mapping[str, int] | None,
+    ) -> _Best:
+        """Of the candidate cuts' greedy plans, the one with the lowest measured max (the
+        model's choice first and on ties): the model can misjudge what a cut saves."""
+        best, best_ms = predicted, float("inf")
+        for b in [predicted, *(b for b in screened if b is not predicted)]:
+            search = MeasuredSearch(self.cost_net, b.units, topology, self.measurer, pinned,
+                                    host_groups)  # fmt: skip
+            cost = search.max_ms(b.ranks, best_ms)
+            best, best_ms = (b, cost) if cost < best_ms else (best, best_ms)
+        return best
 
     def _packed_by_heuristic(
         self,
@@ -206,14 +244,17 @@ class RLSharder(Sharder):
         cost, best = min((float(rate(r).max()), i) for i, r in enumerate(heuristic))
         return _Best(splits, units, heuristic[best], cost, cost)
 
-    def _select(self, chosen: _Best, topology: Topology, pinned: int) -> list[int]:
+    def _select(
+        self, chosen: _Best, topology: Topology, pinned: int, host_groups: Mapping[str, int]
+    ) -> list[int]:
         """Of the policy's plan and the greedy heuristics' plans of the same units (with the
         `pinned` first units where they are), the one with the lowest robust predicted cost
         (`robust_max_ms`). With `refine`, the policy's plan and the best heuristic plan are
-        first improved by local search."""
+        first improved by local search. With a measurer, the one with the lowest measured
+        max, improved by the measured search (`host_groups`: the table-row-wise shards)."""
         rate = functools.partial(device_costs, self.cost_net, chosen.units, topology=topology)
         score = functools.partial(robust_max_ms, relative_error=self.model_error)
-        if not (self.select or self.refine):
+        if not (self.select or self.refine or self.measurer):
             return chosen.ranks
         heuristic = self._heuristic_ranks(chosen.units, topology, chosen.ranks[:pinned])
         starts = [chosen.ranks]
@@ -222,7 +263,12 @@ class RLSharder(Sharder):
             starts = [refine(self.cost_net, chosen.units, r, topology, pinned=pinned)
                       for r in starts]  # fmt: skip
         candidates = starts + (heuristic if self.select else [])
-        return min(candidates, key=lambda ranks: score(rate(ranks)))
+        ranked = sorted(candidates, key=lambda ranks: score(rate(ranks)))
+        if self.measurer is None:
+            return ranked[0]
+        self.search = MeasuredSearch(self.cost_net, chosen.units, topology, self.measurer,
+                                     pinned, host_groups)  # fmt: skip
+        return self.search.refine(self.search.select(ranked))
 
     def _heuristic_ranks(
         self, units: Sequence[TableSpec], topology: Topology, pinned_ranks: Sequence[int]

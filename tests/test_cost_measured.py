@@ -1,0 +1,83 @@
+"""The measured search: the cost model proposes plans and moves, the kernel's timings decide."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from test_cost_model import synthetic_samples
+
+from cost_models.sharding.cost_net import FitConfig, fit_cost_net
+from cost_models.sharding.measure import MeasureConfig, Measurer
+from cost_models.sharding.measured import MeasuredSearch
+from cost_models.sharding.policy import PolicyNet
+from cost_models.sharding.sharders import RLSharder
+from cost_models.sharding.tables import TableSpec
+from cost_models.sharding.topology import Topology
+
+QUICK = MeasureConfig(batch_size=256, warmup=1, repeats=4)
+# Pooled, wide tables: the kernel's time is in the lookups, not in the call's fixed cost.
+TABLES = [TableSpec(f"t{i}", 20_000, 64, 20.0 + 4 * i) for i in range(12)]
+
+
+class CountingMeasurer(Measurer):
+    """Real timings; remembers which table sets were asked for."""
+
+    def __init__(self, config: MeasureConfig) -> None:
+        super().__init__(config)
+        self.asked: list[tuple[str, ...]] = []
+
+    def measure(self, tables, samples=1):
+        self.asked.append(tuple(t.name for t in tables))
+        return super().measure(tables, samples)
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(0)
+    return fit_cost_net(synthetic_samples(150), FitConfig(epochs=30, sets_per_batch=32))[0]
+
+
+def judged_max(ranks, devices: int) -> float:
+    """The max-device ms by another measurer (other inputs, 3 timings each, median)."""
+    judge = Measurer(replace(QUICK, seed=7))
+    sets = [[t for t, r in zip(TABLES, ranks, strict=True) if r == d] for d in range(devices)]
+    return max(judge.measure(s, 3).total_ms for s in sets if s)
+
+
+def test_timed_moves_bring_a_lopsided_plan_down_and_keep_the_pinned_units(net):
+    topology = Topology(4, memory_bytes=int(0.5 * sum(t.size_bytes for t in TABLES)))
+    start = [0, 1, *([0] * 5), *([1] * 5)]  # two devices idle; the first two units pinned
+    search = MeasuredSearch(net, TABLES, topology, Measurer(QUICK), pinned=2)
+    ranks = search.refine(start)
+    assert ranks[:2] == [0, 1]
+    used = [sum(t.size_bytes for t, r in zip(TABLES, ranks, strict=True) if r == d)
+            for d in range(4)]  # fmt: skip
+    assert max(used) <= topology.memory_bytes
+    assert 3 <= search.kept <= search.rounds  # each kept change lowered the measured max
+    assert judged_max(ranks, 4) < 0.8 * judged_max(start, 4)
+
+
+def test_selection_keeps_the_measured_best_and_stops_timing_a_worse_candidate(net):
+    topology = Topology(4)
+    measurer = CountingMeasurer(QUICK)
+    search = MeasuredSearch(net, TABLES, topology, measurer)
+    lopsided, spread = [0] * len(TABLES), [i % 4 for i in range(len(TABLES))]
+    assert search.select([lopsided, spread]) == spread  # given first, measured worse
+    measurer.asked.clear()
+    search.select([spread, lopsided])
+    # `spread` timed in full (cached: 4 sets asked again), then `lopsided`'s one device
+    # already costs more than spread's max: nothing else of it is timed.
+    assert len(measurer.asked) == 5
+    measurer.asked.clear()
+    assert search.max_ms(spread, stop_above=0.0) > 0.0
+    assert len(measurer.asked) == 1
+
+
+def test_the_rl_sharder_with_a_measurer_plans_every_unit_within_memory(net):
+    tables = [*TABLES[:8], TableSpec("hot", 20_000, 128, 120.0)]
+    topology = Topology(3, memory_bytes=int(0.6 * sum(t.size_bytes for t in tables)))
+    sharder = RLSharder(PolicyNet(), net, measurer=Measurer(QUICK))
+    plan = sharder.plan(tables, topology)
+    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
+    assert max(plan.memory_bytes) <= topology.memory_bytes
+    assert sharder.search is not None and sharder.search.rounds >= 1
