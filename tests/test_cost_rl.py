@@ -76,7 +76,7 @@ def test_policy_learns_on_the_cost_model(learned):
     assert after > before  # lower predicted cost on the same tasks
     tables, topology = pool[:12], Topology(3)
     plan = RLSharder(policy, net).plan(tables, topology)
-    assert sorted(plan.assignment) == sorted(t.name for t in tables)
+    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
 
 
 def test_choose_splits_cuts_only_tables_above_the_limit_into_the_fewest_shards():
@@ -156,7 +156,7 @@ def test_dreamshard_loop_saves_a_policy_that_plans_other_sizes(tmp_path):
     for count, devices in [(7, 2), (90, 24)]:  # not the sizes it trained on
         tables = generate_tables(count, seed=count)
         plan = loaded.plan(tables, Topology(devices))
-        assert sorted(plan.assignment) == sorted(t.name for t in tables)
+        assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
         assert set(plan.assignment.values()) <= set(range(devices))
     assert load_policy(tmp_path).config == trained.policy.config
 

@@ -23,9 +23,13 @@ def choose_splits(
     tables: Sequence[TableSpec], num_devices: int, cost_alone: CostAlone, limit_share: float
 ) -> dict[str, int]:
     """Table name -> column shards, for every table whose cost alone exceeds `limit_share`
-    times the balanced load (the sum of the tables' costs alone over the devices)."""
+    times the balanced load: a device's fixed cost (the cheapest table's cost alone) plus
+    the devices' share of every table's cost above it. (Summing costs alone would count
+    the per-call cost once per table: with 15 tables a device, it made the balanced load
+    about twice what a device costs, and cut no table.)"""
     alone = cost_alone(tables)
-    limit = limit_share * float(alone.sum()) / num_devices
+    fixed = float(alone.min())
+    limit = limit_share * (fixed + float(alone.sum() - fixed * len(alone)) / num_devices)
     heavy = [
         (t, options)
         for t, cost in zip(tables, alone, strict=True)

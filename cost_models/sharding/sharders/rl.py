@@ -27,8 +27,9 @@ measured, that was worse in 7 of 8 held-out pools (BENCHMARKS.md, "Sharding acro
 of table pools"): the search balances the model's predictions, errors included.
 
 With a `measurer` (off by default: planning then takes seconds to minutes, not under a
-second), the candidates are ranked as above but chosen by their measured max-device cost
-on this machine, and the chosen plan is improved by measured moves and swaps
+second), the candidate cuts and plans (with torchrec's table-wise plan where nothing is
+cut) are ranked as above but chosen by their measured max-device cost on this machine,
+and the chosen plan is improved by measured moves and swaps
 (`measured.MeasuredSearch`): the model proposes, the timings decide.
 """
 
@@ -266,6 +267,8 @@ class RLSharder(Sharder):
         ranked = sorted(candidates, key=lambda ranks: score(rate(ranks)))
         if self.measurer is None:
             return ranked[0]
+        if pinned == 0 and not chosen.splits:  # torchrec's plan is then one of these units'
+            ranked += self._torchrec_ranks(chosen.units, topology)
         self.search = MeasuredSearch(self.cost_net, chosen.units, topology, self.measurer,
                                      pinned, host_groups)  # fmt: skip
         return self.search.refine(self.search.select(ranked))
@@ -290,6 +293,16 @@ class RLSharder(Sharder):
                 continue
             out.append([*pinned_ranks, *(assignment[t.name] for t in rest)])
         return out
+
+    def _torchrec_ranks(self, tables: Sequence[TableSpec], topology: Topology) -> list[list[int]]:
+        """torchrec's table-wise planner's ranks for `tables` (none if it finds no plan)."""
+        from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
+
+        try:
+            plan = TorchrecPlanner(self.cost_net.config.batch_size).plan(tables, topology)
+        except RanknasError:
+            return []
+        return [[plan.assignment[t.name] for t in tables]]
 
     def _candidate_splits(
         self, tables: Sequence[TableSpec], topology: Topology
