@@ -6,9 +6,10 @@ were 8-10% costlier than predicted where the heuristics' were 1-5% (BENCHMARKS.m
 margin on the prediction undoes a bias that is systematic per plan, so with a `Measurer`
 the RL sharder times what it would otherwise only predict:
 
-1. **Selection.** The candidate plans (the policy's, the greedy heuristics') are timed
-   device by device, costliest predicted first; a candidate is dropped as soon as one of
-   its devices measures above the best candidate's max.
+1. **Selection.** The candidate cuts, then the candidate plans (the policy's, the greedy
+   heuristics', torchrec's) are timed device by device, costliest predicted first; a
+   candidate is dropped as soon as one of its devices measures above the best max so far,
+   and a candidate that is not has its costliest device timed `SAMPLES` times.
 2. **Local search.** Then, round after round, the measured costliest device gives up a
    unit (a move) or trades one (a swap). The model ranks every change by its predicted
    effect on the two devices, relative to their predicted costs and applied to their
@@ -91,15 +92,17 @@ class MeasuredSearch:
 
     @torch.no_grad()
     def max_ms(self, ranks: Sequence[int], stop_above: float = float("inf")) -> float:
-        """The measured max-device cost of `ranks`, timing the costliest predicted devices
-        first; once a device reaches `stop_above`, that device's cost (the rest untimed)."""
+        """The measured max-device cost of `ranks`: the costliest predicted devices are timed
+        first, and once a device reaches `stop_above` its cost is returned (the rest
+        untimed); else the costliest device is settled (`_settled_top`), so that a plan
+        does not win on one lucky timing of its max."""
         predicted = Placement(self.net, self.units, ranks, self.topology).costs()
-        worst = 0.0
+        measured = [0.0] * self.topology.num_devices
         for device in torch.argsort(predicted, descending=True).tolist():
-            worst = max(worst, self.device_ms(ranks, device))
-            if worst >= stop_above:
-                break
-        return worst
+            measured[device] = self.device_ms(ranks, device)
+            if measured[device] >= stop_above:
+                return measured[device]
+        return measured[self._settled_top(list(ranks), measured, set())]
 
     @torch.no_grad()
     def refine(self, ranks: Sequence[int]) -> list[int]:
@@ -111,17 +114,17 @@ class MeasuredSearch:
         self.rounds = self.kept = 0
         while self.rounds < self.max_rounds:
             self.rounds += 1
-            top = self._settled_top(placement, measured, settled)
+            top = self._settled_top(placement.rank.tolist(), measured, settled)
             if not self._improve(placement, measured, settled, top):
                 break
             self.kept += 1
         return placement.rank.tolist()
 
-    def _settled_top(self, placement: Placement, measured: list[float], settled: set[int]) -> int:
+    def _settled_top(self, ranks: Sequence[int], measured: list[float], settled: set[int]) -> int:
         """The costliest device once its cost is the median of `SAMPLES` timings: one lucky
         or unlucky timing should neither make nor hide the max."""
         while (top := max(range(len(measured)), key=measured.__getitem__)) not in settled:
-            measured[top] = self.device_ms(placement.rank.tolist(), top, SAMPLES)
+            measured[top] = self.device_ms(ranks, top, SAMPLES)
             settled.add(top)
         return top
 
