@@ -312,13 +312,15 @@ class RLSharder(Sharder):
         self, tables: Sequence[TableSpec], topology: Topology
     ) -> list[dict[str, int]]:
         """No cut, then the distinct cuts proposed at each split limit that add at most
-        `MAX_EXTRA_UNITS` of the table count in shards."""
+        `MAX_EXTRA_UNITS` of the table count (or the device count) in shards."""
         candidates: list[dict[str, int]] = [{}]
         cost_alone = functools.partial(self.cost_net.alone_ms, topology=topology)
         for limit in self.split_limits:
             splits = choose_splits(tables, topology.num_devices, cost_alone, limit)
             extra = sum(parts - 1 for parts in splits.values())
-            if splits not in candidates and extra <= MAX_EXTRA_UNITS * len(tables):
+            if splits not in candidates and extra <= max(
+                topology.num_devices, MAX_EXTRA_UNITS * len(tables)
+            ):
                 candidates.append(splits)
         return candidates
 
