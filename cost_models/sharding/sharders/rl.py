@@ -64,9 +64,9 @@ from cost_models.sharding.topology import Topology, traffic_megabytes
 from search_space.errors import RanknasError
 
 SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a table is cut
-# A cut that adds more shards than this share of the tables is not screened: at 800 tables
-# on 128 devices the 0.5 limit cut 124 tables into 942 shards, and its screening episode
-# over twice the units made planning 1.6x slower.
+# A cut that adds more shards than this share of the tables (and than the devices) is not
+# screened: at 800 tables on 128 devices the 0.5 limit cut 124 tables into 942 shards, and
+# its screening episode over twice the units made planning 1.6x slower.
 MAX_EXTRA_UNITS = 0.25
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
 EPISODE_WORK = 16 * 800 * 128
