@@ -28,6 +28,7 @@ def _study_states(config: dict) -> dict[str, int]:
     return {s.name: sum(t.state == s for t in trials) for s in TrialState}
 
 
+@pytest.mark.slow  # about 60 s each on the 2-core VM; `make test-all` runs them
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_study_killed_at_random_points_loses_and_duplicates_nothing(sig, tmp_path, server):
     config = tiny_config(tmp_path, f"faults-{sig.name.lower()}", data={"rows": 40_000},
