@@ -59,7 +59,7 @@ def topology_for(tables: list[TableSpec], devices: int) -> Topology:
     return Topology(devices, memory_bytes=int(memory))
 
 
-def noise(bench: Bench, tables: list[TableSpec], topology: Topology, method: str) -> float:
+def noise(bench: Bench, tables: list[TableSpec], method: str) -> float:
     """|max_a - max_b| / mean of a plan's max-device cost from two timings per device."""
     plan = bench.plans[method]
     sets = [tuple(ts) for ts in plan.device_tables(tables) if ts]
@@ -129,7 +129,7 @@ def main() -> None:
                 topology = topology_for(tables, devices)
                 row = bench.run(tables, topology)
                 row |= {"family": family, "tables": count, "devices": devices, "seed": seed}
-                row["noise"] = {m: noise(bench, tables, topology, m) for m in RATED}
+                row["noise"] = {m: noise(bench, tables, m) for m in RATED}
                 results.append(row)
                 print(f"<!-- {family} {config} seed {seed}: "
                       f"{time.perf_counter() - started:.0f} s -->", flush=True)  # fmt: skip

@@ -20,7 +20,7 @@ import numpy as np
 from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
-from cost_models.sharding.measured import measured_device_ms
+from cost_models.sharding.measured import measured_plan_ms
 from cost_models.sharding.methods import FALLBACK
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
@@ -112,9 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     predicted = net.plan_costs(tables, plan, topology) if net is not None else None
     measured = None
     if measurer is not None:  # the timings the plan was chosen by (cached: no new runs)
-        groups = plan.host_row_groups()
-        measured = [measured_device_ms(ts, topology, measurer, groups)
-                    for ts in plan.device_tables(tables)]  # fmt: skip
+        measured = measured_plan_ms(plan, tables, topology, measurer)
     if args.json:
         record = _plan_record(plan, predicted, seconds)
         if measured is not None:

@@ -32,6 +32,7 @@ import torch
 
 from cost_models.sharding.cost_net import CostNet
 from cost_models.sharding.measure import Measurer
+from cost_models.sharding.plan import Plan
 from cost_models.sharding.refine import Placement, changes_off
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import Topology, traffic_megabytes
@@ -53,6 +54,14 @@ def measured_device_ms(
         return 0.0
     traffic = traffic_megabytes(tables, host_groups, measurer.config.batch_size)
     return measurer.measure(tables, samples).total_ms + float(topology.comm_ms(*traffic))
+
+
+def measured_plan_ms(
+    plan: Plan, tables: Sequence[TableSpec], topology: Topology, measurer: Measurer
+) -> list[float]:
+    """Each device's `measured_device_ms` under `plan` (0 where empty)."""
+    groups = plan.host_row_groups()
+    return [measured_device_ms(ts, topology, measurer, groups) for ts in plan.device_tables(tables)]
 
 
 class MeasuredSearch:

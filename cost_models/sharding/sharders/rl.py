@@ -44,7 +44,7 @@ import torch
 
 from cost_models.sharding.cost_net import CostNet, load_cost_net, predict_kernel_ms
 from cost_models.sharding.measure import Measurer, single_threaded
-from cost_models.sharding.measured import MeasuredSearch, measured_device_ms
+from cost_models.sharding.measured import MeasuredSearch, measured_plan_ms
 from cost_models.sharding.plan import Plan, host_row_groups, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episode_groups
 from cost_models.sharding.refine import device_costs, refine
@@ -141,9 +141,7 @@ class RLSharder(Sharder):
     def _score(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
         """The measured max-device cost with a measurer, else the robust predicted one."""
         if self.measurer is not None:
-            groups = plan.host_row_groups()
-            return max(measured_device_ms(ts, topology, self.measurer, groups)
-                       for ts in plan.device_tables(tables))  # fmt: skip
+            return max(measured_plan_ms(plan, tables, topology, self.measurer))
         costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
         return robust_max_ms(costs, self.model_error)
 
