@@ -286,7 +286,12 @@ class BestBaselineConfig(_Section):
     """How a study picks `best_baseline` (search_space.base, objectives.max_mflops): by seed
     means, as the verdict compares models, not by one run's luck."""
 
-    top: int = Field(default=2, ge=2, description="the best single runs retrained")
+    top: int | None = Field(
+        default=None,
+        ge=2,
+        description="the best single runs retrained; null: every baseline, as the verdict "
+        "compares them (reevaluate reuses the runs: no extra training)",
+    )
     seeds: int = Field(
         default=3,
         ge=0,

@@ -434,6 +434,8 @@ def _reused(
                                                   TrialAttr.WORKER: worker})  # fmt: skip
     tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
             "reused_from": earlier.number}  # fmt: skip
+    if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
+        tags[TrialAttr.OVER_CONSTRAINT] = True
     kept = (*METRIC_ATTRS, TrialAttr.MFLOPS, TrialAttr.PARAMS, TrialAttr.LATENCY_MS)
     summary = {k: v for k, v in earlier.user_attrs.items() if k in kept}
     summary["status"] = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(

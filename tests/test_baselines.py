@@ -122,7 +122,7 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
 
 def test_base_ceiling_holds_an_around_search_to_its_base_flops(tmp_path):
     config = tiny_config(tmp_path, "atbase", objectives={"max_mflops": "base"},
-                         budget={"trials": 2})  # fmt: skip
+                         budget={"trials": 2, "max_failures": 20})  # tiny data: NE near 1
     config["search_space"] = {"type": "around", "base": "dcnv2"}
     study = run_study(parse_config(config), progress=lambda line: None)
     ceiling = study.user_attrs["mflops_ceiling"]
@@ -170,19 +170,25 @@ def test_an_around_search_of_the_best_baseline_goes_around_it_at_its_flops(tmp_p
 
 
 def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
-    config = parse_config(_config(tmp_path, "lucky", budget={"trials": 1}))
+    config = parse_config(_config(tmp_path, "lucky", ("logistic_regression", "dlrm", "deepfm"),
+                                  budget={"trials": 1}))  # fmt: skip
     study = run_study(config, progress=lambda line: None)
     bases = recorded(study)
-    lucky, steady = sorted(bases, key=lambda key: bases[key]["val_ne"])
+    lucky, middle, steady = sorted(bases, key=lambda key: bases[key]["val_ne"])
     seeds = [str(REEVAL_SEED + k) for k in range(3)]
     study.set_user_attr("reevaluation", {
         f"baseline:{lucky}": {s: [0.95, 0.95] for s in seeds},
+        f"baseline:{middle}": {s: [0.93, 0.93] for s in seeds},
         f"baseline:{steady}": {s: [0.90, 0.90] for s in seeds},
     })  # fmt: skip
     lines = []
     data = prepare_data(config)
+    # every baseline's seed mean counts by default, the worst single run's too
     assert best_baseline_by_seed_means(study, config, data, lines.append) == steady
-    assert lines[-1] == f"best baseline by mean validation NE: {steady} 0.9000, {lucky} 0.9500"
+    assert lines[-1] == (f"best baseline by mean validation NE: {steady} 0.9000, "
+                         f"{middle} 0.9300, {lucky} 0.9500")  # fmt: skip
+    top_two = config.model_copy(update={"best_baseline": BestBaselineConfig(top=2)})
+    assert best_baseline_by_seed_means(study, top_two, data, lines.append) == middle
     single_runs = config.model_copy(update={"best_baseline": BestBaselineConfig(seeds=0)})
     assert best_baseline_by_seed_means(study, single_runs, data, lines.append) is None
 
@@ -194,8 +200,8 @@ def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
     })  # fmt: skip
     v = verdict(study)
     assert v["best_baseline"]["baseline"] == steady and v["best_baseline"]["val_ne"] == 0.96
-    assert v["not_compared"] == [lucky] and not v["search_wins"]
-    assert f"not compared: {lucky}" in format_verdict(v)
+    assert sorted(v["not_compared"]) == sorted([lucky, middle]) and not v["search_wins"]
+    assert f"not compared: {', '.join(v['not_compared'])}" in format_verdict(v)
 
 
 def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
