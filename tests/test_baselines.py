@@ -121,8 +121,9 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
 
 
 def test_base_ceiling_holds_an_around_search_to_its_base_flops(tmp_path):
+    # On the tiny data many variants end near NE 1 (diverged): failures are not the point.
     config = tiny_config(tmp_path, "atbase", objectives={"max_mflops": "base"},
-                         budget={"trials": 2, "max_failures": 20})  # tiny data: NE near 1
+                         budget={"trials": 2, "max_failures": 20})  # fmt: skip
     config["search_space"] = {"type": "around", "base": "dcnv2"}
     study = run_study(parse_config(config), progress=lambda line: None)
     ceiling = study.user_attrs["mflops_ceiling"]
