@@ -109,8 +109,9 @@ def best_baseline_by_seed_means(
     bases = {b["baseline"]: b["dir"] for b in _best_baselines(study, choice.top)}
     if choice.seeds == 0 or len(bases) < 2:
         return None
-    progress(f"best baseline: the best single runs ({', '.join(bases)}) retrained with "
-             f"{choice.seeds} fresh seeds")  # fmt: skip
+    which = "every baseline" if choice.top is None else "the best single runs"
+    progress(f"best baseline: {which} ({', '.join(bases)}) retrained with {choice.seeds} "
+             "fresh seeds")  # fmt: skip
     archs = {f"baseline:{key}": directory for key, directory in bases.items()}
     record = retrain(study, config, archs, choice.seeds, progress, data)
     means = {key: statistics.fmean(record[f"baseline:{key}"][str(REEVAL_SEED + k)][0]
