@@ -50,7 +50,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 # The main job end to end: start MLflow, search around DLRM with every preset trained as a
-# baseline, retrain the two best trials and every baseline with fresh seeds (the
+# baseline, retrain the three best trials and every baseline with fresh seeds (the
 # verdict then compares seed means), print the leaderboard, export the winner (registered
 # in MLflow's model registry). Running it again resumes: no new training, the same export.
 RANKNAS := $(VENV)/bin/ranknas
@@ -58,7 +58,7 @@ MLFLOW_URL := http://127.0.0.1:5000
 demo: setup
 	$(RANKNAS) mlflow up
 	$(RANKNAS) search examples/quickstart.yaml
-	$(RANKNAS) reevaluate examples/quickstart.yaml --top 2 --seeds 3
+	$(RANKNAS) reevaluate examples/quickstart.yaml --top 3 --seeds 3
 	$(RANKNAS) leaderboard quickstart --top 5
 	$(RANKNAS) export quickstart --trial best --out ranknas-data/winner \
 	  --register ranknas-quickstart --tracking-uri $(MLFLOW_URL)

@@ -2,9 +2,9 @@
 
 For each data size and seed, one study exactly like `examples/quickstart.yaml`: the six
 presets trained as baselines, then TPE over the `around` space of the best of them
-(`base: best_baseline`: the best seed mean of the two best single runs; startup trials
-are its variants) held to its FLOPs (`max_mflops: base`), then `reevaluate` of the two best
-trials and every baseline with three fresh seeds. The pick is the trial with the best mean
+(`base: best_baseline`: the best seed mean of every baseline; startup trials are its
+variants) held to its FLOPs (`max_mflops: base`), then `reevaluate` of the three best
+trials (`--top`) and every baseline with three fresh seeds. The pick is the trial with the best mean
 validation NE; it is compared with the baseline of best mean validation NE, on mean test
 NE (which selected nothing) and FLOPs. `--base dlrm` searches around a fixed model instead; with
 `--around-best` as well, a second study searches around the best baseline when that is
@@ -61,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--criteo", action="store_true",
                         help="each seed's rows as a Criteo-format TSV (`ranknas data synth "
                         "--format criteo`), read as users' files are")  # fmt: skip
-    parser.add_argument("--top", type=int, default=2,
+    parser.add_argument("--top", type=int, default=3,
                         help="best trials retrained with fresh seeds (the finalists)")  # fmt: skip
     parser.add_argument("--work-dir", type=Path,
                         help="keep the studies here (default: a temporary directory); a "
@@ -81,7 +81,7 @@ def study(
     criteo: bool,
     searcher: str = "tpe",
     population: int | None = None,
-    top: int = 2,
+    top: int = 3,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
