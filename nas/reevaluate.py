@@ -102,7 +102,7 @@ def best_baseline_by_seed_means(
     progress: Callable[[str], None] = print,
 ) -> str | None:
     """The key of the baseline of best mean validation NE over `config.best_baseline.seeds`
-    fresh seeds, among the `config.best_baseline.top` best single runs: the runs
+    fresh seeds, among the `config.best_baseline.top` best single runs (None: all): the runs
     `reevaluate` would make (and later reuses). None when the single runs decide (seeds 0,
     or fewer than two complete baselines)."""
     choice = config.best_baseline
