@@ -15,10 +15,8 @@ the RL sharder times what it would otherwise only predict:
    effect on the two devices, relative to their predicted costs and applied to their
    measured ones (the model's scale can be off on this machine); the best-ranked are timed
    in turn, and the first whose two devices both measure below the old max (each the
-   median of `samples` timings) is kept. A change that would leave a device with a set of
-   units already measured too costly is passed over without counting as a try: the model
-   often ranks one unit's moves to every other device first, and they all leave `top` the
-   same. It stops when none of a round's `tries` changes passes, or after `max_rounds`.
+   median of `samples` timings) is kept. It stops when none of a round's `tries` changes
+   passes, or after `max_rounds`.
 
 A device's cost is the measured forward + backward of its units on the kernel plus their
 analytic communication (`topology.traffic_megabytes`), as the benchmarks count it. The
@@ -86,8 +84,6 @@ class MeasuredSearch:
         self.max_rounds = max_rounds or max(20, 2 * topology.num_devices)
         self.tries = tries
         self.rounds = self.kept = 0  # what the last `refine` did
-        # Unit sets measured at or above a round's limit: limits only fall, so they stay out.
-        self.too_costly: set[frozenset[int]] = set()
 
     def device_ms(self, ranks: Sequence[int], device: int, samples: int = 1) -> float:
         tables = [u for u, r in zip(self.units, ranks, strict=True) if r == device]
@@ -125,7 +121,6 @@ class MeasuredSearch:
         measured = [self.device_ms(ranks, d) for d in devices]
         settled: set[int] = set()
         self.rounds = self.kept = 0
-        self.too_costly.clear()
         while self.rounds < self.max_rounds:
             self.rounds += 1
             top = self._settled_top(placement.rank.tolist(), measured, settled)
@@ -160,37 +155,20 @@ class MeasuredSearch:
         )
         estimate = torch.where(changes.ok, estimate, torch.inf)
         limit = measured[top] * (1 - MIN_GAIN)
-        tried = 0
-        for i in torch.argsort(estimate).tolist():
-            if tried == self.tries or float(estimate[i]) >= limit:
+        for i in torch.argsort(estimate)[: self.tries].tolist():
+            if float(estimate[i]) >= limit:
                 break
             change = changes.change(i)
             after = placement.rank.clone()
             for unit, _, dst in change:
                 after[unit] = dst
             ranks, dest = after.tolist(), int(changes.dest[i])
-            sides = [_units_on(after, top), _units_on(after, dest)]
-            if any(side in self.too_costly for side in sides):
-                continue  # e.g. the same unit off `top` to another device: no new timing
-            tried += 1
-            costs = self.device_ms(ranks, top), self.device_ms(ranks, dest)
-            if max(costs) < limit:
-                costs = self.device_ms(ranks, top, SAMPLES), self.device_ms(ranks, dest, SAMPLES)
-            failed = (side for side, ms in zip(sides, costs, strict=True) if ms >= limit)
-            self.too_costly.update(failed)
-            if costs[1] >= limit and dest not in settled:
-                # Its cost so far is one timing, perhaps a lucky one that draws every change
-                # to it: settle it and rank the changes again.
-                measured[dest] = self.device_ms(placement.rank.tolist(), dest, SAMPLES)
-                settled.add(dest)
-                return self._improve(placement, measured, settled, top)
+            if max(self.device_ms(ranks, top), self.device_ms(ranks, dest)) >= limit:
+                continue
+            costs = self.device_ms(ranks, top, SAMPLES), self.device_ms(ranks, dest, SAMPLES)
             if max(costs) < limit:
                 placement.apply(change)
                 measured[top], measured[dest] = costs
                 settled.update((top, dest))
                 return True
         return False
-
-
-def _units_on(ranks: torch.Tensor, device: int) -> frozenset[int]:
-    return frozenset((ranks == device).nonzero().squeeze(1).tolist())
