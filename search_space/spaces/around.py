@@ -102,6 +102,7 @@ class AroundSpace(SearchSpace):
         unknown = [n for n in config.insert_at or () if n not in names]
         if unknown:
             raise SpecError(f"search_space.insert_at: {unknown} not blocks of the base {names}")
+        self._base_reach = _reaches(self.base.blocks, self.base.output_block)
         super().__init__(schema, config)
 
     # ------------------------------------------------------------------- parameters
@@ -190,10 +191,9 @@ class AroundSpace(SearchSpace):
     # ------------------------------------------------------------------- decoding
 
     def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
-        blocks = self._decode_with(values, connections=self.config.connections)
         output = self.base.output_block
-        cut_off = _reaches(blocks, output) != _reaches(self.base.blocks, output)
-        if self.config.connections and cut_off:
+        blocks = self._decode_with(values, connections=self.config.connections)
+        if self.config.connections and _reaches(blocks, output) != self._base_reach:
             blocks = self._decode_with(values, connections=False)
         return blocks, output
 
