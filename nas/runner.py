@@ -41,7 +41,7 @@ from nas.protocol import (
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
-from nas.storage import beating, open_storage, redact, study_lock
+from nas.storage import beating, fail_stale_trials, open_storage, redact, study_lock
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     DIAGRAM_FILE,
@@ -174,10 +174,12 @@ def _is_error(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
 
 
-def _next_trial(study: optuna.Study, config: StudyConfig, space: SearchSpace) -> Trial | None:
+def _next_trial(
+    study: optuna.Study, storage: RDBStorage, config: StudyConfig, space: SearchSpace
+) -> Trial | None:
     """Ask for a trial if the budget allows one; None when the study is done."""
     while True:
-        optuna.storages.fail_stale_trials(study)
+        fail_stale_trials(study, storage)
         with study_lock(config.storage, config.name):
             trials = study.get_trials(deepcopy=False)
             done = sum(_counted(t) for t in trials)
@@ -267,7 +269,7 @@ def _run_study(
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
         while deadline is None or time.monotonic() < deadline:
-            trial = _next_trial(study, config, space)
+            trial = _next_trial(study, storage, config, space)
             if trial is None:
                 break
             try:

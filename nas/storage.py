@@ -11,11 +11,13 @@ import importlib.util
 import re
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from sqlalchemy import Engine, create_engine, event, text
+from optuna.trial import TrialState
+from sqlalchemy import Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from search_space.errors import RanknasError
@@ -85,6 +87,29 @@ def _write_ahead_log(engine: Engine) -> None:
 
     event.listen(engine, "connect", on_connect)
     engine.dispose()  # connections pooled while the schema was created lack the pragmas
+
+
+def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
+    """Fail and retry the trials whose process died, as Optuna does, and also those that died
+    before their first heartbeat: Optuna never deems a trial stale without one, so a kill
+    between asking for a trial and its first beat would keep it running forever, and a
+    resumed study would wait on it."""
+    grace = storage.grace_period or 2 * (storage.heartbeat_interval or 0)
+    started_before = datetime.now() - timedelta(seconds=grace)
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < started_before]
+    if old:
+        with storage.engine.connect() as connection:  # Optuna's schema: one row per beating trial
+            rows = connection.execute(
+                text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
+                    bindparam("ids", expanding=True)
+                ),
+                {"ids": old},
+            )
+            beaten = {row[0] for row in rows}
+        for trial_id in set(old) - beaten:  # beat once for it: stale one grace period later
+            storage.record_heartbeat(trial_id)
+    optuna.storages.fail_stale_trials(study)
 
 
 def load_study(name: str, url: str) -> optuna.Study:

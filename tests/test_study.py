@@ -112,6 +112,20 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     assert retried, "the killed trial's architecture was not retried"
 
 
+def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_path):
+    config = parse_config(tiny_config(tmp_path, "unbeaten", budget={"trials": 2}))
+    run_study(config, progress=lambda line: None)
+    # A worker killed between asking for a trial and its first heartbeat leaves this:
+    study = load_study("unbeaten", config.storage)
+    orphan = study.ask()
+    config = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": 3})})
+    run_study(config, progress=lambda line: None)  # waited on the orphan forever before
+    study = load_study("unbeaten", config.storage)
+    states = _states(study)
+    assert states["RUNNING"] == 0 and states["COMPLETE"] + states["PRUNED"] == 3
+    assert study.trials[orphan.number].state == TrialState.FAIL
+
+
 def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
     """Start `command` and send `sig` in the middle of a trial after the first; its exit code."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
