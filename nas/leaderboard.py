@@ -24,10 +24,13 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
 
 
 def _state(trial: FrozenTrial) -> str:
-    """Optuna's state, or `skipped`: over a constraint, told as pruned without training."""
-    return (
-        "skipped" if trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT) else trial.state.name.lower()
-    )
+    """Optuna's state, `skipped` (over a constraint, told as pruned without training) or
+    `repeat` (an architecture trained before, told with that trial's result)."""
+    if trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
+        return "skipped"
+    if TrialAttr.REUSED_FROM in trial.user_attrs:
+        return "repeat"
+    return trial.state.name.lower()
 
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
@@ -41,7 +44,7 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
     """Complete trials, best first (by the first objective); every trial with `include_all`."""
     trials = study.get_trials(deepcopy=False)
     complete = sorted(  # an architecture proposed again is listed once, as first trained
-        (t for t in trials if t.state == TrialState.COMPLETE and "reused_from" not in t.user_attrs),
+        (t for t in trials if t.state == TrialState.COMPLETE and _state(t) == "complete"),
         key=lambda t: t.values[0],
     )
     others = [t for t in trials if t.state != TrialState.COMPLETE] if include_all else []
@@ -165,7 +168,7 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
 
 def status(study: optuna.Study) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0}
+    counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0}
     for t in trials:
         counts[_state(t)] += 1
     complete = [t for t in trials if t.state == TrialState.COMPLETE]

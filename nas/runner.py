@@ -67,11 +67,20 @@ INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
+REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 
 
 def _counted(trial: FrozenTrial) -> bool:
-    """Done and counted in the budget: complete or pruned, not skipped over a constraint."""
-    return trial.state in DONE and not trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
+    """Done and counted in the budget: complete or pruned, not skipped over a constraint,
+    not an architecture trained before."""
+    attrs = trial.user_attrs
+    return trial.state in DONE and not (
+        attrs.get(TrialAttr.OVER_CONSTRAINT) or TrialAttr.REUSED_FROM in attrs
+    )
+
+
+def _repeats(trials: list[FrozenTrial]) -> int:
+    return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
 
 
 def objective_names(config: StudyConfig) -> list[str]:
@@ -185,7 +194,7 @@ def _next_trial(
             done = sum(_counted(t) for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
             failed = sum(_is_error(t) for t in trials)
-            if done >= config.budget.trials:
+            if done >= config.budget.trials or _repeats(trials) >= _max_repeats(config):
                 return None
             skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
             if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
@@ -205,6 +214,12 @@ def _next_trial(
             if done + running < config.budget.trials:
                 return study.ask(distributions(space))
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+
+
+def _max_repeats(config: StudyConfig) -> int:
+    """The searcher may propose architectures trained before (they cost no training and
+    are not counted); past this many the space is taken as exhausted and the study ends."""
+    return REPEATS_PER_TRIAL * config.budget.trials
 
 
 def run_study(
@@ -293,7 +308,19 @@ def _run_study(
             bar.update(done - bar.n)
     if logger is not None:  # trials whose worker died while this one ran
         _log_dead_trials(study, logger)
+    _say_if_exhausted(study, config, progress)
     return study
+
+
+def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:
+    trials = study.get_trials(deepcopy=False)
+    done, repeats = sum(_counted(t) for t in trials), _repeats(trials)
+    if done < config.budget.trials and repeats >= _max_repeats(config):
+        progress(
+            f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
+            f"searcher proposed {repeats} architectures that were trained already, so the "
+            "space holds few new ones; widen search_space or lower budget.trials"
+        )
 
 
 def _around_best_baseline(config: StudyConfig) -> bool:
@@ -424,7 +451,7 @@ def _reused(
 ) -> Outcome | None:
     """The outcome of an earlier trial of the same architecture, if there is one: an
     architecture is trained once per study (a sampler may propose it again, a worker may
-    replay it), so the budget goes to new architectures."""
+    replay it), and the repeat is not counted, so the budget goes to new architectures."""
     started = time.time()
     arch = space.decode(trial.params)
     key = digest(arch)
@@ -432,10 +459,10 @@ def _reused(
                     and t.user_attrs.get(TrialAttr.DIGEST) == key), None)  # fmt: skip
     if earlier is None:
         return None
-    _set_attrs(trial, dict(earlier.user_attrs) | {"reused_from": earlier.number,
+    _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
                                                   TrialAttr.WORKER: worker})  # fmt: skip
     tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
-            "reused_from": earlier.number}  # fmt: skip
+            TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
     if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
         tags[TrialAttr.OVER_CONSTRAINT] = True
     kept = (*METRIC_ATTRS, TrialAttr.MFLOPS, TrialAttr.PARAMS, TrialAttr.LATENCY_MS)
@@ -569,6 +596,14 @@ def _progress_line(
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
+    if TrialAttr.REUSED_FROM in record["tags"] and TrialAttr.OVER_CONSTRAINT not in record["tags"]:
+        earlier = record["tags"][TrialAttr.REUSED_FROM]
+        return (
+            f"[{done}/{config.budget.trials}] repeat of trial {earlier} ({metric} {shown}): "
+            "not trained again, not counted",
+            done,
+            best,
+        )
     if TrialAttr.OVER_CONSTRAINT in record["tags"]:
         return (
             f"[{done}/{config.budget.trials}] skipped: {record['tags']['failure_reason']}",

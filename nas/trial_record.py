@@ -39,6 +39,7 @@ class TrialAttr(StrEnum):
     FAILURE_REASON = "failure_reason"
     PREDICTED_STEP_MS = "predicted_embedding_step_ms"
     OVER_CONSTRAINT = "over_constraint"  # skipped untrained: not counted in the budget
+    REUSED_FROM = "reused_from"  # an architecture trained before: not counted in the budget
 
 
 class StudyAttr(StrEnum):

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
+from optuna.trial import FrozenTrial, TrialState
 
 
 def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
@@ -39,3 +41,15 @@ def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
     path = tmp_path / f"{config['name']}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def counted(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials a budget counts: complete or pruned, neither skipped over a constraint nor
+    a repeat of an architecture trained before."""
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and not t.user_attrs.get("over_constraint")
+        and "reused_from" not in t.user_attrs
+    ]

@@ -21,7 +21,7 @@ from search_space.architecture import analyze
 from search_space.errors import RanknasError
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
-from study_helpers import tiny_config, write_config
+from study_helpers import counted, tiny_config, write_config
 
 
 def _config(tmp_path, name, baselines=("logistic_regression", "dlrm"), **overrides):
@@ -106,10 +106,8 @@ def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp
     ceiling = study.user_attrs["mflops_ceiling"]
     assert ceiling == {"mflops": recorded(study)["dlrm"]["mflops"], "of": "baseline dlrm"}
     skipped = [t for t in study.trials if t.user_attrs.get("over_constraint")]
-    counted = [t for t in study.trials if t.state.is_finished() and t not in skipped
-               and "failure_reason" not in t.user_attrs]  # fmt: skip
-    assert len(counted) == 3 and skipped  # DCNv2's variants are mostly above DLRM's FLOPs
-    assert all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in counted)
+    assert len(counted(study)) == 3 and skipped  # DCNv2's variants are mostly above DLRM's FLOPs
+    assert all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in counted(study))
     for trial in skipped:
         assert trial.user_attrs["mflops"] > ceiling["mflops"]
         assert not (

@@ -11,14 +11,15 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from nas import leaderboard
 from nas.cli import main
 from nas.config import parse_config
 from nas.protocol import prepare_data
-from nas.runner import run_study
+from nas.runner import REPEATS_PER_TRIAL, run_study
 from nas.storage import load_study
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
-from study_helpers import tiny_config, write_config
+from study_helpers import counted, tiny_config, write_config
 
 
 def _states(study: optuna.Study) -> dict[str, int]:
@@ -44,8 +45,7 @@ def test_every_searcher_runs_a_short_study(tmp_path, searcher, overrides):
     config = parse_config(tiny_config(tmp_path, f"s-{searcher}", budget={"trials": trials},
                                       **overrides))  # fmt: skip
     study = run_study(config, progress=lambda line: None)
-    states = _states(study)
-    assert states["COMPLETE"] + states["PRUNED"] == trials
+    assert len(counted(study)) == trials
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert complete and all(0 < t.values[0] < 10 for t in complete)
     for t in complete:
@@ -103,7 +103,7 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     study = load_study("killed", config["storage"])
     states = _states(study)
-    assert states["COMPLETE"] + states["PRUNED"] == trials
+    assert len(counted(study)) == trials
     stale = [t for t in study.trials if t.state == TrialState.FAIL
              and not t.user_attrs.get("failure_reason")]  # fmt: skip
     assert states["RUNNING"] == 0 and len(stale) == 1  # the killed one, failed as stale
@@ -122,7 +122,7 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     run_study(config, progress=lambda line: None)  # waited on the orphan forever before
     study = load_study("unbeaten", config.storage)
     states = _states(study)
-    assert states["RUNNING"] == 0 and states["COMPLETE"] + states["PRUNED"] == 3
+    assert states["RUNNING"] == 0 and len(counted(study)) == 3
     assert study.trials[orphan.number].state == TrialState.FAIL
 
 
@@ -164,7 +164,7 @@ def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
     assert all(t.user_attrs["failure_reason"] == "interrupted" for t in interrupted)
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert _states(load_study("stopped", config["storage"]))["COMPLETE"] == 4
+    assert len(counted(load_study("stopped", config["storage"]))) == 4
 
 
 def test_a_changed_search_space_is_refused_on_resume(tmp_path):
@@ -237,7 +237,7 @@ def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, 
     study = run_study(parse_config(tiny_config(tmp_path, "broken", budget={"trials": 2})),
                       progress=lambda line: None)  # fmt: skip
     states = _states(study)
-    assert states["FAIL"] == 1 and states["COMPLETE"] + states["PRUNED"] == 2
+    assert states["FAIL"] == 1 and len(counted(study)) == 2
     failed = next(t for t in study.trials if t.state == TrialState.FAIL)
     assert failed.user_attrs["failure_reason"] == "MemoryError: cannot allocate the tables"
 
@@ -323,7 +323,7 @@ def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_f
     assert main(["export", "weak", *storage, "--trial", "0", "--out", out, "--force"]) == 0
 
 
-def test_an_architecture_is_trained_once_per_study(tmp_path):
+def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(tmp_path):
     space = {
         "type": "dag",
         "num_blocks": 1,
@@ -334,12 +334,17 @@ def test_an_architecture_is_trained_once_per_study(tmp_path):
     }  # fmt: skip  (two architectures)
     config = parse_config(tiny_config(tmp_path, "small", search_space=space,
                                       budget={"trials": 5}))  # fmt: skip
-    study = run_study(config, progress=lambda line: None)
-    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials) == 5
+    lines = []
+    study = run_study(config, progress=lines.append)
     trained = [t for t in study.trials if "reused_from" not in t.user_attrs]
     reused = [t for t in study.trials if "reused_from" in t.user_attrs]
-    assert len({t.user_attrs["digest"] for t in trained}) == len(trained) <= 2 and reused
+    assert len({t.user_attrs["digest"] for t in trained}) == len(trained) == 2
+    assert counted(study) == trained  # the budget is never met: the space is exhausted
+    assert len(reused) == REPEATS_PER_TRIAL * 5
     assert all(t.state == study.trials[t.user_attrs["reused_from"]].state for t in reused)
+    assert sum("not trained again, not counted" in line for line in lines) == len(reused)
+    assert "ended at 2 of 5 trials" in lines[-1]
+    assert leaderboard.status(study)["trials"]["repeat"] == len(reused)
     for t in reused:
         original = study.trials[t.user_attrs["reused_from"]]
         assert t.user_attrs["digest"] == original.user_attrs["digest"]
