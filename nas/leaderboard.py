@@ -105,6 +105,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "delta_test_ne": delta_test,
         "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
         "search_wins": best["val_ne"] < base["val_ne"],
+        "test_agrees": None
+        if delta_test is None
+        else (delta_test < 0) == (best["val_ne"] < base["val_ne"]),
         "not_compared": not_compared,
         "dominated_baselines": [
             b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
@@ -125,9 +128,12 @@ def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 
 def format_verdict(v: dict[str, Any]) -> str:
-    """Two lines: who wins on validation NE (and on test NE), at what FLOPs."""
+    """Two lines (three on single runs): who wins on validation NE (and whether test NE
+    agrees), at what FLOPs."""
     found, base = v["best_trial"], v["best_baseline"]
     outcome = "the search wins" if v["search_wins"] else "the baseline wins"
+    if v.get("test_agrees") is False:
+        outcome += " on validation only (test NE disagrees)"
     test = ("" if v["delta_test_ne"] is None else
             f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "
             f"({v['delta_test_ne']:+.4f})")  # fmt: skip
@@ -139,7 +145,10 @@ def format_verdict(v: dict[str, Any]) -> str:
     return (f"verdict ({basis}): {outcome}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
-            f"baselines Pareto-dominated by found architectures: {dominated}")  # fmt: skip
+            f"baselines Pareto-dominated by found architectures: {dominated}"
+            + ("" if v["basis"] != "recorded runs" else
+               "\none run each: seeds move NE by a few 0.001; `ranknas reevaluate CONFIG` "
+               "compares seed means"))  # fmt: skip
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:

@@ -69,7 +69,24 @@ def encode_value(
     text = str(value).strip()
     if buckets is not None:
         return hash_bucket(text, buckets)
-    return OOV_ID if index is None else index.get(text, OOV_ID)
+    if index is None:
+        return OOV_ID
+    found = index.get(text)
+    if found is None and not isinstance(value, bool):
+        found = next((index[t] for t in _number_texts(text) if t in index), None)
+    return OOV_ID if found is None else found
+
+
+def _number_texts(text: str) -> list[str]:
+    """Other texts of the same number (none for a text that is not one): a served 3 is
+    the training file's "3.0" (whole numbers written as floats), and 3.0 its "3"."""
+    try:
+        number = float(text)
+    except ValueError:
+        return []
+    if not number.is_integer():
+        return [repr(number)]
+    return [str(int(number)), f"{int(number)}.0"]
 
 
 def vocabulary_index(values: Sequence[str]) -> dict[str, int]:

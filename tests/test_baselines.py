@@ -61,6 +61,7 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     best_base = min(board["baselines"], key=lambda b: b["val_ne"])
     assert v["delta_val_ne"] == board["leaderboard"][0]["val_ne"] - best_base["val_ne"]
     assert v["search_wins"] == (v["delta_val_ne"] < 0)
+    assert v["test_agrees"] == ((v["delta_test_ne"] < 0) == v["search_wins"])
 
     assert main(["leaderboard", "board", *storage, "--csv"]) == 0
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -71,6 +72,35 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["verdict"] == v
     assert main(["status", "board", *storage]) == 0
     assert "verdict" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("basis", "delta_test", "said"),
+    [
+        ("recorded runs", -0.002, "the search wins: trial 3"),
+        ("recorded runs", 0.0046, "the search wins on validation only (test NE disagrees)"),
+        ("seed means over 3 fresh seeds", -0.001, "the search wins: trial 3"),
+    ],
+)
+def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
+    basis, delta_test, said
+):
+    v = {
+        "basis": basis,
+        "best_trial": {"trial": 3, "val_ne": 0.9039, "test_ne": 0.9091 + delta_test,
+                       "mflops": 1.58},
+        "best_baseline": {"baseline": "dlrm", "val_ne": 0.9047, "test_ne": 0.9091, "mflops": 1},
+        "delta_val_ne": -0.0008,
+        "delta_test_ne": delta_test,
+        "flops_ratio": 1.58,
+        "search_wins": True,
+        "test_agrees": delta_test < 0,
+        "not_compared": [],
+        "dominated_baselines": [],
+    }  # fmt: skip
+    text = format_verdict(v)
+    assert said in text
+    assert ("reevaluate" in text) == (basis == "recorded runs")
 
 
 def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_path, capsys):

@@ -133,6 +133,14 @@ def test_the_vocabulary_comes_from_training_rows_and_new_values_are_out_of_vocab
     assert exported_ids.tolist() == [[vocabulary["shop"].index("old1") + 2], [1], [0], [0]]
 
 
+def test_a_served_number_finds_the_value_its_training_file_wrote_otherwise(tmp_path):
+    # A column of whole numbers written as floats ("3.0") served as ints, and the reverse.
+    vocabulary = {"shop": ["3.0", "7", "0.25", "007"]}
+    served = [3, 3.0, "3", 7.0, np.int64(7), 0.25, 8, "007", "x"]
+    ids = _encode_like_an_export(tmp_path, vocabulary, served)
+    assert ids[:, 0].tolist() == [2, 2, 2, 3, 3, 4, 1, 5, 1]
+
+
 def _encode_like_an_export(directory, vocabulary, values):
     from nas.export import standalone_template
 
