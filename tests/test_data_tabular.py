@@ -196,6 +196,19 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
     assert "'user' has no cardinality" in capsys.readouterr().err
 
 
+def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(tmp_path, capsys):
+    from nas.cli import main
+
+    rows = [f"{'yes' if i % 3 else 'no'},{i * 0.37:.2f},u{i % 9}" for i in range(50)]
+    (tmp_path / "yesno.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
+    assert main(["data", "schema", str(tmp_path / "yesno.csv"), "--label", "clicked"]) == 2
+    err = capsys.readouterr().err
+    assert "yesno.csv: the label column 'clicked' holds 'no', 'yes', not 0/1" in err
+    (tmp_path / "schema.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
+    with pytest.raises(RanknasError, match=r"all 50 lines are malformed .*label not 0/1"):
+        load_tabular(tmp_path / "yesno.csv", tmp_path / "schema.yaml")
+
+
 # ---------------------------------------------------------------- vocabularies and lists
 
 

@@ -95,6 +95,11 @@ class BadRowLimits:
         if not (over_count or over_fraction):
             return
         where = f"of {report.rows} {report.unit}s" + ("" if final else " read so far")
+        if final and report.bad == report.rows:  # higher limits would leave nothing to train on
+            raise RanknasError(
+                f"{report.source}: all {report.rows} {report.unit}s are malformed "
+                f"({report.describe()}); fix the file or the schema"
+            )
         raise RanknasError(
             f"{report.source}: {report.bad} malformed {report.unit}s {where} "
             f"({report.describe()}); the load stopped. Fix the file, or raise the limits "

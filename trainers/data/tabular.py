@@ -550,6 +550,19 @@ LIST_SEPARATORS = ("|", ";")  # a CSV text column holding lists separates items 
 LIST_SHARE = 0.05  # of a column's non-blank cells that hold a separator, for it to be lists
 
 
+def _check_label(path: Path, column: Any) -> None:
+    """Refuse a label column that is mostly not 0/1 (yes/no, ratings): training would reject
+    every such row, so say it now, with the values found."""
+    values, blank = _numeric(column)
+    wrong = ~blank & ~np.isin(values, (0.0, 1.0))
+    if wrong.sum() * 2 > (~blank).sum():
+        found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
+        raise RanknasError(
+            f"{path}: the label column {column.name!r} holds {found}, not 0/1; write it as 1 "
+            "(clicked, converted, yes) and 0 (not), then infer the schema again"
+        )
+
+
 def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
     """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
     fraction) are dense, the others categorical with ids from a vocabulary (`min_count: 1`)
@@ -565,6 +578,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
+    _check_label(path, frame[label])
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
