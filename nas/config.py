@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
+from search_space.presets import unknown_architecture
 from search_space.spaces import AnySpaceConfig, format_validation_error
 from trainers.config import TrainConfig
 
@@ -345,6 +346,14 @@ class StudyConfig(_Section):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name):
             raise ValueError("use letters, digits, '.', '_' and '-' (up to 100)")
         return name
+
+    @field_validator("baselines")
+    @classmethod
+    def _baselines(cls, names: list[str]) -> list[str]:
+        problems = [p for p in map(unknown_architecture, names) if p]
+        if problems:  # before any data is read
+            raise ValueError("; ".join(problems))
+        return names
 
     @field_validator("storage")
     @classmethod

@@ -116,13 +116,18 @@ def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
     return arch.bind(schema) if schema is not None else arch
 
 
+def unknown_architecture(name_or_file: str) -> str | None:
+    """Why `name_or_file` names no preset and no existing file (None when it does one)."""
+    if name_or_file in PRESETS or Path(name_or_file).exists():
+        return None
+    return f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
+
+
 def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
     """A preset name or an architecture JSON file, bound to the schema."""
     if name_or_file in PRESETS:
         return preset(name_or_file, schema)
-    path = Path(name_or_file)
-    if not path.exists():
-        raise SpecError(
-            f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
-        )
-    return Architecture.load(path).bind(schema)
+    problem = unknown_architecture(name_or_file)
+    if problem:
+        raise SpecError(problem)
+    return Architecture.load(Path(name_or_file)).bind(schema)

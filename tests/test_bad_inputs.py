@@ -60,6 +60,22 @@ CASES = {
         lambda p: _csv(p, [f"1,{i}.5,s{i % 3}" for i in range(50)]),
         "every row's label (y) is 1",
     ),
+    "a misspelled baseline, before any data is read": (
+        lambda p: ["search", _study(p, baselines=["dlrm", "dcn_v2"], data={"rows": 10**9})],
+        "baselines: dcn_v2: neither a preset (logistic_regression, dlrm, dcnv2",
+    ),
+    "a misspelled around base": (
+        lambda p: ["search", _study(p, search_space={"type": "around", "base": "dlrmm"})],
+        "search_space.base: dlrmm: neither a preset",
+    ),
+    "a misspelled --arch": (
+        lambda p: [*_csv(p, ["1,1.5,a"]), "--arch", "dlrmm"],
+        "--arch dlrmm: neither a preset",
+    ),
+    "a time column for the split that the file lacks": (
+        lambda p: [*_csv(p, ["1,1.5,a"]), "--split", "time:when"],
+        "time column 'when' (given for the split) not in",
+    ),
     "a dense value beyond float32": (
         lambda p: _csv(p, ["1,1e300,a", *(f"{i % 2},{i}.5,s{i % 3}" for i in range(50))]),
         "dense value beyond float32 (price): 1 (line 2)",

@@ -62,6 +62,16 @@ class AroundConfig(SpaceConfig):
     insert_ops: list[str] = Field(default=list(INSERT_OPS))
     insert_at: list[str] | None = Field(default=None, description="default: the output block")
 
+    @field_validator("base")
+    @classmethod
+    def _base(cls, base: str) -> str:
+        from search_space.presets import unknown_architecture
+
+        problem = None if base == BEST_BASELINE else unknown_architecture(base)
+        if problem:  # before any data is read
+            raise ValueError(f"{problem}, nor {BEST_BASELINE}")
+        return base
+
     @field_validator("width_multipliers")
     @classmethod
     def _multipliers(cls, values: list[float]) -> list[float]:

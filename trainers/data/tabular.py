@@ -199,6 +199,7 @@ def load_tabular(
     spec = read_tabular_schema(schema_path)
     if time_column:
         spec = replace(spec, time=time_column)
+        _check_time_column(time_column, path)
     check_encoding(min_count, hash_size, str(path))
     limits = BadRowLimits(max_bad_rows, max_bad_fraction)
     frame, report = _read_frame(path, spec)
@@ -397,6 +398,27 @@ def _read_frame(
 ) -> tuple[Any, BadRowReport]:
     """The schema's columns (`columns=None`: all of them) as a pandas DataFrame (CSV: all as
     strings), and an empty report."""
+    header = _header(path)
+    if columns is not None:
+        _check_columns(spec, path, header)
+    try:
+        if path.suffix.lower() in CSV_SUFFIXES:
+            pd = _import("pandas", f"reading {path}")
+            # usecols: pandas then keeps a line of too many fields as a row (and one of too
+            # few with blanks) instead of stopping; _wrong_field_count reports both
+            usecols = spec.columns if columns is not None else header
+            frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False)
+            return frame, BadRowReport(str(path), unit="line")
+        pq = _import("pyarrow.parquet", f"reading {path}")
+        frame = pq.read_table(path, columns=spec.columns if columns is not None else None)
+        frame = frame.to_pandas()
+        return frame, BadRowReport(str(path), unit="row")
+    except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
+        raise RanknasError(f"{path}: cannot read the file ({exc})") from None
+
+
+def _header(path: Path) -> list[str]:
+    """The column names of a CSV/Parquet file."""
     suffix = path.suffix.lower()
     if suffix not in TABULAR_SUFFIXES:
         raise RanknasError(f"{path}: unknown file type; use one of {', '.join(TABULAR_SUFFIXES)}")
@@ -405,20 +427,9 @@ def _read_frame(
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
-            header = list(pd.read_csv(path, nrows=0).columns)
-            if columns is not None:
-                _check_columns(spec, path, header)
-            # usecols: pandas then keeps a line of too many fields as a row (and one of too
-            # few with blanks) instead of stopping; _wrong_field_count reports both
-            usecols = spec.columns if columns is not None else header
-            frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False)
-            return frame, BadRowReport(str(path), unit="line")
+            return [str(c) for c in pd.read_csv(path, nrows=0).columns]
         pq = _import("pyarrow.parquet", f"reading {path}")
-        if columns is not None:
-            _check_columns(spec, path, list(pq.read_schema(path).names))
-        frame = pq.read_table(path, columns=spec.columns if columns is not None else None)
-        frame = frame.to_pandas()
-        return frame, BadRowReport(str(path), unit="row")
+        return list(pq.read_schema(path).names)
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
         raise RanknasError(f"{path}: cannot read the file ({exc})") from None
 
@@ -440,6 +451,15 @@ def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarra
         return np.zeros(rows, dtype=bool)
     report.add(f"wrong number of fields (the header has {expected})", np.asarray(lines)[wrong])
     return wrong
+
+
+def _check_time_column(column: str, path: Path) -> None:
+    """A time column given for the split (not by the schema) must be one of the file's."""
+    available = _header(path)
+    if column not in available:
+        raise RanknasError(
+            f"time column {column!r} (given for the split) not in {path}; the file has {available}"
+        )
 
 
 def _check_columns(spec: TabularSchema, path: Path, available: list[str]) -> None:
