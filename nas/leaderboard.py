@@ -41,13 +41,14 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
 
 
 def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]:
-    """Complete trials, best first (by the first objective); every trial with `include_all`."""
+    """Complete trials, best first (by the first objective); with `include_all` then every
+    other trial (failed, pruned, skipped, repeats) in trial order."""
     trials = study.get_trials(deepcopy=False)
     complete = sorted(  # an architecture proposed again is listed once, as first trained
-        (t for t in trials if t.state == TrialState.COMPLETE and _state(t) == "complete"),
+        (t for t in trials if _state(t) == "complete"),
         key=lambda t: t.values[0],
     )
-    others = [t for t in trials if t.state != TrialState.COMPLETE] if include_all else []
+    others = [t for t in trials if _state(t) != "complete"] if include_all else []
     return [trial_row(t) for t in [*complete, *others]]
 
 

@@ -345,6 +345,8 @@ def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(t
     assert sum("not trained again, not counted" in line for line in lines) == len(reused)
     assert "ended at 2 of 5 trials" in lines[-1]
     assert leaderboard.status(study)["trials"]["repeat"] == len(reused)
+    listed = leaderboard.rows(study, include_all=True)
+    assert [r["trial"] for r in listed if r["state"] == "repeat"] == [t.number for t in reused]
     for t in reused:
         original = study.trials[t.user_attrs["reused_from"]]
         assert t.user_attrs["digest"] == original.user_attrs["digest"]
