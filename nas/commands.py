@@ -428,14 +428,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     parts = data.split(seed=args.data_seed, method=method)
     fitted = fit_on_training(parts[0], args.preprocessing, args.data)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
-    print(f"split {describe_split(method, data, args.data_seed)}: {len(train_part):,} training, "
+    split = describe_split(method, data, args.data_seed)
+    print(f"split {split}: {len(train_part):,} training, "
           f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
     if described := describe(fitted):
         print(described, file=sys.stderr)
     arch = load_architecture(args.arch, train_part.schema)
     model = build_model(arch, seed=args.seed)
     result = train(model, train_part, valid, test, _train_config(args), label=f"train {args.arch}")
-    summary = result.summary()
+    summary = result.summary() | {"split": split}
     if data.true_prob is not None:
         summary["bayes_val_ne"] = bayes_metrics(valid).ne
         summary["bayes_test_ne"] = bayes_metrics(test).ne

@@ -166,7 +166,9 @@ def test_cli_train_says_how_it_split_and_its_seed_does_not_move_the_split(tmp_pa
     splits = []
     for seed in ("1", "2"):
         main([*args, "--split", "random", "--seed", seed])
-        splits.append(json.loads(capsys.readouterr().out)["val_examples"])
+        run = json.loads(capsys.readouterr().out)
+        assert run["split"] == "random (data seed 0)"
+        splits.append(run["val_examples"])
     assert splits[0] == splits[1] == 40
 
 
