@@ -61,7 +61,10 @@ CASES = {
         "every row's label (y) is 1",
     ),
     "a misspelled baseline, before any data is read": (
-        lambda p: ["search", _study(p, baselines=["dlrm", "dcn_v2"], data={"rows": 10**9})],
+        lambda p: [
+            "search",
+            _study(p, baselines=["dlrm", "dcn_v2"], data={"source": str(p / "not-read.csv")}),
+        ],
         "baselines: dcn_v2: neither a preset (logistic_regression, dlrm, dcnv2",
     ),
     "a misspelled around base": (
