@@ -384,10 +384,10 @@ def test_data_schema_finds_a_list_column_and_training_learns_from_it(tmp_path, c
     assert json.loads(out)["val_ne"] < 0.9  # the lists carry the signal
 
 
-def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, files):
+def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, files, caplog):
     """pandas keeps such a line as a row whose values sit in the wrong columns (the last
     field dropped, or blanks): each is reported by its line, and `data schema` reads the
-    file instead of stopping at the first one."""
+    file instead of stopping at the first one, and says which lines it left out."""
     from trainers.data.tabular import infer_schema
 
     path = tmp_path / "shifted.csv"
@@ -395,7 +395,9 @@ def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, fil
     data = load_tabular(path, files[1], max_bad_fraction=None)
     assert len(data) == 5 and data.bad_rows.bad == 2
     assert data.bad_rows.examples["wrong number of fields (the header has 6)"] == [7, 8]
+    caplog.clear()
     assert infer_schema(path, "clicked")["dense"] == ["price"]
+    assert "inferred without 2 malformed lines" in caplog.text and "7, 8" in caplog.text
 
 
 def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):

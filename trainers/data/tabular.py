@@ -594,7 +594,11 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
     if report.unit == "line":  # lines of the wrong shape would mix the columns' values
-        frame = frame[~_wrong_field_count(path, report, len(frame))]
+        wrong = _wrong_field_count(path, report, len(frame))
+        frame = frame[~wrong]
+        if wrong.any():
+            logger.warning("%s: inferred without %d malformed lines: %s", path, int(wrong.sum()),
+                           report.describe())  # fmt: skip
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
