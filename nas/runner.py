@@ -83,6 +83,13 @@ def _repeats(trials: list[FrozenTrial]) -> int:
     return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
 
 
+def _exhausted(trials: list[FrozenTrial], config: StudyConfig) -> bool:
+    """The searcher may propose architectures trained before (they cost no training and
+    are not counted); past `REPEATS_PER_TRIAL` per budgeted trial the space is taken as
+    exhausted and the study ends."""
+    return _repeats(trials) >= REPEATS_PER_TRIAL * config.budget.trials
+
+
 def objective_names(config: StudyConfig) -> list[str]:
     cost = config.objectives.cost
     return [config.objectives.metric] + ([] if cost == "none" else [cost])
@@ -194,7 +201,7 @@ def _next_trial(
             done = sum(_counted(t) for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
             failed = sum(_is_error(t) for t in trials)
-            if done >= config.budget.trials or _repeats(trials) >= _max_repeats(config):
+            if done >= config.budget.trials or _exhausted(trials, config):
                 return None
             skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
             if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
@@ -214,12 +221,6 @@ def _next_trial(
             if done + running < config.budget.trials:
                 return study.ask(distributions(space))
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
-
-
-def _max_repeats(config: StudyConfig) -> int:
-    """The searcher may propose architectures trained before (they cost no training and
-    are not counted); past this many the space is taken as exhausted and the study ends."""
-    return REPEATS_PER_TRIAL * config.budget.trials
 
 
 def run_study(
@@ -314,11 +315,11 @@ def _run_study(
 
 def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:
     trials = study.get_trials(deepcopy=False)
-    done, repeats = sum(_counted(t) for t in trials), _repeats(trials)
-    if done < config.budget.trials and repeats >= _max_repeats(config):
+    done = sum(_counted(t) for t in trials)
+    if done < config.budget.trials and _exhausted(trials, config):
         progress(
             f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
-            f"searcher proposed {repeats} architectures that were trained already, so the "
+            f"searcher proposed {_repeats(trials)} architectures that were trained already, so the "
             "space holds few new ones; widen search_space or lower budget.trials"
         )
 
@@ -596,17 +597,17 @@ def _progress_line(
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
-    if TrialAttr.REUSED_FROM in record["tags"] and TrialAttr.OVER_CONSTRAINT not in record["tags"]:
+    if TrialAttr.OVER_CONSTRAINT in record["tags"]:
+        return (
+            f"[{done}/{config.budget.trials}] skipped: {record['tags']['failure_reason']}",
+            done,
+            best,
+        )
+    if TrialAttr.REUSED_FROM in record["tags"]:
         earlier = record["tags"][TrialAttr.REUSED_FROM]
         return (
             f"[{done}/{config.budget.trials}] repeat of trial {earlier} ({metric} {shown}): "
             "not trained again, not counted",
-            done,
-            best,
-        )
-    if TrialAttr.OVER_CONSTRAINT in record["tags"]:
-        return (
-            f"[{done}/{config.budget.trials}] skipped: {record['tags']['failure_reason']}",
             done,
             best,
         )
