@@ -98,7 +98,8 @@ def objective_names(config: StudyConfig) -> list[str]:
 def open_study(
     config: StudyConfig, space: SearchSpace, storage: RDBStorage, worker: str = ""
 ) -> optuna.Study:
-    """Create the study, or load it to resume; a changed search space is refused."""
+    """Create the study, or load it to resume; a changed search space is refused. A new
+    study is given its space's starting points within `objectives`' constraints."""
     o, s = config.objectives, config.searcher
     sampler = make_sampler(
         s.type,
@@ -118,9 +119,13 @@ def open_study(
         "hyperband": optuna.pruners.HyperbandPruner(),
     }[config.pruning.type]
     study = _create_study(config, storage, sampler=sampler, pruner=pruner)
+
+    def admits(values: dict[str, Any]) -> bool:
+        return _over_constraint(architecture_costs(space.decode(values), config), config) is None
+
     if _check_search_space(study, config):
         study.set_metric_names(objective_names(config))  # how dashboards name the values
-        for values in space.starting_points(s.startup_trials, config.seed):
+        for values in space.starting_points(s.startup_trials, config.seed, admits):
             study.enqueue_trial(values)
         study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
@@ -271,9 +276,9 @@ def _run_study(
     best = _best_baseline(study, config, data, progress)
     if space is None:
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
+    config = _with_mflops_ceiling(study, config, space, best, progress)  # before the startup
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker)
-    config = _with_mflops_ceiling(study, config, space, best, progress)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes

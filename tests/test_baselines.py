@@ -128,15 +128,19 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_pat
 
 
 def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp_path):
-    config = _config(tmp_path, "capped", baselines=("dlrm",), budget={"trials": 3},
-                     objectives={"max_mflops": "best_baseline"})  # fmt: skip
+    config = _config(tmp_path, "capped", baselines=("dlrm",), budget={"trials": 4},
+                     objectives={"max_mflops": "best_baseline"},
+                     searcher={"type": "random", "startup_trials": 2})  # fmt: skip
     config["search_space"] = {"type": "around", "base": "dcnv2"}
     lines = []
     study = run_study(parse_config(config), progress=lines.append)
     ceiling = study.user_attrs["mflops_ceiling"]
     assert ceiling == {"mflops": recorded(study)["dlrm"]["mflops"], "of": "baseline dlrm"}
+    # the startup variants are drawn under the ceiling: none is skipped
+    startup = [t for t in study.trials if "fixed_params" in t.system_attrs]
+    assert len(startup) == 2 and all(t in counted(study) for t in startup)
     skipped = [t for t in study.trials if t.user_attrs.get("over_constraint")]
-    assert len(counted(study)) == 3 and skipped  # DCNv2's variants are mostly above DLRM's FLOPs
+    assert len(counted(study)) == 4 and skipped  # DCNv2's variants are mostly above DLRM's FLOPs
     assert all(t.user_attrs["mflops"] <= ceiling["mflops"] for t in counted(study))
     for trial in skipped:
         assert trial.user_attrs["mflops"] > ceiling["mflops"]

@@ -145,6 +145,23 @@ def test_around_space_never_cuts_a_feature_kind_off_the_output(small_schema):
         assert raw == {"dense", "sparse"}, seed
 
 
+def test_around_starting_points_are_variants_within_the_constraint(small_schema):
+    """A study's startup variants of DHEN, held to DHEN's FLOPs: drawn unconstrained, most
+    add FLOPs (they would be skipped untrained); drawn with the constraint, none do."""
+    space = make_space({"type": "around", "base": "dhen"}, small_schema)
+    ceiling = analyze(space.base).flops
+
+    def flops(values):
+        return analyze(space.decode(values)).flops
+
+    free = space.starting_points(6, seed=4)
+    assert len(free) == 6 and any(flops(v) > ceiling for v in free)
+    held = space.starting_points(6, seed=4, admits=lambda v: flops(v) <= ceiling)
+    assert len(held) == 6 and all(flops(v) <= ceiling for v in held)
+    variants = {digest(space.decode(v)) for v in held}
+    assert len(variants) == 6 and digest(space.base) not in variants
+
+
 def test_parameters_are_typed(small_schema):
     params = make_space({"type": "wukong"}, small_schema).parameters()
     assert params["layers"] == Integer(1, 4)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,8 +156,11 @@ class SearchSpace(ABC):
                 return child
         return child
 
-    def starting_points(self, count: int, seed: int) -> list[dict[str, Any]]:
-        """Values a study tries first (enqueued before its searcher samples); none here."""
+    def starting_points(
+        self, count: int, seed: int, admits: Callable[[dict[str, Any]], bool] = lambda v: True
+    ) -> list[dict[str, Any]]:
+        """Values a study tries first (enqueued before its searcher samples), each one that
+        `admits` (the study's constraints); none here."""
         return []
 
     def check_values(self, values: dict[str, Any]) -> None:
