@@ -477,6 +477,10 @@ def library_logs(verbose: bool) -> None:
     warnings always."""
     import optuna  # its logger resets its own level when first used: set it through it
 
+    # before an import's stray `logging.info` (fbgemm_gpu's) configures the root logger with
+    # Python's default "WARNING:trainers.data.tabular:..." lines
+    logging.basicConfig(format="%(levelname)s: %(message)s")
+
     optuna.logging.set_verbosity(optuna.logging.INFO if verbose else optuna.logging.WARNING)
     level = logging.INFO if verbose else logging.WARNING
     for name in ("mlflow", "alembic"):

@@ -146,6 +146,17 @@ def test_a_user_mistake_prints_no_traceback(tmp_path):
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
 
 
+def test_a_warning_prints_as_one_line_for_a_person(tmp_path):
+    """Not Python's default `WARNING:trainers.data.tabular:...`, which an import's stray
+    `logging.info` (fbgemm_gpu's) would otherwise set up."""
+    rows = [f"{i % 2},{i}.5,c{i % 7}" for i in range(60)]
+    (tmp_path / "log.csv").write_text("label,price,city\n1,2,3,4\n" + "\n".join(rows))
+    result = run("data", "schema", str(tmp_path / "log.csv"), "--label", "label")
+    assert result.returncode == 0, result.stderr
+    assert f"WARNING: {tmp_path / 'log.csv'}: inferred without 1 malformed lines" in result.stderr
+    assert "trainers.data" not in result.stderr
+
+
 def test_arch_show_draws_a_diagram(tmp_path, capsys):
     from nas.cli import main
 
