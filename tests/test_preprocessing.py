@@ -47,6 +47,19 @@ def test_transforms_are_fitted_on_the_training_split_only(log):
     assert np.abs(moved).max() <= 5.0 and abs(moved[:, 0].mean()) < 0.5
 
 
+def test_a_heavy_tailed_amount_gets_log1p_like_a_count(tmp_path):
+    """Prices in cents-precision (lognormal) are squeezed like counts; a rating is not."""
+    rng = np.random.default_rng(1)
+    price = np.round(np.exp(rng.normal(1.5, 1.2, 3000)), 2)
+    rating = np.round(rng.normal(3.5, 0.8, 3000).clip(0, 5), 1)
+    rows = [f"{i % 2},{p},{r}" for i, (p, r) in enumerate(zip(price, rating, strict=True))]
+    (tmp_path / "log.csv").write_text("clicked,price,rating\n" + "\n".join(rows) + "\n")
+    (tmp_path / "s.yaml").write_text("label: clicked\ndense: [price, rating]\ncategorical: []\n")
+    price_fit, rating_fit = fit_dense(load_tabular(tmp_path / "log.csv", tmp_path / "s.yaml"))
+    assert price_fit["log1p"] and not rating_fit["log1p"]
+    assert price_fit["mean"] == pytest.approx(np.log1p(price).mean())
+
+
 def test_blank_dense_values_become_the_training_mean(log, caplog):
     lines = (log / "log.csv").read_text().splitlines()
     for i in (1, 2, 3000):  # blank years: two in training, one in validation

@@ -1,9 +1,9 @@
 """Preprocessing fitted on the training split: one transform per dense column, and the
 vocabulary (or the hashing) of each categorical column read by name.
 
-`fit_dense` chooses and fits them (`log1p` where a column looks like a count: whole,
-non-negative, heavy-tailed numbers whose maximum is over `COUNT_RATIO` times their median
-plus one; a year is not one), `apply_dense` runs
+`fit_dense` chooses and fits them (`log1p` where a column is heavy-tailed like a count or
+an amount: non-negative numbers whose maximum is over `COUNT_RATIO` times their median plus
+one; a year is not one), `apply_dense` runs
 `search_space.preprocessing.transform_dense` on a split. Validation and test rows are
 transformed with the training split's statistics; nothing is fitted on them.
 """
@@ -39,15 +39,17 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
         if not len(x):
             transforms.append(dense_transform(column, False, 0.0, 1.0))
             continue
-        log1p = is_count_like(x.min(), x.max(), bool(np.all(x == np.floor(x))), np.median(x))
+        log1p = is_heavy_tailed(x.min(), x.max(), np.median(x))
         y = np.log1p(x) if log1p else x
         transforms.append(dense_transform(column, log1p, float(y.mean()), float(y.std())))
     return transforms
 
 
-def is_count_like(low: float, high: float, whole: bool, median: float) -> bool:
-    """Counts (whole, non-negative, a long right tail) get log1p, as Criteo models do."""
-    return bool(low >= 0 and whole and high > COUNT_RATIO * (median + 1))
+def is_heavy_tailed(low: float, high: float, median: float) -> bool:
+    """Counts and amounts (non-negative, a long right tail: visits, prices, durations) get
+    log1p, as Criteo models do for counts; standardized raw, a few large values would
+    squeeze every other row's value towards one point."""
+    return bool(low >= 0 and high > COUNT_RATIO * (median + 1))
 
 
 def dense_transform(column: str, log1p: bool, mean: float, std: float) -> dict[str, Any]:

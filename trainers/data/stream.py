@@ -58,7 +58,7 @@ from trainers.data.preprocess import (
     FIRST_ID,
     apply_dense,
     dense_transform,
-    is_count_like,
+    is_heavy_tailed,
     item_ids,
     vocabulary_ids,
     vocabulary_positions,
@@ -267,7 +267,7 @@ class DenseStats:
         self.rng = np.random.default_rng([seed, 7])
         self.count, self.blanks = 0, 0
         self.moments = {"x": (0.0, 0.0), "log": (0.0, 0.0)}  # (mean, sum of squared deviations)
-        self.low, self.high, self.whole = math.inf, -math.inf, True
+        self.low, self.high = math.inf, -math.inf
         self.sample = np.zeros(0)
         self.priority = np.zeros(0)
 
@@ -282,7 +282,6 @@ class DenseStats:
             self.moments[key] = _merge_moments(self.moments[key], self.count, y)
         self.count += len(x)
         self.low, self.high = min(self.low, float(x.min())), max(self.high, float(x.max()))
-        self.whole = self.whole and bool(np.all(x == np.floor(x)))
         self._keep_sample(x)
 
     def _keep_sample(self, x: np.ndarray) -> None:
@@ -298,7 +297,7 @@ class DenseStats:
         """`fit_dense`'s transform of the column, from the statistics."""
         if not self.count:
             return dense_transform(self.column, False, 0.0, 1.0)
-        log1p = is_count_like(self.low, self.high, self.whole, float(np.median(self.sample)))
+        log1p = is_heavy_tailed(self.low, self.high, float(np.median(self.sample)))
         mean, squares = self.moments["log" if log1p else "x"]
         return dense_transform(self.column, log1p, mean, math.sqrt(squares / self.count))
 
