@@ -8,6 +8,7 @@ died is failed by the heartbeat check and retried with the same architecture.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -56,7 +57,7 @@ from nas.trial_record import (
 )
 from search_space.architecture import Architecture, digest
 from search_space.builder import RankingModel
-from search_space.errors import RanknasError
+from search_space.errors import RanknasError, SpecError
 from search_space.spaces import SearchSpace, make_space
 from search_space.spaces.around import BEST_BASELINE
 from trainers import progress as bars
@@ -224,7 +225,7 @@ def _next_trial(
                     "fix the config, or raise budget.max_failures to go on"
                 )
             if done + running < config.budget.trials:
-                return study.ask(distributions(space))
+                return _claimed(study.ask(distributions(space)), space)
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
 
 
@@ -295,7 +296,7 @@ def _run_study(
                 break
             try:
                 with _heartbeat(storage, trial, config.heartbeat_seconds):
-                    outcome = _reused(study, trial, space, config, worker) or run_trial(
+                    outcome = _reused(study, storage, trial, space, config, worker) or run_trial(
                         trial, space, data, config, worker
                     )
             except KeyboardInterrupt:
@@ -452,17 +453,30 @@ def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outc
     return Outcome(TrialState.FAIL, None, mlflow_record(trial.params, summary, {}, tags, {}))
 
 
+def _claimed(trial: Trial, space: SearchSpace) -> Trial:
+    """`trial` with its architecture's digest recorded while the study lock is held: a
+    worker that draws the same architecture later sees it and waits (`_same_trained`)."""
+    with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
+        trial.set_user_attr(TrialAttr.DIGEST, digest(space.decode(trial.params)))
+    return trial
+
+
 def _reused(
-    study: optuna.Study, trial: Trial, space: SearchSpace, config: StudyConfig, worker: str
+    study: optuna.Study,
+    storage: RDBStorage,
+    trial: Trial,
+    space: SearchSpace,
+    config: StudyConfig,
+    worker: str,
 ) -> Outcome | None:
     """The outcome of an earlier trial of the same architecture, if there is one: an
     architecture is trained once per study (a sampler may propose it again, a worker may
-    replay it), and the repeat is not counted, so the budget goes to new architectures."""
+    replay it, two workers may draw it together), and the repeat is not counted, so the
+    budget goes to new architectures."""
     started = time.time()
     arch = space.decode(trial.params)
     key = digest(arch)
-    earlier = next((t for t in study.get_trials(deepcopy=False) if _trained(t)
-                    and t.user_attrs.get(TrialAttr.DIGEST) == key), None)  # fmt: skip
+    earlier = _same_trained(study, storage, trial, key, config)
     if earlier is None:
         return None
     _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
@@ -482,6 +496,25 @@ def _reused(
     name = f"trial-{trial.number} {described} (= trial {earlier.number})"
     record = mlflow_record(params, summary, {}, tags, {}, name, started)
     return Outcome(earlier.state, earlier.values, record)
+
+
+def _same_trained(
+    study: optuna.Study, storage: RDBStorage, trial: Trial, key: str, config: StudyConfig
+) -> FrozenTrial | None:
+    """The trial that trained architecture `key`, or None. One asked before `trial` that is
+    still running (on another worker) is waited for; if it ends untrained (its worker died),
+    `trial` trains. Waiting only on earlier trials means two workers never wait on each
+    other."""
+    while True:
+        same = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number
+                and t.user_attrs.get(TrialAttr.DIGEST) == key]  # fmt: skip
+        trained = [t for t in same if _trained(t) and TrialAttr.REUSED_FROM not in t.user_attrs]
+        if trained:
+            return trained[0]
+        if not any(t.state == TrialState.RUNNING and t.number < trial.number for t in same):
+            return None
+        time.sleep(min(config.heartbeat_seconds, 5))
+        fail_stale_trials(study, storage)  # a dead worker's trial is failed, not waited on
 
 
 def _trained(trial: FrozenTrial) -> bool:

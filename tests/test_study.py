@@ -356,6 +356,49 @@ def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(t
     )
 
 
+@pytest.mark.parametrize("ends", ["trained", "died"])
+def test_a_worker_drawing_an_architecture_another_is_training_waits_for_it(tmp_path, ends):
+    """Two workers that draw one architecture at once: the later-asked trial waits for the
+    earlier one and reuses its result, or trains it if the earlier one ends untrained; the
+    earlier one never waits for the later (no two workers wait on each other)."""
+    import random
+    import threading
+
+    from nas.runner import _claimed, _reused
+    from nas.searchers.base import distributions
+    from nas.storage import open_storage
+    from search_space.schema import synthetic_schema
+
+    config = parse_config(tiny_config(tmp_path, "together"))
+    space = make_space(config.search_space, synthetic_schema(seed=0))
+    storage = open_storage(config.storage, config.heartbeat_seconds)
+    study = optuna.create_study(study_name="together", storage=storage)
+    for _ in range(2):
+        study.enqueue_trial(space.sample_values(random.Random(0)))
+    first, second = (_claimed(study.ask(distributions(space)), space) for _ in range(2))
+    assert first.user_attrs["digest"] == second.user_attrs["digest"]
+    started = time.monotonic()
+    assert _reused(study, storage, first, space, config, "worker-a") is None
+    assert time.monotonic() - started < 1.0
+
+    def finish_first():
+        time.sleep(1.5)
+        if ends == "trained":
+            first.set_user_attr("mflops", 0.01)
+            study.tell(first, 0.9)
+        else:
+            study.tell(first, state=TrialState.FAIL)
+
+    threading.Thread(target=finish_first).start()
+    started = time.monotonic()
+    outcome = _reused(study, storage, second, space, config, "worker-b")
+    assert time.monotonic() - started >= 1.4  # it waited for the first
+    if ends == "trained":
+        assert outcome.values == [0.9] and outcome.record["tags"]["reused_from"] == first.number
+    else:
+        assert outcome is None  # the second trains it
+
+
 def test_study_commands_take_the_yaml_as_well_as_the_name(tmp_path, capsys):
     config = tiny_config(tmp_path, "named", budget={"trials": 1})
     path = write_config(tmp_path, config)
