@@ -11,7 +11,8 @@ TORCH_VERSION := 2.13.0
 TORCHREC_VERSION := 1.8.0
 FBGEMM_VERSION := 1.8.0
 # torchrec's own needs, installed by hand because torchrec goes in with --no-deps
-# (its wheel would pull the CUDA build of fbgemm-gpu and an old torchmetrics pin).
+# (its wheel would pull the CUDA build of fbgemm-gpu and an old torchmetrics pin); pip's
+# conflict report about those two pins is expected, so it is not printed.
 TORCHREC_DEPS := tensordict torchmetrics tqdm pyre-extensions iopath
 
 .PHONY: setup browser test test-all lint demo screenshots bench clean
@@ -27,8 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	else \
 	  $(PIP) install -q fbgemm-gpu-cpu==$(FBGEMM_VERSION); \
 	fi
-	$(PIP) install -q --no-deps torchrec==$(TORCHREC_VERSION)
-	$(PIP) install -q $(TORCHREC_DEPS) torch==$(TORCH_VERSION)
+	$(PIP) install -q --no-deps --no-warn-conflicts torchrec==$(TORCHREC_VERSION)
+	$(PIP) install -q --no-warn-conflicts $(TORCHREC_DEPS) torch==$(TORCH_VERSION)
 	$(PIP) install -q -e '.[dev]' torch==$(TORCH_VERSION)
 	$(PY) -c "import torch, torchrec, fbgemm_gpu; print('torch', torch.__version__, 'torchrec', torchrec.__version__)"
 	touch $(STAMP)
