@@ -67,6 +67,8 @@ def parse_args() -> argparse.Namespace:
                         help="keep the studies here (default: a temporary directory); a "
                         "second run with the same directory resumes them, training only "
                         "what is missing")  # fmt: skip
+    parser.add_argument("--confirm-seeds", type=int,
+                        help="budget.confirm_seeds (default: the quickstart's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -82,6 +84,7 @@ def study(
     searcher: str = "tpe",
     population: int | None = None,
     top: int = 3,
+    confirm_seeds: int | None = None,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -95,6 +98,8 @@ def study(
             write_synthetic_criteo(path, rows, seed)
         config["data"] = {"source": f"criteo:{path}", "seed": seed}
     config["budget"] |= {"trials": trials, "examples_per_trial": rows}
+    if confirm_seeds is not None:
+        config["budget"]["confirm_seeds"] = confirm_seeds
     config["search_space"]["base"] = base
     config["searcher"]["type"] = searcher
     if population:
@@ -107,7 +112,8 @@ def study(
     minutes = (time.perf_counter() - started) / 60
     around = found.user_attrs.get("around_base", base)
     return {"rows": rows, "seed": seed, "base": around, "configured_base": base,
-            "searcher": searcher, "minutes": minutes,
+            "searcher": searcher, "minutes": minutes, "confirmed": sum(
+                bool(t.user_attrs.get("runs")) for t in found.trials),
             "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
 
 
@@ -179,7 +185,7 @@ def main() -> None:
                 for searcher in args.searchers:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
-                                args.top)  # fmt: skip
+                                args.top, args.confirm_seeds)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -191,7 +197,7 @@ def main() -> None:
                 if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
-                                args.top)  # fmt: skip
+                                args.top, args.confirm_seeds)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )

@@ -233,6 +233,13 @@ class BudgetConfig(_Section):
     trial_seconds: float | None = Field(default=None, gt=0)
     time_limit_minutes: float | None = Field(default=None, gt=0, description="whole study")
     max_failures: int | None = Field(default=None, ge=1, description="default: trials")
+    confirm_seeds: int = Field(
+        default=0,
+        ge=0,
+        description="a trial whose first run would become the study's best (join its Pareto "
+        "front) trains this many more seeds, and its value is their mean: the best trials are "
+        "seed means, not the luckiest runs; 0: one run per trial",
+    )
 
     @model_validator(mode="after")
     def _one_size(self) -> BudgetConfig:

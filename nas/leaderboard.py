@@ -16,7 +16,7 @@ from nas.trial_record import StudyAttr, TrialAttr
 from search_space.errors import RanknasError
 
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
-           "mflops", "params", "latency_ms", "throughput", "digest", "worker",
+           "runs", "mflops", "params", "latency_ms", "throughput", "digest", "worker",
            "failure_reason")  # fmt: skip
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "digest",

@@ -160,13 +160,14 @@ def record_result(
     sharding: dict | None,
     result: TrainResult,
     model: RankingModel | None,
+    runs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the weights (of a complete or diverged run) and metrics.json; returns the
-    metrics."""
+    """Write the weights (of a complete or diverged run) and metrics.json (with `runs`, the
+    per-seed figures of a confirmed trial); returns the metrics."""
     diverged = (result.failure_reason or "").startswith("diverged")
     if model is not None and (result.status == "complete" or diverged):
         write_weights(directory, model)
-    summary = result.summary() | costs.summary()
+    summary = result.summary() | costs.summary() | (runs or {})
     if sharding and "predicted_step_ms" in sharding:
         summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]
     write_metrics(directory, summary)

@@ -9,9 +9,11 @@ died is failed by the heartbeat check and retried with the same architecture.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import socket
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -69,6 +71,7 @@ DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
+CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
 
 
 def _counted(trial: FrozenTrial) -> bool:
@@ -554,7 +557,8 @@ def run_trial(
     else:
         sharding = plan_sharding(arch, config, directory, data)
         result, model = _train(trial, arch, data, config)
-    summary = record_result(directory, costs, sharding, result, model)
+        result, model, runs = _confirmed(trial, arch, data, config, costs, result, model)
+    summary = record_result(directory, costs, sharding, result, model, runs)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
     state, values = _outcome(result, config, costs)
@@ -607,6 +611,69 @@ def _train(
     return train_architecture(arch, data, config, seed, report, label=f"trial {trial.number}")
 
 
+def _confirmed(
+    trial: Trial,
+    arch: Architecture,
+    data: StudyData,
+    config: StudyConfig,
+    costs: Costs,
+    result: TrainResult,
+    model: RankingModel | None,
+) -> tuple[TrainResult, RankingModel | None, dict[str, Any]]:
+    """With `budget.confirm_seeds`, a first run that would become the study's best is
+    trained again with that many other seeds, and the trial's metrics are the mean of its
+    runs (the weights: the run of best validation metric): one run's NE moves with its
+    seed by about as much as architectures differ, so without it the study's best is the
+    luckiest draw. Returns the result, its model and the per-seed figures (empty when one
+    run decides). A seed that diverges or fails fails the trial."""
+    values = _outcome(result, config, costs)[1]
+    if not config.budget.confirm_seeds or values is None or not _joins_best(trial, values):
+        return result, model, {}
+    seed = config.seed + trial.number
+    runs = [(seed, result, model)]
+    for k in range(1, config.budget.confirm_seeds + 1):
+        other = seed + CONFIRM_SEED_STRIDE * k
+        label = f"trial {trial.number} seed {other}"
+        again, again_model = train_architecture(arch, data, config, other, label=label)
+        if again.status != "complete":
+            reason = f"{again.failure_reason} (seed {other}: a confirmation run)"
+            return dataclasses.replace(again, failure_reason=reason), again_model, {}
+        runs.append((other, again, again_model))
+    metric = config.objectives.metric
+    kept_seed, kept, kept_model = min(runs, key=lambda run: run[1].validation[metric])
+    results = [r for _, r, _ in runs]
+    figures = {"runs": len(runs), "seeds": [s for s, _, _ in runs], "weights_seed": kept_seed,
+               f"val_{metric}_runs": [r.validation[metric] for r in results],
+               f"test_{metric}_runs": [r.test.get(metric) for r in results]}  # fmt: skip
+    return _seed_mean(kept, results), kept_model, figures
+
+
+def _joins_best(trial: Trial, values: list[float]) -> bool:
+    """Whether `values` would be the study's best (on its Pareto front, with a cost): no
+    other complete trial is at least as good on every objective."""
+    done = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return not any(all(a <= b for a, b in zip(t.values, values, strict=True))
+                   for t in done if t.number != trial.number)  # fmt: skip
+
+
+def _seed_mean(kept: TrainResult, results: list[TrainResult]) -> TrainResult:
+    """`kept` with every validation and test metric the mean over `results`, and the
+    examples and seconds of them all."""
+
+    def mean(split: str) -> dict[str, float]:
+        common = set.intersection(*(set(getattr(r, split)) for r in results))
+        return {k: statistics.fmean(getattr(r, split)[k] for r in results)
+                for k in getattr(kept, split) if k in common}  # fmt: skip
+
+    return dataclasses.replace(
+        kept,
+        validation=mean("validation"),
+        test=mean("test"),
+        examples=sum(r.examples for r in results),
+        train_seconds=sum(r.train_seconds for r in results),
+    )
+
+
 def _outcome(
     result: TrainResult, config: StudyConfig, costs: Costs
 ) -> tuple[TrialState, list[float] | None]:
@@ -635,6 +702,8 @@ def _progress_line(
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"
+    if record["metrics"].get("runs", 1) > 1:
+        shown += f" (mean of {record['metrics']['runs']} seeds)"
     if TrialAttr.OVER_CONSTRAINT in record["tags"]:
         return (
             f"[{done}/{config.budget.trials}] skipped: {record['tags']['failure_reason']}",

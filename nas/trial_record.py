@@ -59,9 +59,10 @@ class StudyAttr(StrEnum):
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
 
 
-# The training metrics copied from metrics.json onto the trial, for the leaderboard.
+# The training metrics copied from metrics.json onto the trial, for the leaderboard (runs:
+# how many seeds a confirmed trial's metrics are the mean of).
 METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne", "test_logloss",
-                "test_auc", "test_calibration", "throughput")  # fmt: skip
+                "test_auc", "test_calibration", "throughput", "runs")  # fmt: skip
 # A TrainResult's status, as the MLflow run status: a pruned trial ended as planned (its
 # `status` tag says pruned); KILLED would show it as crashed.
 RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED"}

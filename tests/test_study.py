@@ -407,3 +407,38 @@ def test_study_commands_take_the_yaml_as_well_as_the_name(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["study"] == "named"
     assert main(["leaderboard", str(path), "--csv"]) == 0
     assert capsys.readouterr().out.startswith("trial,")
+
+
+def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at_their_mean(
+    tmp_path, capsys
+):
+    from nas.runner import CONFIRM_SEED_STRIDE, train_architecture
+    from search_space.architecture import Architecture
+
+    config = parse_config(tiny_config(tmp_path, "confirm", budget={"trials": 8,
+                                                                  "confirm_seeds": 2}))  # fmt: skip
+    lines: list[str] = []
+    study = run_study(config, progress=lines.append)
+    best_so_far = float("inf")
+    for trial in counted(study):
+        figures = json.loads((tmp_path / "confirm" / "trials" / str(trial.number)
+                              / "metrics.json").read_text())  # fmt: skip
+        first = figures["val_ne_runs"][0] if "runs" in figures else trial.values[0]
+        assert ("runs" in figures) == (first < best_so_far)  # confirmed iff it would lead
+        if "runs" in figures:
+            seed = config.seed + trial.number
+            assert figures["seeds"] == [seed + CONFIRM_SEED_STRIDE * k for k in range(3)]
+            assert trial.user_attrs["runs"] == 3
+            assert trial.values[0] == pytest.approx(sum(figures["val_ne_runs"]) / 3)
+            assert trial.user_attrs["test_ne"] == pytest.approx(sum(figures["test_ne_runs"]) / 3)
+            kept = figures["seeds"][figures["val_ne_runs"].index(min(figures["val_ne_runs"]))]
+            assert figures["weights_seed"] == kept
+            # the confirmation runs are real: a retrain with the third seed reproduces its NE
+            arch = Architecture.load(f"{trial.user_attrs['trial_dir']}/architecture.json")
+            again, _ = train_architecture(arch, prepare_data(config), config, figures["seeds"][2])
+            assert again.validation["ne"] == figures["val_ne_runs"][2]
+        best_so_far = min(best_so_far, trial.values[0])
+    assert {t.user_attrs.get("runs") for t in counted(study)} == {None, 3}  # both kinds
+    best = leaderboard.rows(study)[0]
+    assert best["runs"] == 3  # the study's best is a seed mean, never one lucky run
+    assert any("(mean of 3 seeds)" in line for line in lines)
