@@ -442,3 +442,10 @@ def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at
     best = leaderboard.rows(study)[0]
     assert best["runs"] == 3  # the study's best is a seed mean, never one lucky run
     assert any("(mean of 3 seeds)" in line for line in lines)
+    out = tmp_path / "confirm-export"
+    assert main(["export", "confirm", "--storage", config.storage, "--out", str(out)]) == 0
+    figures = json.loads((tmp_path / "confirm" / "trials" / str(best["trial"])
+                          / "metrics.json").read_text())  # fmt: skip
+    card = (out / "model_card.md").read_text()
+    assert f"| weights_seed | {figures['weights_seed']} |" in card
+    assert "| seeds | " + ", ".join(map(str, figures["seeds"])) + " |" in card

@@ -53,14 +53,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def _metrics_table(metrics: Mapping[str, Any]) -> str:
     if not metrics:
         return "No metrics were given."
-    return _table(["metric", "value"], [(name, _format(value)) for name, value in metrics.items()])
+    return _table(["metric", "value"], [(name, _format(value, "seed" in name))
+                                        for name, value in metrics.items()])  # fmt: skip
 
 
-def _format(value: Any) -> str:
+def _format(value: Any, plain_int: bool = False) -> str:
+    """A metric for a person: 6 significant digits, thousands separated (not in seeds),
+    a list item by item (a confirmed trial's per-seed figures)."""
+    if isinstance(value, list):
+        return ", ".join(_format(v, plain_int) for v in value)
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
+        return str(value) if plain_int else f"{value:,}"
     return "—" if value is None else str(value)
 
 
