@@ -449,3 +449,16 @@ def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at
     card = (out / "model_card.md").read_text()
     assert f"| weights_seed | {figures['weights_seed']} |" in card
     assert "| seeds | " + ", ".join(map(str, figures["seeds"])) + " |" in card
+
+
+def test_with_a_cost_objective_a_run_is_confirmed_when_it_would_join_the_pareto_front():
+    from nas.runner import _joins_best
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for values in ([0.90, 2.0], [0.95, 1.0]):  # (NE, MFLOPs)
+        study.add_trial(optuna.trial.create_trial(values=values))
+    trial = study.ask()
+    assert _joins_best(trial, [0.92, 1.5])  # between the two: on the front
+    assert _joins_best(trial, [0.99, 0.5])  # worse NE, cheaper: on the front
+    assert not _joins_best(trial, [0.93, 2.5])  # dominated by the first
+    assert not _joins_best(trial, [0.95, 1.0])  # ties count as dominated: nothing to confirm
