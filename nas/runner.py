@@ -554,6 +554,7 @@ def run_trial(
     if reason:
         trial.set_user_attr(TrialAttr.OVER_CONSTRAINT, True)
         result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
+        runs: dict[str, Any] = {}
     else:
         sharding = plan_sharding(arch, config, directory, data)
         result, model = _train(trial, arch, data, config)

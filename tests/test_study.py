@@ -415,8 +415,8 @@ def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at
     from nas.runner import CONFIRM_SEED_STRIDE, train_architecture
     from search_space.architecture import Architecture
 
-    config = parse_config(tiny_config(tmp_path, "confirm", budget={"trials": 8,
-                                                                  "confirm_seeds": 2}))  # fmt: skip
+    config = parse_config(tiny_config(tmp_path, "confirm", budget={"trials": 8, "confirm_seeds": 2},
+                                      objectives={"max_mflops": 0.01}))  # fmt: skip
     lines: list[str] = []
     study = run_study(config, progress=lines.append)
     best_so_far = float("inf")
@@ -439,6 +439,8 @@ def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at
             assert again.validation["ne"] == figures["val_ne_runs"][2]
         best_so_far = min(best_so_far, trial.values[0])
     assert {t.user_attrs.get("runs") for t in counted(study)} == {None, 3}  # both kinds
+    assert any(t.user_attrs.get("over_constraint") for t in study.trials)  # and skips
+    assert not [t for t in study.trials if t.state == TrialState.FAIL]
     best = leaderboard.rows(study)[0]
     assert best["runs"] == 3  # the study's best is a seed mean, never one lucky run
     assert any("(mean of 3 seeds)" in line for line in lines)
