@@ -67,6 +67,9 @@ def parse_args() -> argparse.Namespace:
                         help="keep the studies here (default: a temporary directory); a "
                         "second run with the same directory resumes them, training only "
                         "what is missing")  # fmt: skip
+    parser.add_argument("--reeval-seeds", type=int, default=3,
+                        help="fresh seeds of the finalists and every baseline (the verdict's "
+                        "seed means); a rerun with more trains only the new seeds")  # fmt: skip
     parser.add_argument("--confirm-seeds", type=int,
                         help="budget.confirm_seeds (default: the quickstart's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
@@ -85,6 +88,7 @@ def study(
     population: int | None = None,
     top: int = 3,
     confirm_seeds: int | None = None,
+    reeval_seeds: int = 3,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -107,7 +111,7 @@ def study(
     parsed = parse_config(config)
     started = time.perf_counter()
     found = run_study(parsed, progress=lambda line: None)
-    reevaluate_study(parsed, top=top, seeds=3, progress=lambda line: None)  # every baseline
+    reevaluate_study(parsed, top=top, seeds=reeval_seeds, progress=lambda line: None)  # all bases
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
     around = found.user_attrs.get("around_base", base)
@@ -185,7 +189,7 @@ def main() -> None:
                 for searcher in args.searchers:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
-                                args.top, args.confirm_seeds)  # fmt: skip
+                                args.top, args.confirm_seeds, args.reeval_seeds)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -197,7 +201,7 @@ def main() -> None:
                 if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
-                                args.top, args.confirm_seeds)  # fmt: skip
+                                args.top, args.confirm_seeds, args.reeval_seeds)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
