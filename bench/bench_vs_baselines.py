@@ -70,6 +70,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reeval-seeds", type=int, default=3,
                         help="fresh seeds of the finalists and every baseline (the verdict's "
                         "seed means); a rerun with more trains only the new seeds")  # fmt: skip
+    parser.add_argument("--max-mflops",
+                        help="objectives.max_mflops: none, base, best_baseline or a number "
+                        "(default: the quickstart's, base)")  # fmt: skip
     parser.add_argument("--confirm-seeds", type=int,
                         help="budget.confirm_seeds (default: the quickstart's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
@@ -89,6 +92,7 @@ def study(
     top: int = 3,
     confirm_seeds: int | None = None,
     reeval_seeds: int = 3,
+    max_mflops: str | None = None,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -102,6 +106,8 @@ def study(
             write_synthetic_criteo(path, rows, seed)
         config["data"] = {"source": f"criteo:{path}", "seed": seed}
     config["budget"] |= {"trials": trials, "examples_per_trial": rows}
+    if max_mflops is not None:
+        config["objectives"]["max_mflops"] = None if max_mflops == "none" else max_mflops
     if confirm_seeds is not None:
         config["budget"]["confirm_seeds"] = confirm_seeds
     config["search_space"]["base"] = base
@@ -189,7 +195,8 @@ def main() -> None:
                 for searcher in args.searchers:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
-                                args.top, args.confirm_seeds, args.reeval_seeds)  # fmt: skip
+                                args.top, args.confirm_seeds, args.reeval_seeds,
+                                args.max_mflops)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -201,7 +208,8 @@ def main() -> None:
                 if args.around_best and best != results[-1]["base"]:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
-                                args.top, args.confirm_seeds, args.reeval_seeds)  # fmt: skip
+                                args.top, args.confirm_seeds, args.reeval_seeds,
+                                args.max_mflops)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
