@@ -37,6 +37,8 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
     row = {"trial": trial.number, "state": _state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
+    if row["state"] == "complete" and row["runs"] is None:
+        row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
     return row
 
 

@@ -228,7 +228,14 @@ def _next_trial(
                     "fix the config, or raise budget.max_failures to go on"
                 )
             if done + running < config.budget.trials:
-                return _claimed(study.ask(distributions(space)), space)
+                trial = study.ask(distributions(space))
+                try:
+                    return _claimed(trial, space)
+                except KeyboardInterrupt:  # asked, not yet the caller's: interrupted here
+                    trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
+                    study.tell(trial, state=TrialState.FAIL)
+                    study.enqueue_trial(trial.params)  # retried on resume, as in the loop
+                    raise
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
 
 

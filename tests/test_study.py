@@ -441,6 +441,7 @@ def test_a_first_run_that_would_be_best_is_confirmed_by_more_seeds_and_valued_at
     assert {t.user_attrs.get("runs") for t in counted(study)} == {None, 3}  # both kinds
     assert any(t.user_attrs.get("over_constraint") for t in study.trials)  # and skips
     assert not [t for t in study.trials if t.state == TrialState.FAIL]
+    assert {r["runs"] for r in leaderboard.rows(study)} == {1, 3}
     best = leaderboard.rows(study)[0]
     assert best["runs"] == 3  # the study's best is a seed mean, never one lucky run
     assert any("(mean of 3 seeds)" in line for line in lines)
