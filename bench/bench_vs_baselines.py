@@ -122,8 +122,9 @@ def study(
     minutes = (time.perf_counter() - started) / 60
     around = found.user_attrs.get("around_base", base)
     return {"rows": rows, "seed": seed, "base": around, "configured_base": base,
-            "searcher": searcher, "minutes": minutes, "confirmed": sum(
-                bool(t.user_attrs.get("runs")) for t in found.trials),
+            "searcher": searcher, "minutes": minutes, "confirmed": sum(  # repeats copy runs
+                bool(t.user_attrs.get("runs")) and "reused_from" not in t.user_attrs
+                for t in found.trials),
             "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
 
 

@@ -668,10 +668,9 @@ def _seed_mean(kept: TrainResult, results: list[TrainResult]) -> TrainResult:
     """`kept` with every validation and test metric the mean over `results`, and the
     examples and seconds of them all."""
 
-    def mean(split: str) -> dict[str, float]:
-        common = set.intersection(*(set(getattr(r, split)) for r in results))
+    def mean(split: str) -> dict[str, float]:  # every complete run has the same metrics
         return {k: statistics.fmean(getattr(r, split)[k] for r in results)
-                for k in getattr(kept, split) if k in common}  # fmt: skip
+                for k in getattr(kept, split)}  # fmt: skip
 
     return dataclasses.replace(
         kept,
