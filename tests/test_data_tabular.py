@@ -412,3 +412,31 @@ def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):
     schema = yaml.safe_load(text)
     assert schema["time"] == "event_time" and schema["dense"] == ["price"]
     assert [c["name"] for c in schema["categorical"]] == ["user"]  # ids like U-000003: no date
+
+
+def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):
+    """A whole-number column named as ids is categorical however many values it has (a
+    400-valued `city_id` was inferred dense); a column with a different id on every row (a
+    request id, numeric or text) names rows and is left out, with a warning; a quantity with
+    as many values (`paid`: "id" inside a word) stays dense."""
+    from trainers.data.tabular import infer_schema
+
+    rng = np.random.default_rng(0)
+    n = 600
+    columns = {
+        "clicked": rng.integers(0, 2, n),
+        "request_id": np.arange(n) * 7 + 1000,
+        "session": [f"s-{i:06x}" for i in range(n)],
+        "city_id": rng.integers(0, 400, n),
+        "userId": rng.integers(0, 300, n),
+        "paid": rng.integers(0, 3000, n),
+        "slot": rng.integers(1, 6, n),
+    }
+    path = tmp_path / "log.csv"
+    path.write_text(",".join(columns) + "\n" + "\n".join(
+        ",".join(str(values[i]) for values in columns.values()) for i in range(n)))  # fmt: skip
+    caplog.clear()
+    schema = infer_schema(path, "clicked")
+    assert schema["dense"] == ["paid"]
+    assert [c["name"] for c in schema["categorical"]] == ["city_id", "userId", "slot"]
+    assert "left out request_id, session: a different value" in caplog.text

@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import importlib
 import logging
+import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -564,6 +565,10 @@ def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
 
 
 DENSE_MIN_DISTINCT = 50  # a numeric column with fewer distinct whole values is categorical
+# A column named as ids ("id", "city_id", "user-id", "userId", "item_ids"): whole numbers in
+# it are ids, however many, not a quantity.
+ID_NAME = re.compile(r"(?:^|[_\-\s.])(?:id|ID|Id)s?$|[a-z0-9](?:Id|ID)s?$")
+ROW_KEY_SHARE = 0.95  # of the rows with a distinct id: the column names rows, not features
 
 
 LIST_SEPARATORS = ("|", ";")  # a CSV text column holding lists separates items by one
@@ -585,11 +590,14 @@ def _check_label(path: Path, column: Any) -> None:
 
 def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
     """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
-    fraction) are dense, the others categorical with ids from a vocabulary (`min_count: 1`)
-    and their cardinality (distinct values + 2: missing and out of vocabulary; training
-    counts the training split's own); a column of lists (Parquet), or of texts of which at
-    least `LIST_SHARE` hold a separator of `LIST_SEPARATORS` (CSV), is multi-valued. Without
-    `time`, the first column of dates becomes the time column."""
+    fraction) are dense unless named as ids (`ID_NAME`), the others categorical with ids
+    from a vocabulary (`min_count: 1`) and their cardinality (distinct values + 2: missing
+    and out of vocabulary; training counts the training split's own); a column of lists
+    (Parquet), or of texts of which at least `LIST_SHARE` hold a separator of
+    `LIST_SEPARATORS` (CSV), is multi-valued. Without `time`, the first column of dates
+    becomes the time column. A column of ids (text, or whole numbers named as ids) with a
+    different value on nearly every row (a request or impression id) is left out, with a
+    warning."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -606,7 +614,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
-    dense, categorical = [], []
+    dense, categorical, row_keys = [], [], []
     for column in frame.columns:
         if column in (label, time):
             continue
@@ -618,12 +626,19 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         numeric = not np.isnan(values[~blank]).any()
         distinct = frame[column][~blank].nunique()
         whole = numeric and bool(np.all(values[~blank] == np.floor(values[~blank])))
-        if numeric and (distinct >= DENSE_MIN_DISTINCT or not whole):
+        ids = not numeric or (whole and ID_NAME.search(str(column)) is not None)
+        if ids and distinct >= ROW_KEY_SHARE * (~blank).sum() > DENSE_MIN_DISTINCT:
+            row_keys.append(str(column))
+        elif numeric and not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):
             dense.append(str(column))
         else:
             categorical.append(  # ids from a training-split vocabulary, whatever the values
                 {"name": str(column), "cardinality": int(distinct) + 2, "min_count": 1}
             )
+    if row_keys:
+        logger.warning("%s: left out %s: a different value on (nearly) every row names the row, "
+                       "not a feature that new rows share; add it under categorical if it "
+                       "does repeat", path, ", ".join(row_keys))  # fmt: skip
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
