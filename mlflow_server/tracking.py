@@ -38,6 +38,7 @@ import re
 import sqlite3
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,18 @@ STUDY_TAG = "ranknas.study"
 TRIAL_TAG = "ranknas.trial"
 KIND_TAG = "ranknas.kind"
 BASELINE_TAG = "ranknas.baseline"
+
+# A study's view of its experiment's runs table, stored where the UI's "share view" keeps
+# one (an experiment tag of this prefix, the URL naming its key): the study's runs only,
+# best validation NE first, with the columns a comparison needs (the UI shows none of the
+# metrics until a person picks them).
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+VIEW_COLUMNS = (
+    *(f"metrics.`{m}`" for m in ("val_ne", "test_ne", "val_auc", "mflops", "params", "runs",
+                                 "reeval_mean_val_ne", "reeval_mean_test_ne")),
+    f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
+)  # fmt: skip
+NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 # MLflow 3.17 limits (mlflow.utils.validation)
@@ -83,6 +96,7 @@ class StudyLogger:
     ) -> None:
         self._outbox = _Outbox(Path(outbox_dir))
         self._writer = _Writer(MlflowClient(tracking_uri=tracking_uri))
+        self._tracking_uri = tracking_uri
         self._env = _client_env(request_timeout_s, username, password)
         self._retry_interval_s = retry_interval_s
         self._next_attempt = 0.0
@@ -151,6 +165,15 @@ class StudyLogger:
                 return left
             time.sleep(min(1.0, remaining))
 
+    def view_url(self) -> str | None:
+        """Where the MLflow UI shows this study's runs to compare (`study_view`); None
+        until the study's first record has reached the server."""
+        study = self._study or {}
+        experiment_id = self._writer.known_experiment(study.get("experiment", ""))
+        if experiment_id is None:
+            return None
+        return study_view_url(self._tracking_uri, experiment_id, study["study"])
+
     def pending(self) -> int:
         """Records not yet delivered (for progress display)."""
         return self._outbox.count("pending")
@@ -210,6 +233,9 @@ class _Writer:
         run_id = self._parent_run(record)
         self._log_batch(run_id, record)
         self._client.update_run(run_id, status="RUNNING")
+        view = SHARED_VIEW_PREFIX + view_key(record["study"])
+        self._client.set_experiment_tag(self._experiment_id(record["experiment"]), view,
+                                        json.dumps(study_view(record["study"])))  # fmt: skip
 
     def _trial(self, record: dict[str, Any]) -> None:
         experiment_id = self._experiment_id(record["experiment"])
@@ -235,6 +261,10 @@ class _Writer:
         self._upload(run_id, record["artifacts"])
         if record["status"] is not None:
             self._set_status(run_id, record["status"], record["ts"])
+
+    def known_experiment(self, name: str) -> str | None:
+        """The id of experiment `name` if a delivery has found or made it."""
+        return self._experiments.get(name)
 
     def _parent_run(self, record: dict[str, Any]) -> str:
         experiment_id = self._experiment_id(record["experiment"])
@@ -312,6 +342,31 @@ class _Writer:
             self._client.update_run(run_id, status=status)
         else:
             self._client.set_terminated(run_id, status=status, end_time=ts)
+
+
+def view_key(study: str) -> str:
+    """The key of the study's view among the experiment's shared views."""
+    return "ranknas-" + re.sub(r"[^\w.\-]", "_", study)
+
+
+def study_view(study: str) -> dict[str, Any]:
+    """The runs table's state for comparing a study's trials and baselines: its runs,
+    sorted by validation NE (a flat list: a sort by a metric lists nested runs by value),
+    with `VIEW_COLUMNS`."""
+    return {
+        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)}",
+        "orderByKey": "metrics.`val_ne`",
+        "orderByAsc": True,
+        "selectedColumns": list(VIEW_COLUMNS),
+        "columnOrder": [NAME_COLUMN, *VIEW_COLUMNS],
+        "columnWidths": {NAME_COLUMN: 320},  # the name says the architecture
+    }
+
+
+def study_view_url(tracking_uri: str, experiment_id: str, study: str) -> str:
+    """The MLflow UI address that opens the experiment's runs table in the study's view."""
+    return (f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            f"?viewStateShareKey={urllib.parse.quote(view_key(study))}")  # fmt: skip
 
 
 def _step_time(record: dict[str, Any], step: int, points: list[tuple[int, float]]) -> int:

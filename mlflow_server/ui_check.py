@@ -2,9 +2,10 @@
 
     python -m mlflow_server.ui_check --experiment quickstart --out docs/
 
-Opens the experiment's runs table with the nested runs expanded, one run's page and the
-compare view of the nested runs; reads the run names and durations as the table shows
-them and takes a screenshot of each view. Playwright drives Debian's `chromium`
+Opens the experiment's runs table with the nested runs expanded, the study's view (the
+address `ranknas search` prints: its runs by validation NE, with the metric columns), one
+run's page and the compare view of the nested runs; reads the run names and durations
+as the table shows them and takes a screenshot of each view. Playwright drives Debian's `chromium`
 (`make browser` installs both).
 """
 
@@ -16,11 +17,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlflow_server.tracking import KIND_TAG, NAME_COLUMN, STUDY_TAG, study_view_url
 from search_space.errors import RanknasError
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1600, "height": 900}
-NAME_COLUMN = "attributes.`Run Name`"
+NE_COLUMN = "metrics.`val_ne`"
 _UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -30,6 +32,8 @@ class UiView:
 
     names: list[str] = field(default_factory=list)
     durations_s: list[float | None] = field(default_factory=list)  # None: shown blank
+    # The study's view (`tracking.study_view`): run names and validation NE, top to bottom.
+    ranked: list[tuple[str, str]] = field(default_factory=list)
     screenshots: dict[str, Path] = field(default_factory=dict)
 
 
@@ -40,8 +44,9 @@ def parse_duration(text: str) -> float | None:
 
 
 def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHROMIUM) -> UiView:
-    """Read the runs table of `experiment` and screenshot it, the best-named nested run's
-    page and the compare view into `out_dir` (mlflow-runs.png, -trial.png, -compare.png)."""
+    """Read the runs table of `experiment` and screenshot it, the study's view, the
+    best-named nested run's page and the compare view into `out_dir` (mlflow-runs.png,
+    -view.png, -trial.png, -compare.png)."""
     from mlflow import MlflowClient
     from playwright.sync_api import sync_playwright
 
@@ -69,6 +74,14 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
         view.names = [names[i].split("\n")[-1] for i in sorted(names)]
         view.durations_s = [parse_duration(durations.get(i, "")) for i in sorted(names)]
         view.screenshots["runs"] = _shot(page, out_dir / "mlflow-runs.png")
+        study = next((r.data.tags[STUDY_TAG] for r in runs if r.data.tags.get(KIND_TAG) == "study"),
+                     None)  # fmt: skip
+        if study is not None:
+            page.goto(study_view_url(tracking_uri, found.experiment_id, study))
+            page.wait_for_selector(f"[role='gridcell'][col-id='{NE_COLUMN}']", timeout=60_000)
+            names, ne = _column(page, NAME_COLUMN), _column(page, NE_COLUMN)
+            view.ranked = [(names[i].split("\n")[-1], ne.get(i, "")) for i in sorted(names)]
+            view.screenshots["view"] = _shot(page, out_dir / "mlflow-view.png")
         if nested:
             best = min(nested, key=_shown_first)
             page.goto(f"{base}/runs/{best.info.run_id}")
@@ -147,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in zip(view.names, view.durations_s, strict=True):
         shown = "running" if seconds is None else f"{seconds:.1f} s"
         print(f"{name:<60} {shown}")
+    for name, ne in view.ranked:
+        print(f"{name:<60} val NE {ne or '-'}")
     for path in view.screenshots.values():
         print(f"screenshot: {path}")
     return 0

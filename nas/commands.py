@@ -52,6 +52,8 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         if summarize and table:
             log_summary(logger, study, table)
         flush(logger, config)
+        if url := logger.view_url():
+            print(f"compare them in MLflow: {url}")
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
           "--out winner/")  # fmt: skip
     return 0

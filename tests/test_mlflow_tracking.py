@@ -194,3 +194,33 @@ def test_logging_before_start_study_and_bad_names_are_refused(tmp_path: Path) ->
         logger.log_trial(0, artifacts={"../escape.txt": "x"})
     with pytest.raises(ValueError, match="status"):
         logger.log_trial(0, status="DONE")
+
+
+def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_columns(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path
+) -> None:
+    """The experiment holds the study's view where the UI keeps shared views; its filter and
+    order, run on the server, give this study's runs best first (not another study's in the
+    same experiment), and `view_url` opens it."""
+    import json
+
+    from mlflow_server.tracking import SHARED_VIEW_PREFIX, VIEW_COLUMNS, view_key
+
+    loggers = {}
+    for study in ("view-a", "view b"):
+        logger = loggers[study] = StudyLogger(server.uri, tmp_path / study)
+        assert logger.view_url() is None  # nothing delivered yet
+        logger.start_study(study, experiment_name="views")
+        for number, ne in enumerate((0.93, 0.91, 0.95)):
+            logger.log_trial(number, metrics={"val_ne": ne, "test_ne": ne + 0.01})
+    experiment = client.get_experiment_by_name("views")
+    url = loggers["view b"].view_url()
+    assert url == (f"{server.uri}/#/experiments/{experiment.experiment_id}/runs"
+                   "?viewStateShareKey=ranknas-view_b")  # fmt: skip
+    view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
+    assert view["orderByKey"] == "metrics.`val_ne`" and view["orderByAsc"] is True
+    assert view["selectedColumns"] == list(VIEW_COLUMNS)
+    shown = client.search_runs([experiment.experiment_id], filter_string=view["searchFilter"],
+                               order_by=["metrics.val_ne ASC"])  # fmt: skip
+    assert {r.data.tags["ranknas.study"] for r in shown} == {"view b"}
+    assert [r.info.run_name for r in shown] == ["trial-1", "trial-0", "trial-2", "view b"]

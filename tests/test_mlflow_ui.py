@@ -31,5 +31,11 @@ def test_the_runs_table_shows_architectures_and_positive_durations(tmp_path, ser
     assert len(trials) == 3
     assert all(re.fullmatch(r"trial-\d \S+ [\d.]+ MFLOPs", name) for name in trials), trials
     assert all(seconds is not None and seconds > 0 for seconds in view.durations_s), view
-    assert set(view.screenshots) == {"runs", "trial", "compare"}
+    # The study's view (the address `search` printed): its runs by validation NE, with the
+    # metric column a person would otherwise have to pick; the parent (no NE) last.
+    assert f"compare them in MLflow: {server.uri}/#/experiments/" in result.stdout
+    ranked = [float(ne) for _, ne in view.ranked[:-1]]
+    assert len(ranked) == 3 and ranked == sorted(ranked)
+    assert view.ranked[-1] == ("ui", "-")
+    assert set(view.screenshots) == {"runs", "view", "trial", "compare"}
     assert all(path.stat().st_size > 20_000 for path in view.screenshots.values())
