@@ -12,8 +12,10 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import signal
 import socket
 import statistics
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -228,15 +230,36 @@ def _next_trial(
                     "fix the config, or raise budget.max_failures to go on"
                 )
             if done + running < config.budget.trials:
-                trial = study.ask(distributions(space))
-                try:
-                    return _claimed(trial, space)
-                except KeyboardInterrupt:  # asked, not yet the caller's: interrupted here
-                    trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
-                    study.tell(trial, state=TrialState.FAIL)
-                    study.enqueue_trial(trial.params)  # retried on resume, as in the loop
-                    raise
+                # A Ctrl-C or kill inside `ask` would leave its trial RUNNING (failed as
+                # "died" once its heartbeat lapses): it waits until the trial is recorded.
+                with _interrupts_held() as held:
+                    trial = _claimed(study.ask(distributions(space)), space)
+                    if held:  # asked, not yet the caller's: set aside as the loop does
+                        trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
+                        study.tell(trial, state=TrialState.FAIL)
+                        study.enqueue_trial(trial.params)  # retried on resume
+                return trial
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM received inside the block (listed in what it yields) are raised
+    again, to their own handlers, when it ends. Only the main thread handles signals."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for number in handlers:
+        signal.signal(number, lambda signum, _frame: held.append(signum))
+    try:
+        yield held
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def run_study(

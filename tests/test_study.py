@@ -167,6 +167,34 @@ def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
     assert len(counted(load_study("stopped", config["storage"]))) == 4
 
 
+def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, monkeypatch):
+    """A Ctrl-C that lands inside `study.ask`, once the trial exists in the storage (here
+    raised there on purpose), used to leave it RUNNING until its heartbeat lapsed ("died");
+    it is held until the trial is recorded as interrupted and queued again."""
+    ask = optuna.Study.ask
+    calls = []
+
+    def interrupted_ask(study, *args, **kwargs):
+        trial = ask(study, *args, **kwargs)
+        calls.append(trial.number)
+        if len(calls) == 2:
+            signal.raise_signal(signal.SIGINT)
+        return trial
+
+    monkeypatch.setattr(optuna.Study, "ask", interrupted_ask)
+    config = parse_config(tiny_config(tmp_path, "asked", budget={"trials": 3}))
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, progress=print)
+    states = _states(load_study("asked", config.storage))
+    assert states["RUNNING"] == 0 and states["COMPLETE"] == 1 and states["WAITING"] == 1
+    interrupted = load_study("asked", config.storage).trials[calls[1]]
+    assert interrupted.state == TrialState.FAIL
+    assert interrupted.user_attrs["failure_reason"] == "interrupted"
+    monkeypatch.undo()
+    run_study(config, progress=print)  # resumes: the queued trial is the retry
+    assert len(counted(load_study("asked", config.storage))) == 3
+
+
 def test_a_changed_search_space_is_refused_on_resume(tmp_path):
     run_study(parse_config(tiny_config(tmp_path, "fixed", budget={"trials": 1})), progress=print)
     changed = tiny_config(tmp_path, "fixed", search_space={"type": "dag", "num_blocks": 3})
