@@ -446,7 +446,7 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
 
     arch = preset("dlrm", SCHEMA)
     model = _perturbed(arch)
-    shops = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary: ids 2..19
+    shops = [f"{7000 + k}" for k in range(18)]  # c0's training vocabulary: ids 2..19
     dense_fit = [{"column": c, "log1p": k == 1, "mean": 1.0, "std": 2.0}
                  for k, c in enumerate(SCHEMA.dense)]  # fmt: skip
     fitted = {"dense": dense_fit, "vocabulary": {"c0": shops}}
@@ -469,6 +469,12 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
     finally:
         mlflow.set_tracking_uri(None)
     np.testing.assert_allclose(loaded.predict(frame), expected.numpy(), rtol=1e-6)
+    # Rows as a user's file holds them: whole numbers in int64 columns, ids as numbers (the
+    # signature's typed columns refused both), scored as the same values in texts/floats.
+    whole = frame.assign(**{c: frame[c].round() for c in SCHEMA.dense})
+    as_read = whole.astype({c: "int64" for c in SCHEMA.dense}).assign(c0=frame["c0"].astype(int))
+    assert as_read["c0"].dtype == np.int64
+    np.testing.assert_allclose(loaded.predict(as_read), loaded.predict(whole), rtol=1e-6)
     with pytest.raises(Exception, match="c0"):
         loaded.predict(frame.drop(columns=["c0"]))
 

@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import tempfile
@@ -103,7 +104,7 @@ def _register(
     if not uri:
         raise RanknasError("registering a model needs an MLflow tracking URI")
     _check_reachable(uri)
-    fingerprint = _fingerprint(result)
+    fingerprint = _fingerprint(result, columns)
     try:
         client = mlflow.MlflowClient(uri)
         version = _registered(client, name, fingerprint)
@@ -124,12 +125,15 @@ def _register(
 FINGERPRINT_TAG = "ranknas_fingerprint"
 
 
-def _fingerprint(result: ExportResult) -> str:
-    """What makes two exports the same model: architecture, weights, preprocessing."""
+def _fingerprint(result: ExportResult, columns: _Columns) -> str:
+    """What makes two exports the same served model: architecture, weights, preprocessing,
+    and how MLflow serves them (the entry point and the input signature)."""
     digest = hashlib.sha256(result.digest.encode())
     for path in (result.weights, result.out_dir / PREPROCESSING_FILE):
         if path.exists():
             digest.update(path.read_bytes())
+    digest.update(_PYFUNC_CODE.encode())
+    digest.update(json.dumps(_signature(columns).to_dict(), sort_keys=True).encode())
     return digest.hexdigest()[:24]
 
 
@@ -217,17 +221,22 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _signature(columns: _Columns) -> Any:
-    """Input: the dense columns (double), the categorical columns as raw values (string),
+    """Input: the dense columns and the raw categorical columns as values of any type, as
+    the user's file holds them (the model converts numbers and maps texts and numbers alike
+    through its vocabulary; typed columns refused an int64 `ad_id` and an int64 `age`),
     lists of them (multi-valued) or ids (long); output: probabilities."""
     import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
-    from mlflow.types.schema import Array
+    from mlflow.types.schema import AnyType, Array
 
-    inputs = [ColSpec("double", c) for c in columns.dense]
+    inputs = [ColSpec(AnyType(), c) for c in columns.dense]
     for f in columns.features:
-        kind = "string" if f in columns.raw_features else "long"
-        inputs.append(ColSpec(Array(DataType[kind]) if f in columns.list_features else kind, f))
+        if f in columns.list_features:
+            kind = Array(DataType.string if f in columns.raw_features else DataType.long)
+        else:
+            kind = AnyType() if f in columns.raw_features else DataType.long
+        inputs.append(ColSpec(kind, f))
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 
