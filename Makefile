@@ -64,7 +64,8 @@ demo: setup
 	$(RANKNAS) export quickstart --trial best --out ranknas-data/winner \
 	  --register ranknas-quickstart --tracking-uri $(MLFLOW_URL)
 	@echo
-	@echo "MLflow UI:     $(MLFLOW_URL)  (experiment 'quickstart': one parent run, a nested run per trial and baseline)"
+	@echo "MLflow UI:     $(MLFLOW_URL)  (experiment 'quickstart': one parent run, a nested run per trial and baseline;"
+	@echo "               the trials and baselines side by side, best first: the 'compare them in MLflow' address above)"
 	@echo "Winner:        ranknas-data/winner/ (architecture.json, model.safetensors, ranknas_model.py, model_card.md)"
 	@echo "Registry:      models:/ranknas-quickstart@champion"
 	@echo "Study storage: sqlite:///ranknas-data/studies.db  ('ranknas status quickstart')"
