@@ -109,12 +109,14 @@ class StudyLogger:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
         experiment_name: str | None = None,
+        sort_by: str = "val_ne",
     ) -> None:
         """Find or create the study's parent run (experiment: `experiment_name` or the study
-        name); nested params are flattened into dotted keys."""
+        name) and store the study's view, its runs sorted by the metric `sort_by`; nested
+        params are flattened into dotted keys."""
         _check_quotable(study_name)
         self._study = {"study": study_name, "experiment": experiment_name or study_name}
-        self._enqueue("study", {"params": _params(params), "tags": _tags(tags)})
+        self._enqueue("study", {"params": _params(params), "tags": _tags(tags), "sort_by": sort_by})
 
     def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
@@ -233,9 +235,10 @@ class _Writer:
         run_id = self._parent_run(record)
         self._log_batch(run_id, record)
         self._client.update_run(run_id, status="RUNNING")
-        view = SHARED_VIEW_PREFIX + view_key(record["study"])
-        self._client.set_experiment_tag(self._experiment_id(record["experiment"]), view,
-                                        json.dumps(study_view(record["study"])))  # fmt: skip
+        view = study_view(record["study"], record.get("sort_by", "val_ne"))
+        self._client.set_experiment_tag(self._experiment_id(record["experiment"]),
+                                        SHARED_VIEW_PREFIX + view_key(record["study"]),
+                                        json.dumps(view))  # fmt: skip
 
     def _trial(self, record: dict[str, Any]) -> None:
         experiment_id = self._experiment_id(record["experiment"])
@@ -349,13 +352,13 @@ def view_key(study: str) -> str:
     return "ranknas-" + re.sub(r"[^\w.\-]", "_", study)
 
 
-def study_view(study: str) -> dict[str, Any]:
+def study_view(study: str, sort_by: str = "val_ne") -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs,
-    sorted by validation NE (a flat list: a sort by a metric lists nested runs by value),
-    with `VIEW_COLUMNS`."""
+    sorted by the metric `sort_by`, lowest first (a flat list: a sort by a metric lists
+    nested runs by value), with `VIEW_COLUMNS`."""
     return {
         "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)}",
-        "orderByKey": "metrics.`val_ne`",
+        "orderByKey": f"metrics.`{sort_by}`",
         "orderByAsc": True,
         "selectedColumns": list(VIEW_COLUMNS),
         "columnOrder": [NAME_COLUMN, *VIEW_COLUMNS],

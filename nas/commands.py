@@ -52,8 +52,6 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         if summarize and table:
             log_summary(logger, study, table)
         flush(logger, config)
-        if url := logger.view_url():
-            print(f"compare them in MLflow: {url}")
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
           "--out winner/")  # fmt: skip
     return 0
@@ -74,8 +72,11 @@ def print_comparison(study) -> None:
 
 
 def flush(logger, config) -> None:
-    """Deliver what the logger holds; say where what could not be delivered waits."""
+    """Deliver what the logger holds; say where the study's runs are compared in MLflow,
+    or where what could not be delivered waits."""
     pending = logger.flush(timeout_s=30)
+    if not pending and (url := logger.view_url()):
+        print(f"compare them in MLflow: {url}")
     if pending:
         outbox = config.study_dir / "mlflow-outbox"
         refused = "401" in (logger.last_error or "")
@@ -233,7 +234,7 @@ def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
     average on the study's parent run."""
     from nas import leaderboard
 
-    logger.start_study(study_name)
+    logger.start_study(study_name, sort_by="reeval_mean_val_ne")  # the verdict's basis
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
                    "reeval_seeds": row["seeds"]}  # fmt: skip

@@ -224,3 +224,7 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
                                order_by=["metrics.val_ne ASC"])  # fmt: skip
     assert {r.data.tags["ranknas.study"] for r in shown} == {"view b"}
     assert [r.info.run_name for r in shown] == ["trial-1", "trial-0", "trial-2", "view b"]
+    loggers["view b"].start_study("view b", experiment_name="views", sort_by="reeval_mean_val_ne")
+    experiment = client.get_experiment_by_name("views")  # after `reevaluate`: by seed means
+    view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
+    assert view["orderByKey"] == "metrics.`reeval_mean_val_ne`"
