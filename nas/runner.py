@@ -231,30 +231,34 @@ def _next_trial(
                 )
             if done + running < config.budget.trials:
                 # A Ctrl-C or kill inside `ask` would leave its trial RUNNING (failed as
-                # "died" once its heartbeat lapses): it waits until the trial is recorded.
-                with _interrupts_held() as held:
-                    trial = _claimed(study.ask(distributions(space)), space)
-                    if held:  # asked, not yet the caller's: set aside as the loop does
+                # "died" once its heartbeat lapses): it is held until the trial exists.
+                trial = None
+                try:
+                    with _interrupts_held():
+                        trial = _claimed(study.ask(distributions(space)), space)
+                except KeyboardInterrupt:
+                    if trial is not None:  # asked, not yet the caller's: set aside as the loop does
                         trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
                         study.tell(trial, state=TrialState.FAIL)
                         study.enqueue_trial(trial.params)  # retried on resume
+                    raise
                 return trial
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
 
 
 @contextmanager
-def _interrupts_held() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM received inside the block (listed in what it yields) are raised
-    again, to their own handlers, when it ends. Only the main thread handles signals."""
-    held: list[int] = []
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM received inside the block are raised again, to their own
+    handlers, when it ends. Only the main thread handles signals."""
     if threading.current_thread() is not threading.main_thread():
-        yield held
+        yield
         return
+    held: list[int] = []
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for number in handlers:
         signal.signal(number, lambda signum, _frame: held.append(signum))
     try:
-        yield held
+        yield
     finally:
         for number, handler in handlers.items():
             signal.signal(number, signal.SIG_DFL if handler is None else handler)
