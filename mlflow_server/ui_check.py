@@ -3,10 +3,10 @@
     python -m mlflow_server.ui_check --experiment quickstart --out docs/
 
 Opens the experiment's runs table with the nested runs expanded, the study's view (the
-address `ranknas search` prints: its runs by validation NE, with the metric columns), one
-run's page and the compare view of the nested runs; reads the run names and durations
-as the table shows them and takes a screenshot of each view. Playwright drives Debian's `chromium`
-(`make browser` installs both).
+address `ranknas search` prints: its runs by validation NE, or by seed mean once
+re-evaluated, with the metric columns), one run's page and the compare view of the nested
+runs; reads the run names and durations as the table shows them and takes a screenshot of
+each view. Playwright drives Debian's `chromium` (`make browser` installs both).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class UiView:
 
     names: list[str] = field(default_factory=list)
     durations_s: list[float | None] = field(default_factory=list)  # None: shown blank
-    # The study's view (`tracking.study_view`): run names and validation NE, top to bottom.
+    # The study's view (`tracking.study_view`): run names and validation NE, top to bottom
+    # (sorted by it, or by the seed means once re-evaluated).
     ranked: list[tuple[str, str]] = field(default_factory=list)
     screenshots: dict[str, Path] = field(default_factory=dict)
 
