@@ -440,3 +440,16 @@ def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(
     assert schema["dense"] == ["paid"]
     assert [c["name"] for c in schema["categorical"]] == ["city_id", "userId", "slot"]
     assert "left out request_id, session: a different value" in caplog.text
+
+
+def test_a_file_with_only_its_header_is_refused_naming_it(files, capsys):
+    """It used to pass the load and fail later, in training, as "the training split has 0
+    rows", after the vocabulary line; now the load names the file and why."""
+    from nas.cli import main
+
+    path, schema = files
+    path.write_text(CSV.splitlines()[0] + "\n")
+    with pytest.raises(RanknasError, match=r"log\.csv: nothing to train on: it holds no rows"):
+        load_tabular(path, schema)
+    assert main(["train", "--arch", "dlrm", "--data", str(path), "--schema", str(schema)]) == 2
+    assert "log.csv: nothing to train on" in capsys.readouterr().err

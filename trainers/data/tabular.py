@@ -225,7 +225,10 @@ def load_tabular(
     raw = {e.feature.name: e.raw for e in encoded if e.raw is not None}
     multi_hot = {e.feature.name: e.lists for e in encoded if e.lists is not None}
     kept = labels[good]
-    if kept.size and (kept.min() == kept.max()):
+    if not kept.size:
+        why = "every row is malformed" if len(frame) else "it holds no rows below its header"
+        raise RanknasError(f"{path}: nothing to train on: {why}")
+    if kept.min() == kept.max():
         raise RanknasError(
             f"{path}: every row's label ({spec.label}) is {int(kept[0])}: a ranking model "
             "needs both clicks (1) and non-clicks (0)"
