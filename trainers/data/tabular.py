@@ -632,7 +632,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         ids = not numeric or (whole and ID_NAME.search(str(column)) is not None)
         if ids and distinct >= ROW_KEY_SHARE * (~blank).sum() > DENSE_MIN_DISTINCT:
             row_keys.append(str(column))
-        elif numeric and not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):
+        elif not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):  # numbers, not ids
             dense.append(str(column))
         else:
             categorical.append(  # ids from a training-split vocabulary, whatever the values
