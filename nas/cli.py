@@ -413,7 +413,7 @@ def _tool_commands(command, commands) -> None:
     infer = command(
         "schema", handlers.cmd_data_schema, "print a schema YAML for a data file", data_commands
     )
-    infer.add_argument("file", metavar="FILE", help="a .csv or .parquet file")
+    infer.add_argument("file", metavar="FILE", help="a .csv/.tsv (or .csv.gz ...) or .parquet file")
     infer.add_argument("--label", required=True, metavar="COLUMN",
                        help="the label column (clicks, 0/1)")  # fmt: skip
     infer.add_argument("--time", metavar="COLUMN",

@@ -42,6 +42,23 @@ def test_parses_labels_dense_and_missing_values(tmp_path, cache_dir):
     assert data.bad_rows.rows == 2 and data.bad_rows.bad == 0
 
 
+def test_a_gzipped_day_file_reads_as_the_plain_file(tmp_path, cache_dir):
+    import gzip
+
+    lines = [
+        line(str(i % 2), ["1", str(i), *[""] * 11], cats_with(f"{i % 3:08x}")) for i in range(9)
+    ]
+    plain = write(tmp_path / "day.tsv", [*lines, "1\tbad\n"])
+    (tmp_path / "day_0.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    expected = load_criteo(plain, min_count=1, use_cache=False, max_bad_fraction=None)
+    data = load_criteo(tmp_path / "day_0.gz", min_count=1, cache_dir=cache_dir,
+                       max_bad_fraction=None)  # fmt: skip
+    np.testing.assert_array_equal(data.labels, expected.labels)
+    np.testing.assert_array_equal(data.dense, expected.dense)
+    np.testing.assert_array_equal(data.categorical, expected.categorical)
+    assert data.bad_rows.describe() == expected.bad_rows.describe().replace("day.tsv", "day_0.gz")
+
+
 def test_frequency_mapping_with_min_count(tmp_path, cache_dir):
     column = ["0000000a"] * 3 + ["0000000b"] * 2 + ["0000000c", ""]
     path = write(tmp_path / "f.tsv", [line(cats=cats_with(v)) for v in column])

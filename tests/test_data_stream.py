@@ -197,6 +197,21 @@ def test_criteo_stream_matches_load_criteo_with_hashing(tmp_path):
     assert streamed.fitted["hashing"] == fit_preprocessing(memory[0])["hashing"] == {}
 
 
+def test_a_gzipped_criteo_file_streams_as_the_plain_file(tmp_path):
+    import gzip
+
+    path = write_synthetic_criteo(tmp_path / "day.tsv", 1500)
+    (tmp_path / "day.gz").write_bytes(gzip.compress(path.read_bytes()))
+    options = StreamOptions(hash_size=997, memory_rows=500)  # splits read in several ranges
+    plain, packed = (
+        open_stream(f"criteo:{p}", options=options) for p in (path, tmp_path / "day.gz")
+    )
+    assert len(packed.train) == len(plain.train) == 1200
+    assert torch.equal(torch.cat([b.sparse.values() for b in batches(packed.train)]),
+                       torch.cat([b.sparse.values() for b in batches(plain.train)]))  # fmt: skip
+    np.testing.assert_array_equal(packed.test.categorical, plain.test.categorical)
+
+
 def test_criteo_vocabulary_comes_from_the_training_rows(tmp_path):
     path = write_synthetic_criteo(tmp_path / "day.tsv", 2000)
     streamed = open_stream(f"criteo:{path}", options=StreamOptions(min_count=3))

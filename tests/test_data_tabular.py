@@ -201,14 +201,77 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
 def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(tmp_path, capsys):
     from nas.cli import main
 
-    rows = [f"{'yes' if i % 3 else 'no'},{i * 0.37:.2f},u{i % 9}" for i in range(50)]
-    (tmp_path / "yesno.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
-    assert main(["data", "schema", str(tmp_path / "yesno.csv"), "--label", "clicked"]) == 2
+    rows = [f"{'click' if i % 3 else 'skip'},{i * 0.37:.2f},u{i % 9}" for i in range(50)]
+    (tmp_path / "events.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
+    assert main(["data", "schema", str(tmp_path / "events.csv"), "--label", "clicked"]) == 2
     err = capsys.readouterr().err
-    assert "yesno.csv: the label column 'clicked' holds 'no', 'yes', not 0/1" in err
+    assert "events.csv: the label column 'clicked' holds 'skip', 'click', not 0/1" in err
     (tmp_path / "schema.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
     with pytest.raises(RanknasError, match=r"all 50 lines are malformed .*label not 0/1"):
-        load_tabular(tmp_path / "yesno.csv", tmp_path / "schema.yaml")
+        load_tabular(tmp_path / "events.csv", tmp_path / "schema.yaml")
+
+
+def test_labels_as_words_and_missing_numbers_as_exports_write_them(files, tmp_path):
+    """yes/no and true/false labels (any case) are 1/0; N/A, NaN, null... in a dense column
+    are missing values (filled like blanks), while "NA" in a categorical column is a value."""
+    from trainers.data.tabular import infer_schema
+
+    words = {"1": " Yes", "0": "false"}
+    lines = CSV.splitlines()
+    rows = [",".join([words[r.split(",")[0]], *r.split(",")[1:]]) for r in lines[1:]]
+    rows[1] = rows[1].replace("2.5,,de", "2.5,N/A,NA")  # age missing, country Namibia
+    (tmp_path / "words.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    data = load_tabular(tmp_path / "words.csv", files[1])
+    np.testing.assert_array_equal(data.labels, [1, 0, 0, 1, 0])
+    assert np.isnan(data.dense[1, 1]) and data.bad_rows.bad == 0
+    country = data.raw_values["country"]
+    assert country.values[country.codes.values[1]] == "NA"
+    ages = ["null", "nan", "NULL", "n/a", "None"] + [str(20 + i) for i in range(60)]
+    (tmp_path / "ages.csv").write_text(
+        "y,age\n" + "\n".join(f"{'TRUE' if i % 2 else 'False'},{a}" for i, a in enumerate(ages))
+    )
+    assert infer_schema(tmp_path / "ages.csv", "y") == {
+        "name": "ages", "label": "y", "dense": ["age"], "categorical": []}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["log.csv.gz", "log.tsv.bz2", "log.csv.xz", "log.tsv"])
+def test_compressed_and_tab_separated_files_read_as_the_plain_csv(files, tmp_path, name):
+    import bz2
+    import gzip
+    import lzma
+
+    from trainers.data.tabular import infer_schema
+
+    text = CSV if ".csv" in name else CSV.replace(",", "\t")
+    text += "0,1,1,us,1,x,extra\n" if ".csv" in name else "0\t1\t1\tus\t1\tx\textra\n"
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(name).suffix, open)
+    with opener(tmp_path / name, "wt") as out:
+        out.write(text)
+    data = load_tabular(tmp_path / name, files[1], max_bad_fraction=None)
+    check_shop(data)  # the line of 7 fields is found in the decompressed text, by its number
+    assert data.bad_rows.examples == {"wrong number of fields (the header has 6)": [7]}
+    assert infer_schema(tmp_path / name, "clicked")["dense"] == ["price"]
+    assert load_dataset(str(tmp_path / name), files[1], max_bad_fraction=None).bad_rows.bad == 1
+
+
+def test_a_compressed_parquet_file_is_refused_saying_what_to_do(files, tmp_path):
+    import gzip
+
+    pytest.importorskip("pyarrow")
+    from trainers.data.tabular import write_tabular
+
+    write_tabular(load_tabular(*files), tmp_path / "log.parquet")
+    (tmp_path / "log.parquet.gz").write_bytes(
+        gzip.compress((tmp_path / "log.parquet").read_bytes())
+    )
+    with pytest.raises(
+        RanknasError, match=r"log\.parquet\.gz: a compressed Parquet file.*decompress"
+    ):
+        load_tabular(tmp_path / "log.parquet.gz", files[1])
+    with pytest.raises(
+        RanknasError, match=r"log\.json: unknown file type; use one of \.csv, \.tsv"
+    ):
+        load_tabular(tmp_path / "log.json", files[1])
 
 
 # ---------------------------------------------------------------- vocabularies and lists

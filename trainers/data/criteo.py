@@ -1,4 +1,5 @@
-"""The Criteo display-advertising TSV: `label \\t I1..I13 \\t C1..C26`, one impression a line.
+"""The Criteo display-advertising TSV: `label \\t I1..I13 \\t C1..C26`, one impression a line;
+plain or compressed (gzip, bzip2, xz: the day files ship as `day_N.gz`).
 
 Integers may be empty; categoricals are hex strings (8 digits) or empty. Preprocessing:
 dense = log(1 + max(x, 0)) with missing -> 0; categorical ids by frequency with a minimum
@@ -25,6 +26,7 @@ import numpy as np
 
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
+from trainers.data.compressed import open_data
 from trainers.data.dataset import TabularData
 from trainers.data.encoding import check_encoding, frequency_ids, hashed_ids
 from trainers.data.report import BadRowLimits, BadRowReport
@@ -120,7 +122,7 @@ def _parse_file(
     _file_stat(path)
     report = BadRowReport(str(path), unit="line")
     parts = []
-    with path.open("rb") as lines:
+    with open_data(path) as lines:
         for chunk in _chunks(lines, max_rows):
             parts.append(_parse_chunk(chunk, report.rows + 1, report))
             report.rows += len(chunk)

@@ -8,12 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from search_space.errors import RanknasError
+from trainers.data.compressed import format_suffix
 from trainers.data.criteo import load_criteo
 from trainers.data.dataset import TabularData
 from trainers.data.synthetic import config_from_options, generate_synthetic
 from trainers.data.tabular import TABULAR_SUFFIXES, load_tabular
 
-SPEC_HELP = "use 'synthetic', 'criteo:PATH', or the path of a .csv/.parquet file"
+SPEC_HELP = (
+    "use 'synthetic', 'criteo:PATH', or the path of a .csv/.tsv (plain or .gz, .bz2, .xz) or "
+    ".parquet file"
+)
 
 
 def load_dataset(
@@ -36,7 +40,7 @@ def load_dataset(
         if not path:
             raise RanknasError(f"data set {spec!r}: give the file, as criteo:PATH")
         return _call(load_criteo, spec, options, path)
-    if Path(spec).suffix.lower() in TABULAR_SUFFIXES:
+    if format_suffix(spec) in TABULAR_SUFFIXES:
         if schema_path is None:
             raise RanknasError(
                 f"{spec}: a CSV/Parquet data set needs a schema file (label, dense, "

@@ -23,6 +23,7 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.preprocessing import encode_value
 from trainers.data import criteo, tabular
+from trainers.data.compressed import open_data
 from trainers.data.encoding import hashed_ids
 from trainers.data.report import MAX_EXAMPLES, BadRowLimits, BadRowReport
 from trainers.data.tabular import (
@@ -283,7 +284,7 @@ class CriteoSource(Source):
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
         report = BadRowReport(self.name, unit="line")
         begin = max(line for line in self._offsets if line <= start)
-        with self.path.open("rb") as lines:
+        with open_data(self.path) as lines:
             lines.seek(self._offsets[begin])
             for _ in range(start - begin):
                 lines.readline()
@@ -370,7 +371,7 @@ def _criteo_chunk(labels: np.ndarray, dense: np.ndarray, raw: np.ndarray) -> Raw
 def _count_lines(path: Path) -> int:
     """The file's line count; a last line without a newline counts."""
     lines, last = 0, b"\n"
-    with path.open("rb") as file:
+    with open_data(path) as file:
         while block := file.read(_BLOCK):
             lines, last = lines + block.count(b"\n"), block[-1:]
     return lines + (last != b"\n")

@@ -18,9 +18,9 @@ vocabulary); the resulting `DatasetSchema` carries the cardinalities. A multi-va
 is a list (Parquet) or a text whose items are split at `separator` (default "|"); an
 empty cell is missing, an empty item ("a||b") makes the row malformed.
 Dense values are taken as they are (empty -> NaN until preprocessed). Rows with a label
-that is not 0/1, a dense value that is not a finite number, an id column value outside
-[0, N) or a malformed list cell are
-skipped, counted and reported (CSV: file line numbers; Parquet: 1-based row numbers).
+that is not 0/1 (or true/false, yes/no, in any case), a dense value that is not a finite
+number, an id column value outside [0, N) or a malformed list cell are skipped, counted and
+reported (CSV: file line numbers; Parquet: 1-based row numbers).
 pandas reads CSV; pyarrow reads and writes Parquet; both are imported only when needed.
 """
 
@@ -48,6 +48,7 @@ from search_space.schema import (
     DatasetSchema,
     parse_multi_valued,
 )
+from trainers.data.compressed import compression, format_suffix, open_data
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import column_ids, column_vocabulary
@@ -55,9 +56,10 @@ from trainers.data.report import BadRowLimits, BadRowReport
 
 logger = logging.getLogger(__name__)
 
-CSV_SUFFIXES = (".csv",)
+CSV_SUFFIXES = (".csv", ".tsv")  # plain or compressed (logs.csv.gz, .bz2, .xz)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 TABULAR_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
+FILE_TYPES = ".csv, .tsv (either also as .gz, .bz2 or .xz), .parquet, .pq"
 
 
 DEFAULT_SEPARATOR = "|"
@@ -406,12 +408,13 @@ def _read_frame(
     if columns is not None:
         _check_columns(spec, path, header)
     try:
-        if path.suffix.lower() in CSV_SUFFIXES:
+        if format_suffix(path) in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
             # usecols: pandas then keeps a line of too many fields as a row (and one of too
             # few with blanks) instead of stopping; _wrong_field_count reports both
             usecols = spec.columns if columns is not None else header
-            frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False)
+            frame = pd.read_csv(path, sep=_separator(path), usecols=usecols, dtype=str,
+                                keep_default_na=False, compression=compression(path))  # fmt: skip
             return frame, BadRowReport(str(path), unit="line")
         pq = _import("pyarrow.parquet", f"reading {path}")
         frame = pq.read_table(path, columns=spec.columns if columns is not None else None)
@@ -423,27 +426,36 @@ def _read_frame(
 
 def _header(path: Path) -> list[str]:
     """The column names of a CSV/Parquet file."""
-    suffix = path.suffix.lower()
+    suffix = format_suffix(path)
     if suffix not in TABULAR_SUFFIXES:
-        raise RanknasError(f"{path}: unknown file type; use one of {', '.join(TABULAR_SUFFIXES)}")
+        raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}")
     if not path.is_file():
         raise RanknasError(f"{path}: no such file")
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
-            return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+            header = pd.read_csv(path, sep=_separator(path), nrows=0,
+                                 compression=compression(path))  # fmt: skip
+            return [str(c) for c in header.columns]
+        if compression(path):
+            raise RanknasError(f"{path}: a compressed Parquet file, which pyarrow cannot read; "
+                               "decompress it (Parquet compresses its own columns)")  # fmt: skip
         pq = _import("pyarrow.parquet", f"reading {path}")
         return list(pq.read_schema(path).names)
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
         raise RanknasError(f"{path}: cannot read the file ({exc})") from None
 
 
+def _separator(path: Path) -> str:
+    return "\t" if format_suffix(path) == ".tsv" else ","
+
+
 def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarray:
     """Which of the `rows` records of a CSV file (one per row that pandas read) have more or
     fewer fields than the header: their values would land in the wrong columns. Reported by
     line."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as file:
-        records = csv.reader(file)
+    with open_data(path, "rt", newline="", encoding="utf-8", errors="replace") as file:
+        records = csv.reader(file, delimiter=_separator(path))
         expected = len(next(records, []))
         counts, lines = [], []
         for record in records:
@@ -482,7 +494,7 @@ def _convert(
     report.rows = len(frame)
     first = 2 if report.unit == "line" else 1  # CSV line 1 is the header
     numbers = np.arange(first, first + len(frame))
-    label, missing = _numeric(frame[spec.label])
+    label, missing = _label(frame[spec.label])
     bad = missing | ~np.isin(label, (0.0, 1.0))
     report.add(f"label not 0/1 ({spec.label})", numbers[bad])
     dense = np.zeros((len(frame), len(spec.dense)), dtype=np.float32)
@@ -517,13 +529,33 @@ def _convert(
     return label.astype(np.float32), dense, id_columns, bad
 
 
+# How exports write a missing number (pandas, R, SQL, spreadsheets), in any case. Only
+# numeric columns read them so: in a categorical column "NA" may well be Namibia.
+MISSING_NUMBERS = ("", "na", "n/a", "nan", "null", "none", "#n/a", "<na>")
+
+
 def _numeric(series: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Values as float64 (NaN where not a number) and which entries are missing (null/blank)."""
+    """Values as float64 (NaN where not a number) and which entries are missing (null,
+    blank, or a `MISSING_NUMBERS` word)."""
     pd = _import("pandas", "reading tabular data")
     missing = series.isna().to_numpy(dtype=bool, copy=True)
     if not pd.api.types.is_numeric_dtype(series):
-        missing |= series.astype(str).str.strip().eq("").to_numpy(dtype=bool)
+        texts = series.astype(str).str.strip().str.lower()
+        missing |= texts.isin(MISSING_NUMBERS).to_numpy(dtype=bool)
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return values, missing
+
+
+BOOLEAN_LABELS = {"true": 1.0, "yes": 1.0, "false": 0.0, "no": 0.0}
+
+
+def _label(series: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A label column as `_numeric` gives it, with the words true/yes and false/no (any case)
+    read as 1 and 0."""
+    values, missing = _numeric(series)
+    if not _import("pandas", "reading tabular data").api.types.is_numeric_dtype(series):
+        words = series.astype(str).str.strip().str.lower().map(BOOLEAN_LABELS)
+        values = np.where(words.notna(), words.to_numpy(dtype=np.float64, na_value=np.nan), values)
     return values, missing
 
 
@@ -531,7 +563,8 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
     """Write the schema's columns (label as 0/1 integers, a multi-valued column's ids as
     lists) and `true_prob` if known.
 
-    The format follows the suffix: .csv (pandas) or .parquet/.pq (pyarrow).
+    The format follows the suffix: .csv/.tsv (pandas; .csv.gz and the like compressed) or
+    .parquet/.pq (pyarrow).
     """
     path = Path(path)
     schema = data.schema
@@ -540,7 +573,7 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
     columns |= {name: data.categorical[:, k] for k, name in enumerate(schema.feature_names)}
     if data.true_prob is not None:
         columns["true_prob"] = data.true_prob
-    suffix = path.suffix.lower()
+    suffix = format_suffix(path)
     for name, lists in data.multi_hot.items():  # ids as lists, or as texts "3|7" in CSV
         cells = np.split(lists.values, lists.offsets[1:-1])
         columns[name] = (  # type: ignore[assignment]
@@ -550,13 +583,13 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
         )
     if suffix in CSV_SUFFIXES:
         pd = _import("pandas", f"writing {path}")
-        pd.DataFrame(columns).to_csv(path, index=False)
+        pd.DataFrame(columns).to_csv(path, sep=_separator(path), index=False)
     elif suffix in PARQUET_SUFFIXES:
         pa = _import("pyarrow", f"writing {path}")
         pq = _import("pyarrow.parquet", f"writing {path}")
         pq.write_table(pa.table(columns), path)
     else:
-        raise RanknasError(f"{path}: unknown file type; use one of {', '.join(TABULAR_SUFFIXES)}")
+        raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}")
     return path
 
 
@@ -581,13 +614,13 @@ LIST_SHARE = 0.05  # of a column's non-blank cells that hold a separator, for it
 def _check_label(path: Path, column: Any) -> None:
     """Refuse a label column that is mostly not 0/1 (yes/no, ratings): training would reject
     every such row, so say it now, with the values found."""
-    values, blank = _numeric(column)
+    values, blank = _label(column)
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
     if wrong.sum() * 2 > (~blank).sum():
         found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
         raise RanknasError(
-            f"{path}: the label column {column.name!r} holds {found}, not 0/1; write it as 1 "
-            "(clicked, converted, yes) and 0 (not), then infer the schema again"
+            f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
+            "yes/no); write it as 1 (clicked, converted) and 0 (not), then infer the schema again"
         )
 
 

@@ -1,0 +1,44 @@
+"""Data files as logs are kept: plain, or compressed with gzip, bzip2 or xz.
+
+A file's compression is read from its first bytes, not its name, so a Criteo day file
+(`day_0.gz`) and a `logs.csv.gz` read alike; only the standard library's codecs are used.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from pathlib import Path
+from typing import IO, Any
+
+# Magic numbers at the start of a compressed file, and the codec that reads it.
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+_OPENERS = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
+
+
+def compression(path: str | Path) -> str | None:
+    """'gzip', 'bz2' or 'xz' (pandas' names for them), or None for a plain file."""
+    with open(path, "rb") as file:
+        head = file.read(6)
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
+def open_data(path: str | Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+    """`path` opened for reading, decompressed on the fly if it is compressed. `tell` and
+    `seek` count uncompressed bytes (a seek backwards in a compressed file reads it again
+    from the start)."""
+    opener = _OPENERS.get(compression(path) or "", open)
+    if "b" not in mode and "t" not in mode and opener is not open:
+        mode += "t"  # the codecs' open defaults to binary
+    return opener(path, mode, **kwargs)
+
+
+def format_suffix(path: str | Path) -> str:
+    """The suffix that names the file's format, lower case, past a compression suffix:
+    `.csv` for `logs.csv.gz`."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    if len(suffixes) > 1 and suffixes[-1] in COMPRESSED_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
