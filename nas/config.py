@@ -117,7 +117,10 @@ class DataConfig(_Section):
 
     @field_validator("split", mode="before")
     @classmethod
-    def _fractions_alone(cls, value: Any) -> Any:
+    def _shorthands(cls, value: Any) -> Any:
+        """`split: time` (as `--split time`) or `split: [0.8, 0.1, 0.1]` alone."""
+        if isinstance(value, str):
+            return {"method": value}
         return {"fractions": value} if isinstance(value, list | tuple) else value
 
 

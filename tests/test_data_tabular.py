@@ -148,6 +148,20 @@ def test_a_time_split_puts_validation_and_test_after_training(tmp_path):
         data.split(method="later")
 
 
+def test_a_study_s_split_may_be_given_as_the_cli_s_word_or_as_fractions(tmp_path):
+    from nas.config import parse_config
+
+    config = {"name": "s", "data": {"source": "log.csv", "schema": "schema.yaml"},
+              "search_space": {"type": "around", "base": "dlrm"}}  # fmt: skip
+    for split, expected in [("time", ("time", (0.8, 0.1, 0.1))),
+                            ([0.7, 0.2, 0.1], ("auto", (0.7, 0.2, 0.1))),
+                            ({"method": "ordered"}, ("ordered", (0.8, 0.1, 0.1)))]:  # fmt: skip
+        parsed = parse_config(config | {"data": config["data"] | {"split": split}}).data.split
+        assert (parsed.method, parsed.fractions) == expected
+    with pytest.raises(RanknasError, match=r"data\.split\.method: Input should be 'auto'"):
+        parse_config(config | {"data": config["data"] | {"split": "later"}})
+
+
 def test_cli_train_says_how_it_split_and_its_seed_does_not_move_the_split(tmp_path, capsys):
     from nas.cli import main
 
