@@ -268,6 +268,20 @@ def test_compressed_and_tab_separated_files_read_as_the_plain_csv(files, tmp_pat
     assert load_dataset(str(tmp_path / name), files[1], max_bad_fraction=None).bad_rows.bad == 1
 
 
+def test_a_file_separated_by_another_character_is_refused_saying_which(files, tmp_path, capsys):
+    from nas.cli import main
+
+    (tmp_path / "excel.csv").write_text(CSV.replace(",", ";").replace("1.5", "1,5"))
+    assert main(["data", "schema", str(tmp_path / "excel.csv"), "--label", "clicked"]) == 2
+    err = capsys.readouterr().err
+    assert "excel.csv: its header 'clicked;price;age;country;slot;unused' is one column " in err
+    assert "separated by ';', not ','; write it with commas" in err
+    (tmp_path / "log.tsv").write_text(CSV)
+    tabs = r"log\.tsv: .* separated by ',', not '\\t'; name it \.csv"
+    with pytest.raises(RanknasError, match=tabs):
+        load_tabular(tmp_path / "log.tsv", files[1])
+
+
 def test_a_compressed_parquet_file_is_refused_saying_what_to_do(files, tmp_path):
     import gzip
 

@@ -436,7 +436,7 @@ def _header(path: Path) -> list[str]:
             pd = _import("pandas", f"reading {path}")
             header = pd.read_csv(path, sep=_separator(path), nrows=0,
                                  compression=compression(path))  # fmt: skip
-            return [str(c) for c in header.columns]
+            return _check_separator(path, [str(c) for c in header.columns])
         if compression(path):
             raise RanknasError(f"{path}: a compressed Parquet file, which pyarrow cannot read; "
                                "decompress it (Parquet compresses its own columns)")  # fmt: skip
@@ -448,6 +448,24 @@ def _header(path: Path) -> list[str]:
 
 def _separator(path: Path) -> str:
     return "\t" if format_suffix(path) == ".tsv" else ","
+
+
+def _check_separator(path: Path, header: list[str]) -> list[str]:
+    """Refuse a header that is one name holding another separator (a spreadsheet's
+    semicolons): every line would be one malformed field."""
+    other = next((sep for sep in (";", "\t", ",", "|") if len(header) == 1 and sep in header[0]),
+                 None)  # fmt: skip
+    if other is not None and other != _separator(path):
+        shown = {"\t": "tabs"}.get(other, repr(other))
+        fix = {"\t": "name it .tsv", ",": "name it .csv"}.get(other) or (
+            "write it with commas (pandas: df.to_csv(path, index=False)), numbers with a "
+            "decimal point"
+        )
+        raise RanknasError(
+            f"{path}: its header {header[0]!r} is one column holding {shown}: "
+            f"the file is separated by {shown}, not {_separator(path)!r}; {fix}"
+        )
+    return header
 
 
 def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarray:
