@@ -315,8 +315,9 @@ def _study_commands(command, commands) -> None:
     export.add_argument("--register", metavar="NAME",
                         help="also register the model under NAME in the MLflow "
                         "registry")  # fmt: skip
-    export.add_argument("--tracking-uri", metavar="URI", default="http://127.0.0.1:5000",
-                        help="MLflow server for --register")  # fmt: skip
+    export.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow server for --register (default: the study config's, "
+                        "else $MLFLOW_TRACKING_URI, else http://127.0.0.1:5000)")  # fmt: skip
     export.add_argument("--force", action="store_true",
                         help="export a diverged trial (validation NE >= 1) anyway")  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     study = _study(args)
     trial = leaderboard.best_trial(study, args.trial, force=args.force)
+    tracking_uri = _export_tracking_uri(args) if args.register else None
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
@@ -313,11 +315,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         schema=DatasetSchema.from_dict(schema) if schema else None,
         preprocessing=preprocessing,
         register=args.register,
-        tracking_uri=args.tracking_uri,
+        tracking_uri=tracking_uri,
         provenance=_provenance(study, trial, metrics),
-        source_run_id=_trial_run(args.tracking_uri, study.study_name, trial.number)
-        if args.register
-        else None,
+        source_run_id=_trial_run(tracking_uri, study.study_name, trial.number),
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if result.reused_version:
@@ -349,6 +349,23 @@ def _provenance(study, trial, metrics: dict) -> dict:
                 f"{base['val_ne']:.4f} / {base['test_ne']:.4f}"
             )
     return out
+
+
+def _export_tracking_uri(args: argparse.Namespace) -> str:
+    """Where `export --register` registers: --tracking-uri, else the study config's
+    mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else the default server; checked to
+    answer before anything is written."""
+    from nas.defaults import DEFAULT_TRACKING_URI
+    from nas.export.registry import check_reachable
+
+    uri = args.tracking_uri
+    if uri is None and args.study.endswith((".yaml", ".yml")):
+        from nas.config import load_config
+
+        uri = load_config(args.study).mlflow.tracking_uri
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    check_reachable(uri)
+    return uri
 
 
 def _trial_run(tracking_uri: str | None, study: str, number: int) -> str | None:

@@ -3,6 +3,7 @@ an MLflow outage in the middle of the study loses nothing."""
 
 from pathlib import Path
 
+import yaml
 from mlflow import MlflowClient
 
 from mlflow_server import StudyLogger, down, up
@@ -24,7 +25,7 @@ def _runs(client: MlflowClient, experiment: str):
     return parents[0], trials
 
 
-def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd):
+def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, monkeypatch):
     config, logger = _study(tmp_path, server, "with-baselines", trials=1)
     config.baselines = ["dlrm"]
     study = run_study(config, logger=logger, progress=lambda line: None)
@@ -64,6 +65,24 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd):
     assert "baseline dlrm val / test NE" in version.description
     assert main(export) == 0  # the same model again: no version 2
     assert [v.version for v in client.search_model_versions("name = 'wb'")] == ["1"]
+
+    # without --tracking-uri: the study config's server, else $MLFLOW_TRACKING_URI; a
+    # server that does not answer stops the export before it writes anything
+    yaml_file = tmp_path / "study.yaml"
+    raw = tiny_config(tmp_path, "with-baselines", budget={"trials": 1},
+                      mlflow={"tracking_uri": server.uri})  # fmt: skip
+    yaml_file.write_text(yaml.safe_dump(raw | {"baselines": ["dlrm"]}))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["export", str(yaml_file), "--out", str(tmp_path / "w2"), "--register", "wb2"]) == 0
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
+    assert main([*export[:5], str(tmp_path / "w3"), "--register", "wb3"]) == 0
+    assert {m.name for m in client.search_registered_models()} >= {"wb", "wb2", "wb3"}
+    capfd.readouterr()
+    dead = "http://127.0.0.1:9"
+    gone = [*export[:5], str(tmp_path / "w4"), "--register", "x", "--tracking-uri", dead]
+    assert main(gone) == 2
+    assert f"cannot reach the MLflow server at {dead}" in capfd.readouterr().err
+    assert not (tmp_path / "w4").exists()
 
 
 def _study(tmp_path, server, name, trials=3):

@@ -103,7 +103,7 @@ def _register(
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         raise RanknasError("registering a model needs an MLflow tracking URI")
-    _check_reachable(uri)
+    check_reachable(uri)
     fingerprint = _fingerprint(result, columns)
     try:
         client = mlflow.MlflowClient(uri)
@@ -199,7 +199,7 @@ def _log_model_version(
     return str(info.registered_model_version)
 
 
-def _check_reachable(uri: str) -> None:
+def check_reachable(uri: str) -> None:
     if not uri.startswith(("http://", "https://")):
         return
     try:
