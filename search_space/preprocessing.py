@@ -43,6 +43,21 @@ def transform_dense(dense: torch.Tensor, transforms: Sequence[Mapping[str, Any]]
     return torch.stack(columns, dim=1).to(dense.dtype)
 
 
+# How exports write a missing number (pandas, R, SQL, spreadsheets), in any case: in a
+# dense column these are missing values; in a categorical one "NA" may well be Namibia.
+MISSING_NUMBERS = ("", "na", "n/a", "nan", "null", "none", "#n/a", "<na>")
+
+
+def dense_value(value: Any) -> float:
+    """A raw dense value as a float: NaN where missing (None, NaN or a `MISSING_NUMBERS`
+    text), which `transform_dense` fills as training did; ValueError for other texts."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, str) and value.strip().lower() in MISSING_NUMBERS:
+        return float("nan")
+    return float(value)
+
+
 MISSING_ID = 0
 OOV_ID = 1
 FIRST_ID = 2  # the training vocabulary's first value

@@ -475,6 +475,16 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
     as_read = whole.astype({c: "int64" for c in SCHEMA.dense}).assign(c0=frame["c0"].astype(int))
     assert as_read["c0"].dtype == np.int64
     np.testing.assert_allclose(loaded.predict(as_read), loaded.predict(whole), rtol=1e-6)
+    # Texts as a CSV read with dtype=str holds them: numbers, and "N/A"/"null" as missing
+    # values (filled as training filled them: the mean, 0 once standardized)
+    texts = whole.astype({c: str for c in SCHEMA.dense})
+    texts.loc[0, SCHEMA.dense[0]], texts.loc[1, SCHEMA.dense[2]] = "N/A", " null"
+    blanks = whole.astype({c: float for c in SCHEMA.dense})
+    blanks.loc[0, SCHEMA.dense[0]] = blanks.loc[1, SCHEMA.dense[2]] = np.nan
+    np.testing.assert_allclose(loaded.predict(texts), loaded.predict(blanks), rtol=1e-6)
+    texts.loc[2, SCHEMA.dense[1]] = "cheap"
+    with pytest.raises(Exception, match=rf"dense column '{SCHEMA.dense[1]}', row 2: 'cheap'"):
+        loaded.predict(texts)
     with pytest.raises(Exception, match="c0"):
         loaded.predict(frame.drop(columns=["c0"]))
 

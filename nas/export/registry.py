@@ -62,11 +62,11 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
-        dense = m.prepare_dense(_matrix(model_input, m.DENSE_COLUMNS, np.float32), self.directory)
         missing = [c for c in (*m.DENSE_COLUMNS, *m.FEATURES) if c not in model_input.columns]
         if missing:
             raise ValueError(f"input is missing column(s) {missing}; expected "
                              f"{list(m.DENSE_COLUMNS) + list(m.FEATURES)}")  # fmt: skip
+        dense = m.prepare_dense(_dense(model_input, m.DENSE_COLUMNS, m), self.directory)
         raw = [model_input[f].tolist() for f in m.FEATURES]
         ids = m.encode_ids(raw, m.FEATURES, self.directory)
         with torch.no_grad():
@@ -74,10 +74,23 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         return torch.sigmoid(logits).numpy()
 
 
-def _matrix(frame: pd.DataFrame, columns: tuple[str, ...], dtype: type) -> torch.Tensor:
-    """The columns as a row-major tensor in torch's own (aligned) memory: a column-major or
-    unaligned input would make vectorized kernels round differently in the last bit."""
-    return torch.tensor(np.ascontiguousarray(frame[list(columns)].to_numpy(dtype)))
+def _dense(frame: pd.DataFrame, columns: tuple[str, ...], m) -> torch.Tensor:
+    """The dense columns as a row-major float32 tensor in torch's own (aligned) memory (a
+    column-major or unaligned input would make vectorized kernels round differently in the
+    last bit); texts as training read them (`dense_value`: "N/A", "null"... missing)."""
+    block = frame[list(columns)]
+    if not all(pd.api.types.is_numeric_dtype(t) for t in block.dtypes):
+        block = block.copy()
+        for name in columns:
+            numbers = []
+            for row, value in enumerate(block[name].tolist()):
+                try:
+                    numbers.append(m.dense_value(value))
+                except (TypeError, ValueError):
+                    raise ValueError(f"dense column {name!r}, row {row}: {value!r} is not a "
+                                     "number") from None  # fmt: skip
+            block[name] = numbers
+    return torch.tensor(np.ascontiguousarray(block.to_numpy(np.float32)))
 
 
 mlflow.models.set_model(ExportedRankingModel())

@@ -41,7 +41,7 @@ import yaml
 
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
-from search_space.preprocessing import FIRST_ID, split_cell
+from search_space.preprocessing import FIRST_ID, MISSING_NUMBERS, split_cell
 from search_space.schema import (
     READER_FIELDS,
     CategoricalFeature,
@@ -545,11 +545,6 @@ def _convert(
         id_columns.append(np.where(wrong, 0, values).astype(np.int64))
         bad |= wrong
     return label.astype(np.float32), dense, id_columns, bad
-
-
-# How exports write a missing number (pandas, R, SQL, spreadsheets), in any case. Only
-# numeric columns read them so: in a categorical column "NA" may well be Namibia.
-MISSING_NUMBERS = ("", "na", "n/a", "nan", "null", "none", "#n/a", "<na>")
 
 
 def _numeric(series: Any) -> tuple[np.ndarray, np.ndarray]:
