@@ -156,7 +156,35 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
+    view = _view_url(args.study)
+    if view:
+        print(f"compare them in MLflow: {view}")
     return 0
+
+
+def _view_url(study_or_config: str) -> str | None:
+    """The study's view in the MLflow UI when given its config and the config's server
+    answers and holds the experiment; None otherwise (status works without MLflow)."""
+    if not study_or_config.endswith((".yaml", ".yml")):
+        return None
+    from nas.config import load_config
+
+    config = load_config(study_or_config)
+    uri = config.mlflow.tracking_uri
+    if not uri:
+        return None
+    from mlflow import MlflowClient
+
+    from mlflow_server.tracking import study_view_url
+    from nas.export.registry import check_reachable
+
+    name = config.mlflow.experiment or config.name
+    try:
+        check_reachable(uri, timeout_s=2)
+        experiment = MlflowClient(uri).get_experiment_by_name(name)
+    except Exception:  # down, refused, or another server: status says what it knows
+        return None
+    return study_view_url(uri, experiment.experiment_id, config.name) if experiment else None
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:

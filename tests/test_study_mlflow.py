@@ -84,6 +84,15 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert f"cannot reach the MLflow server at {dead}" in capfd.readouterr().err
     assert not (tmp_path / "w4").exists()
 
+    # `status CONFIG` points to the study's view when the config's server holds it
+    assert main(["status", str(yaml_file)]) == 0
+    view = f"{server.uri}/#/experiments/{experiment_id}/runs?viewStateShareKey=ranknas-with-"
+    assert f"compare them in MLflow: {view}" in capfd.readouterr().out
+    yaml_file.write_text(yaml.safe_dump(raw | {"mlflow": {"tracking_uri": dead}}))
+    assert main(["status", str(yaml_file)]) == 0
+    shown = capfd.readouterr().out
+    assert "study with-baselines: 1 complete" in shown and "MLflow" not in shown
+
 
 def _study(tmp_path, server, name, trials=3):
     config = parse_config(

@@ -212,11 +212,11 @@ def _log_model_version(
     return str(info.registered_model_version)
 
 
-def check_reachable(uri: str) -> None:
+def check_reachable(uri: str, timeout_s: float = 10) -> None:
     if not uri.startswith(("http://", "https://")):
         return
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10):
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
             pass
     except (OSError, http.client.HTTPException) as exc:
         raise RanknasError(
