@@ -183,8 +183,14 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
 
     monkeypatch.setattr(optuna.Study, "ask", interrupted_ask)
     config = parse_config(tiny_config(tmp_path, "asked", budget={"trials": 3}))
-    with pytest.raises(KeyboardInterrupt):
-        run_study(config, progress=print)
+    # Python's own Ctrl-C handler, even where the suite was started in the background (a
+    # shell starts background jobs with SIGINT ignored, and Python then keeps it ignored)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study(config, progress=print)
+    finally:
+        signal.signal(signal.SIGINT, before)
     states = _states(load_study("asked", config.storage))
     assert states["RUNNING"] == 0 and states["COMPLETE"] == 1 and states["WAITING"] == 1
     interrupted = load_study("asked", config.storage).trials[calls[1]]
