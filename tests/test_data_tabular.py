@@ -522,14 +522,16 @@ def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(
         "userId": rng.integers(0, 300, n),
         "paid": rng.integers(0, 3000, n),
         "slot": rng.integers(1, 6, n),
+        "Item": rng.zipf(1.4, n) % 3000,  # named as what logs key by: ids
+        "users_per_day": rng.integers(0, 3000, n),  # a count of them: a quantity
     }
     path = tmp_path / "log.csv"
     path.write_text(",".join(columns) + "\n" + "\n".join(
         ",".join(str(values[i]) for values in columns.values()) for i in range(n)))  # fmt: skip
     caplog.clear()
     schema = infer_schema(path, "clicked")
-    assert schema["dense"] == ["paid"]
-    assert [c["name"] for c in schema["categorical"]] == ["city_id", "userId", "slot"]
+    assert schema["dense"] == ["paid", "users_per_day"]
+    assert [c["name"] for c in schema["categorical"]] == ["city_id", "userId", "slot", "Item"]
     assert "left out request_id, session: a different value" in caplog.text
 
 

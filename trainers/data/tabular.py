@@ -614,9 +614,14 @@ def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
 
 
 DENSE_MIN_DISTINCT = 50  # a numeric column with fewer distinct whole values is categorical
-# A column named as ids ("id", "city_id", "user-id", "userId", "item_ids"): whole numbers in
-# it are ids, however many, not a quantity.
-ID_NAME = re.compile(r"(?:^|[_\-\s.])(?:id|ID|Id)s?$|[a-z0-9](?:Id|ID)s?$")
+# A column named as ids ("id", "city_id", "user-id", "userId", "item_ids") or as the thing
+# that ranking logs key by ("user", "item", "ad", ...: Taobao's logs name them so): whole
+# numbers in it are ids, however many, not a quantity.
+ID_NAME = re.compile(
+    r"(?:^|[_\-\s.])(?:id|ID|Id)s?$|[a-z0-9](?:Id|ID)s?$|^(?i:user|item|ad|product|sku|video|"
+    r"movie|song|shop|store|seller|campaign|creative|advertiser|publisher|brand|cate|category|"
+    r"app|site|device|city)s?$"
+)
 ROW_KEY_SHARE = 0.95  # of the rows with a distinct id: the column names rows, not features
 
 
