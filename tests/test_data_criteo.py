@@ -57,6 +57,9 @@ def test_a_gzipped_day_file_reads_as_the_plain_file(tmp_path, cache_dir):
     np.testing.assert_array_equal(data.dense, expected.dense)
     np.testing.assert_array_equal(data.categorical, expected.categorical)
     assert data.bad_rows.describe() == expected.bad_rows.describe().replace("day.tsv", "day_0.gz")
+    (tmp_path / "cut.gz").write_bytes((tmp_path / "day_0.gz").read_bytes()[:-12])
+    with pytest.raises(RanknasError, match=r"cut\.gz: the compressed file is cut short"):
+        load_criteo(tmp_path / "cut.gz", cache_dir=cache_dir)
 
 
 def test_frequency_mapping_with_min_count(tmp_path, cache_dir):

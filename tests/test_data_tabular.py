@@ -266,6 +266,11 @@ def test_compressed_and_tab_separated_files_read_as_the_plain_csv(files, tmp_pat
     assert data.bad_rows.examples == {"wrong number of fields (the header has 6)": [7]}
     assert infer_schema(tmp_path / name, "clicked")["dense"] == ["price"]
     assert load_dataset(str(tmp_path / name), files[1], max_bad_fraction=None).bad_rows.bad == 1
+    if name.endswith((".gz", ".bz2", ".xz")):  # a download cut short: one line, no traceback
+        cut = tmp_path / f"cut-{name}"
+        cut.write_bytes((tmp_path / name).read_bytes()[:-12])
+        with pytest.raises(RanknasError, match=r"cut-log.* cut short or damaged .* download"):
+            load_tabular(cut, files[1])
 
 
 def test_a_file_separated_by_another_character_is_refused_saying_which(files, tmp_path, capsys):

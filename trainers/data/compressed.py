@@ -7,15 +7,34 @@ A file's compression is read from its first bytes, not its name, so a Criteo day
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import lzma
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from search_space.errors import RanknasError
 
 # Magic numbers at the start of a compressed file, and the codec that reads it.
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
 _OPENERS = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
+# What the codecs raise on a file cut short or damaged (a corrupt gzip/bzip2 header is an
+# OSError, which the readers report as unreadable already).
+DAMAGED = (EOFError, zlib.error, lzma.LZMAError)
+
+
+@contextlib.contextmanager
+def damaged_as_user_error(path: str | Path) -> Iterator[None]:
+    """Turn a codec's error while reading `path` (a download cut short) into one line that
+    names the file and what to do."""
+    try:
+        yield
+    except DAMAGED as exc:
+        raise RanknasError(f"{path}: the compressed file is cut short or damaged ({exc}); "
+                           "copy or download it again") from None  # fmt: skip
 
 
 def compression(path: str | Path) -> str | None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from search_space.errors import RanknasError
 from search_space.schema import CategoricalFeature, DatasetSchema
-from trainers.data.compressed import open_data
+from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.dataset import TabularData
 from trainers.data.encoding import check_encoding, frequency_ids, hashed_ids
 from trainers.data.report import BadRowLimits, BadRowReport
@@ -92,7 +92,8 @@ def load_criteo(
     cache = _cache_path(path, settings, cache_dir) if use_cache else None
     data = _read_cache(cache) if cache is not None else None
     if data is None:
-        labels, dense, raw, report = _parse_file(path, max_rows, limits)  # checks the limits
+        with damaged_as_user_error(path):
+            labels, dense, raw, report = _parse_file(path, max_rows, limits)  # checks the limits
         data = _encode(labels, dense, raw, min_count, hash_size, report)
         if cache is not None:
             _write_cache(cache, data, settings)

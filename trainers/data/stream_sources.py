@@ -23,7 +23,7 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.preprocessing import encode_value
 from trainers.data import criteo, tabular
-from trainers.data.compressed import open_data
+from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.encoding import hashed_ids
 from trainers.data.report import MAX_EXAMPLES, BadRowLimits, BadRowReport
 from trainers.data.tabular import (
@@ -276,7 +276,8 @@ class CriteoSource(Source):
         dense = tuple(f"I{i}" for i in range(1, criteo.NUM_DENSE + 1))
         columns = tuple(CategoricalColumn(n) for n in names)
         self.spec = TabularSchema("label", dense, columns, "criteo")
-        self.rows = _count_lines(path)
+        with damaged_as_user_error(path):
+            self.rows = _count_lines(path)
         self._offsets = {0: 0}  # line -> byte offset where it starts, noted while reading
         if self.rows == 0:
             raise RanknasError(f"{path}: the file is empty; expected Criteo TSV lines")

@@ -48,7 +48,12 @@ from search_space.schema import (
     DatasetSchema,
     parse_multi_valued,
 )
-from trainers.data.compressed import compression, format_suffix, open_data
+from trainers.data.compressed import (
+    compression,
+    damaged_as_user_error,
+    format_suffix,
+    open_data,
+)
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import column_ids, column_vocabulary
@@ -413,8 +418,10 @@ def _read_frame(
             # usecols: pandas then keeps a line of too many fields as a row (and one of too
             # few with blanks) instead of stopping; _wrong_field_count reports both
             usecols = spec.columns if columns is not None else header
-            frame = pd.read_csv(path, sep=_separator(path), usecols=usecols, dtype=str,
-                                keep_default_na=False, compression=compression(path))  # fmt: skip
+            options = {"sep": _separator(path), "compression": compression(path)}
+            with damaged_as_user_error(path):
+                frame = pd.read_csv(path, usecols=usecols, dtype=str, keep_default_na=False,
+                                    **options)  # fmt: skip
             return frame, BadRowReport(str(path), unit="line")
         pq = _import("pyarrow.parquet", f"reading {path}")
         frame = pq.read_table(path, columns=spec.columns if columns is not None else None)
@@ -434,8 +441,9 @@ def _header(path: Path) -> list[str]:
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
-            header = pd.read_csv(path, sep=_separator(path), nrows=0,
-                                 compression=compression(path))  # fmt: skip
+            with damaged_as_user_error(path):
+                header = pd.read_csv(path, sep=_separator(path), nrows=0,
+                                     compression=compression(path))  # fmt: skip
             return _check_separator(path, [str(c) for c in header.columns])
         if compression(path):
             raise RanknasError(f"{path}: a compressed Parquet file, which pyarrow cannot read; "
