@@ -287,6 +287,12 @@ def test_a_file_separated_by_another_character_is_refused_saying_which(files, tm
         load_tabular(tmp_path / "log.tsv", files[1])
 
 
+def test_a_file_that_is_not_utf8_is_refused_saying_what_to_do(files, tmp_path):
+    (tmp_path / "latin.csv").write_bytes(CSV.replace("de", "d\xe9").encode("latin-1"))
+    with pytest.raises(RanknasError, match=r"latin\.csv: not UTF-8 text .*save it as UTF-8"):
+        load_tabular(tmp_path / "latin.csv", files[1])
+
+
 def test_a_compressed_parquet_file_is_refused_saying_what_to_do(files, tmp_path):
     import gzip
 

@@ -428,7 +428,7 @@ def _read_frame(
         frame = frame.to_pandas()
         return frame, BadRowReport(str(path), unit="row")
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
-        raise RanknasError(f"{path}: cannot read the file ({exc})") from None
+        raise _unreadable(path, exc) from None
 
 
 def _header(path: Path) -> list[str]:
@@ -451,7 +451,14 @@ def _header(path: Path) -> list[str]:
         pq = _import("pyarrow.parquet", f"reading {path}")
         return list(pq.read_schema(path).names)
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
-        raise RanknasError(f"{path}: cannot read the file ({exc})") from None
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: Exception) -> RanknasError:
+    if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
+        fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
+        return RanknasError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8 (pandas: {fix})")
+    return RanknasError(f"{path}: cannot read the file ({exc})")
 
 
 def _separator(path: Path) -> str:
