@@ -124,15 +124,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return cmd_search(args, summarize=False)
 
 
-def _study(args: argparse.Namespace):
-    """The study named by `args.study`: a study name (in `--storage`), or a study YAML,
-    whose name and storage are then used."""
+def _study_config(args: argparse.Namespace):
+    """The study YAML `args.study` names, parsed; None when it names a study."""
+    if not args.study.endswith((".yaml", ".yml")):
+        return None
+    from nas.config import load_config
+
+    return load_config(args.study)
+
+
+def _study(args: argparse.Namespace, config=None):
+    """The study named by `args.study`: a study name (in `--storage`), or a study YAML
+    (`config`, if already parsed), whose name and storage are then used."""
     from nas.storage import load_study
 
-    if args.study.endswith((".yaml", ".yml")):
-        from nas.config import load_config
-
-        config = load_config(args.study)
+    config = config or _study_config(args)
+    if config is not None:
         return load_study(config.name, config.storage)
     return load_study(args.study, args.storage)
 
@@ -140,7 +147,8 @@ def _study(args: argparse.Namespace):
 def cmd_status(args: argparse.Namespace) -> int:
     from nas import leaderboard
 
-    state = leaderboard.status(_study(args))
+    config = _study_config(args)
+    state = leaderboard.status(_study(args, config))
     if args.json:
         print(json.dumps(state, indent=2))
         return 0
@@ -156,21 +164,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
-    view = _view_url(args.study)
+    view = _view_url(config)
     if view:
         print(f"compare them in MLflow: {view}")
     return 0
 
 
-def _view_url(study_or_config: str) -> str | None:
+def _view_url(config) -> str | None:
     """The study's view in the MLflow UI when given its config and the config's server
     answers and holds the experiment; None otherwise (status works without MLflow)."""
-    if not study_or_config.endswith((".yaml", ".yml")):
-        return None
-    from nas.config import load_config
-
-    config = load_config(study_or_config)
-    uri = config.mlflow.tracking_uri
+    uri = config.mlflow.tracking_uri if config is not None else None
     if not uri:
         return None
     from mlflow import MlflowClient
@@ -322,9 +325,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     from search_space.schema import DatasetSchema
 
-    study = _study(args)
+    config = _study_config(args)
+    study = _study(args, config)
     trial = leaderboard.best_trial(study, args.trial, force=args.force)
-    tracking_uri = _export_tracking_uri(args) if args.register else None
+    tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
@@ -379,19 +383,16 @@ def _provenance(study, trial, metrics: dict) -> dict:
     return out
 
 
-def _export_tracking_uri(args: argparse.Namespace) -> str:
+def _export_tracking_uri(given: str | None, config) -> str:
     """Where `export --register` registers: --tracking-uri, else the study config's
     mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else the default server; checked to
     answer before anything is written."""
     from nas.defaults import DEFAULT_TRACKING_URI
     from nas.export.registry import check_reachable
 
-    uri = args.tracking_uri
-    if uri is None and args.study.endswith((".yaml", ".yml")):
-        from nas.config import load_config
-
-        uri = load_config(args.study).mlflow.tracking_uri
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    if given is None and config is not None:
+        given = config.mlflow.tracking_uri
+    uri = given or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     check_reachable(uri)
     return uri
 

@@ -45,13 +45,10 @@ def compression(path: str | Path) -> str | None:
 
 
 def open_data(path: str | Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:
-    """`path` opened for reading, decompressed on the fly if it is compressed. `tell` and
-    `seek` count uncompressed bytes (a seek backwards in a compressed file reads it again
-    from the start)."""
-    opener = _OPENERS.get(compression(path) or "", open)
-    if "b" not in mode and "t" not in mode and opener is not open:
-        mode += "t"  # the codecs' open defaults to binary
-    return opener(path, mode, **kwargs)
+    """`path` opened for reading ("rb" or "rt"), decompressed on the fly if it is
+    compressed. `tell` and `seek` count uncompressed bytes (a seek backwards in a
+    compressed file reads it again from the start)."""
+    return _OPENERS.get(compression(path) or "", open)(path, mode, **kwargs)
 
 
 def format_suffix(path: str | Path) -> str:

@@ -468,8 +468,9 @@ def _separator(path: Path) -> str:
 def _check_separator(path: Path, header: list[str]) -> list[str]:
     """Refuse a header that is one name holding another separator (a spreadsheet's
     semicolons): every line would be one malformed field."""
-    other = next((sep for sep in (";", "\t", ",", "|") if len(header) == 1 and sep in header[0]),
-                 None)  # fmt: skip
+    if len(header) != 1:
+        return header
+    other = next((sep for sep in (";", "\t", ",", "|") if sep in header[0]), None)
     if other is not None and other != _separator(path):
         shown = {"\t": "tabs"}.get(other, repr(other))
         fix = {"\t": "name it .tsv", ",": "name it .csv"}.get(other) or (
