@@ -85,7 +85,7 @@ def train_baselines(
     """Train every baseline in `names` that the study has not recorded (nor another worker
     is training); with `wait`, until all of them are recorded (those that other workers
     train included: a claim whose worker died is taken over). Returns the study's baselines."""
-    archs = {baseline_key(n): load_baseline(n, data.train.schema) for n in names}
+    archs = _distinct(study, names, data.train.schema)
     while True:
         for order, (key, arch) in enumerate(archs.items()):
             if not _claim(study, config, key):
@@ -100,6 +100,29 @@ def train_baselines(
         if not wait or all(key in found for key in archs):
             return found
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are training elsewhere
+
+
+def _distinct(
+    study: optuna.Study, names: list[str], schema: DatasetSchema
+) -> dict[str, Architecture]:
+    """The baselines of `names` by key; refuses two architectures under one key (files of
+    one stem, or a file named as a preset) in `names` or in the study's record."""
+    archs: dict[str, Architecture] = {}
+    sources: dict[str, str] = {}
+    found = recorded(study)
+    for name in names:
+        key, arch = baseline_key(name), load_baseline(name, schema)
+        if key in archs and digest(archs[key]) != digest(arch):
+            raise RanknasError(f"baselines: {sources[key]} and {name} are both named {key!r} "
+                               "but hold different architectures; rename one file")  # fmt: skip
+        recorded_digest = found.get(key, {}).get("digest")
+        if recorded_digest not in (None, digest(arch)):
+            raise RanknasError(
+                f"baselines: the study holds baseline {key!r} with another architecture "
+                f"(digest {recorded_digest}, not {digest(arch)}); rename {name}"
+            )
+        archs[key], sources[key] = arch, name
+    return archs
 
 
 def _train_one(

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from search_space import arguments
+from search_space.arguments import positive
 from search_space.errors import RanknasError
 from trainers import progress
 
@@ -195,7 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true",
                       help="print JSON (spec, digest, per-block costs) instead of a "
                       "table")  # fmt: skip
-    show.add_argument("--diagram", metavar="FILE", help="also draw the graph to this PNG file")
+    show.add_argument(
+        "--diagram",
+        type=arguments.output_file,
+        metavar="FILE",
+        help="also draw the graph to this PNG file",
+    )
 
     space = commands.add_parser("space", help="work with search spaces")
     space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True,
@@ -204,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sample", cmd_space_sample, "sample one architecture from a space config", space_commands
     )
     sample.add_argument("config", metavar="CONFIG", help="YAML file with a search_space section")
-    sample.add_argument("--seed", type=int, default=0,
+    sample.add_argument("--seed", type=arguments.seed, default=0,
                         help="random seed of the draw; the same seed gives the same "
                         "architecture")  # fmt: skip
     schema_option(sample)
@@ -267,11 +274,11 @@ def _study_commands(command, commands) -> None:
         "retrain the best trials with fresh seeds; rank them by mean validation NE",
     )
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
-    again.add_argument("--top", type=int, default=3, metavar="K",
+    again.add_argument("--top", type=positive(int), default=3, metavar="K",
                        help="best leaderboard trials to retrain")  # fmt: skip
-    again.add_argument("--seeds", type=int, default=3, metavar="N",
+    again.add_argument("--seeds", type=positive(int), default=3, metavar="N",
                        help="fresh training seeds per trial")  # fmt: skip
-    again.add_argument("--baselines", type=int, metavar="K",
+    again.add_argument("--baselines", type=arguments.number(int, minimum=0), metavar="K",
                        help="best baselines to retrain (default: all; the verdict compares "
                        "only those with seed means)")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
@@ -286,7 +293,7 @@ def _study_commands(command, commands) -> None:
                        f"(default: {DEFAULT_STORAGE})")  # fmt: skip
     board.add_argument("--host", default="127.0.0.1",
                        help="address to serve on (loopback: this machine only)")  # fmt: skip
-    board.add_argument("--port", type=int, default=8080, help="TCP port to serve on")
+    board.add_argument("--port", type=arguments.port, default=8080, help="TCP port to serve on")
     baseline = commands.add_parser("baseline", help="baselines: your own models in a study")
     baseline_commands = baseline.add_subparsers(
         dest="baseline_command", metavar="COMMAND", required=True, help="what to do"
@@ -310,7 +317,7 @@ def _study_commands(command, commands) -> None:
                         help="which trial: 'best' (the best mean validation NE of the "
                         "re-evaluated trials, else the best first objective) or a trial "
                         "number")  # fmt: skip
-    export.add_argument("--out", required=True, metavar="DIR",
+    export.add_argument("--out", type=arguments.output_dir, required=True, metavar="DIR",
                         help="directory to write the spec, weights and module to")  # fmt: skip
     export.add_argument("--register", metavar="NAME",
                         help="also register the model under NAME in the MLflow "
@@ -334,7 +341,7 @@ def _tool_commands(command, commands) -> None:
                         help="the server's database, artifacts, log and pid file")  # fmt: skip
     mlflow.add_argument("--host", default="127.0.0.1",
                         help="address to serve on (loopback: this machine only)")  # fmt: skip
-    mlflow.add_argument("--port", type=int, default=5000, help="TCP port to serve on")
+    mlflow.add_argument("--port", type=arguments.port, default=5000, help="TCP port to serve on")
     mlflow.add_argument("--backend-store-uri", metavar="URI",
                         help="tracking database, e.g. postgresql://... (default: "
                         "sqlite:///DATA_DIR/mlflow.db)")  # fmt: skip
@@ -372,19 +379,22 @@ def _tool_commands(command, commands) -> None:
                        help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
     train.add_argument("--evals", type=positive(int), default=defaults.evals,
                        help="validation evaluations over the budget")  # fmt: skip
-    train.add_argument("--patience", type=int, default=defaults.early_stopping_patience,
+    train.add_argument("--patience", type=arguments.number(int, minimum=0),
+                       default=defaults.early_stopping_patience,
                        help="early stopping: evaluations without improvement (0: off); the "
                        "run ends with the best evaluation's weights")  # fmt: skip
-    train.add_argument("--device", default=defaults.device, metavar="auto|cpu|cuda|cuda:N",
+    train.add_argument("--device", type=arguments.device, default=defaults.device,
+                       metavar="auto|cpu|cuda|cuda:N",
                        help="where to train; auto: CUDA if available, else CPU")  # fmt: skip
     train.add_argument("--threads", type=positive(int), default=1, help="CPU threads (1 is fastest "
                        "for small models; more processes use more cores)")  # fmt: skip
-    train.add_argument("--seed", type=int, default=0, help="training seed (initialization, "
+    train.add_argument("--seed", type=arguments.seed, default=0,
+                       help="training seed (initialization, "
                        "batch order); the data does not move with it")  # fmt: skip
     train.add_argument("--preprocessing", choices=["auto", "none"], default="auto",
                        help="auto: a file's dense columns log1p'd where count-like, "
                        "standardized and clipped with training statistics")  # fmt: skip
-    train.add_argument("--data-seed", type=int, default=0,
+    train.add_argument("--data-seed", type=arguments.seed, default=0,
                        help="synthetic rows and the random split")  # fmt: skip
     train.add_argument("--split", default="auto", metavar="auto|random|ordered|time[:COL]",
                        help="how rows become train/validation/test (80/10/10): auto is random "
@@ -393,10 +403,10 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--stream", action="store_true",
                        help="data bigger than memory: read --data (a Parquet directory or file, "
                        "or criteo:PATH) in chunks; split in file order")  # fmt: skip
-    train.add_argument("--min-count", type=int, default=1, metavar="N",
+    train.add_argument("--min-count", type=positive(int), default=1, metavar="N",
                        help="--stream: ids seen fewer than N times in the training split are "
                        "out of vocabulary")  # fmt: skip
-    train.add_argument("--hash-size", type=int, metavar="N",
+    train.add_argument("--hash-size", type=positive(int), metavar="N",
                        help="--stream: hash ids into N buckets instead of a vocabulary (huge "
                        "vocabularies)")  # fmt: skip
     train.add_argument("--cache-dir", metavar="DIR",
@@ -420,31 +430,15 @@ def _tool_commands(command, commands) -> None:
     infer.add_argument("--time", metavar="COLUMN",
                        help="the event-time column, for time-ordered splits")  # fmt: skip
     synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)
-    synth.add_argument("--out", required=True, metavar="DIR",
+    synth.add_argument("--out", type=arguments.output_dir, required=True, metavar="DIR",
                        help="directory to write to (parquet, csv: with schema.yaml and "
                        "stats.json)")  # fmt: skip
     synth.add_argument("--rows", type=positive(int), default=200_000, help="rows to generate")
-    synth.add_argument("--seed", type=int, default=0,
+    synth.add_argument("--seed", type=arguments.seed, default=0,
                        help="generator seed; the same seed gives the same rows")  # fmt: skip
     synth.add_argument("--format", choices=["parquet", "csv", "criteo"], default="parquet",
                        help="criteo: data.tsv in Criteo's format (13 counts, 26 hex ids), "
                        "written piece by piece (any size)")  # fmt: skip
-
-
-def positive(kind: type) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` above 0 (argparse names the option and exits 2)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse's message names the type
-    return parse
 
 
 def _interrupt(signum: int, frame: object) -> None:

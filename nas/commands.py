@@ -233,9 +233,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_baseline_add(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.baselines import train_baselines
+    from nas.baselines import load_baseline, train_baselines
     from nas.config import load_config
-    from nas.protocol import prepare_data
+    from nas.protocol import check_protocol, prepare_data
     from nas.storage import load_study
 
     config = load_config(args.config)
@@ -245,10 +245,13 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     logger = _logger(config)
     if logger is not None:
         logger.start_study(config.name)
-    print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
-          "trial")  # fmt: skip
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
+    check_protocol(study, config, data)
+    for name in args.baselines:
+        load_baseline(name, data.train.schema)  # a wrong name or file stops it before training
+    print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
+          "trial")  # fmt: skip
     train_baselines(study, config, args.baselines, data, logger, bars.write)
     print_comparison(study)
     if logger is not None:
@@ -466,6 +469,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.stream:
         return _train_streamed(args)
+    stream_only = [f"--{name.replace('_', '-')}" for name in ("min_count", "hash_size", "cache_dir")
+                   if getattr(args, name) not in (None, 1)]  # fmt: skip
+    if stream_only:
+        raise RanknasError(f"{', '.join(stream_only)}: for streamed data only; add --stream, or "
+                           "set min_count or hash_size per column in the --schema")  # fmt: skip
     method, _, column = args.split.partition(":")
     options: dict[str, Any] = (
         {"rows": args.rows, "seed": args.data_seed} if args.data == "synthetic" else {}

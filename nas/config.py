@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
+from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.presets import unknown_architecture
@@ -36,6 +37,14 @@ class SplitConfig(_Section):
     )
     column: str | None = Field(default=None, description="time: the event-time column")
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+
+    @field_validator("fractions")
+    @classmethod
+    def _fractions(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not all(f > 0 for f in value) or abs(sum(value) - 1) > 1e-6:
+            raise ValueError("need three numbers above 0 (train, validation, test: validation "
+                             f"selects, test reports) summing to 1, not {list(value)}")  # fmt: skip
+        return value
 
 
 class StreamConfig(_Section):
@@ -65,7 +74,8 @@ class DataConfig(_Section):
     source: str = Field(default="synthetic", description="synthetic | criteo:PATH | PATH")
     schema_path: str | None = Field(default=None, alias="schema")
     rows: int = Field(default=100_000, ge=1_000, description="rows of synthetic data")
-    seed: int = Field(default=0, description="the data's seed (synthetic rows, random split), "
+    seed: int = Field(default=0, ge=0, le=SEED_MAX,
+                      description="the data's seed (synthetic rows, random split), "
                       "apart from the training seeds")  # fmt: skip
     split: SplitConfig = SplitConfig()
     train: str | None = Field(
@@ -270,13 +280,22 @@ class TrainingConfig(_Section):
     restore_best: bool = Field(
         default=_TRAIN.restore_best, description="end with the best evaluation's weights"
     )
-    device: str = "auto"
+    device: str = Field(
+        default="auto", description="auto (a GPU where there is one), cpu, cuda or cuda:N"
+    )
     threads: int = Field(
         default=1,
         ge=1,
         description="CPU threads per worker; small ranking models train fastest on one "
         "thread per process: run more workers to use more cores",
     )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, value):
+            raise ValueError(f"{value!r}: use auto, cpu, cuda or cuda:N")
+        return value
 
 
 class PruningConfig(_Section):
@@ -348,7 +367,7 @@ class StudyConfig(_Section):
     best_baseline: BestBaselineConfig = BestBaselineConfig()
     output_dir: str | None = Field(default=None, description="default: ranknas-data/studies/NAME")
     heartbeat_seconds: int = Field(default=10, ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
 
     @field_validator("name")
     @classmethod

@@ -82,12 +82,15 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     By validation NE of the recorded runs, or of seed means once `reevaluate` has retrained
     the finalists and the baselines with the same fresh seeds: then only the trials and
     baselines that have seed means are compared (`not_compared` lists the other baselines),
-    never one run against a mean. Test NE is reported beside it.
+    never one run against a mean. A baseline whose run failed or diverged is not compared.
+    Test NE is reported beside it.
     """
     found = [r for r in rows(study) if r["val_ne"] is not None]
-    bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
+    recorded_bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
+    bases = [r for r in recorded_bases if r["state"] == "complete"]  # not a diverged one
     if not found or not bases:
         return None
+    failed = [r["baseline"] for r in recorded_bases if r not in bases]
     basis, not_compared = "recorded runs", []
     means = _seed_means(study)
     meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
@@ -112,6 +115,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         if delta_test is None
         else (delta_test < 0) == (best["val_ne"] < base["val_ne"]),
         "not_compared": not_compared,
+        "failed_baselines": failed,
         "dominated_baselines": [
             b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
         ],
@@ -145,6 +149,8 @@ def format_verdict(v: dict[str, Any]) -> str:
     left_out = v.get("not_compared")
     basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)}"
                           if left_out else "")  # fmt: skip
+    if v.get("failed_baselines"):
+        basis += f"; failed or diverged, not compared: {', '.join(v['failed_baselines'])}"
     return (f"verdict ({basis}): {outcome}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"

@@ -12,9 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from nas.config import DEFAULT_EXAMPLES, StudyConfig
 from nas.sharding import plan_trial_sharding
-from nas.trial_record import SHARDING_FILE, TrialAttr, write_metrics, write_weights
+from nas.storage import redact
+from nas.trial_record import (
+    SHARDING_FILE,
+    StudyAttr,
+    TrialAttr,
+    write_metrics,
+    write_weights,
+)
 from search_space.architecture import Architecture, analyze
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
@@ -81,6 +90,59 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     parts = [data.description, describe(data.fitted), data.cache_note]
     described = "; ".join(filter(None, parts))
     return StudyData(data.train, data.valid, data.test, None, described, data.fitted)
+
+
+def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
+    """What every run of a study shares, so that its runs compare: the data (how it was
+    split, the rows each part holds, the schema; the generator's settings for synthetic
+    rows) and the training recipe. Not the device, threads or file paths: workers on other
+    machines may differ in those."""
+    d = config.data
+    described = {"split": data.split, "rows": [len(data.train), len(data.valid), len(data.test)],
+                 "schema": data.train.schema.to_dict()}  # fmt: skip
+    if d.source == "synthetic" and not d.train:
+        described |= {"synthetic_rows": d.rows, "seed": d.seed}
+    training = config.training.model_dump(mode="json", exclude={"device", "threads"})
+    per_trial = {"examples_per_trial", "epochs_per_trial"}
+    budget = config.budget.model_dump(mode="json", include=per_trial)
+    return {"data": described, "training": training | budget}
+
+
+def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The settings that differ between two protocols, as `name: old -> new`."""
+    changes = []
+    for key in sorted(set(recorded) | set(now)):
+        old, new = recorded.get(key), now.get(key)
+        name = f"{prefix}{key}"
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += protocol_changes(old, new, f"{name}.")
+        elif old != new:
+            changes.append(f"{name}: {_short(old)} -> {_short(new)}")
+    return changes
+
+
+def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) -> None:
+    """Refuses to add runs to `study` under another protocol than the one it recorded
+    (`study_protocol`); records it where none is (a new study, or one from before)."""
+    now = study_protocol(config, data)
+    recorded = study.user_attrs.get(StudyAttr.PROTOCOL)
+    if recorded is None:
+        study.set_user_attr(StudyAttr.PROTOCOL, now)
+        return
+    changes = protocol_changes(recorded, now)
+    if changes:
+        more = len(changes) - 4
+        shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
+        raise RanknasError(
+            f"study {config.name!r} in {redact(config.storage)} was run with other settings "
+            f"({shown}): runs under both would not compare; put them back, or give the "
+            "study a new name"
+        )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def wants_preprocessing(setting: str, source: str) -> bool:

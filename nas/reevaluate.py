@@ -22,7 +22,7 @@ import torch
 from nas.baselines import recorded
 from nas.config import StudyConfig
 from nas.leaderboard import baseline_rows, rows
-from nas.protocol import StudyData, prepare_data, train_architecture
+from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
@@ -80,8 +80,10 @@ def retrain(
         for key, directory in archs.items():
             runs = dict(record.get(key, {}))
             missing = [seed for seed in wanted if seed not in runs]
+            if missing and data is None:
+                data = prepare_data(config)
+                check_protocol(study, config, data)
             if missing:
-                data = data or prepare_data(config)
                 arch = read_architecture(directory)
             for seed in missing:
                 label = f"{_label(key)} seed {seed}"

@@ -37,10 +37,12 @@ from nas.protocol import (
     Costs,
     StudyData,
     architecture_costs,
+    check_protocol,
     latency_predictor,
     plan_sharding,
     prepare_data,
     record_result,
+    study_protocol,
     train_architecture,
 )
 from nas.reevaluate import best_baseline_by_seed_means
@@ -151,13 +153,19 @@ def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> o
 
 
 def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
-    """True for a new study; refuses one created with another search space."""
+    """True for a new study; refuses one created with another search space or other
+    objectives (its trials' values would mean something else)."""
     recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
+    where = f"study {config.name!r} in {redact(config.storage)} was created with"
     if recorded is not None and recorded != config.search_space.model_dump(mode="json"):
         raise RanknasError(
-            f"study {config.name!r} in {redact(config.storage)} was created with another "
-            "search_space; "
-            "give the study a new name to search a different space"
+            f"{where} another search_space; give the study a new name to search a different space"
+        )
+    objectives = study.user_attrs.get(StudyAttr.OBJECTIVES)
+    if objectives is not None and objectives != objective_names(config):
+        raise RanknasError(
+            f"{where} objectives {', '.join(objectives)}, not {', '.join(objective_names(config))}"
+            " (objectives.metric and cost); put them back, or give the study a new name"
         )
     return recorded is None
 
@@ -293,13 +301,12 @@ def _run_study(
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)
         _check_search_space(study, config)
+        check_protocol(study, config, data)
     if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
-    recipe = config.training.model_dump(mode="json", exclude={"device", "threads"})
-    study.set_user_attr(StudyAttr.RECIPE, recipe | config.budget.model_dump(
-        mode="json", include={"examples_per_trial", "epochs_per_trial"}))  # fmt: skip
+    study.set_user_attr(StudyAttr.RECIPE, study_protocol(config, data)["training"])
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if logger is not None:

@@ -113,6 +113,11 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
 
 
 def load_study(name: str, url: str) -> optuna.Study:
+    """The study `name`, which must exist (a missing SQLite file is not created)."""
+    path = _sqlite_path(url)
+    if path is not None and not path.exists():
+        raise RanknasError(f"no study {name!r}: the storage {path} does not exist; run "
+                           "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
     storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage)

@@ -55,6 +55,7 @@ class StudyAttr(StrEnum):
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained
+    PROTOCOL = "protocol"  # the data and recipe every run shares (`protocol.study_protocol`)
     MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
 

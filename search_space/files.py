@@ -26,6 +26,31 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML ({exc})") from None
+        raise error(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the
+    last one silently, and a setting written above it is lost)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in lines:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} given twice (first on line {lines[key]})",
+                    key_node.start_mark,
+                )  # fmt: skip
+            lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong and where, in one line (PyYAML's own message spans several)."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return str(exc)
+    mark = exc.problem_mark
+    return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"

@@ -38,6 +38,12 @@ def _huge_cardinality(tmp_path) -> list[str]:
     return ["arch", "show", "dlrm", "--schema", str(path)]
 
 
+def _twice(tmp_path) -> list[str]:
+    path = tmp_path / "twice.yaml"
+    path.write_text("budget: {trials: 2, examples_per_trial: 2000}\nname: x\nbudget: {trials: 1}\n")
+    return ["search", str(path)]
+
+
 CASES = {
     "bad param in a non-output block": (_bad_block, "block 'bottom'"),
     "search_space as a plain word": (
@@ -83,6 +89,28 @@ CASES = {
         lambda p: _csv(p, ["1,1e300,a", *(f"{i % 2},{i}.5,s{i % 3}" for i in range(50))]),
         "dense value beyond float32 (price): 1 (line 2)",
     ),
+    "a negative seed in a study": (lambda p: ["search", _study(p, seed=-1)], "seed: Input should"),
+    "a device torch does not know": (
+        lambda p: ["search", _study(p, training={"device": "tpu"})],
+        "training.device: 'tpu': use auto, cpu, cuda or cuda:N",
+    ),
+    "a split that leaves no test rows": (
+        lambda p: ["search", _study(p, data={"split": {"fractions": [0.9, 0.1, 0.0]}})],
+        "data.split.fractions: need three numbers above 0",
+    ),
+    "a key given twice in a study's YAML": (_twice, "'budget' given twice (first on line 1)"),
+    "an embedding dim of 0 in a DAG space": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "embedding_dims": [0]})],
+        "search_space.embedding_dims: every dim must be in [1, 1024]",
+    ),
+    "a streaming option without --stream": (
+        lambda p: [*_csv(p, ["1,1.5,a"]), "--min-count", "5"],
+        "--min-count: for streamed data only",
+    ),
+    "a study that does not exist, in a file that does not": (
+        lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
+        "no study 'nope': the storage",
+    ),
 }
 
 
@@ -92,4 +120,41 @@ def test_a_mistake_is_one_clear_error(case, tmp_path, capsys):
     assert main(make_args(tmp_path)) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and expected in err, err
+    assert "Traceback" not in err
+
+    if case.startswith("a study that does not exist"):
+        assert not (tmp_path / "none.db").exists()  # a read-only command creates nothing
+
+
+ARGUMENT_CASES = {
+    "a negative seed": (["train", "--arch", "dlrm", "--seed", "-1"], "--seed: must be at least 0"),
+    "a device torch does not know": (["train", "--arch", "dlrm", "--device", "tpu"], "'tpu': use"),
+    "an infinite budget": (["train", "--arch", "dlrm", "--epochs", "inf"], "a finite number"),
+    "a port out of range": (["mlflow", "status", "--port", "99999"], "must be at most 65535"),
+    "retraining no trials": (["reevaluate", "x.yaml", "--top", "0"], "--top: must be above 0"),
+    "a directory as the latency predictor's file": (
+        lambda p: ["latency", "fit", "space.yaml", "--out", str(p)],
+        "is a directory: give a file name in it",
+    ),
+    "a diagram where no directory can be made": (
+        ["arch", "show", "dlrm", "--diagram", "/proc/ranknas/graph.png"],
+        "--diagram: cannot write /proc/ranknas/graph.png",
+    ),
+    "a file where the export directory goes": (
+        lambda p: ["export", "x", "--out", str(p / "x.yaml")],
+        "x.yaml is a file, not a directory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ARGUMENT_CASES))
+def test_a_wrong_option_is_refused_before_any_work(case, tmp_path, capsys):
+    """Options argparse checks: the usage, one error naming the option, exit 2."""
+    args, expected = ARGUMENT_CASES[case]
+    (tmp_path / "x.yaml").write_text("name: x\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(args(tmp_path) if callable(args) else args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: argument" in err and expected in err, err
     assert "Traceback" not in err

@@ -74,6 +74,21 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     assert "verdict" in capsys.readouterr().out
 
 
+def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
+    config = parse_config(_config(tmp_path, "diverged", budget={"trials": 1}))
+    study = run_study(config, progress=lambda line: None)
+    record = recorded(study)["dlrm"] | {
+        "status": "failed",
+        "val_ne": 0.5,
+        "failure_reason": "diverged: validation NE 1.0015",
+    }
+    study.set_user_attr("baselines:dlrm", record)  # a low NE, but from a failed run
+    v = verdict(load_study("diverged", config.storage))
+    assert v["best_baseline"]["baseline"] == "logistic_regression"
+    assert v["failed_baselines"] == ["dlrm"]
+    assert "failed or diverged, not compared: dlrm" in format_verdict(v)
+
+
 @pytest.mark.parametrize(
     ("basis", "delta_test", "said"),
     [
@@ -125,6 +140,25 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_pat
 
     assert main(["baseline", "add", str(path), "no_such_model", "--no-mlflow"]) == 2
     assert "baselines: no_such_model: neither a preset" in capsys.readouterr().err
+
+
+def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys):
+    """A baseline is keyed by its file's stem: another model under a recorded key was
+    skipped, or shown with the recorded one's figures."""
+    config = _config(tmp_path, "named", baselines=("dlrm",), budget={"trials": 1})
+    run_study(parse_config(config), progress=lambda line: None)
+    schema = prepare_data(parse_config(config)).train.schema
+    (tmp_path / "other").mkdir()
+    for path, model in ((tmp_path / "dlrm.json", "deepfm"), (tmp_path / "mine.json", "dlrm"),
+                        (tmp_path / "other" / "mine.json", "deepfm")):  # fmt: skip
+        path.write_text(preset(model, schema).to_json())
+    add = ["baseline", "add", str(write_config(tmp_path, config)), "--no-mlflow"]
+    assert main([*add, str(tmp_path / "dlrm.json")]) == 2
+    assert "holds baseline 'dlrm' with another architecture" in capsys.readouterr().err
+    assert main([*add, str(tmp_path / "mine.json"), str(tmp_path / "other" / "mine.json")]) == 2
+    assert "are both named 'mine' but hold different architectures" in capsys.readouterr().err
+    assert list(recorded(load_study("named", config["storage"]))) == ["dlrm"]
+    assert main([*add, "dlrm"]) == 0  # the same architecture again: nothing to train
 
 
 def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp_path):

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 
 from cost_models import lazy_handler
+from search_space import arguments
 
 
 def _handler(name: str) -> Callable[[argparse.Namespace], int]:
@@ -35,7 +36,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="architectures to sample and measure (at least 4)",
     )
-    fit.add_argument("--out", required=True, metavar="FILE", help="predictor JSON file to write")
+    fit.add_argument(
+        "--out",
+        type=arguments.output_file,
+        required=True,
+        metavar="FILE",
+        help="predictor JSON file to write",
+    )
     fit.add_argument(
         "--holdout",
         type=float,
@@ -45,7 +52,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "error, between 0 and 1 (the saved predictor is then fitted on all)",
     )
     fit.add_argument(
-        "--seed", type=int, default=0, help="seed of the architecture sample and the held-out split"
+        "--seed",
+        type=arguments.seed,
+        default=0,
+        help="seed of the architecture sample and the held-out split",
     )
     _schema_option(fit)
     _measure_options(fit)
@@ -81,7 +91,11 @@ def _schema_option(parser: argparse.ArgumentParser) -> None:
 def _measure_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=512, help="examples per timed batch")
     parser.add_argument(
-        "--device", default="cpu", metavar="cpu|cuda|cuda:N", help="device to time on"
+        "--device",
+        type=arguments.device,
+        default="cpu",
+        metavar="cpu|cuda|cuda:N",
+        help="device to time on",
     )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads torch may use")
     parser.add_argument(

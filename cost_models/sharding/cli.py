@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cost_models import lazy_handler
 from cost_models.sharding.methods import FALLBACK, METHODS
+from search_space import arguments
 
 DEFAULT_MODEL = Path("runs/sharding/model")
 DEFAULT_CACHE = Path("runs/sharding/measurements")
@@ -56,7 +57,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="measure, train the cost model and the RL policy")
     train.add_argument(
         "--out",
-        type=Path,
+        type=lambda text: Path(arguments.output_dir(text)),
         default=DEFAULT_MODEL,
         metavar="DIR",
         help="directory to save the cost model and the policy to",
@@ -81,7 +82,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="policy training iterations per round (default: 250; 5 with --quick)",
     )
     train.add_argument(
-        "--seed", type=int, default=0, help="seed of the table pools, tasks and training"
+        "--seed", type=arguments.seed, default=0, help="seed of the table pools, tasks and training"
     )
     train.add_argument("--quick", action="store_true", help="a tiny run (seconds), to try it out")
     train.set_defaults(handler=_handler("cmd_train"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -284,8 +285,8 @@ def _int(entry: Mapping[str, Any], key: str, where: str) -> int:
 
 def _positive(entry: Mapping[str, Any], key: str, where: str, default: float) -> float:
     value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise RanknasError(f"{where}: '{key}' must be a number > 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise RanknasError(f"{where}: '{key}' must be a finite number > 0, got {value!r}")
     return float(value)
 
 

@@ -69,7 +69,10 @@ def export_model(
     columns = _Columns.of(arch, schema)
     tensors = _checked_weights(analysis, state_dict)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RanknasError(f"cannot create the export directory {out} ({exc.strerror})") from None
     arch_digest = digest(arch)
     result = ExportResult(
         out_dir=out,

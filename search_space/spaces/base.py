@@ -66,7 +66,7 @@ class SpaceConfig(BaseModel):
 
     @field_validator("embedding_dims", "feature_dims")
     @classmethod
-    def _positive(cls, value: list[int] | None) -> list[int] | None:
+    def _dims(cls, value: list[int] | None) -> list[int] | None:
         if value is not None and any(v < 1 or v > 1024 for v in value):
             raise ValueError("every dim must be in [1, 1024]")
         return value

@@ -62,7 +62,7 @@ class DagConfig(SpaceConfig):
 
     @field_validator("widths", "counts")
     @classmethod
-    def _positive(cls, sizes: list[int]) -> list[int]:
+    def _sizes(cls, sizes: list[int]) -> list[int]:
         if any(s < 1 or s > 65536 for s in sizes):
             raise ValueError("every size must be in [1, 65536]")
         return sizes
