@@ -290,6 +290,11 @@ def _run_study(
 ) -> optuna.Study:
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
+    try:  # every trial writes here: a wrong place must stop the study, not fail each trial
+        config.study_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RanknasError(f"output_dir: cannot create {config.study_dir} ({exc.strerror}); "
+                           "choose a writable directory") from None  # fmt: skip
     data = prepare_data(config)
     progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
              f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip

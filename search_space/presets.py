@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig
+from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig, analyze
 from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
 
@@ -130,4 +130,9 @@ def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
     problem = unknown_architecture(name_or_file)
     if problem:
         raise SpecError(problem)
-    return Architecture.load(Path(name_or_file)).bind(schema)
+    arch = Architecture.load(Path(name_or_file)).bind(schema)
+    try:
+        analyze(arch)  # here, so that the error names the file
+    except SpecError as exc:
+        raise SpecError(f"{name_or_file}: {exc}") from None
+    return arch

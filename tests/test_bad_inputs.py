@@ -44,6 +44,21 @@ def _twice(tmp_path) -> list[str]:
     return ["search", str(path)]
 
 
+def _named_twice(tmp_path) -> list[str]:
+    """pandas reads the second `price` as `price.1`, and the schema then had both."""
+    path = tmp_path / "twice.csv"
+    path.write_text("y,price,price,shop\n" + "".join(f"{i % 2},{i},{i + 1},s\n" for i in range(60)))
+    return ["data", "schema", str(path), "--label", "y"]
+
+
+def _unknown_op(tmp_path) -> list[str]:
+    """The error named the block but not the file (a study may list several)."""
+    arch = {"name": "u", "embedding": {"dim": 8}, "output": "a",
+            "blocks": [{"name": "a", "op": "mlpp", "inputs": ["dense"], "params": {}}]}  # fmt: skip
+    (tmp_path / "unknown.json").write_text(json.dumps(arch))
+    return ["search", _study(tmp_path, baselines=["dlrm", str(tmp_path / "unknown.json")])]
+
+
 CASES = {
     "bad param in a non-output block": (_bad_block, "block 'bottom'"),
     "search_space as a plain word": (
@@ -107,6 +122,12 @@ CASES = {
         lambda p: [*_csv(p, ["1,1.5,a"]), "--min-count", "5"],
         "--min-count: for streamed data only",
     ),
+    "an output directory that cannot be made": (
+        lambda p: ["search", _study(p, output_dir="/proc/ranknas/studies")],
+        "output_dir: cannot create /proc/ranknas/studies",
+    ),
+    "an architecture file whose block is wrong": (_unknown_op, "unknown.json: block 'a'"),
+    "a column named twice in a CSV header": (_named_twice, "the header names 'price' more than"),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",

@@ -68,6 +68,7 @@ FILE_TYPES = ".csv, .tsv (either also as .gz, .bz2 or .xz), .parquet, .pq"
 
 
 DEFAULT_SEPARATOR = "|"
+MANGLED = re.compile(r".+\.\d+")  # how pandas renames a column name's second use: x.1
 
 
 @dataclass(frozen=True)
@@ -444,14 +445,26 @@ def _header(path: Path) -> list[str]:
             with damaged_as_user_error(path):
                 header = pd.read_csv(path, sep=_separator(path), nrows=0,
                                      compression=compression(path))  # fmt: skip
-            return _check_separator(path, [str(c) for c in header.columns])
+            return _check_unique(path, _check_separator(path, [str(c) for c in header.columns]))
         if compression(path):
             raise RanknasError(f"{path}: a compressed Parquet file, which pyarrow cannot read; "
                                "decompress it (Parquet compresses its own columns)")  # fmt: skip
         pq = _import("pyarrow.parquet", f"reading {path}")
-        return list(pq.read_schema(path).names)
+        return _check_unique(path, list(pq.read_schema(path).names))
     except (ValueError, OSError) as exc:  # pandas' and pyarrow's parse errors derive from these
         raise _unreadable(path, exc) from None
+
+
+def _check_unique(path: Path, header: list[str]) -> list[str]:
+    """Refuse a column name given twice (pandas renames the second `x.1` silently)."""
+    if format_suffix(path) in CSV_SUFFIXES and any(MANGLED.fullmatch(name) for name in header):
+        with open_data(path, "rt", encoding="utf-8-sig", newline="") as file:
+            header = next(csv.reader(file, delimiter=_separator(path)), header)
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise RanknasError(f"{path}: the header names {', '.join(map(repr, twice))} more than "
+                           "once; give every column its own name")  # fmt: skip
+    return header
 
 
 def _unreadable(path: Path, exc: Exception) -> RanknasError:
