@@ -93,15 +93,19 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
 
 
 def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
-    """What every run of a study shares, so that its runs compare: the data (how it was
-    split, the rows each part holds, the schema; the generator's settings for synthetic
-    rows) and the training recipe. Not the device, threads or file paths: workers on other
-    machines may differ in those."""
+    """What every run of a study shares, so that its runs compare: the data (the split and
+    preprocessing settings, the rows each part holds, the schema; the generator's settings
+    for synthetic rows) and the training recipe. Not the device, threads or file paths:
+    workers on other machines may differ in those."""
     d = config.data
-    described = {"split": data.split, "rows": [len(data.train), len(data.valid), len(data.test)],
+    described = {"split": d.split.model_dump(mode="json"), "seed": d.seed,
+                 "preprocessing": d.preprocessing,
+                 "rows": [len(data.train), len(data.valid), len(data.test)],
                  "schema": data.train.schema.to_dict()}  # fmt: skip
+    if d.stream.enabled:
+        described["stream"] = d.stream.model_dump(mode="json", include={"min_count", "hash_size"})
     if d.source == "synthetic" and not d.train:
-        described |= {"synthetic_rows": d.rows, "seed": d.seed}
+        described["synthetic_rows"] = d.rows
     training = config.training.model_dump(mode="json", exclude={"device", "threads"})
     per_trial = {"examples_per_trial", "epochs_per_trial"}
     budget = config.budget.model_dump(mode="json", include=per_trial)
