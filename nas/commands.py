@@ -152,7 +152,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(state, indent=2))
         return 0
-    counts = ", ".join(f"{n} {k}" for k, n in state["trials"].items() if n)
+    # WAITING: starting points queued when the study began and not run (yet, or at all:
+    # the budget may have been reached first)
+    words = {"waiting": "queued starting points not run"}
+    counts = ", ".join(f"{n} {words.get(k, k)}" for k, n in state["trials"].items() if n)
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
     if state["around_base"]:
         print(f"searched around the best baseline: {state['around_base']}")

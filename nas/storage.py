@@ -118,7 +118,8 @@ def load_study(name: str, url: str) -> optuna.Study:
     if path is not None and not path.exists():
         raise RanknasError(f"no study {name!r}: the storage {path} does not exist; run "
                            "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
-    storage = open_storage(url)
+    with study_lock(url, name):  # not while a study starting there creates Optuna's tables
+        storage = open_storage(url)
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import optuna
@@ -16,7 +17,7 @@ from nas.cli import main
 from nas.config import parse_config
 from nas.protocol import prepare_data
 from nas.runner import REPEATS_PER_TRIAL, run_study
-from nas.storage import load_study
+from nas.storage import load_study, study_lock
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
 from study_helpers import counted, tiny_config, write_config
@@ -126,6 +127,21 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     states = _states(study)
     assert states["RUNNING"] == 0 and len(counted(study)) == 3
     assert study.trials[orphan.number].state == TrialState.FAIL
+
+
+def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path):
+    """`status` run as a study started opened the SQLite file while the study created
+    Optuna's tables in it, and the study died on "table already exists" (2 starts in 6).
+    A study creates its storage under the study lock; reading it waits for that lock."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    optuna.create_study(study_name="starting", storage=url)
+    opened = threading.Event()
+    reader = threading.Thread(target=lambda: (load_study("starting", url), opened.set()))
+    with study_lock(url, "starting"):  # as `run_study` holds it while opening the storage
+        reader.start()
+        assert not opened.wait(1.0)
+    assert opened.wait(30)
+    reader.join()
 
 
 def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
