@@ -112,14 +112,14 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     return {"data": described, "training": training | budget}
 
 
-def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
     """The settings that differ between two protocols, as `name: old -> new`."""
     changes = []
     for key in sorted(set(recorded) | set(now)):
         old, new = recorded.get(key), now.get(key)
         name = f"{prefix}{key}"
         if isinstance(old, dict) and isinstance(new, dict):
-            changes += protocol_changes(old, new, f"{name}.")
+            changes += _protocol_changes(old, new, f"{name}.")
         elif old != new:
             changes.append(f"{name}: {_short(old)} -> {_short(new)}")
     return changes
@@ -133,7 +133,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     if recorded is None:
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
-    changes = protocol_changes(recorded, now)
+    changes = _protocol_changes(recorded, now)
     if changes:
         more = len(changes) - 4
         shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
