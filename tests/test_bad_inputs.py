@@ -59,6 +59,13 @@ def _unknown_op(tmp_path) -> list[str]:
     return ["search", _study(tmp_path, baselines=["dlrm", str(tmp_path / "unknown.json")])]
 
 
+def _three_classes(tmp_path) -> list[str]:
+    """A schema was written (exit 0) for a file that training then refused."""
+    path = tmp_path / "classes.csv"
+    path.write_text("y,price,shop\n" + "".join(f"{i % 3},{i}.5,s{i % 4}\n" for i in range(60)))
+    return ["data", "schema", str(path), "--label", "y"]
+
+
 CASES = {
     "bad param in a non-output block": (_bad_block, "block 'bottom'"),
     "search_space as a plain word": (
@@ -127,6 +134,10 @@ CASES = {
         "output_dir: cannot create /proc/ranknas/studies",
     ),
     "an architecture file whose block is wrong": (_unknown_op, "unknown.json: block 'a'"),
+    "classes 0/1/2 as the label, when inferring a schema": (
+        _three_classes,
+        "the label column 'y' holds '2', not 0/1 (or true/false, yes/no), in 20 of 60 rows",
+    ),
     "a column named twice in a CSV header": (_named_twice, "the header names 'price' more than"),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],

@@ -659,15 +659,16 @@ LIST_SHARE = 0.05  # of a column's non-blank cells that hold a separator, for it
 
 
 def _check_label(path: Path, column: Any) -> None:
-    """Refuse a label column that is mostly not 0/1 (yes/no, ratings): training would reject
-    every such row, so say it now, with the values found."""
+    """Refuse a label column with more values that are not 0/1 (ratings, classes 0/1/2)
+    than a training load tolerates as malformed rows: say it now, with the values found."""
     values, blank = _label(column)
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
-    if wrong.sum() * 2 > (~blank).sum():
+    if wrong.sum() > (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
         found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
         raise RanknasError(
             f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
-            "yes/no); write it as 1 (clicked, converted) and 0 (not), then infer the schema again"
+            f"yes/no), in {int(wrong.sum()):,} of {int((~blank).sum()):,} rows; write it as 1 "
+            "(clicked, converted) and 0 (not), then infer the schema again"
         )
 
 
