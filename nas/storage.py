@@ -62,15 +62,21 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
             "grace_period": 3 * heartbeat_seconds,
             "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
         }
-    try:
+    with _unreachable_as_user_error(url):
         storage = RDBStorage(normalize_url(url), **heartbeat)
-    except (SQLAlchemyError, ImportError, ValueError) as exc:
-        reason = f"{exc.__class__.__name__}: {exc}"
-        reason = reason.replace(url, redact(url))
-        raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)})") from None
     if path is not None:
         _write_ahead_log(storage.engine)
     return storage
+
+
+@contextlib.contextmanager
+def _unreachable_as_user_error(url: str) -> Iterator[None]:
+    """A database that cannot be reached or opened: one error naming it (password hidden)."""
+    try:
+        yield
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        reason = f"{exc.__class__.__name__}: {exc}".replace(url, redact(url))
+        raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)})") from None
 
 
 def _write_ahead_log(engine: Engine) -> None:
@@ -147,7 +153,9 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
         return
     if url.startswith("postgresql"):
         key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big", signed=True)
-        with _engine(url).connect() as connection:
+        with _unreachable_as_user_error(url):
+            connection = _engine(url).connect()
+        with connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
             try:
                 yield

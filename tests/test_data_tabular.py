@@ -86,7 +86,7 @@ def test_bad_values_are_reported_with_line_numbers(tmp_path, files):
     assert (report.rows, report.bad, report.unit) == (9, 4, "line")
     assert report.examples == {
         "label not 0/1 (clicked)": [8],
-        "dense value not a number (price)": [7, 10],
+        "dense value not a finite number (price)": [7, 10],
         "id not an integer in [0, 4) (slot)": [9],
     }
     with pytest.raises(RanknasError, match=r"bad\.csv: 4 malformed lines of 9 lines"):
@@ -535,6 +535,10 @@ def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(
         "slot": rng.integers(1, 6, n),
         "Item": rng.zipf(1.4, n) % 3000,  # named as what logs key by: ids
         "users_per_day": rng.integers(0, 3000, n),  # a count of them: a quantity
+        "segment": ["all"] * n,  # one value everywhere (an export's constant): left out
+        "ctr_7d": [0.0] * n,
+        "coupon": [""] * n,  # blank everywhere
+        "promo": [""] * (n - 1) + ["x"],  # one value, once: kept
     }
     path = tmp_path / "log.csv"
     path.write_text(",".join(columns) + "\n" + "\n".join(
@@ -542,8 +546,10 @@ def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(
     caplog.clear()
     schema = infer_schema(path, "clicked")
     assert schema["dense"] == ["paid", "users_per_day"]
-    assert [c["name"] for c in schema["categorical"]] == ["city_id", "userId", "slot", "Item"]
+    assert [c["name"] for c in schema["categorical"]] == [
+        "city_id", "userId", "slot", "Item", "promo"]  # fmt: skip
     assert "left out request_id, session: a different value" in caplog.text
+    assert "left out segment, ctr_7d, coupon: the same value on every row" in caplog.text
 
 
 def test_a_file_with_only_its_header_is_refused_naming_it(files, capsys):

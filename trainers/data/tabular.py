@@ -548,7 +548,7 @@ def _convert(
     for k, name in enumerate(spec.dense):
         values, missing = _numeric(frame[name])
         wrong = ~missing & ~np.isfinite(values)
-        report.add(f"dense value not a number ({name})", numbers[wrong])
+        report.add(f"dense value not a finite number ({name})", numbers[wrong])
         with np.errstate(invalid="ignore"):
             huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
         report.add(f"dense value beyond float32 ({name})", numbers[huge])
@@ -681,7 +681,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     `LIST_SEPARATORS` (CSV), is multi-valued. Without `time`, the first column of dates
     becomes the time column. A column of ids (text, or whole numbers named as ids) with a
     different value on nearly every row (a request or impression id) is left out, with a
-    warning."""
+    warning, as is a column with one value (or none) in every row: it tells no row from
+    another."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -698,9 +699,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
-    dense, categorical, row_keys = [], [], []
+    dense, categorical, row_keys, constant = [], [], [], []
     for column in frame.columns:
         if column in (label, time):
+            continue
+        if frame[column].astype(str).nunique(dropna=False) <= 1:
+            constant.append(str(column))
             continue
         lists = _list_column(frame[column])
         if lists is not None:
@@ -723,6 +727,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         logger.warning("%s: left out %s: a different value on (nearly) every row names the row, "
                        "not a feature that new rows share; add it under categorical if it "
                        "does repeat", path, ", ".join(row_keys))  # fmt: skip
+    if constant:
+        logger.warning("%s: left out %s: the same value on every row tells no row from another",
+                       path, ", ".join(constant))  # fmt: skip
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
