@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +173,10 @@ class ParquetSource(Source):
     def _convert(self, batch: Any, first_row: int, report: BadRowReport) -> RawChunk:
         frame = batch.to_pandas()
         chunk_report = BadRowReport(report.source, unit="row")
-        with _quiet(tabular.logger):  # blanks are reported once, by the dense fit
-            labels, dense, id_columns, bad = tabular._convert(frame, self.spec, chunk_report)
+        # blanks are reported once, by the dense fit
+        labels, dense, id_columns, bad = tabular._convert(
+            frame, self.spec, chunk_report, warn_blanks=False
+        )
         _merge_report(report, chunk_report, first_row)
         report.bad += int(bad.sum())
         self.limits.check(report, final=False)
@@ -250,16 +251,6 @@ def _merge_report(report: BadRowReport, chunk: BadRowReport, first_row: int) -> 
         shifted = [n + first_row for n in chunk.examples.get(reason, [])]
         kept.extend(shifted[: MAX_EXAMPLES - len(kept)])
     report.rows += chunk.rows
-
-
-@contextmanager
-def _quiet(logger: logging.Logger) -> Iterator[None]:
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 class CriteoSource(Source):

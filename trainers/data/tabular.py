@@ -535,7 +535,7 @@ def _check_columns(spec: TabularSchema, path: Path, available: list[str]) -> Non
 
 
 def _convert(
-    frame: Any, spec: TabularSchema, report: BadRowReport
+    frame: Any, spec: TabularSchema, report: BadRowReport, warn_blanks: bool = True
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray | None], np.ndarray]:
     """Labels, dense values, given-id columns (None where ids are computed), bad-row mask."""
     report.rows = len(frame)
@@ -552,7 +552,7 @@ def _convert(
         with np.errstate(invalid="ignore"):
             huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
         report.add(f"dense value beyond float32 ({name})", numbers[huge])
-        if missing.any():
+        if warn_blanks and missing.any():
             logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d): filled "
                            "with the training mean", report.source, int(missing.sum()), name,
                            report.unit, int(numbers[missing][0]))  # fmt: skip
