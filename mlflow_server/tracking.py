@@ -102,6 +102,7 @@ class StudyLogger:
         self._next_attempt = 0.0
         self._study: dict[str, str] | None = None
         self.last_error: str | None = None  # why the last delivery stopped; None after success
+        self.credentials_refused = False  # the last delivery was answered 401/403
 
     def start_study(
         self,
@@ -156,14 +157,15 @@ class StudyLogger:
         self._enqueue("summary", payload)
 
     def flush(self, timeout_s: float = 30.0) -> int:
-        """Deliver pending records, retrying until none is left or `timeout_s` has passed;
+        """Deliver pending records, retrying until none is left or `timeout_s` has passed
+        (at once where the server refused the credentials: retrying cannot change that);
         returns how many are still pending."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._deliver(lock_wait_s=max(0.0, deadline - time.monotonic()))
             left = self.pending()
             remaining = deadline - time.monotonic()
-            if left == 0 or remaining <= 0:
+            if left == 0 or remaining <= 0 or self.credentials_refused:
                 return left
             time.sleep(min(1.0, remaining))
 
@@ -207,6 +209,7 @@ class StudyLogger:
             except (MlflowException, OSError) as exc:
                 if not _is_invalid_request(exc):
                     self.last_error = str(exc)
+                    self.credentials_refused = _http_status(exc) in (401, 403)
                     self._next_attempt = time.monotonic() + self._retry_interval_s
                     return
                 _log.warning("MLflow refused outbox record %d (%s): %s", record_id, kind, exc)
@@ -214,6 +217,7 @@ class StudyLogger:
                 continue
             self._outbox.mark_done(record_id)
         self.last_error = None
+        self.credentials_refused = False
         self._next_attempt = 0.0
 
 
@@ -405,7 +409,11 @@ def _run_payload(
 
 def _is_invalid_request(exc: Exception) -> bool:
     """Whether the server (or client-side validation) refused the request as invalid."""
-    return isinstance(exc, MlflowException) and exc.get_http_status_code() == 400
+    return _http_status(exc) == 400
+
+
+def _http_status(exc: Exception) -> int | None:
+    return exc.get_http_status_code() if isinstance(exc, MlflowException) else None
 
 
 # --- outbox ---------------------------------------------------------------------------------

@@ -80,9 +80,9 @@ def flush(logger, config) -> None:
         print(f"compare them in MLflow: {url}")
     if pending:
         outbox = config.study_dir / "mlflow-outbox"
-        refused = "401" in (logger.last_error or "")
-        why = ("MLflow refused the credentials (HTTP 401): set MLFLOW_TRACKING_USERNAME and "
-               "MLFLOW_TRACKING_PASSWORD" if refused else "MLflow unreachable")  # fmt: skip
+        why = ("MLflow refused the credentials (HTTP 401/403): set MLFLOW_TRACKING_USERNAME "
+               "and MLFLOW_TRACKING_PASSWORD" if logger.credentials_refused
+               else "MLflow unreachable")  # fmt: skip
         print(
             f"{why}: {pending} records kept in {outbox}; "
             "they are delivered by the next run of this study",

@@ -79,8 +79,9 @@ def test_a_logger_without_credentials_keeps_its_records(
     logger.start_study("auth-study-2")
     assert logger.pending() == 1 and logger.failures() == []
     assert "401" in logger.last_error or "nauthenticated" in logger.last_error
+    assert logger.credentials_refused  # so the end of a study does not retry for 30 s
     flush(logger, SimpleNamespace(study_dir=tmp_path))
-    assert "MLflow refused the credentials (HTTP 401)" in capsys.readouterr().err
+    assert "MLflow refused the credentials (HTTP 401/403)" in capsys.readouterr().err
     with_credentials = StudyLogger(server.uri, outbox, username="admin", password=ADMIN_PASSWORD)
     assert with_credentials.flush(timeout_s=10) == 0
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
