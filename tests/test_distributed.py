@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from cost_models.sharding.plan import make_plan
 from cost_models.sharding.tables import shard_name, tables_from_architecture
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
+from trainers.distributed import load_plan
 
 
 def _free_port() -> int:
@@ -84,12 +86,11 @@ def test_two_process_training_matches_one_process(tmp_path, one_process, arch, s
     assert double["losses"][-1] < double["losses"][0]
 
 
-def test_a_plan_for_other_tables_is_refused(tmp_path):
-    plan = _plan_file(tmp_path / "plan.json", "dlrm", None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
-               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-               "-m", "trainers.distributed", "--rows=2000", "--steps=1", f"--plan={plan}",
-               ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "plan.json: the plan places" in result.stderr
+def test_a_plan_for_other_tables_or_devices_is_refused(tmp_path):
+    plan = Path(_plan_file(tmp_path / "plan.json", "dlrm", None))  # dlrm's tables, 2 devices
+    dlrm = tables_from_architecture(preset("dlrm", synthetic_schema(seed=0)))
+    other = dlrm[:-1]
+    assert load_plan(plan, dlrm, 2).num_devices == 2
+    for tables, world_size in ((dlrm, 1), (other, 2)):
+        with pytest.raises(SystemExit, match=r"plan\.json: the plan places .* this run has"):
+            load_plan(plan, tables, world_size)
