@@ -109,8 +109,11 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
              and not t.user_attrs.get("failure_reason")]  # fmt: skip
     assert states["RUNNING"] == 0 and len(stale) == 1  # the killed one, failed as stale
     failed = stale[0]
-    retried = [t for t in study.trials if t.state != TrialState.FAIL and t.params == failed.params]
-    assert retried, "the killed trial's architecture was not retried"
+    # the retry may itself end diverged (a failure with its reason): it ran all the same
+    retried = [t for t in study.trials if t.number != failed.number and t.params == failed.params]
+    assert retried, [(t.number, t.state.name, t.user_attrs.get("failure_reason"))
+                     for t in study.trials]  # fmt: skip
+    assert all(t.state != TrialState.FAIL or t.user_attrs["failure_reason"] for t in retried)
 
 
 def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_path):
