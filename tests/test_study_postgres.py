@@ -68,7 +68,7 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
     name = f"pg-kill-{uuid.uuid4().hex[:8]}"
     trials = 4
     config = tiny_config(tmp_path, name, storage=URL, data={"rows": 16_000},
-                         budget={"trials": trials, "epochs_per_trial": 2},
+                         budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
                          mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
     doomed, survivor = _worker(path), _worker(path)
