@@ -1,6 +1,7 @@
 """Streaming data bigger than memory: same rows, preprocessing and training as in memory,
 bounded holdings, clear errors."""
 
+import itertools
 import json
 import threading
 import time
@@ -14,7 +15,7 @@ from nas.config import parse_config
 from search_space.builder import build_model
 from search_space.errors import RanknasError
 from search_space.presets import load_architecture
-from trainers.data import load_criteo, load_tabular
+from trainers.data import load_criteo, load_tabular, tabular
 from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
 from trainers.data.stream import StreamOptions, StreamSplit, open_stream, prefetch
 from trainers.data.stream_sources import open_source
@@ -112,6 +113,24 @@ def test_streamed_directory_gives_the_in_memory_rows_preprocessing_and_metrics(s
     for key in ("ne", "auc", "logloss"):
         assert results[0].validation[key] == pytest.approx(results[1].validation[key], abs=1e-4)
         assert results[0].test[key] == pytest.approx(results[1].test[key], abs=1e-4)
+
+
+def test_a_stream_stopped_early_leaves_the_data_warnings_on(shop, caplog, monkeypatch):
+    """The stream's reader thread kept its chunks quiet by raising the tabular logger's
+    level; two such threads restored each other's level and left it at ERROR, and every
+    later warning of the process (blank values, skipped lines) went unsaid."""
+
+    def refuse(level):
+        raise AssertionError("the tabular logger's level is the user's, not the reader's")
+
+    monkeypatch.setattr(tabular.logger, "setLevel", refuse)
+    options = StreamOptions(chunk_rows=200, shuffle_rows=400)
+    streamed = open_stream(str(shop / "parts"), str(shop / "schema.yaml"), options=options)
+    for _ in itertools.islice(streamed.train.loader(128), 2):
+        pass  # stops early: the reader thread may still be converting a chunk
+    caplog.clear()
+    load_tabular(shop / "all.parquet", shop / "schema.yaml")
+    assert "blank value(s) in dense column 'price'" in caplog.text
 
 
 @pytest.mark.parametrize(
