@@ -50,20 +50,6 @@ def _plan_file(path, arch: str, split: str | None) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    """The one-process reference run of an (arch, optimizer), run once for the module."""
-    runs: dict[tuple[str, ...], dict] = {}
-
-    def run(*args: str) -> dict:
-        if args not in runs:
-            out = tmp_path_factory.mktemp("one") / "one.json"
-            runs[args] = _torchrun(1, out, *args)
-        return runs[args]
-
-    return run
-
-
 @pytest.mark.parametrize(
     ("arch", "split", "optimizer"),
     [
@@ -74,10 +60,10 @@ def one_process(tmp_path_factory):
         ("dlrm", "row", "rowwise_adagrad"),
     ],
 )
-def test_two_process_training_matches_one_process(tmp_path, one_process, arch, split, optimizer):
+def test_two_process_training_matches_one_process(tmp_path, arch, split, optimizer):
     plan = _plan_file(tmp_path / "plan.json", arch, split)
     common = (f"--arch={arch}", f"--sparse-optimizer={optimizer}")
-    single = one_process(*common)
+    single = _torchrun(1, tmp_path / "one.json", *common)
     double = _torchrun(2, tmp_path / "two.json", *common, f"--plan={plan}")
     assert double["world_size"] == 2
     assert {r for ranks in double["plan"].values() for r in ranks} == {0, 1}

@@ -12,7 +12,8 @@ from search_space.errors import SpecError
 from search_space.presets import PRESETS, preset
 from search_space.spaces import SPACES, Categorical, Integer, load_space, make_space
 
-SAMPLES = {"around": 500}  # the others: 250 (FlopCounterMode makes each ~0.1 s)
+SAMPLES = {"around": 500}  # issue 11 asks for 500 of it
+OTHER_SAMPLES = 250  # FlopCounterMode makes each sample ~0.1 s
 WIDE_CONFIGS = {
     # Every op and module offered, so that the samples exercise all of them.
     "dag": {
@@ -58,7 +59,7 @@ WIDE_CONFIGS = {
 def test_sampled_architectures_are_valid_build_train_and_cost_exactly(space_type, small_schema):
     space = make_space(WIDE_CONFIGS[space_type], small_schema)
     ops_seen = set()
-    for seed in range(SAMPLES.get(space_type, 250)):
+    for seed in range(SAMPLES.get(space_type, OTHER_SAMPLES)):
         arch = space.sample(seed)
         analyze(arch)
         check_costs_and_training_step(arch)
