@@ -23,15 +23,18 @@ def small_schema() -> DatasetSchema:
     )
 
 
-@pytest.fixture(scope="module")
-def server_config(tmp_path_factory: pytest.TempPathFactory) -> ServerConfig:
-    return ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+@pytest.fixture(scope="session")
+def server_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerConfig]:
+    config = ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
+    yield config
+    down(config)
 
 
-@pytest.fixture(scope="module")
-def server(server_config: ServerConfig) -> Iterator[ServerInfo]:
-    """A real `mlflow server` for the test module; a restart comes back on the same port."""
+@pytest.fixture
+def server(server_config: ServerConfig) -> ServerInfo:
+    """A real `mlflow server`, one for the whole run (each start costs 11-15 s): started on
+    first use, and again for the next test where a test stopped it on purpose (a restart
+    comes back on the same port and data)."""
     info = up(server_config)
     server_config.port = info.port
-    yield info
-    down(server_config)
+    return info

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from mlflow_server import ServerConfig, ServerInfo, down, up
+from mlflow_server import ServerInfo
 from nas.export import _PYFUNC_CODE, ExportResult, export_model, load_exported
 from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model, example_batch
@@ -359,14 +358,6 @@ def test_registering_without_a_server_fails_fast(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- MLflow registry
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerInfo]:
-    config = ServerConfig(data_dir=tmp_path_factory.mktemp("mlflow"), port=0)
-    info = up(config)
-    yield info
-    down(config)
 
 
 def test_registered_model_reproduces_predictions(

@@ -16,7 +16,7 @@ from search_space.errors import RanknasError
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client(server: ServerInfo) -> MlflowClient:
     return MlflowClient(tracking_uri=server.uri)
 
