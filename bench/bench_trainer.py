@@ -9,8 +9,9 @@ on the synthetic data set (`generate_synthetic(SyntheticConfig(rows=...))`, spli
 1. `trainers.trainer.train` vs a minimal hand-written loop (forward, BCE-with-logits,
    zero_grad, backward, step) on the same model (`build_model(preset(name, schema), seed=0)`),
    the same batches (`train.loader(batch, shuffle=True, seed=0, drop_last=True)`), the same
-   optimizers (Adam on dense parameters; torch Adagrad on the embedding tables with
-   `bag.sparse = True`, as `make_optimizers` does) and the same number of steps. Each repeat
+   optimizers (Adam on dense parameters; Adagrad fused into fbgemm's table-batched kernel
+   on the embedding tables, `FusedTables`, as the trainer does on CPU) and the same number
+   of steps. Each repeat
    runs the trainer, the minimal loop and the minimal loop again (an A/A control that shows
    the noise floor), in an order rotated every repeat so each takes every position equally;
    ratios are taken within a repeat and their median reported. Trainer throughput is
@@ -64,6 +65,7 @@ from search_space.builder import build_model
 from search_space.presets import preset
 from trainers import progress
 from trainers.data import SyntheticConfig, TabularData, bayes_metrics, generate_synthetic
+from trainers.fused_tables import FusedTables
 from trainers.metrics import ranking_metrics
 from trainers.trainer import TrainConfig, train
 
@@ -178,7 +180,9 @@ def minimal_loop(make_model, train_data: TabularData, batch_size: int, steps: in
     sparse = [p for n, p in named if n.startswith("embedding_bags.")]
     dense = [p for n, p in named if not n.startswith("embedding_bags.")]
     optimizers = [torch.optim.Adam(dense, lr=defaults.dense_lr)]
-    if sparse:
+    if sparse and FusedTables.fits(model.embedding_bags):  # as the trainer does on CPU
+        model.embedding_bags = FusedTables(model.embedding_bags, "adagrad", defaults.sparse_lr)
+    elif sparse:
         for bag in model.embedding_bags.embedding_bags.values():
             bag.sparse = True
         torch.sparse.check_sparse_tensor_invariants.disable()
