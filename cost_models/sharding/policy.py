@@ -269,6 +269,7 @@ class _ProjectedDevices(_Devices):
         self.head_out = [(layer.weight[0], layer.bias[0]) for layer in last]
         self.head_sums = torch.zeros(len(first), self.cost.numel(), first[0].weight.shape[0])
         self.head_outputs = torch.zeros(len(first), self.cost.numel())
+        self.head_hidden = torch.empty(len(first), *self.cost.shape, first[0].weight.shape[0])
         on_device = self.tables.cost_codes @ weight.T
         return on_device + bias, on_device
 
@@ -286,7 +287,11 @@ class _ProjectedDevices(_Devices):
         self.on_pair = torch.stack([w[0] - w[2], w[1] + w[2], w[3], w[5]])
         self.pair = torch.zeros(len(self.on_pair), *self.cost.shape)
         self.on_now_max = w[4]
-        self.scorer_rest = list(policy.scorer)[2:]  # after the first ReLU (applied in place)
+        middle, _, out = list(policy.scorer)[2:]  # after the first ReLU (applied in place)
+        self.scorer_middle = (middle.weight.T.contiguous(), middle.bias)
+        self.scorer_out = (out.weight[0], out.bias[0])
+        self.scorer_hidden = torch.empty(self.cost.numel(), middle.weight.shape[0])
+        self.logits_out = torch.empty(self.cost.numel())
         self.scorer_sums = torch.zeros(self.cost.numel(), layer.weight.shape[0])
         return joining, landed
 
@@ -300,7 +305,7 @@ class _ProjectedDevices(_Devices):
     def predicted_with(self, units: torch.Tensor) -> torch.Tensor:
         joining = self.terms(units)[0].view(len(units), 3, 1, -1).transpose(0, 1)
         sums = self.head_sums.view(len(self.head_out), *self.cost.shape, -1)
-        hidden = torch.add(sums, joining).relu_().view(self.head_sums.shape)
+        hidden = torch.add(sums, joining, out=self.head_hidden).relu_().view(self.head_sums.shape)
         # One matrix-vector product per head: a batched product with one column is slower.
         for x, (w, b), out in zip(hidden, self.head_out, self.head_outputs, strict=True):
             torch.addmv(b, x, w, out=out)
@@ -318,7 +323,13 @@ class _ProjectedDevices(_Devices):
         hidden = torch.addmm(self.scorer_sums, self.pair.view(len(self.pair), -1).T, self.on_pair)
         joining = torch.addr(self.terms(units)[2], scaled_max[:, 0], self.on_now_max)
         hidden.view(*self.cost.shape, -1).add_(joining[:, None, :]).relu_()
-        return run_mlp(self.scorer_rest, hidden).view(self.cost.shape)
+        # The scorer's last two layers into kept buffers; its last (one output) as a
+        # matrix-vector product.
+        (w, b), (w_out, b_out) = self.scorer_middle, self.scorer_out
+        torch.addmm(b, hidden, w, out=self.scorer_hidden).relu_()
+        return torch.addmv(b_out, self.scorer_hidden, w_out, out=self.logits_out).view(
+            self.cost.shape
+        )
 
     def add_codes(self, units: torch.Tensor, flat: torch.Tensor) -> None:
         _, on_device, _, landed = self.terms(units)
