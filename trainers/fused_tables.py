@@ -44,7 +44,11 @@ class FusedTables(nn.Module):
         configs = ebc.embedding_bag_configs()
         self.keys = [c.feature_names[0] for c in configs]  # ranknas: one feature per table
         self.dims = [c.embedding_dim for c in configs]
-        self.mean = [c.pooling == PoolingType.MEAN for c in configs]
+        mean = [c.pooling == PoolingType.MEAN for c in configs]
+        dims = torch.tensor(self.dims)
+        # Per output column: its feature, and whether that feature is mean-pooled.
+        self._column_feature = torch.arange(len(configs)).repeat_interleave(dims)
+        self._mean_columns = torch.tensor(mean).repeat_interleave(dims) if any(mean) else None
         # Not a submodule: its flat weights and optimizer state stay out of the state dict.
         self._tbe = [
             SplitTableBatchedEmbeddingBagsCodegen(
@@ -85,12 +89,11 @@ class FusedTables(nn.Module):
             order = self._order.setdefault(keys, [keys.index(k) for k in self.keys])
             features = features.permute(order)
         pooled = self._tbe[0](features.values(), features.offsets())
-        if any(self.mean):
+        if self._mean_columns is not None:
             lengths = features.lengths().view(len(self.keys), -1).clamp_min(1).to(pooled.dtype)
-            scale = torch.ones_like(lengths).where(
-                ~torch.tensor(self.mean)[:, None], lengths.reciprocal()
+            pooled = torch.where(
+                self._mean_columns, pooled / lengths[self._column_feature].T, pooled
             )
-            pooled = pooled * scale.repeat_interleave(torch.tensor(self.dims), dim=0).T
         return KeyedTensor(keys=self.keys, length_per_key=self.dims, values=pooled)
 
     def write_back(self, ebc: EmbeddingBagCollection) -> None:
