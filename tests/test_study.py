@@ -87,13 +87,14 @@ def test_rerunning_a_finished_study_adds_nothing(tmp_path):
 
 def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     trials = 4
-    # Trials of a few seconds, so that the kill lands inside one. Some random draws of
-    # this tiny space end above NE 1 (failed as diverged): what matters here is resuming.
+    # Trials of a few seconds, so that the kill lands inside one (24k rows since fused tables
+    # made trials ~1.3x shorter). Some random draws of this tiny space end above NE 1
+    # (failed as diverged): what matters here is resuming.
     config = tiny_config(
         tmp_path,
         "killed",
         budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
-        data={"rows": 16_000},
+        data={"rows": 24_000},
     )
     path = write_config(tmp_path, config)
     command = [sys.executable, "-m", "nas.cli", "search", str(path)]

@@ -67,7 +67,7 @@ def test_two_workers_finish_exactly_n_trials_with_no_duplicate(tmp_path):
 def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
     name = f"pg-kill-{uuid.uuid4().hex[:8]}"
     trials = 4
-    config = tiny_config(tmp_path, name, storage=URL, data={"rows": 16_000},
+    config = tiny_config(tmp_path, name, storage=URL, data={"rows": 24_000},
                          budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
                          mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
