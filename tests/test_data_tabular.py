@@ -148,6 +148,23 @@ def test_a_time_split_puts_validation_and_test_after_training(tmp_path):
         data.split(method="later")
 
 
+def test_one_odd_cell_in_a_time_column_is_that_line_s_fault_only(tmp_path):
+    """A column of numbers (hours as 14102100) with one date in it, and a column of dates
+    with one cell that is neither: the odd line is reported, the others keep their times."""
+    (tmp_path / "schema.yaml").write_text(
+        "label: y\ndense: [price]\ncategorical: [shop]\ntime: t\n"
+    )
+    columns = [([f"141021{h:02d}" for h in range(20)], "2014-10-21"),
+               ([f"2026-01-{d:02d}" for d in range(1, 21)], "1e99x")]  # fmt: skip
+    for times, odd in columns:
+        times[7] = odd
+        lines = ["y,price,shop,t"] + [f"{i % 2},{i},s{i % 3},{t}" for i, t in enumerate(times)]
+        (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+        data = load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml", max_bad_fraction=None)
+        assert data.bad_rows.examples == {"time not a number or a date (t)": [9]}
+        assert len(data) == 19 and np.all(np.diff(data.time) > 0)
+
+
 def test_a_study_s_split_may_be_given_as_the_cli_s_word_or_as_fractions(tmp_path):
     from nas.config import parse_config
 

@@ -308,7 +308,7 @@ def test_architecture_json_and_model_card(cases: dict[str, Case]) -> None:
     for text in (case.result.digest, f"{analysis.flops:,}", f"{analysis.params_total:,}"):
         assert text in card
     assert "| val_ne | 0.8123 |" in card and "| steps | 300 |" in card
-    assert "| `c1` | 27 | 4 |" in card  # feature, num_embeddings, its own dim
+    assert "| `c1` | one id | 27 | 4 |" in card  # feature, ids per row, num_embeddings, dim
     assert all(f"| `{name}` | " in card for name in analysis.order)
     assert "`d0`, `d1`, `d2`, `d3`" in card
     assert "![architecture](architecture.png)" in card
@@ -568,9 +568,9 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     server: ServerInfo, tmp_path: Path
 ) -> None:
     """A model trained on a multi-valued (mean-pooled) column and a one-hot column, exported:
-    the standalone module and the registered model turn the raw test rows (lists as texts
-    and as Python lists) into the same predictions, and so the same test NE, as training
-    recorded."""
+    the standalone module and the registered model turn the raw test rows (lists as the
+    file's texts and as Python lists) into the same predictions, and so the same test NE,
+    as training recorded."""
     import sys
 
     import mlflow
@@ -600,6 +600,9 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     exported = load_exported(out)
     module = sys.modules[type(exported).__module__]
     assert module.POOLINGS == ("sum", "mean")
+    card = registered.model_card.read_text()
+    assert "| `genres` | a list (mean of its embeddings) |" in card
+    assert "| `shop` | one value |" in card and "m.encode_ids(" in card
     frame = pd.read_csv(csv, keep_default_na=False).iloc[data.split_indices(method="time")[2]]
     raw_dense = torch.tensor(frame[list(module.DENSE_COLUMNS)].to_numpy(np.float32))
     dense = module.prepare_dense(raw_dense, out)
@@ -618,7 +621,9 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
         loaded = mlflow.pyfunc.load_model(registered.model_uri)
     finally:
         mlflow.set_tracking_uri(None)
-    rows = frame[["price", "shop"]].assign(genres=[g.split("|") for g in frame["genres"]])
-    np.testing.assert_allclose(loaded.predict(rows), probabilities, rtol=1e-6)
+    as_lists = frame[["price", "shop"]].assign(genres=[g.split("|") for g in frame["genres"]])
+    np.testing.assert_allclose(loaded.predict(as_lists), probabilities, rtol=1e-6)
+    as_in_the_file = pd.read_csv(csv).iloc[data.split_indices(method="time")[2]]  # "g1|g2"
+    np.testing.assert_allclose(loaded.predict(as_in_the_file), probabilities, rtol=1e-6)
     with pytest.raises(ValueError, match="feature 'genres', row 1: an empty item"):
         module.encode_ids([["s1", "s2"], ["g1", "g2||g3"]], module.FEATURES, out)

@@ -30,8 +30,11 @@ def _model_card(
     """The Markdown model card of an export (`provenance`: where the model comes from, e.g.
     study, trial, date, training recipe, Bayes floor, baselines)."""
     arch = analysis.arch
+    title = arch.name or "ranknas model"
+    if provenance and "study" in provenance and "trial" in provenance:  # not "around-space"
+        title = f"{provenance['study']}, trial {provenance['trial']} ({title})"
     sections = [
-        f"# {arch.name or 'ranknas model'}\n\n"
+        f"# {title}\n\n"
         f"Exported by ranknas. Architecture digest `{arch_digest}`; "
         f"{analysis.flops:,} FLOPs per example; {analysis.params_total:,} parameters "
         f"({analysis.dense_params:,} dense, {analysis.embedding_params:,} in embeddings).",
@@ -72,16 +75,28 @@ def _format(value: Any, plain_int: bool = False) -> str:
 def _inputs_section(arch: Architecture, columns: _Columns) -> str:
     emb = arch.embedding
     dense = ", ".join(f"`{c}`" for c in columns.dense) or "none"
-    rows = [(f"`{f.name}`", f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.features]
+    rows = [(f"`{f.name}`", _values_per_example(f.name, f.pooling, columns),
+             f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.features]  # fmt: skip
     dataset = f"Dataset `{columns.dataset}`. " if columns.dataset else ""
+    raw = (
+        " Raw values (as the data file holds them) go through `encode_ids`, which maps them "
+        "with the training vocabulary or hashing (id 0: missing, 1: not seen in training)."
+        if columns.raw_features else ""
+    )  # fmt: skip
     return (
         f"{dataset}Dense: {len(columns.dense)} float columns, in this order: {dense}.\n\n"
-        f"Categorical: {len(rows)} features, one id per example each, in "
-        "[0, num_embeddings), in this order (the columns of the id matrix):\n\n"
-        + _table(["feature", "num_embeddings", "embedding dim"], rows)
+        f"Categorical: {len(rows)} features, ids in [0, num_embeddings), in this order (the "
+        f"columns of the id matrix).{raw}\n\n"
+        + _table(["feature", "per example", "num_embeddings", "embedding dim"], rows)
         + f"\n\nThe blocks see every embedding at dim {emb.dim}; a feature of another dim is "
         "projected to it by a linear layer."
     )
+
+
+def _values_per_example(feature: str, pooling: str, columns: _Columns) -> str:
+    if feature in columns.list_features:
+        return f"a list ({pooling} of its embeddings)"
+    return "one value" if feature in columns.raw_features else "one id"
 
 
 def _blocks_table(analysis: Analysis) -> str:
@@ -138,6 +153,10 @@ def _loading_section(register: str | None, alias: str) -> str:
             logits = model(dense, ids)  # dense [B, D] float, ids [B, F] int64
         probabilities = torch.sigmoid(logits)
         ```
+
+        From raw rows (a list per multi-valued feature, or its file's text):
+        `dense = m.prepare_dense(raw_dense, directory)` applies the fitted transforms and
+        `ids = m.encode_ids([column_values, ...], m.FEATURES, directory)` makes the ids.
 
         In ranknas: `nas.export.load_exported("path/to/this/directory")`.
     """

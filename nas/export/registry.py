@@ -236,8 +236,9 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 def _signature(columns: _Columns) -> Any:
     """Input: the dense columns and the raw categorical columns as values of any type, as
     the user's file holds them (the model converts numbers and maps texts and numbers alike
-    through its vocabulary; typed columns refused an int64 `ad_id` and an int64 `age`),
-    lists of them (multi-valued) or ids (long); output: probabilities."""
+    through its vocabulary; typed columns refused an int64 `ad_id` and an int64 `age`); a
+    raw multi-valued cell as its file's text ("a|b") or as a list (an `Array(string)`
+    refused the text); ids (long) where training had no vocabulary; output: probabilities."""
     import numpy as np
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
@@ -245,10 +246,10 @@ def _signature(columns: _Columns) -> Any:
 
     inputs = [ColSpec(AnyType(), c) for c in columns.dense]
     for f in columns.features:
-        if f in columns.list_features:
-            kind = Array(DataType.string if f in columns.raw_features else DataType.long)
+        if f in columns.raw_features:
+            kind = AnyType()
         else:
-            kind = AnyType() if f in columns.raw_features else DataType.long
+            kind = Array(DataType.long) if f in columns.list_features else DataType.long
         inputs.append(ColSpec(kind, f))
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)

@@ -382,9 +382,13 @@ def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarra
     pd = _import("pandas", "reading tabular data")
     column = frame[spec.time]
     values, missing = _numeric(column)
-    if np.isnan(values[~missing]).any():  # not numbers: dates
-        dates = pd.to_datetime(column, errors="coerce", utc=True)
-        values = np.where(dates.isna(), np.nan, dates.astype("int64").to_numpy(np.float64))
+    if np.isnan(values[~missing]).any():  # not all numbers: dates, if most of them are
+        with warnings.catch_warnings():  # pandas warns when it guesses the format per value
+            warnings.simplefilter("ignore")
+            dates = pd.to_datetime(column, errors="coerce", utc=True)
+        as_dates = np.where(dates.isna(), np.nan, dates.astype("int64").to_numpy(np.float64))
+        if np.isnan(as_dates).sum() < np.isnan(values).sum():  # one odd cell: that line only
+            values = as_dates
     wrong = np.isnan(values)
     first = 2 if report.unit == "line" else 1
     report.add(f"time not a number or a date ({spec.time})", np.flatnonzero(wrong) + first)
