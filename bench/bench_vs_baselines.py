@@ -75,6 +75,9 @@ def parse_args() -> argparse.Namespace:
                         "(default: the quickstart's, base)")  # fmt: skip
     parser.add_argument("--confirm-seeds", type=int,
                         help="budget.confirm_seeds (default: the quickstart's)")  # fmt: skip
+    parser.add_argument("--lr-schedule", choices=("constant", "cosine"),
+                        help="training.lr_schedule of every run, trials and baselines alike "
+                        "(default: the quickstart's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -93,6 +96,7 @@ def study(
     confirm_seeds: int | None = None,
     reeval_seeds: int = 3,
     max_mflops: str | None = None,
+    lr_schedule: str | None = None,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -110,6 +114,8 @@ def study(
         config["objectives"]["max_mflops"] = None if max_mflops == "none" else max_mflops
     if confirm_seeds is not None:
         config["budget"]["confirm_seeds"] = confirm_seeds
+    if lr_schedule is not None:
+        config["training"]["lr_schedule"] = lr_schedule
     config["search_space"]["base"] = base
     config["searcher"]["type"] = searcher
     if population:
@@ -197,7 +203,7 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops)  # fmt: skip
+                                args.max_mflops, args.lr_schedule)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -210,7 +216,7 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops)  # fmt: skip
+                                args.max_mflops, args.lr_schedule)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )

@@ -375,6 +375,10 @@ def _tool_commands(command, commands) -> None:
                        help="training examples per step")  # fmt: skip
     train.add_argument("--dense-lr", type=float, default=defaults.dense_lr,
                        help="learning rate of the dense layers (Adam)")  # fmt: skip
+    train.add_argument("--lr-schedule", choices=("constant", "cosine"),
+                       default=defaults.lr_schedule,
+                       help="the dense lr over the run: constant, or cosine to 0 over an "
+                       "examples or epochs budget")  # fmt: skip
     train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr,
                        help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
     train.add_argument("--evals", type=positive(int), default=defaults.evals,

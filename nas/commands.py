@@ -508,7 +508,8 @@ def _train_config(args: argparse.Namespace) -> Any:
 
     return TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
                        max_epochs=args.epochs, max_seconds=args.seconds,
-                       dense_lr=args.dense_lr, sparse_lr=args.sparse_lr, evals=args.evals,
+                       dense_lr=args.dense_lr, lr_schedule=args.lr_schedule,
+                       sparse_lr=args.sparse_lr, evals=args.evals,
                        early_stopping_patience=args.patience, seed=args.seed,
                        device=args.device)  # fmt: skip
 

@@ -107,6 +107,8 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     if d.source == "synthetic" and not d.train:
         described["synthetic_rows"] = d.rows
     training = config.training.model_dump(mode="json", exclude={"device", "threads"})
+    if training["lr_schedule"] == "constant":  # as studies recorded before the setting was
+        del training["lr_schedule"]
     per_trial = {"examples_per_trial", "epochs_per_trial"}
     budget = config.budget.model_dump(mode="json", include=per_trial)
     return {"data": described, "training": training | budget}
@@ -116,7 +118,7 @@ def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str
     """The settings that differ between two protocols, as `name: old -> new`."""
     changes = []
     for key in sorted(set(recorded) | set(now)):
-        old, new = recorded.get(key), now.get(key)
+        old, new = recorded.get(key, _UNSET), now.get(key, _UNSET)
         name = f"{prefix}{key}"
         if isinstance(old, dict) and isinstance(new, dict):
             changes += _protocol_changes(old, new, f"{name}.")
@@ -144,7 +146,12 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         )
 
 
+_UNSET = object()  # a setting one of two protocols does not name
+
+
 def _short(value: Any) -> str:
+    if value is _UNSET:
+        return "(not set)"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -278,6 +285,7 @@ def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
         max_seconds=budget.trial_seconds,
         dense_optimizer=t.dense_optimizer,
         dense_lr=t.dense_lr,
+        lr_schedule=t.lr_schedule,
         weight_decay=t.weight_decay,
         sparse_optimizer=t.sparse_optimizer,
         sparse_lr=t.sparse_lr,

@@ -233,6 +233,7 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
         ({"data": {"seed": 7}}, "data.seed: 0 -> 7"),
         ({"data": {"split": {"method": "ordered"}}}, 'data.split.method: "auto" -> "ordered"'),
         ({"training": {"dense_lr": 0.01}}, "training.dense_lr: 0.002 -> 0.01"),
+        ({"training": {"lr_schedule": "cosine"}}, 'training.lr_schedule: (not set) -> "cosine"'),
         ({"budget": {"trials": 1, "epochs_per_trial": 1}}, "training.epochs_per_trial: 3.0 -> 1.0"),
     ],
 )
@@ -266,6 +267,7 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
         ({"data": {"source": "/nowhere/clicks.csv"}}, "/nowhere/clicks.csv"),
         ({"search_space": {"type": "dag", "num_blocks": -1}}, "search_space.num_blocks"),
         ({"budget": {"trials": 0}}, "budget.trials: Input should be greater than or equal to 1"),
+        ({"training": {"lr_schedule": "linear"}}, "training.lr_schedule: Input should be"),
     ],
 )
 def test_invalid_configs_get_one_clear_error(tmp_path, capsys, change, expected):

@@ -12,6 +12,7 @@ from sklearn.metrics import log_loss
 
 from nas.cli import main
 from search_space.builder import build_model
+from search_space.errors import RanknasError
 from search_space.presets import preset
 from trainers.data import SyntheticConfig, bayes_metrics, generate_synthetic
 from trainers.metrics import entropy, ranking_metrics
@@ -186,3 +187,23 @@ def test_a_run_starts_at_the_training_click_rate(splits):
     assert result.validation["ne"] == pytest.approx(1.0, abs=0.02)
     lr = _train(rare, arch="logistic_regression", max_epochs=1)
     assert lr.status == "complete" and lr.validation["ne"] < 1.0
+
+
+def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
+    """`lr_schedule: cosine`: the first step at dense_lr, the last near 0, falling; a budget
+    in seconds only keeps it constant (its length in steps is unknown)."""
+    from trainers.trainer import _dense_lr_schedule
+
+    lr = _dense_lr_schedule(TrainConfig(lr_schedule="cosine", dense_lr=0.01), budget_steps=100)
+    rates = [lr(step) for step in range(1, 101)]
+    assert rates[0] == 0.01 and rates[-1] < 0.01 * 1e-3 and rates == sorted(rates, reverse=True)
+    assert _dense_lr_schedule(TrainConfig(lr_schedule="cosine"), budget_steps=None) is None
+    assert _dense_lr_schedule(TrainConfig(), budget_steps=100) is None
+    one_step = [
+        _train(splits, max_steps=1, lr_schedule=s).validation for s in ("constant", "cosine")
+    ]
+    assert one_step[0] == one_step[1]  # the first step is at dense_lr either way
+    runs = [_train(splits, max_steps=40, lr_schedule=s) for s in ("constant", "cosine")]
+    assert runs[0].validation != runs[1].validation and runs[1].status == "complete"
+    with pytest.raises(RanknasError, match="lr_schedule must be constant or cosine"):
+        TrainConfig(lr_schedule="linear")

@@ -25,6 +25,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
     sparse_lr: float = 0.05
+    # the dense lr over a budget of known length: constant, or cosine from dense_lr to 0
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     evals: int = 6  # intermediate validation evaluations over the budget
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
     early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
@@ -44,6 +46,10 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise RanknasError(f"train config: {name} must be > 0, got {value}")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise RanknasError(
+                f"train config: lr_schedule must be constant or cosine, got {self.lr_schedule!r}"
+            )
         for name in ("dense_lr", "sparse_lr"):
             if not getattr(self, name) > 0:
                 raise RanknasError(f"train config: {name} must be > 0")

@@ -257,6 +257,7 @@ def _loop(
         _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
+    dense_lr = _dense_lr_schedule(config, budget_steps)
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     autocast = device.type == "cuda" and config.bf16
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
@@ -270,6 +271,8 @@ def _loop(
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if dense_lr is not None:
+            optimizers[0].param_groups[0]["lr"] = dense_lr(step)
         for optimizer in optimizers:
             optimizer.step()
         loss_sum += loss.detach()
@@ -312,6 +315,14 @@ def _loop(
     result.train_seconds = time.perf_counter() - started - eval_seconds
     result.throughput = result.examples / result.train_seconds if result.train_seconds else 0.0
     return best
+
+
+def _dense_lr_schedule(config: TrainConfig, budget_steps: int | None):
+    """step -> the dense optimizer's lr, or None for a constant lr (also when the budget is
+    time only: its length in steps is not known ahead)."""
+    if config.lr_schedule == "constant" or not budget_steps:
+        return None
+    return lambda step: config.dense_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / budget_steps))
 
 
 def _start_at_base_rate(model: nn.Module, rate: float) -> None:
