@@ -191,7 +191,7 @@ def test_a_run_starts_at_the_training_click_rate(splits):
 
 def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
     """`lr_schedule: cosine`: the first step at dense_lr, the last near 0, falling; a budget
-    in seconds only keeps it constant (its length in steps is unknown)."""
+    in seconds alone is refused (its length in steps is unknown)."""
     from trainers.trainer import _dense_lr_schedule
 
     lr = _dense_lr_schedule(TrainConfig(lr_schedule="cosine", dense_lr=0.01), budget_steps=100)
@@ -207,3 +207,5 @@ def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
     assert runs[0].validation != runs[1].validation and runs[1].status == "complete"
     with pytest.raises(RanknasError, match="lr_schedule must be constant or cosine"):
         TrainConfig(lr_schedule="linear")
+    with pytest.raises(RanknasError, match="a budget in seconds alone has no length in steps"):
+        TrainConfig(lr_schedule="cosine", max_seconds=5)

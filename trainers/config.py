@@ -50,6 +50,12 @@ class TrainConfig:
             raise RanknasError(
                 f"train config: lr_schedule must be constant or cosine, got {self.lr_schedule!r}"
             )
+        counted = self.max_steps or self.max_examples or self.max_epochs
+        if self.lr_schedule == "cosine" and self.max_seconds and not counted:
+            raise RanknasError(
+                "train config: lr_schedule cosine falls to 0 over the budget, and a budget in "
+                "seconds alone has no length in steps: give examples or epochs as well"
+            )
         for name in ("dense_lr", "sparse_lr"):
             if not getattr(self, name) > 0:
                 raise RanknasError(f"train config: {name} must be > 0")

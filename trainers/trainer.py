@@ -318,8 +318,7 @@ def _loop(
 
 
 def _dense_lr_schedule(config: TrainConfig, budget_steps: int | None):
-    """step -> the dense optimizer's lr, or None for a constant lr (also when the budget is
-    time only: its length in steps is not known ahead)."""
+    """step -> the dense optimizer's lr, or None for a constant lr."""
     if config.lr_schedule == "constant" or not budget_steps:
         return None
     return lambda step: config.dense_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / budget_steps))
