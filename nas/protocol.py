@@ -107,8 +107,6 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     if d.source == "synthetic" and not d.train:
         described["synthetic_rows"] = d.rows
     training = config.training.model_dump(mode="json", exclude={"device", "threads"})
-    if training["lr_schedule"] == "constant":  # as studies recorded before the setting was
-        del training["lr_schedule"]
     per_trial = {"examples_per_trial", "epochs_per_trial"}
     budget = config.budget.model_dump(mode="json", include=per_trial)
     return {"data": described, "training": training | budget}
@@ -135,7 +133,8 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     if recorded is None:
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
-    changes = _protocol_changes(recorded, now)
+    training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
+    changes = _protocol_changes(recorded | {"training": training}, now)
     if changes:
         more = len(changes) - 4
         shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
@@ -146,6 +145,8 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         )
 
 
+# What a study recorded before a setting existed trained with (its protocol lacks the key).
+SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant"}
 _UNSET = object()  # a setting one of two protocols does not name
 
 
