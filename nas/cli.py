@@ -377,8 +377,8 @@ def _tool_commands(command, commands) -> None:
                        help="learning rate of the dense layers (Adam)")  # fmt: skip
     train.add_argument("--lr-schedule", choices=("constant", "cosine"),
                        default=defaults.lr_schedule,
-                       help="the dense lr over the run: constant, or cosine to 0 over an "
-                       "examples or epochs budget")  # fmt: skip
+                       help="the dense lr over the run: cosine from --dense-lr to 0 over the "
+                       "budget, or constant")  # fmt: skip
     train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr,
                        help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
     train.add_argument("--evals", type=positive(int), default=defaults.evals,

@@ -470,7 +470,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if problem:  # before the data is read
         raise RanknasError(f"--arch {problem}")
     torch.set_num_threads(args.threads)
-    _train_config(args)  # a setting it refuses, before the data is read
     if args.stream:
         return _train_streamed(args)
     stream_only = [f"--{name.replace('_', '-')}" for name in ("min_count", "hash_size", "cache_dir")

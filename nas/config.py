@@ -270,8 +270,8 @@ class TrainingConfig(_Section):
     dense_lr: float = Field(default=_TRAIN.dense_lr, gt=0)
     lr_schedule: Literal["constant", "cosine"] = Field(
         default=_TRAIN.lr_schedule,
-        description="the dense lr over each run: constant, or cosine from dense_lr to 0 over "
-        "the budget (examples or epochs; a budget in seconds keeps it constant)",
+        description="the dense lr over each run: cosine from dense_lr to 0 over the budget, "
+        "or constant",
     )
     weight_decay: float = Field(default=_TRAIN.weight_decay, ge=0)
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = _TRAIN.sparse_optimizer

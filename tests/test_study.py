@@ -233,7 +233,7 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
         ({"data": {"seed": 7}}, "data.seed: 0 -> 7"),
         ({"data": {"split": {"method": "ordered"}}}, 'data.split.method: "auto" -> "ordered"'),
         ({"training": {"dense_lr": 0.01}}, "training.dense_lr: 0.002 -> 0.01"),
-        ({"training": {"lr_schedule": "cosine"}}, 'training.lr_schedule: "constant" -> "cosine"'),
+        ({"training": {"lr_schedule": "constant"}}, 'training.lr_schedule: "cosine" -> "constant"'),
         ({"budget": {"trials": 1, "epochs_per_trial": 1}}, "training.epochs_per_trial: 3.0 -> 1.0"),
     ],
 )
@@ -260,17 +260,19 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
 
 def test_a_study_recorded_before_a_setting_existed_resumes_under_its_old_value(tmp_path):
     """A protocol recorded before `lr_schedule` existed lacks the key; those runs had a
-    constant lr, so the study resumes under `constant` and is refused under `cosine`."""
+    constant lr, so the study resumes under `constant` and is refused under the default,
+    `cosine`, saying what to put back."""
     from nas.trial_record import StudyAttr
 
     config = tiny_config(tmp_path, "old", budget={"trials": 1})
+    config["training"] = config.get("training", {}) | {"lr_schedule": "constant"}
     study = run_study(parse_config(config), progress=print)
     protocol = study.user_attrs[StudyAttr.PROTOCOL]
     del protocol["training"]["lr_schedule"]
     study.set_user_attr(StudyAttr.PROTOCOL, protocol)
     config["budget"]["trials"] = 2
     assert len(run_study(parse_config(config), progress=print).trials) == 2
-    config["training"] = config.get("training", {}) | {"lr_schedule": "cosine"}
+    del config["training"]["lr_schedule"]
     with pytest.raises(RanknasError, match=r'training\.lr_schedule: "constant" -> "cosine"'):
         run_study(parse_config(config), progress=print)
 

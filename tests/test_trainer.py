@@ -190,15 +190,15 @@ def test_a_run_starts_at_the_training_click_rate(splits):
 
 
 def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
-    """`lr_schedule: cosine`: the first step at dense_lr, the last near 0, falling; a budget
-    in seconds alone is refused (its length in steps is unknown)."""
-    from trainers.trainer import _dense_lr_schedule
+    """`lr_schedule: cosine` (the default): the first step at dense_lr, falling to 0 at the
+    end of the budget, in steps or in seconds, whichever ends the run first."""
+    from trainers.trainer import budget_done, cosine_factor
 
-    lr = _dense_lr_schedule(TrainConfig(lr_schedule="cosine", dense_lr=0.01), budget_steps=100)
-    rates = [lr(step) for step in range(1, 101)]
-    assert rates[0] == 0.01 and rates[-1] < 0.01 * 1e-3 and rates == sorted(rates, reverse=True)
-    assert _dense_lr_schedule(TrainConfig(lr_schedule="cosine"), budget_steps=None) is None
-    assert _dense_lr_schedule(TrainConfig(), budget_steps=100) is None
+    factors = [cosine_factor(budget_done(step, 0.0, 100, None)) for step in range(1, 101)]
+    assert factors[0] == 1.0 and factors[-1] < 1e-3 and factors == sorted(factors, reverse=True)
+    assert budget_done(51, elapsed=9.0, budget_steps=100, seconds=10.0) == 0.9  # time ends first
+    assert budget_done(51, elapsed=9.0, budget_steps=None, seconds=None) == 0.0
+    assert cosine_factor(budget_done(5, elapsed=30.0, budget_steps=None, seconds=10.0)) == 0.0
     one_step = [
         _train(splits, max_steps=1, lr_schedule=s).validation for s in ("constant", "cosine")
     ]
@@ -207,5 +207,3 @@ def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
     assert runs[0].validation != runs[1].validation and runs[1].status == "complete"
     with pytest.raises(RanknasError, match="lr_schedule must be constant or cosine"):
         TrainConfig(lr_schedule="linear")
-    with pytest.raises(RanknasError, match="a budget in seconds alone has no length in steps"):
-        TrainConfig(lr_schedule="cosine", max_seconds=5)

@@ -25,8 +25,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
     sparse_lr: float = 0.05
-    # the dense lr over a budget of known length: constant, or cosine from dense_lr to 0
-    lr_schedule: Literal["constant", "cosine"] = "constant"
+    # the dense lr over the run: cosine from dense_lr to 0 over the budget (steps, examples,
+    # epochs or seconds, whichever ends first), or constant
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
     evals: int = 6  # intermediate validation evaluations over the budget
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
     early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
@@ -49,12 +50,6 @@ class TrainConfig:
         if self.lr_schedule not in ("constant", "cosine"):
             raise RanknasError(
                 f"train config: lr_schedule must be constant or cosine, got {self.lr_schedule!r}"
-            )
-        counted = self.max_steps or self.max_examples or self.max_epochs
-        if self.lr_schedule == "cosine" and self.max_seconds and not counted:
-            raise RanknasError(
-                "train config: lr_schedule cosine falls to 0 over the budget, and a budget in "
-                "seconds alone has no length in steps: give examples or epochs as well"
             )
         for name in ("dense_lr", "sparse_lr"):
             if not getattr(self, name) > 0:

@@ -257,11 +257,12 @@ def _loop(
         _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
     optimizers = [o for o in make_optimizers(model, config) if o is not None]
-    dense_lr = _dense_lr_schedule(config, budget_steps)
+    cosine = config.lr_schedule == "cosine"
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     autocast = device.type == "cuda" and config.bf16
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
     loss_sum, best, stale, eval_seconds = torch.zeros((), device=device), _Best(), 0, 0.0
+    elapsed = 0.0
     started = time.perf_counter()
     for step, batch in enumerate(_batches(train_data, config), start=1):
         dense, sparse, labels = _to(batch, device)
@@ -271,8 +272,9 @@ def _loop(
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if dense_lr is not None:
-            optimizers[0].param_groups[0]["lr"] = dense_lr(step)
+        if cosine:
+            done = budget_done(step, elapsed, budget_steps, config.max_seconds)
+            optimizers[0].param_groups[0]["lr"] = config.dense_lr * cosine_factor(done)
         for optimizer in optimizers:
             optimizer.step()
         loss_sum += loss.detach()
@@ -317,11 +319,20 @@ def _loop(
     return best
 
 
-def _dense_lr_schedule(config: TrainConfig, budget_steps: int | None):
-    """step -> the dense optimizer's lr, or None for a constant lr."""
-    if config.lr_schedule == "constant" or not budget_steps:
-        return None
-    return lambda step: config.dense_lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / budget_steps))
+def budget_done(
+    step: int, elapsed: float, budget_steps: int | None, seconds: float | None
+) -> float:
+    """The fraction of the budget spent before `step` (1-based): of its steps, or of its
+    seconds (evaluations excluded), whichever ends the run first."""
+    done = (step - 1) / budget_steps if budget_steps else 0.0
+    if seconds:
+        done = max(done, elapsed / seconds)
+    return min(done, 1.0)
+
+
+def cosine_factor(done: float) -> float:
+    """The cosine schedule: 1 at the start of the budget, 0 at its end."""
+    return 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 def _start_at_base_rate(model: nn.Module, rate: float) -> None:

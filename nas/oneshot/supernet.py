@@ -53,6 +53,7 @@ from search_space.errors import RanknasError, SpecError
 from search_space.spaces.dag import NONE, DagSpace, input_param
 from trainers import progress as bars
 from trainers.data.dataset import TabularData
+from trainers.trainer import cosine_factor
 
 Sampling = Literal["nasrec", "spos"]
 LrSchedule = Literal["constant", "cosine"]
@@ -521,9 +522,7 @@ def warmup_probability(step: int, steps: int, warmup_fraction: float) -> float:
 
 def lr_factor(step: int, steps: int, schedule: LrSchedule) -> float:
     """The learning-rate multiplier at `step` of `steps` (0-based)."""
-    if schedule == "cosine":
-        return 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
-    return 1.0
+    return cosine_factor(step / max(1, steps)) if schedule == "cosine" else 1.0
 
 
 def train_supernet(
