@@ -82,6 +82,25 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def quickstart_config(
+    directory: Path, name: str, rows: int, seed: int, criteo: bool = False
+) -> dict[str, Any]:
+    """`examples/quickstart.yaml` on `rows` rows drawn with `seed` (synthetic, or the same
+    generator's rows written as a Criteo TSV in `directory`), one pass over them per model,
+    stored in `directory`, without MLflow."""
+    config = yaml.safe_load(QUICKSTART.read_text())
+    config |= {"name": name, "seed": seed, "storage": f"sqlite:///{directory}/studies.db",
+               "output_dir": str(directory / name), "mlflow": {"tracking_uri": None}}  # fmt: skip
+    config["data"] |= {"rows": rows, "seed": seed}
+    if criteo:
+        path = directory / f"criteo-{rows}-{seed}.tsv"
+        if not path.exists():
+            write_synthetic_criteo(path, rows, seed)
+        config["data"] = {"source": f"criteo:{path}", "seed": seed}
+    config["budget"]["examples_per_trial"] = rows
+    return config
+
+
 def study(
     directory: Path,
     name: str,
@@ -100,16 +119,8 @@ def study(
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
-    config = yaml.safe_load(QUICKSTART.read_text())
-    config |= {"name": name, "seed": seed, "storage": f"sqlite:///{directory}/studies.db",
-               "output_dir": str(directory / name), "mlflow": {"tracking_uri": None}}  # fmt: skip
-    config["data"] |= {"rows": rows, "seed": seed}
-    if criteo:
-        path = directory / f"criteo-{rows}-{seed}.tsv"
-        if not path.exists():
-            write_synthetic_criteo(path, rows, seed)
-        config["data"] = {"source": f"criteo:{path}", "seed": seed}
-    config["budget"] |= {"trials": trials, "examples_per_trial": rows}
+    config = quickstart_config(directory, name, rows, seed, criteo)
+    config["budget"]["trials"] = trials
     if max_mflops is not None:
         config["objectives"]["max_mflops"] = None if max_mflops == "none" else max_mflops
     if confirm_seeds is not None:
