@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 import optuna
+import scipy.stats
 from optuna.trial import FrozenTrial, TrialState
 
 from nas import baselines
@@ -18,6 +19,7 @@ from search_space.errors import RanknasError
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
            "runs", "mflops", "params", "latency_ms", "throughput", "digest", "worker",
            "failure_reason")  # fmt: skip
+SIGNIFICANCE = 0.05  # a paired t-test's p-value under which a verdict is beyond seed noise
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "digest",
                     "failure_reason")  # fmt: skip
@@ -103,8 +105,12 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     base = min(bases, key=lambda r: r["val_ne"])
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
+    paired = None
+    if basis != "recorded runs":
+        paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     return {
         "basis": basis,
+        "paired": paired,
         "best_trial": {k: best[k] for k in ("trial", "val_ne", "test_ne", "mflops")},
         "best_baseline": {k: base[k] for k in ("baseline", "val_ne", "test_ne", "mflops")},
         "delta_val_ne": best["val_ne"] - base["val_ne"],
@@ -122,6 +128,28 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     }
 
 
+def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
+    """The re-evaluation runs of `found` and `base` (keys of the record) paired by seed:
+    how many seeds, on how many the found architecture has the lower validation NE, the
+    per-seed differences' standard deviation and a two-sided paired t-test's p-value (None
+    for fewer than two seeds). One run's NE moves with its seed by about as much as the
+    search's margins, so a mean difference alone does not say whether it would hold."""
+    record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
+    a, b = record.get(found, {}), record.get(base, {})
+    seeds = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
+    if len(seeds) < 2:
+        return None
+    diffs = [a[s][0] - b[s][0] for s in seeds]
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    if sd > 0:
+        t = mean / (sd / math.sqrt(len(diffs)))
+        p_value: float | None = float(2 * scipy.stats.t.sf(abs(t), df=len(diffs) - 1))
+    else:  # the same difference on every seed
+        p_value = 0.0 if mean else None
+    return {"seeds": len(seeds), "found_better": sum(d < 0 for d in diffs),
+            "delta_val_ne_sd": sd, "p_value": p_value}  # fmt: skip
+
+
 def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """Mean validation and test NE of each re-evaluated trial and baseline."""
     out = {}
@@ -135,8 +163,9 @@ def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 
 def format_verdict(v: dict[str, Any]) -> str:
-    """Two lines (three on single runs): who wins on validation NE (and whether test NE
-    agrees), at what FLOPs."""
+    """Three lines: who wins on validation NE (and whether test NE agrees), at what FLOPs;
+    the dominated baselines; on seed means, whether the difference is beyond the seeds'
+    noise, on single runs, that they are single runs."""
     found, base = v["best_trial"], v["best_baseline"]
     outcome = "the search wins" if v["search_wins"] else "the baseline wins"
     if v.get("test_agrees") is False:
@@ -155,9 +184,24 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
             f"baselines Pareto-dominated by found architectures: {dominated}"
+            + _paired_words(v)
             + ("" if v["basis"] != "recorded runs" else
                "\none run each: seeds move NE by a few 0.001; `ranknas reevaluate CONFIG` "
                "compares seed means"))  # fmt: skip
+
+
+def _paired_words(v: dict[str, Any]) -> str:
+    """One line: on how many seeds the trial beat the baseline and whether that is beyond
+    the seeds' noise (a paired t-test's p < `SIGNIFICANCE`); empty without pairs."""
+    paired = v.get("paired")
+    if not paired:
+        return ""
+    p = paired["p_value"]
+    noise = "within seed noise" if p is None or p >= SIGNIFICANCE else "beyond seed noise"
+    test = "" if p is None else f", paired t-test p={p:.2g}"
+    return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
+            f"{paired['found_better']} of {paired['seeds']} seeds (the differences' sd "
+            f"{paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:

@@ -271,6 +271,33 @@ def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
     assert f"not compared: {', '.join(v['not_compared'])}" in format_verdict(v)
 
 
+@pytest.mark.parametrize(
+    ("trial_runs", "better", "said"),
+    [  # against the baseline's 0.960, 0.962, 0.958 on the same seeds
+        ((0.950, 0.949, 0.951), 3, "beyond seed noise"),  # lower by 0.009-0.013 on each seed
+        ((0.955, 0.965, 0.957), 2, "within seed noise"),  # lower on average, not on every seed
+    ],
+)
+def test_the_verdict_pairs_the_seeds_and_says_whether_the_difference_is_noise(
+    tmp_path, trial_runs, better, said
+):
+    study = run_study(parse_config(_config(tmp_path, "paired", ("dlrm",), budget={"trials": 1})),
+                      progress=lambda line: None)  # fmt: skip
+    seeds = [str(REEVAL_SEED + k) for k in range(3)]
+
+    def runs(values: tuple[float, ...]) -> dict[str, list[float]]:
+        return {s: [v, v] for s, v in zip(seeds, values, strict=True)}
+
+    trial = str(study.best_trials[0].number)
+    study.set_user_attr("reevaluation", {trial: runs(trial_runs),
+                                         "baseline:dlrm": runs((0.960, 0.962, 0.958))})  # fmt: skip
+    v = verdict(study)
+    assert v["search_wins"] and v["paired"]["seeds"] == 3
+    assert v["paired"]["found_better"] == better
+    assert (v["paired"]["p_value"] < 0.05) == (said == "beyond seed noise")
+    assert f"{better} of 3 seeds" in format_verdict(v) and said in format_verdict(v)
+
+
 def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
     config = tiny_config(tmp_path, "nobase", objectives={"max_mflops": "best_baseline"})
     with pytest.raises(RanknasError, match="best_baseline needs `baselines:`"):
