@@ -106,6 +106,8 @@ def log_summary(logger, study, table) -> None:
     verdict = leaderboard.verdict(study)
     if verdict:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
+        if verdict["paired"] and verdict["paired"]["p_value"] is not None:
+            metrics["verdict_p_value"] = verdict["paired"]["p_value"]
         tags["verdict"] = leaderboard.format_verdict(verdict)
     logger.log_study_summary(
         metrics=metrics,
