@@ -59,7 +59,7 @@ MLFLOW_URL := http://127.0.0.1:5000
 demo: setup
 	$(RANKNAS) mlflow up
 	$(RANKNAS) search examples/quickstart.yaml
-	$(RANKNAS) reevaluate examples/quickstart.yaml --top 3 --seeds 3
+	$(RANKNAS) reevaluate examples/quickstart.yaml --top 3 --seeds 5
 	$(RANKNAS) leaderboard quickstart --top 5
 	$(RANKNAS) export quickstart --trial best --out ranknas-data/winner \
 	  --register ranknas-quickstart --tracking-uri $(MLFLOW_URL)
