@@ -136,10 +136,15 @@ class Bench:
 
 
 def greedy_on_cuts(plan: Plan, tables: list[TableSpec], topology: Topology) -> Plan:
-    """Ablation: size-lookup-greedy placing the same column shards as `plan`."""
-    units = plan.units(tables)
-    placed = make_sharder("size_lookup_greedy").plan(units, topology)
-    return make_plan(placed.assignment, tables, topology.num_devices, "greedy", plan.splits)
+    """Ablation: size-lookup-greedy placing the same column shards as `plan`, around its row
+    shards (held where `plan` has them)."""
+    cut = [t for t in tables if t.name in plan.row_wise]
+    held = [(u, plan.assignment[u.name]) for u in plan.units(cut)]
+    rest = plan.units([t for t in tables if t.name not in plan.row_wise])
+    assignment = make_sharder("size_lookup_greedy").place(rest, topology, held)
+    assignment |= {u.name: rank for u, rank in held}
+    return make_plan(assignment, tables, topology.num_devices, "greedy", plan.splits,
+                     plan.row_wise)  # fmt: skip
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:

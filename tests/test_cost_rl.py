@@ -1,5 +1,6 @@
 """The RL sharder: REINFORCE on the cost model, DreamShard's loop, saving and reusing."""
 
+import functools
 import json
 
 import numpy as np
@@ -36,8 +37,14 @@ from cost_models.sharding.sharders.rl import (
 )
 from cost_models.sharding.sharders.size_greedy import SizeGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
-from cost_models.sharding.splitting import choose_splits
-from cost_models.sharding.tables import TableSpec, column_shards, generate_tables, row_shards
+from cost_models.sharding.splitting import choose_splits, column_cuts
+from cost_models.sharding.tables import (
+    TableSpec,
+    column_shards,
+    fills_row_shards,
+    generate_tables,
+    row_shards,
+)
 from cost_models.sharding.topology import Topology
 from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
 from cost_models.sharding.training import (
@@ -48,6 +55,7 @@ from cost_models.sharding.training import (
     train_policy,
     train_sharder,
 )
+from search_space.errors import RanknasError
 
 
 def greedy_reward(policy, net, tasks) -> float:
@@ -113,13 +121,26 @@ def test_rl_sharder_cuts_a_dominant_table_below_the_table_wise_floor():
     hot = TableSpec("hot", 2000, 128, 60.0)
     tables = [hot, *(TableSpec(f"s{i}", 1000, 16, 2.0) for i in range(7))]
     topology = Topology(4)
-    plan = RLSharder(PolicyNet(), net).plan(tables, topology)
-    assert plan.splits.get("hot", 1) > 1
-    assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
-    assert sum(plan.memory_bytes) == sum(t.size_bytes for t in tables)
     floor = net.alone_ms([hot], topology)[0]
-    assert net.plan_costs(tables, plan, topology).sum(1).max() < floor
-    assert not RLSharder(PolicyNet(), net, split_limits=()).plan(tables, topology).splits
+    by_columns = RLSharder(PolicyNet(), net, row_cut_heavy=False).plan(tables, topology)
+    assert by_columns.splits.get("hot", 1) > 1 and not by_columns.row_wise
+    # Even cut into 4 column shards (the most on 4 devices), each shard reads all 60 ids a
+    # row and stays above a balanced device: cut by rows, the lookups are shared out.
+    assert column_cuts(tables, 4, functools.partial(net.alone_ms, topology=topology), 1.0)[1] == {
+        "hot"
+    }
+    plan = RLSharder(PolicyNet(), net).plan(tables, topology)
+    assert plan.row_wise == {"hot": (0, 1, 2, 3)} and not plan.splits
+    for p in (by_columns, plan):
+        assert sorted(p.assignment) == sorted(u.name for u in p.units(tables))
+        assert sum(p.memory_bytes) == sum(t.size_bytes for t in tables)
+        assert net.plan_costs(tables, p, topology).sum(1).max() < floor
+    plan_costs = [
+        float(net.plan_costs(tables, p, topology).sum(1).max()) for p in (by_columns, plan)
+    ]
+    assert plan_costs[1] < plan_costs[0]  # kept because it is predicted cheaper
+    table_wise = RLSharder(PolicyNet(), net, split_limits=(), row_cut_heavy=False)
+    assert not table_wise.plan(tables, topology).splits
 
 
 def test_episodes_respect_memory_masks():
@@ -369,3 +390,12 @@ def test_projected_devices_compute_what_summed_devices_do():
         ]
     assert torch.equal(runs[0].ranks, runs[1].ranks)
     assert torch.allclose(runs[0].cost_ms, runs[1].cost_ms)
+
+
+def test_a_table_is_cut_by_rows_only_into_shards_that_all_hold_rows():
+    # torchrec's blocks are ceil(rows / parts): 11,147 rows in blocks of 88 fill 127 of 128.
+    table = TableSpec("t", 11_147, 16, 40.0)
+    assert not fills_row_shards(table, 128) and fills_row_shards(table, 64)
+    with pytest.raises(RanknasError, match="do not fill 128 row shards"):
+        row_shards(table, 128)
+    assert sum(s.num_embeddings for s in row_shards(table, 64)) == 11_147

@@ -128,16 +128,21 @@ def row_shard_name(table: str, index: int) -> str:
     return f"{table}/rw{index}"
 
 
+def fills_row_shards(table: TableSpec, parts: int) -> bool:
+    """Whether torchrec's blocks of ceil(rows / parts) rows leave none of `parts` empty."""
+    return -(-table.num_embeddings // parts) * (parts - 1) < table.num_embeddings
+
+
 def row_shards(table: TableSpec, parts: int) -> list[TableSpec]:
     """`table` cut by rows into `parts` blocks as torchrec cuts them (ceil(rows / parts) each,
     the last takes the rest). Ids are taken as hashed, so each block gets an equal share of
     the lookups: pooling / parts per example, the same id skew. Every block still returns
     full-width partial sums, so its communication is that of the whole table."""
-    block = -(-table.num_embeddings // parts)
-    sizes = [min(block, table.num_embeddings - j * block) for j in range(parts)]
-    if min(sizes) < 1:
+    if not fills_row_shards(table, parts):
         raise RanknasError(f"table {table.name}: {table.num_embeddings} rows do not fill "
                            f"{parts} row shards")  # fmt: skip
+    block = -(-table.num_embeddings // parts)
+    sizes = [min(block, table.num_embeddings - j * block) for j in range(parts)]
     return [
         replace(
             table,

@@ -36,7 +36,7 @@ and the chosen plan is improved by measured moves and swaps
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,8 +58,13 @@ from cost_models.sharding.sharders.dim_greedy import DimGreedy
 from cost_models.sharding.sharders.lookup_greedy import LookupGreedy
 from cost_models.sharding.sharders.size_greedy import SizeGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
-from cost_models.sharding.splitting import choose_splits
-from cost_models.sharding.tables import TableSpec, placement_units, row_shards
+from cost_models.sharding.splitting import choose_splits, column_cuts
+from cost_models.sharding.tables import (
+    TableSpec,
+    fills_row_shards,
+    placement_units,
+    row_shards,
+)
 from cost_models.sharding.topology import Topology, traffic_megabytes
 from search_space.errors import RanknasError
 
@@ -104,12 +109,14 @@ class RLSharder(Sharder):
         select: bool = True,
         model_error: float = MODEL_ERROR,
         measurer: Measurer | None = None,
+        row_cut_heavy: bool = True,
     ) -> None:
         self.policy, self.cost_net = policy.eval(), cost_net.eval()
         self.episodes, self.seed, self.split_limits = episodes, seed, tuple(split_limits)
         self.refine, self.row_mode = refine, row_mode
         self.select, self.model_error = select, model_error
         self.measurer = measurer
+        self.row_cut_heavy = row_cut_heavy
         self.search: MeasuredSearch | None = None  # the last measured search, for reports
 
     @classmethod
@@ -122,21 +129,42 @@ class RLSharder(Sharder):
     @single_threaded
     @torch.inference_mode()  # no autograd bookkeeping: a third of an episode step's overhead
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
-        """With row cuts in "auto" mode on several hosts, every distinct cut (the estimate's
-        choice, all in hosts, none in hosts) is planned and the plan with the lowest robust
-        predicted cost kept: the estimate prices a row shard before the other tables are
-        placed around it."""
+        """Tables too big for a device are cut by rows; so, in a second plan, are the heavy
+        tables (`row_cut_heavy`: a cost alone above a balanced device's, where the lookups
+        rather than the columns set the floor, and a column cut does not split the
+        lookups). With row cuts in "auto" mode on several hosts, every distinct cut (the
+        estimate's choice, all in hosts, none in hosts) is planned. Of the plans, the one
+        with the lowest score is kept (`_score`: measured with a measurer, else robust
+        predicted): the estimate prices a row shard before the other tables are placed
+        around it."""
         check_capacity(tables, topology, row_split=True)
-        if all(t.size_bytes <= topology.memory_bytes for t in tables):
-            return self._plan_around(tables, topology, {})
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
         modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
-        cuts = []
-        for mode in modes:
-            cut = row_wise_tables(tables, topology, shard_ms if mode == "auto" else None, mode)
-            cuts += [cut] if cut not in cuts else []
-        plans = [self._plan_around(tables, topology, cut) for cut in cuts]
+        heavies = [frozenset()]
+        if self.row_cut_heavy:
+            heavies += [heavy] if (heavy := self._heavy(tables, topology)) else []
+        cuts: list[tuple[dict[str, tuple[int, ...]], int | None]] = []
+        for i, heavy in enumerate(heavies):
+            for mode in modes:
+                cut = row_wise_tables(
+                    tables, topology, shard_ms if mode == "auto" else None, mode, heavy
+                )
+                # Without a measurer the heavy tables' cut is planned by its greedy episode
+                # alone: sampling it too would double the planning time.
+                episodes = 1 if i and self.measurer is None else self.episodes
+                cuts += [(cut, episodes)] if cut not in (c for c, _ in cuts) else []
+        plans = [self._plan_around(tables, topology, cut, n) for cut, n in cuts]
+        if len(plans) == 1:
+            return plans[0]
         return min(plans, key=lambda plan: self._score(tables, plan, topology))
+
+    def _heavy(self, tables: Sequence[TableSpec], topology: Topology) -> frozenset[str]:
+        """The tables above a balanced device's load that no column cut brings under it and
+        that every device's row shard fills."""
+        cost_alone = functools.partial(self.cost_net.alone_ms, topology=topology)
+        heavy = column_cuts(tables, topology.num_devices, cost_alone, 1.0)[1]
+        by_name = {t.name: t for t in tables}
+        return frozenset(n for n in heavy if fills_row_shards(by_name[n], topology.num_devices))
 
     def _score(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
         """The measured max-device cost with a measurer, else the robust predicted one."""
@@ -146,9 +174,14 @@ class RLSharder(Sharder):
         return robust_max_ms(costs, self.model_error)
 
     def _plan_around(
-        self, tables: Sequence[TableSpec], topology: Topology, row_wise: dict[str, tuple[int, ...]]
+        self,
+        tables: Sequence[TableSpec],
+        topology: Topology,
+        row_wise: dict[str, tuple[int, ...]],
+        episodes: int | None = None,
     ) -> Plan:
-        """The plan of `tables` with those in `row_wise` cut by rows over the ranks listed."""
+        """The plan of `tables` with those in `row_wise` cut by rows over the ranks listed
+        (`episodes`: the policy's episodes, by default `episode_count`'s)."""
         by_name = {t.name: t for t in tables}
         pinned = [
             (shard, rank)
@@ -157,7 +190,7 @@ class RLSharder(Sharder):
         ]
         rest = [t for t in tables if t.name not in row_wise]
         host_groups = host_row_groups(row_wise, topology.num_devices)
-        chosen = self._place(rest, topology, pinned, host_groups)
+        chosen = self._place(rest, topology, pinned, host_groups, episodes)
         ranks = self._select(chosen, topology, len(pinned), host_groups)
         assignment = {t.name: r for t, r in zip(chosen.units, ranks, strict=True)}
         return make_plan(
@@ -177,6 +210,7 @@ class RLSharder(Sharder):
         topology: Topology,
         pinned: Sequence[tuple[TableSpec, int]] = (),
         host_groups: Mapping[str, int] | None = None,
+        episodes: int | None = None,
     ) -> _Best:
         """The policy's best episode placing `tables` (cut by the best candidate cut) on
         devices that already hold the `pinned` row shards (the first units, at their ranks:
@@ -188,7 +222,7 @@ class RLSharder(Sharder):
         held = [shard for shard, _ in pinned]
         pinned_ranks = [rank for _, rank in pinned]
         most_units = len(held) + len(placement_units(tables, candidates[-1]))  # the last cuts most
-        count = self.episodes or episode_count(most_units, topology.num_devices)
+        count = episodes or episode_count(most_units, topology.num_devices)
         screen = count if len(candidates) == 1 else 1
         groups = [held + placement_units(tables, splits) for splits in candidates]
         runs = self._episodes(groups, topology, screen, True, generator, pinned_ranks)
@@ -346,17 +380,18 @@ def row_wise_tables(
     topology: Topology,
     shard_ms: ShardMs | None = None,
     mode: str = "auto",
+    heavy: Collection[str] = (),
 ) -> dict[str, tuple[int, ...]]:
-    """Tables too big for one device, cut by rows: over the devices of one host
-    (table-row-wise: the partial sums are reduced inside the host, only the reduced output
-    crosses hosts), or over every device (row-wise: more devices share the lookups, but
-    every partial sum crosses hosts). A host is possible where there are several and half
-    of one host's memory holds the table (hosts taken in turn). Mode "host" then takes it,
-    "world" never does, and "auto" takes whichever adds less to the busiest device holding
-    its shards, with `shard_ms(table, group)` the cost of one of `group` shards on one
-    device (compute and the topology's communication), before the other tables are placed
-    around them (`RLSharder.plan` also plans the other modes' cuts and keeps the best).
-    Without `shard_ms`, "auto" is "host"."""
+    """Tables too big for one device, and the tables named in `heavy`, cut by rows: over
+    the devices of one host (table-row-wise: the partial sums are reduced inside the host,
+    only the reduced output crosses hosts), or over every device (row-wise: more devices
+    share the lookups, but every partial sum crosses hosts). A host is possible where there
+    are several and half of one host's memory holds the table (hosts taken in turn). Mode
+    "host" then takes it, "world" never does, and "auto" takes whichever adds less to the
+    busiest device holding its shards, with `shard_ms(table, group)` the cost of one of
+    `group` shards on one device (compute and the topology's communication), before the
+    other tables are placed around them (`RLSharder.plan` also plans the other modes' cuts
+    and keeps the best). Without `shard_ms`, "auto" is "host"."""
     if mode not in ROW_MODES:
         raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
     device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
@@ -364,8 +399,8 @@ def row_wise_tables(
     load = [0.0] * hosts  # the row shards' ms on each device of each host
     out: dict[str, tuple[int, ...]] = {}
     for t in sorted(tables, key=lambda t: -t.size_bytes):
-        if t.size_bytes <= device:
-            break
+        if t.size_bytes <= device and t.name not in heavy:
+            continue
         h = sum(len(ranks) < world for ranks in out.values()) % hosts
         inside = shard_ms(t, host) if shard_ms else 0.0
         spread = shard_ms(t, world) if shard_ms else 0.0
