@@ -32,8 +32,10 @@ from cost_models.sharding.sharders.rl import (
     MAX_EPISODES,
     MIN_EPISODES,
     MODEL_ERROR,
+    ROW_MODES,
     episode_count,
     robust_max_ms,
+    row_wise_tables,
 )
 from cost_models.sharding.sharders.size_greedy import SizeGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
@@ -399,3 +401,17 @@ def test_a_table_is_cut_by_rows_only_into_shards_that_all_hold_rows():
     with pytest.raises(RanknasError, match="do not fill 128 row shards"):
         row_shards(table, 128)
     assert sum(s.num_embeddings for s in row_shards(table, 64)) == 11_147
+
+
+def test_a_heavy_table_too_short_for_every_device_is_cut_over_one_host():
+    tables = [TableSpec("short", 50, 64, 80.0), TableSpec("long", 100_000, 64, 80.0)]
+    topology = Topology(16)  # 2 hosts of 8: 50 rows fill 8 blocks of 7, not 16 of 4
+    first, second, every = tuple(range(8)), tuple(range(8, 16)), tuple(range(16))
+    expected = {  # the longest first; hosts taken in turn ("auto" without estimates: "host")
+        "auto": {"long": first, "short": second},
+        "host": {"long": first, "short": second},
+        "world": {"long": every, "short": first},
+    }
+    for mode in ROW_MODES:
+        assert row_wise_tables(tables, topology, None, mode, {"short", "long"}) == expected[mode]
+        assert row_wise_tables(tables, topology, None, mode) == {}  # neither is too big

@@ -160,11 +160,11 @@ class RLSharder(Sharder):
 
     def _heavy(self, tables: Sequence[TableSpec], topology: Topology) -> frozenset[str]:
         """The tables above a balanced device's load that no column cut brings under it and
-        that every device's row shard fills."""
+        that a host's row shards fill (those of one host, or of every device)."""
         cost_alone = functools.partial(self.cost_net.alone_ms, topology=topology)
         heavy = column_cuts(tables, topology.num_devices, cost_alone, 1.0)[1]
         by_name = {t.name: t for t in tables}
-        return frozenset(n for n in heavy if fills_row_shards(by_name[n], topology.num_devices))
+        return frozenset(n for n in heavy if fills_row_shards(by_name[n], topology.host_size))
 
     def _score(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
         """The measured max-device cost with a measurer, else the robust predicted one."""
@@ -391,7 +391,8 @@ def row_wise_tables(
     busiest device holding its shards, with `shard_ms(table, group)` the cost of one of
     `group` shards on one device (compute and the topology's communication), before the
     other tables are placed around them (`RLSharder.plan` also plans the other modes' cuts
-    and keeps the best). Without `shard_ms`, "auto" is "host"."""
+    and keeps the best). Without `shard_ms`, "auto" is "host". A heavy table with too few
+    rows for a shard on every device is cut over a host in every mode."""
     if mode not in ROW_MODES:
         raise RanknasError(f"row-wise mode {mode!r}: choose one of {', '.join(ROW_MODES)}")
     device, host, hosts = topology.memory_bytes, topology.host_size, topology.hosts
@@ -402,6 +403,10 @@ def row_wise_tables(
         if t.size_bytes <= device and t.name not in heavy:
             continue
         h = sum(len(ranks) < world for ranks in out.values()) % hosts
+        if not fills_row_shards(t, world):  # a heavy table with too few rows for every device
+            out[t.name] = tuple(range(h * host, (h + 1) * host))
+            load[h] += shard_ms(t, host) if shard_ms else 0.0
+            continue
         inside = shard_ms(t, host) if shard_ms else 0.0
         spread = shard_ms(t, world) if shard_ms else 0.0
         in_host = mode != "world" and hosts > 1 and t.size_bytes <= 0.5 * host * device
