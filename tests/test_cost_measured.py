@@ -8,9 +8,10 @@ from test_cost_model import synthetic_samples
 
 from cost_models.sharding.cost_net import FitConfig, fit_cost_net
 from cost_models.sharding.measure import MeasureConfig, Measurer
-from cost_models.sharding.measured import MeasuredSearch
+from cost_models.sharding.measured import MeasuredSearch, measured_plan_ms
 from cost_models.sharding.policy import PolicyNet
 from cost_models.sharding.sharders import RLSharder
+from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import Topology
 
@@ -97,3 +98,15 @@ def test_the_rl_sharder_with_a_measurer_plans_every_unit_within_memory(net):
     assert sorted(plan.assignment) == sorted(u.name for u in plan.units(tables))
     assert max(plan.memory_bytes) <= topology.memory_bytes
     assert sharder.search is not None and sharder.search.rounds >= 1
+
+
+def test_the_measured_plan_never_measures_above_torchrecs_column_wise_plan(net):
+    tables = [*TABLES[:8], TableSpec("hot", 20_000, 128, 120.0)]
+    topology = Topology(3, memory_bytes=int(0.6 * sum(t.size_bytes for t in tables)))
+    measurer = Measurer(QUICK)
+    plan = RLSharder(PolicyNet(), net, measurer=measurer).plan(tables, topology)
+    column_wise = TorchrecPlanner(net.config.batch_size, column_wise=True).plan(tables, topology)
+    kept, baseline = (
+        max(measured_plan_ms(p, tables, topology, measurer)) for p in (plan, column_wise)
+    )
+    assert kept <= baseline  # the same timings: torchrec's plan was one of the candidates
