@@ -87,14 +87,14 @@ def test_rerunning_a_finished_study_adds_nothing(tmp_path):
 
 def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     trials = 4
-    # Trials of a few seconds, so that the kill lands inside one (24k rows since fused tables
-    # made trials ~1.3x shorter). Some random draws of this tiny space end above NE 1
-    # (failed as diverged): what matters here is resuming.
+    # Trials of seconds (small batches), so that the kill lands inside one. Some random draws
+    # of this tiny space end above NE 1 (failed as diverged): what matters here is resuming.
     config = tiny_config(
         tmp_path,
         "killed",
         budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
         data={"rows": 24_000},
+        training={"batch_size": 16},
     )
     path = write_config(tmp_path, config)
     command = [sys.executable, "-m", "nas.cli", "search", str(path)]
@@ -161,6 +161,8 @@ def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
             continue
         if states["COMPLETE"] > complete and states["RUNNING"] == 1:
             break
+    # a trial shorter than the polling lets the study end first: then nothing was tested
+    assert process.poll() is None, "the study ended before a trial after the first was running"
     process.send_signal(sig)
     return process.wait(timeout=60)
 
@@ -173,9 +175,10 @@ def _complete_so_far(config: dict) -> int:
 
 
 def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
+    # 2 s trials: a 0.3 s one ended before the signal came (CI, 2026-11-27)
     config = tiny_config(tmp_path, "stopped", budget={"trials": 2, "epochs_per_trial": 2,
                                                      "max_failures": 1},
-                         data={"rows": 16_000})  # fmt: skip
+                         data={"rows": 48_000}, training={"batch_size": 32})  # fmt: skip
     config["search_space"] = {"type": "around", "base": "dlrm"}  # variants that train well
     command = [sys.executable, "-m", "nas.cli", "search", str(write_config(tmp_path, config))]
     # a `kill` (SIGTERM): counted as a failure, it would reach max_failures and stop the resume
