@@ -14,6 +14,8 @@ the fused kernel as in `bench_sharding.py`; per plan:
   units can have its max below it);
 - noise: a plan's max-device cost from two independent timings of every device,
   |a - b| / mean (the `rl` and `rl_measured` plans);
+- noise floor: the max / bound a perfectly balanced plan would be measured at, given the
+  per-device noise of those two timings (the max of N noisy devices lies above their mean);
 - planning: CPU seconds of the planning thread.
 
 `rl_measured` is the RL sharder with a `Measurer` of its own (`measured.MeasuredSearch`:
@@ -59,20 +61,35 @@ def topology_for(tables: list[TableSpec], devices: int) -> Topology:
     return Topology(devices, memory_bytes=int(memory))
 
 
-def noise(bench: Bench, tables: list[TableSpec], method: str) -> float:
-    """|max_a - max_b| / mean of a plan's max-device cost from two timings per device."""
+def timing_pairs(bench: Bench, tables: list[TableSpec], method: str) -> np.ndarray:
+    """Two independent timings (ms) of every busy device of a plan: (devices, 2); the first
+    is the one the plan was judged by."""
     plan = bench.plans[method]
     sets = [tuple(ts) for ts in plan.device_tables(tables) if ts]
-    pairs = [bench.measurer.timings(ts, 2) for ts in sets]
+    pairs = [[t.total_ms for t in bench.measurer.timings(ts, 2)] for ts in sets]
     bench.measurer.save()
-    first = max(p[0].total_ms for p in pairs)
-    second = max(p[1].total_ms for p in pairs)
+    return np.asarray(pairs)
+
+
+def noise(pairs: np.ndarray) -> float:
+    """|max_a - max_b| / mean of a plan's max-device cost from two timings per device."""
+    first, second = pairs.max(0)
     return abs(first - second) / ((first + second) / 2)
+
+
+def noise_floor(pairs: np.ndarray, draws: int = 4000) -> float:
+    """Max / mean a perfectly balanced plan would be measured at with this per-device noise:
+    E[max_i (1 + s z_i)] over the plan's busy devices, s the relative sd of one timing
+    (from the pairs' differences, Var(a - b) = 2 s^2), z standard normal."""
+    relative = (pairs[:, 0] - pairs[:, 1]) / pairs.mean(1)
+    spread = float(np.sqrt(np.mean(relative**2) / 2))
+    z = np.random.default_rng(0).standard_normal((draws, len(pairs)))
+    return float(np.mean((1 + spread * z).max(1)))
 
 
 def summarize(results: list[dict]) -> str:
     methods = [m for m in results[0]["methods"] if "measured" in results[0]["methods"][m]]
-    ratios = ["RL / best other", "RL / bound", "noise"]
+    ratios = ["RL / best other", "RL / bound", "noise", "noise floor"]
     lines = [
         "| family | tables x devices | seed | "
         + " | ".join(methods)
@@ -86,7 +103,12 @@ def summarize(results: list[dict]) -> str:
         cells = [f"{r['family']}", f"{r['tables']} x {r['devices']}", f"{r['seed']}"]
         cells += [f"{costs[m]:.3f}" for m in methods]
         for m, (to_best, to_bound) in rated(r).items():
-            cells += [f"{to_best:.3f}", f"{to_bound:.3f}", f"{r['noise'][m]:.1%}"]
+            cells += [
+                f"{to_best:.3f}",
+                f"{to_bound:.3f}",
+                f"{r['noise'][m]:.1%}",
+                f"{r['noise_floor'][m]:.3f}",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -136,15 +158,19 @@ def main() -> None:
                 topology = topology_for(tables, devices)
                 row = bench.run(tables, topology)
                 row |= {"family": family, "tables": count, "devices": devices, "seed": seed}
-                row["noise"] = {m: noise(bench, tables, m) for m in RATED if m in bench.plans}
+                pairs = {m: timing_pairs(bench, tables, m) for m in RATED if m in bench.plans}
+                row["noise"] = {m: noise(p) for m, p in pairs.items()}
+                row["noise_floor"] = {m: noise_floor(p) for m, p in pairs.items()}
                 results.append(row)
                 print(f"<!-- {family} {config} seed {seed}: "
                       f"{time.perf_counter() - started:.0f} s -->", flush=True)  # fmt: skip
     print(summarize(results))
     for m in rated(results[0]):
         to_best, to_bound = zip(*(rated(r)[m] for r in results), strict=True)
+        floors = [r["noise_floor"][m] for r in results]
         print(f"\n{m}: max / balance bound mean {np.mean(to_bound):.3f}, median "
-              f"{statistics.median(to_bound):.3f}; max / best other mean {np.mean(to_best):.3f}, "
+              f"{statistics.median(to_bound):.3f} (noise floor mean {np.mean(floors):.3f}); "
+              f"max / best other mean {np.mean(to_best):.3f}, "
               f"worst {max(to_best):.3f}")  # fmt: skip
     print("\nPlanning time (CPU s): " + ", ".join(
         f"{m} {max(r['methods'][m].get('seconds', 0) for r in results):.2f}"

@@ -64,6 +64,23 @@ def measured_plan_ms(
     return [measured_device_ms(ts, topology, measurer, groups) for ts in plan.device_tables(tables)]
 
 
+def plan_max_ms(
+    net: CostNet,
+    plan: Plan,
+    tables: Sequence[TableSpec],
+    topology: Topology,
+    measurer: Measurer,
+    stop_above: float = float("inf"),
+) -> float:
+    """`MeasuredSearch.max_ms` of a whole plan: its costliest predicted devices timed first,
+    stopped once one reaches `stop_above`, else the costliest device settled."""
+    sets = plan.device_tables(tables)
+    units = [unit for units in sets for unit in units]
+    ranks = [device for device, units in enumerate(sets) for _ in units]
+    search = MeasuredSearch(net, units, topology, measurer, host_groups=plan.host_row_groups())
+    return search.max_ms(ranks, stop_above)
+
+
 class MeasuredSearch:
     """Selection and local search over placements of `units` (a device per unit); the first
     `pinned` units (row shards) stay where they are."""

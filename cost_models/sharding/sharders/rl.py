@@ -44,7 +44,7 @@ import torch
 
 from cost_models.sharding.cost_net import CostNet, load_cost_net, predict_kernel_ms
 from cost_models.sharding.measure import Measurer, single_threaded
-from cost_models.sharding.measured import MeasuredSearch, measured_plan_ms
+from cost_models.sharding.measured import MeasuredSearch, plan_max_ms
 from cost_models.sharding.plan import Plan, host_row_groups, make_plan
 from cost_models.sharding.policy import Episodes, PolicyNet, load_policy, run_episode_groups
 from cost_models.sharding.refine import device_costs, refine
@@ -136,9 +136,10 @@ class RLSharder(Sharder):
         estimate's choice, all in hosts, none in hosts) is planned. Of the plans, the one
         with the lowest score is kept (`_score`: measured with a measurer, else robust
         predicted): the estimate prices a row shard before the other tables are placed
-        around it. With a measurer, torchrec's column-wise plan is one more candidate (it
-        takes about as long to plan as the measured search at 128 devices), so the plan
-        kept never measures worse than it."""
+        around it. With a measurer, every baseline's plan of the whole tables (the greedy
+        heuristics', torchrec's table-wise and column-wise) is one more candidate: it costs
+        a few timings (the column-wise planner takes about as long as the measured search
+        at 128 devices), and the plan kept then measures no worse than any of them."""
         check_capacity(tables, topology, row_split=True)
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
         modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
@@ -156,11 +157,36 @@ class RLSharder(Sharder):
                 episodes = 1 if i and self.measurer is None else self.episodes
                 cuts += [(cut, episodes)] if cut not in (c for c, _ in cuts) else []
         plans = [self._plan_around(tables, topology, cut, n) for cut, n in cuts]
-        if self.measurer is not None:  # timed, a baseline's plan costs no more than its timing
-            plans += filter(None, [self._torchrec_plan(tables, topology, column_wise=True)])
+        if self.measurer is not None:
+            return self._measured_best([*plans, *self._baseline_plans(tables, topology)],
+                                       tables, topology)  # fmt: skip
         if len(plans) == 1:
             return plans[0]
-        return min(plans, key=lambda plan: self._score(tables, plan, topology))
+        costs = (self.cost_net.plan_costs(tables, plan, topology).sum(1) for plan in plans)
+        scores = [robust_max_ms(torch.from_numpy(c), self.model_error) for c in costs]
+        return plans[scores.index(min(scores))]
+
+    def _baseline_plans(self, tables: Sequence[TableSpec], topology: Topology) -> list[Plan]:
+        """The greedy heuristics' and torchrec's plans of the whole tables (those that fit)."""
+        plans = []
+        for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+            try:
+                plans.append(sharder.plan(tables, topology))
+            except RanknasError:  # a table too big for a device, or no room left
+                continue
+        torchrec = (self._torchrec_plan(tables, topology, column_wise=c) for c in (False, True))
+        return plans + [plan for plan in torchrec if plan]
+
+    def _measured_best(
+        self, plans: Sequence[Plan], tables: Sequence[TableSpec], topology: Topology
+    ) -> Plan:
+        """The plan with the lowest measured max (the first of equals; each later one timed
+        only until a device passes the best max)."""
+        best, best_ms = plans[0], float("inf")
+        for plan in plans:
+            cost = plan_max_ms(self.cost_net, plan, tables, topology, self.measurer, best_ms)
+            best, best_ms = (plan, cost) if cost < best_ms else (best, best_ms)
+        return best
 
     def _heavy(self, tables: Sequence[TableSpec], topology: Topology) -> frozenset[str]:
         """The tables above a balanced device's load that no column cut brings under it and
@@ -169,13 +195,6 @@ class RLSharder(Sharder):
         heavy = column_cuts(tables, topology.num_devices, cost_alone, 1.0)[1]
         by_name = {t.name: t for t in tables}
         return frozenset(n for n in heavy if fills_row_shards(by_name[n], topology.host_size))
-
-    def _score(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
-        """The measured max-device cost with a measurer, else the robust predicted one."""
-        if self.measurer is not None:
-            return max(measured_plan_ms(plan, tables, topology, self.measurer))
-        costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
-        return robust_max_ms(costs, self.model_error)
 
     def _plan_around(
         self,
