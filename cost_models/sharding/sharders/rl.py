@@ -73,6 +73,7 @@ SPLIT_LIMITS = (1.0, 0.5)  # shares of a balanced device's load above which a ta
 # screened: at 800 tables on 128 devices the 0.5 limit cut 124 tables into 942 shards, and
 # its screening episode over twice the units made planning 1.6x slower.
 MAX_EXTRA_UNITS = 0.25
+GREEDY_SHARDERS = (SizeLookupGreedy, LookupGreedy, SizeGreedy, DimGreedy)  # the baselines
 # Episodes x placed units x devices that one plan may cost (16 episodes of 800 x 128).
 EPISODE_WORK = 16 * 800 * 128
 MIN_EPISODES, MAX_EPISODES = 16, 512
@@ -134,12 +135,12 @@ class RLSharder(Sharder):
         rather than the columns set the floor, and a column cut does not split the
         lookups). With row cuts in "auto" mode on several hosts, every distinct cut (the
         estimate's choice, all in hosts, none in hosts) is planned. Of the plans, the one
-        with the lowest score is kept (`_score`: measured with a measurer, else robust
-        predicted): the estimate prices a row shard before the other tables are placed
-        around it. With a measurer, every baseline's plan of the whole tables (the greedy
-        heuristics', torchrec's table-wise and column-wise) is one more candidate: it costs
-        a few timings (the column-wise planner takes about as long as the measured search
-        at 128 devices), and the plan kept then measures no worse than any of them."""
+        with the lowest measured max (with a measurer) or robust predicted max is kept: the
+        estimate prices a row shard before the other tables are placed around it. With a
+        measurer, every baseline's plan of the whole tables (the greedy heuristics',
+        torchrec's table-wise and column-wise) is one more candidate: it costs a few timings
+        (the column-wise planner takes about as long as the measured search at 128
+        devices), and the plan kept then measures no worse than any of them."""
         check_capacity(tables, topology, row_split=True)
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
         modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
@@ -162,14 +163,16 @@ class RLSharder(Sharder):
                                        tables, topology)  # fmt: skip
         if len(plans) == 1:
             return plans[0]
-        costs = (self.cost_net.plan_costs(tables, plan, topology).sum(1) for plan in plans)
-        scores = [robust_max_ms(torch.from_numpy(c), self.model_error) for c in costs]
-        return plans[scores.index(min(scores))]
+        return min(plans, key=lambda plan: self._predicted_max(tables, plan, topology))
+
+    def _predicted_max(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
+        costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
+        return robust_max_ms(costs, self.model_error)
 
     def _baseline_plans(self, tables: Sequence[TableSpec], topology: Topology) -> list[Plan]:
         """The greedy heuristics' and torchrec's plans of the whole tables (those that fit)."""
         plans = []
-        for sharder in (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy()):
+        for sharder in (greedy() for greedy in GREEDY_SHARDERS):
             try:
                 plans.append(sharder.plan(tables, topology))
             except RanknasError:  # a table too big for a device, or no room left
@@ -342,8 +345,7 @@ class RLSharder(Sharder):
         rest = units[len(held) :]
         alone = dict(zip((t.name for t in units), self.cost_net.alone_ms(units, topology),
                          strict=True))  # fmt: skip
-        sharders = (SizeLookupGreedy(), LookupGreedy(), SizeGreedy(), DimGreedy(),
-                    PredictedCostGreedy(alone))  # fmt: skip
+        sharders = (*(greedy() for greedy in GREEDY_SHARDERS), PredictedCostGreedy(alone))
         out = []
         for sharder in sharders:
             try:
@@ -433,14 +435,13 @@ def row_wise_tables(
         if t.size_bytes <= device and t.name not in heavy:
             continue
         h = sum(len(ranks) < world for ranks in out.values()) % hosts
-        if not fills_row_shards(t, world):  # a heavy table with too few rows for every device
-            out[t.name] = tuple(range(h * host, (h + 1) * host))
-            load[h] += shard_ms(t, host) if shard_ms else 0.0
-            continue
+        short = not fills_row_shards(t, world)  # a heavy table too short for every device
         inside = shard_ms(t, host) if shard_ms else 0.0
-        spread = shard_ms(t, world) if shard_ms else 0.0
+        spread = shard_ms(t, world) if shard_ms and not short else 0.0
         in_host = mode != "world" and hosts > 1 and t.size_bytes <= 0.5 * host * device
-        if in_host and mode == "auto":
+        if short:
+            in_host = True
+        elif in_host and mode == "auto":
             in_host = load[h] + inside <= max(load) + spread
         if in_host:
             out[t.name] = tuple(range(h * host, (h + 1) * host))
