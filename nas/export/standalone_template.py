@@ -77,7 +77,8 @@ class EmbeddingBags(nn.Module):
             first = int(((ids < 0) | (ids >= rows)).nonzero()[0, 0])
             raise ValueError(
                 f"feature {feature!r}: id {int(ids[first])} (at {first}) is outside its table, "
-                f"ids 0..{rows - 1}: encode raw values with encode_ids, as in training"
+                f"ids 0..{rows - 1}: give ids in that range, or for a feature with a "
+                "vocabulary or hashing, encode its raw values with encode_ids as in training"
             )
 
     def _per_feature(self, entries: Sequence[Ids]) -> dict[str, torch.Tensor]:
