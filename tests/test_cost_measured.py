@@ -68,8 +68,8 @@ def test_timed_moves_bring_a_lopsided_plan_down_and_keep_the_pinned_units(net):
     used = [sum(t.size_bytes for t, r in zip(TABLES, ranks, strict=True) if r == d)
             for d in range(4)]  # fmt: skip
     assert max(used) <= topology.memory_bytes
-    # each kept change lowered the measured max
-    assert 3 <= search.kept <= search.rounds, (search.kept, search.rounds, ranks)
+    # each kept change lowered the measured max; the two idle devices took a change each
+    assert 2 <= search.kept <= search.rounds, (search.kept, search.rounds, ranks)
     refined_ms, start_ms = judged_maxes([ranks, start], 4)
     assert refined_ms < 0.8 * start_ms, (refined_ms, start_ms, ranks)
 

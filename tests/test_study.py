@@ -274,7 +274,8 @@ def test_a_study_recorded_before_a_setting_existed_resumes_under_its_old_value(t
     del protocol["training"]["lr_schedule"]
     study.set_user_attr(StudyAttr.PROTOCOL, protocol)
     config["budget"]["trials"] = 2
-    assert len(run_study(parse_config(config), progress=print).trials) == 2
+    # counted: a draw of this tiny space can end at NE 1 (failed as diverged) and be replaced
+    assert len(counted(run_study(parse_config(config), progress=print))) == 2
     del config["training"]["lr_schedule"]
     with pytest.raises(RanknasError, match=r'training\.lr_schedule: "constant" -> "cosine"'):
         run_study(parse_config(config), progress=print)
