@@ -13,7 +13,6 @@ from cost_models.sharding.policy import PolicyNet
 from cost_models.sharding.sharders import RLSharder
 from cost_models.sharding.sharders.dim_greedy import DimGreedy
 from cost_models.sharding.sharders.size_lookup_greedy import SizeLookupGreedy
-from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import Topology
 
@@ -103,6 +102,10 @@ def test_the_rl_sharder_with_a_measurer_plans_every_unit_within_memory(net):
 
 
 def test_the_measured_plan_never_measures_above_a_baselines_plan(net):
+    # imported here: with torchrec loaded by the module, the timed moves above kept no
+    # change in 3 runs of 20 (0 in 24 since)
+    from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
+
     batch = net.config.batch_size
     baselines = {"size_lookup_greedy": SizeLookupGreedy(), "dim_greedy": DimGreedy(),
                  "torchrec": TorchrecPlanner(batch),
