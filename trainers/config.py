@@ -39,6 +39,10 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     bf16: bool = True  # autocast on CUDA
+    # on CUDA, with one id per row and feature: tables joined per width, batches resident
+    # on the GPU, the step replayed as a CUDA graph (trainers/steps.py); False: the eager
+    # reference path (one table per feature, host batches), which other cases always run
+    cuda_graph: bool = True
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "max_examples", "max_epochs", "max_steps", "max_seconds",

@@ -11,22 +11,24 @@ import contextlib
 import math
 import resource
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from search_space.errors import RanknasError
 from trainers import progress as bars
 from trainers.config import TrainConfig
-from trainers.data.dataset import Batch, TabularData
+from trainers.data.dataset import Batch, ResidentBatches, TabularData
 from trainers.data.stream import Rows
 from trainers.fused_tables import FusedTables
+from trainers.joint_tables import JointTables
 from trainers.metrics import ranking_metrics
+from trainers.steps import EagerStep, GraphStep, set_lr
 
 # Called at each intermediate evaluation with (step, examples seen, validation metrics);
 # returning True stops the run as "pruned" (a searcher's pruner decides).
@@ -80,20 +82,28 @@ def resolve_device(name: str) -> torch.device:
 # and skip coalescing the sparse gradient, which took 75-90% of an H100's step time
 # (BENCHMARKS.md, "Trials on a GPU"). Larger tables keep sparse gradients.
 DENSE_GRAD_LIMIT = 1 << 28
+# Where the tables train as `JointTables` (pure torch; the tests run them on CPU too).
+JOINT_TABLE_DEVICES = ("cuda",)
 
 
 def make_optimizers(
-    model: nn.Module, config: TrainConfig
+    model: nn.Module, config: TrainConfig, capturable: bool = False
 ) -> tuple[torch.optim.Optimizer, torch.optim.Optimizer | None]:
     """Adam/AdamW for dense parameters; Adagrad (sparse gradients; dense ones for tables up
     to `DENSE_GRAD_LIMIT` on a GPU), torchrec's row-wise Adagrad or SGD for the embedding
-    tables; none for tables that update themselves (`FusedTables`)."""
+    tables; none for tables that update themselves (`FusedTables`, `JointTables`).
+    `capturable`: the dense optimizer keeps its step and learning rate on the model's
+    device, as a CUDA graph needs."""
     sparse = [p for n, p in model.named_parameters() if n.startswith("embedding_bags.")]
     dense = [p for n, p in model.named_parameters() if not n.startswith("embedding_bags.")]
     dense_cls = torch.optim.AdamW if config.dense_optimizer == "adamw" else torch.optim.Adam
+    lr = config.dense_lr
+    if capturable:  # a tensor, so that the schedule reaches a replayed step
+        lr = torch.tensor(lr, device=dense[0].device)
     # fused: one kernel for all dense parameters, the same update (7% of a small CPU step)
-    dense_opt = dense_cls(dense, lr=config.dense_lr, weight_decay=config.weight_decay, fused=True)
-    if not sparse or isinstance(getattr(model, "embedding_bags", None), FusedTables):
+    dense_opt = dense_cls(dense, lr=lr, weight_decay=config.weight_decay, fused=True,
+                          capturable=capturable)  # fmt: skip
+    if not sparse or isinstance(getattr(model, "embedding_bags", None), FusedTables | JointTables):
         return dense_opt, None
     if config.sparse_optimizer == "rowwise_adagrad":
         from torchrec.optim import RowWiseAdagrad
@@ -119,9 +129,13 @@ def _to(batch: Batch, device: torch.device) -> Batch:
     )
 
 
-def _batches(data: Rows, config: TrainConfig):
-    """Shuffled training batches, epoch after epoch."""
-    loader = data.loader(config.batch_size, shuffle=True, seed=config.seed, drop_last=True)
+def _batches(data: Rows, config: TrainConfig, resident_on: torch.device | None = None):
+    """Shuffled training batches, epoch after epoch; drawn on `resident_on` from a copy of
+    the data held there, if given."""
+    if resident_on is not None:
+        loader = ResidentBatches(data, config.batch_size, config.seed, resident_on)
+    else:
+        loader = data.loader(config.batch_size, shuffle=True, seed=config.seed, drop_last=True)
     if len(loader) == 0:
         raise RanknasError(
             f"the training split has {len(data)} rows, fewer than one batch of {config.batch_size}"
@@ -183,7 +197,9 @@ def train(
     try:
         budget_steps = _budget_steps(len(train_data), config)
         total = budget_steps * config.batch_size if budget_steps else None
-        with bars.bar(total, label, unit="examples") as shown, _fused_tables(model, config, device):
+        model.to(device)
+        tables = _trained_tables(model, config, device, _single_valued(train_data))
+        with bars.bar(total, label, unit="examples") as shown, tables:
             best = _loop(model, train_data, valid_data, config, on_eval, device, result, shown,
                          budget_steps)  # fmt: skip
         if result.status != "failed":
@@ -203,15 +219,39 @@ def train(
     return result
 
 
+def _single_valued(data: Rows) -> bool:
+    return not any(f.multi_valued for f in data.schema.categorical)
+
+
+def _graph_step(device: torch.device, config: TrainConfig, model: nn.Module, data: Rows) -> bool:
+    """Whether the step can be a CUDA graph: joint tables, one id per row and feature."""
+    if device.type != "cuda" or not config.cuda_graph:
+        return False
+    if not isinstance(getattr(model, "embedding_bags", None), JointTables | type(None)):
+        return False
+    if not _single_valued(data):
+        warnings.warn("multi-valued features: the step runs eagerly, not as a CUDA graph",
+                      stacklevel=3)  # fmt: skip
+        return False
+    return True
+
+
 @contextlib.contextmanager
-def _fused_tables(model: nn.Module, config: TrainConfig, device: torch.device) -> Iterator[None]:
-    """On CPU, the model's tables train as `FusedTables` (1.2-1.7x the examples per second) and are
+def _trained_tables(
+    model: nn.Module, config: TrainConfig, device: torch.device, single_valued: bool
+) -> Iterator[None]:
+    """The model's tables train as `FusedTables` on CPU (1.2-1.7x the examples per second)
+    or as `JointTables` on CUDA (one lookup and update per width, see `cuda_graph`), and are
     put back, trained, at the end."""
     tables = getattr(model, "embedding_bags", None)
-    if device.type != "cpu" or not FusedTables.fits(tables):
+    if device.type == "cpu" and FusedTables.fits(tables):
+        model.embedding_bags = FusedTables(tables, config.sparse_optimizer, config.sparse_lr)
+    elif device.type in JOINT_TABLE_DEVICES and config.cuda_graph and JointTables.fits(tables):
+        model.embedding_bags = JointTables(tables, config.sparse_optimizer, config.sparse_lr,
+                                           single_valued)  # fmt: skip
+    else:
         yield
         return
-    model.embedding_bags = FusedTables(tables, config.sparse_optimizer, config.sparse_lr)
     try:
         yield
     finally:
@@ -256,30 +296,26 @@ def _loop(
     if config.start_at_base_rate:
         _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
-    optimizers = [o for o in make_optimizers(model, config) if o is not None]
+    graph = _graph_step(device, config, model, train_data)
+    optimizers = [o for o in make_optimizers(model, config, capturable=graph) if o is not None]
+    bf16 = device.type == "cuda" and config.bf16
+    take_step = (GraphStep if graph else EagerStep)(model, optimizers, bf16)
+    resident = device if graph and ResidentBatches.fits(train_data) else None
     cosine = config.lr_schedule == "cosine"
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
-    autocast = device.type == "cuda" and config.bf16
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
     loss_sum, best, stale, eval_seconds = torch.zeros((), device=device), _Best(), 0, 0.0
     elapsed = 0.0
     started = time.perf_counter()
-    for step, batch in enumerate(_batches(train_data, config), start=1):
-        dense, sparse, labels = _to(batch, device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(dense, sparse)
-        loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
-        for optimizer in optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+    for step, batch in enumerate(_batches(train_data, config, resident), start=1):
         if cosine:
             done = budget_done(step, elapsed, budget_steps, config.max_seconds)
-            optimizers[0].param_groups[0]["lr"] = config.dense_lr * cosine_factor(done)
-        for optimizer in optimizers:
-            optimizer.step()
-        loss_sum += loss.detach()
-        result.steps, result.examples = step, result.examples + labels.shape[0]
-        shown.update(labels.shape[0])
+            set_lr(optimizers[0], config.dense_lr * cosine_factor(done))
+        if resident is None:
+            batch = _to(batch, device)
+        loss_sum += take_step(batch)
+        result.steps, result.examples = step, result.examples + batch.labels.shape[0]
+        shown.update(batch.labels.shape[0])
         if step % config.log_every == 0:  # one host sync per log interval
             mean_loss, loss_sum = loss_sum.item() / config.log_every, loss_sum.zero_()
             if not math.isfinite(mean_loss):

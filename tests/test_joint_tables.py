@@ -1,0 +1,145 @@
+"""Joint tables (the GPU's one-kernel lookup, pure torch) compute and learn what torch's
+tables do, for one id per row and for lists of ids."""
+
+import pytest
+import torch
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from search_space.builder import build_model
+from search_space.presets import preset
+from trainers import trainer
+from trainers.data import SyntheticConfig, generate_synthetic
+from trainers.data.dataset import ResidentBatches
+from trainers.fused_tables import FusedTables
+from trainers.joint_tables import JointTables
+from trainers.trainer import TrainConfig, make_optimizers
+
+DIMS = (8, 4, 8, 4)  # two widths, interleaved: two joint weights, columns put back in order
+
+
+def _collection(pooling: tuple[PoolingType, ...]) -> EmbeddingBagCollection:
+    torch.manual_seed(0)
+    return EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(
+                name=f"t_f{i}",
+                embedding_dim=d,
+                num_embeddings=10 + i,
+                feature_names=[f"f{i}"],
+                pooling=p,
+            )
+            for i, (d, p) in enumerate(zip(DIMS, pooling, strict=True))
+        ]
+    )
+
+
+def _features(lengths: dict[str, list[int]], values: dict[str, list[int]]) -> KeyedJaggedTensor:
+    keys = list(lengths)
+    return KeyedJaggedTensor(
+        keys=keys,
+        values=torch.tensor([v for k in keys for v in values[k]]),
+        lengths=torch.tensor([n for k in keys for n in lengths[k]], dtype=torch.int32),
+    )
+
+
+def _single_valued() -> KeyedJaggedTensor:
+    """Another key order than the tables', a key no table reads, ids repeated in a batch."""
+    values = {"f3": [12, 0, 12], "extra": [5, 5, 5], "f1": [3, 3, 9], "f0": [1, 9, 1],
+              "f2": [0, 11, 11]}  # fmt: skip
+    return _features({k: [1, 1, 1] for k in values}, values)
+
+
+def _multi_valued() -> KeyedJaggedTensor:
+    """Lists with repeats and an empty bag."""
+    lengths = {"f0": [2, 0, 1], "f1": [3, 1, 2], "f2": [1, 1, 1], "f3": [1, 2, 1]}
+    values = {"f0": [3, 3, 9], "f1": [1, 1, 4, 7, 0, 10], "f2": [11, 0, 11], "f3": [2, 2, 12, 0]}
+    return _features(lengths, values)
+
+
+CASES = {
+    "single": (_single_valued, (PoolingType.SUM,) * 4, True),
+    "lists": (
+        _multi_valued,
+        (PoolingType.SUM, PoolingType.MEAN, PoolingType.MEAN, PoolingType.SUM),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_step_pools_and_updates_as_torch_tables_do(optimizer, case):
+    make_features, pooling, single = CASES[case]
+    reference, features = _collection(pooling), make_features()
+    joint = JointTables(reference, optimizer, lr=0.1, single_valued=single)
+    assert joint.state_dict().keys() == reference.state_dict().keys()
+    model = torch.nn.Module()
+    model.embedding_bags, model.head = reference, torch.nn.Linear(1, 1)
+    torch_step = make_optimizers(model, TrainConfig(sparse_optimizer=optimizer, sparse_lr=0.1))[1]
+    mix = torch.randn(3, sum(DIMS))
+    for _ in range(3):  # repeated steps: the optimizers' state must agree too
+        expected, got = reference(features), joint(features)
+        assert got.keys() == expected.keys()
+        torch.testing.assert_close(got.values(), expected.values())
+        torch_step.zero_grad()
+        (expected.values() * mix).sum().backward()
+        torch_step.step()
+        (got.values() * mix).sum().backward()  # joint: the update happens here
+    for name, bag in reference.embedding_bags.items():
+        torch.testing.assert_close(joint.embedding_bags[name].weight, bag.weight)
+    assert not torch.equal(
+        reference.embedding_bags["t_f0"].weight, _collection(pooling).embedding_bags["t_f0"].weight
+    )
+    with torch.no_grad():  # evaluation updates nothing
+        before = joint.state_dict()["embedding_bags.t_f1.weight"].clone()
+        joint(features)
+    torch.testing.assert_close(joint.state_dict()["embedding_bags.t_f1.weight"], before)
+
+
+def test_loading_a_state_dict_writes_into_the_joint_weights_and_back():
+    pooling = (PoolingType.SUM,) * 4
+    reference, other = _collection(pooling), _collection(pooling)
+    with torch.no_grad():
+        for bag in other.embedding_bags.values():
+            bag.weight.normal_()
+    joint = JointTables(reference, "adagrad", lr=0.1, single_valued=True)
+    joint.load_state_dict(other.state_dict())
+    torch.testing.assert_close(joint(_single_valued()).values(), other(_single_valued()).values())
+    joint.write_back(reference)
+    for name, bag in other.embedding_bags.items():
+        torch.testing.assert_close(reference.embedding_bags[name].weight, bag.weight)
+
+
+def test_training_on_joint_tables_ends_where_torch_tables_do(monkeypatch):
+    data = generate_synthetic(SyntheticConfig(rows=12_000, seed=1))
+    train_part, valid, _ = data.split()
+    config = TrainConfig(batch_size=256, max_steps=40, evals=2, seed=3)
+    monkeypatch.setattr(FusedTables, "fits", staticmethod(lambda ebc: False))
+    results, weights = [], []
+    for devices in (("cpu",), ()):  # joint tables, then torch's
+        monkeypatch.setattr(trainer, "JOINT_TABLE_DEVICES", devices)
+        model = build_model(preset("dcnv2", data.schema), seed=0)
+        results.append(trainer.train(model, train_part, valid, config=config))
+        assert type(model.embedding_bags) is EmbeddingBagCollection  # put back after training
+        weights.append(model.state_dict())
+    assert [r.status for r in results] == ["complete", "complete"]
+    assert results[0].validation["ne"] == pytest.approx(results[1].validation["ne"], abs=1e-4)
+    assert weights[0].keys() == weights[1].keys()
+    for key, value in weights[0].items():  # float sums in another order, over 40 steps
+        assert (value - weights[1][key]).norm() <= 1e-3 * weights[1][key].norm() + 1e-6, key
+
+
+def test_resident_batches_are_the_loaders_batches():
+    data = generate_synthetic(SyntheticConfig(rows=3_000, seed=2))
+    resident = ResidentBatches(data, 256, seed=5, device=torch.device("cpu"))
+    loader = data.loader(256, shuffle=True, seed=5, drop_last=True)
+    assert len(resident) == len(loader) == 3_000 // 256
+    for _ in range(2):  # two epochs: each its own permutation
+        for ours, theirs in zip(resident, loader, strict=True):
+            torch.testing.assert_close(ours.dense, theirs.dense)
+            torch.testing.assert_close(ours.labels, theirs.labels)
+            assert ours.sparse.keys() == theirs.sparse.keys()
+            torch.testing.assert_close(ours.sparse.values(), theirs.sparse.values())
+            torch.testing.assert_close(ours.sparse.lengths(), theirs.sparse.lengths())
