@@ -243,6 +243,17 @@ def _study_commands(command, commands) -> None:
                          "budget.trials)")  # fmt: skip
         sub.add_argument("--no-mlflow", action="store_true",
                          help="do not log the trials to MLflow")  # fmt: skip
+        sub.add_argument("--workers", type=int, metavar="N",
+                         help="worker processes to start on the study, spread over the GPUs "
+                         "(several per GPU when N is larger) or splitting the CPU cores "
+                         "(default: the config's workers.count, else 1)")  # fmt: skip
+        sub.add_argument(
+            "--threads",
+            type=arguments.number(int, minimum=1),
+            metavar="T",
+            help="torch CPU threads per worker (default: training.threads)",
+        )
+        sub.add_argument("--one-worker", action="store_true", help=argparse.SUPPRESS)
 
     def study_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(

@@ -38,13 +38,25 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         config.budget.trials = args.trials
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
+    if args.threads is not None:
+        config.training.threads = args.threads
+    launched = not args.one_worker and _launches_workers(config, args.workers)
     logger = _logger(config)
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
           f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
     if logger is not None:
         experiment = config.mlflow.experiment or config.name
         print(f"MLflow: {redact(config.mlflow.tracking_uri)} (experiment {experiment})")
-    study = run_study(config, logger=logger, progress=bars.write)
+    if launched:
+        study = _run_workers(args, config, logger)
+        if study is None:
+            return 130
+    else:
+        study = run_study(config, logger=logger, progress=bars.write)
+    if args.one_worker:  # one of a launch's workers: the launcher sums up
+        if logger is not None:
+            flush(logger, config)
+        return 0
     table = leaderboard.rows(study)
     print()
     print(leaderboard.format_table(table[:10]))
@@ -56,6 +68,36 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
           "--out winner/")  # fmt: skip
     return 0
+
+
+def _launches_workers(config, requested: int | None) -> bool:
+    """Whether this search starts worker processes (`--workers` or `workers:` above one)."""
+    if requested is not None and requested < 1:
+        raise RanknasError(f"--workers must be at least 1 (got {requested})")
+    return (requested or config.workers.count or 0) > 1 or bool(config.workers.per_device)
+
+
+def _run_workers(args: argparse.Namespace, config, logger):
+    """The study run by worker processes (`nas.launch`); None when they were interrupted."""
+    from nas import launch
+    from nas.runner import _loggable
+    from nas.storage import load_study
+
+    gpus = launch.visible_gpus() if config.training.device != "cpu" else []
+    count = launch.worker_count(config, args.workers, len(gpus))
+    extra = (["--trials", str(config.budget.trials)] if args.trials else []) + (
+        ["--no-mlflow"] if args.no_mlflow else []
+    )
+    code = launch.launch(args.config, config, count, extra)
+    if code == 130:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise RanknasError(f"study {config.name!r}: a worker failed (above); fix what it "
+                           "says, then run the same command again to resume")  # fmt: skip
+    if logger is not None:  # the workers made the parent run: this finds it
+        logger.start_study(config.name, params=_loggable(config),
+                           tags={"searcher": config.searcher.type})  # fmt: skip
+    return load_study(config.name, config.storage)
 
 
 def print_comparison(study) -> None:
@@ -165,6 +207,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         c = state["mflops_ceiling"]
         print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "
               "trials were above it and not trained")  # fmt: skip
+    if state["devices"]:
+        print("trained on: " + ", ".join(f"{d} {n}" for d, n in state["devices"].items()))
+    if state["running"]:
+        print("running: " + ", ".join(f"trial {r['trial']} on {r['device'] or '?'}"
+                                      for r in state["running"]))  # fmt: skip
     if state["best_trial"] is not None:
         print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
     if state["verdict"]:

@@ -294,6 +294,11 @@ class TrainingConfig(_Section):
         description="CPU threads per worker; small ranking models train fastest on one "
         "thread per process: run more workers to use more cores",
     )
+    cuda_graph: bool = Field(
+        default=_TRAIN.cuda_graph,
+        description="on a GPU: tables joined per width, batches held on the GPU and the step "
+        "replayed as a CUDA graph (one id per row and feature); false: the eager reference",
+    )
 
     @field_validator("device")
     @classmethod
@@ -301,6 +306,15 @@ class TrainingConfig(_Section):
         if not re.fullmatch(DEVICE_PATTERN, value):
             raise ValueError(f"{value!r}: use auto, cpu, cuda or cuda:N")
         return value
+
+
+class WorkersConfig(_Section):
+    """Worker processes that `ranknas search` starts on the study (`--workers` overrides
+    `count`): round-robin over the visible GPUs, each pinned to its GPU; on CPU they split
+    the cores."""
+
+    count: int | None = Field(default=None, ge=1, description="default: 1, or per_device x GPUs")
+    per_device: int | None = Field(default=None, ge=1, description="at most this many per GPU")
 
 
 class PruningConfig(_Section):
@@ -361,6 +375,7 @@ class StudyConfig(_Section):
     budget: BudgetConfig = BudgetConfig()
     training: TrainingConfig = TrainingConfig()
     pruning: PruningConfig = PruningConfig()
+    workers: WorkersConfig = WorkersConfig()
     storage: str = DEFAULT_STORAGE
     mlflow: MlflowConfig = MlflowConfig()
     sharding: ShardingConfig = ShardingConfig()

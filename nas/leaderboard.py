@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import math
@@ -248,7 +249,19 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
+        "devices": _devices(trials),
+        "running": [
+            {"trial": t.number, "device": t.user_attrs.get(TrialAttr.DEVICE)}
+            for t in trials
+            if t.state == TrialState.RUNNING
+        ],
     }
+
+
+def _devices(trials: list[FrozenTrial]) -> dict[str, int]:
+    """Trials trained on each device (workers pinned to GPUs: one entry per GPU)."""
+    devices = [t.user_attrs[TrialAttr.DEVICE] for t in trials if TrialAttr.DEVICE in t.user_attrs]
+    return dict(sorted(collections.Counter(devices).items()))
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:

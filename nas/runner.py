@@ -67,7 +67,7 @@ from search_space.errors import RanknasError, SpecError
 from search_space.spaces import SearchSpace, make_space
 from search_space.spaces.around import BEST_BASELINE
 from trainers import progress as bars
-from trainers.trainer import TrainResult
+from trainers.trainer import TrainResult, device_label
 
 Progress = Callable[[str], None]
 INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
@@ -85,6 +85,11 @@ def _counted(trial: FrozenTrial) -> bool:
     return trial.state in DONE and not (
         attrs.get(TrialAttr.OVER_CONSTRAINT) or TrialAttr.REUSED_FROM in attrs
     )
+
+
+def counted_trials(trials: list[FrozenTrial]) -> int:
+    """The trials that count in the budget."""
+    return sum(_counted(t) for t in trials)
 
 
 def _repeats(trials: list[FrozenTrial]) -> int:
@@ -594,7 +599,8 @@ def run_trial(
     directory = config.study_dir / "trials" / str(trial.number)
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config)
-    tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker}
+    tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker,
+            TrialAttr.DEVICE: device_label(config.training.device)}  # fmt: skip
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
     reason = _over_constraint(costs, config)
     if reason:

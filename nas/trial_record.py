@@ -35,6 +35,7 @@ class TrialAttr(StrEnum):
     PARAMS = "params"
     LATENCY_MS = "latency_ms"
     WORKER = "worker"
+    DEVICE = "device"  # where the trial trained: cuda:N (the card) or cpu (threads)
     DIR = "trial_dir"
     FAILURE_REASON = "failure_reason"
     PREDICTED_STEP_MS = "predicted_embedding_step_ms"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import resource
 import time
 import warnings
@@ -75,6 +76,19 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise RanknasError(f"device {name!r} asked for, but CUDA is not available here")
     return torch.device(name)
+
+
+def device_label(name: str) -> str:
+    """Where a run with device setting `name` trains, as a person finds it: the GPU's index
+    among all the machine's (through CUDA_VISIBLE_DEVICES) and its name, or the CPU and
+    its threads."""
+    device = resolve_device(name)
+    if device.type != "cuda":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    physical = visible[index].strip() if index < len(visible) and visible[index].strip() else index
+    return f"cuda:{physical} ({torch.cuda.get_device_name(index)})"
 
 
 # On a GPU, embedding tables up to this many weights (1 GiB in fp32) get dense gradients:

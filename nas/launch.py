@@ -1,0 +1,169 @@
+"""`ranknas search CONFIG --workers N`: N worker processes on one study, one command.
+
+Each worker is `ranknas search CONFIG` in a process of its own (the multi-worker protocol
+of `nas.runner` shares the budget through the study's storage), placed round-robin on the
+visible GPUs and pinned to its GPU through CUDA_VISIBLE_DEVICES, or, without a GPU, given
+an equal share of the CPU cores as torch threads. Workers write to their own log files
+(`<study dir>/workers/worker-K.log`); this process shows one progress display read from
+the storage. Ctrl-C or SIGTERM stops every worker as it stops one (their trials are
+retried on resume) and exits 130; a worker that dies has its trial failed by heartbeats
+and retried, as with `ranknas worker`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nas.config import StudyConfig
+from search_space.errors import RanknasError
+from trainers import progress as bars
+
+POLL_SECONDS = 1.0
+STOP_SECONDS = 60  # a stopped worker's time to record its trial as interrupted
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker runs: the GPU it sees (None: as configured) and its torch threads."""
+
+    gpu: str | None
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"cuda:{self.gpu}" if self.gpu is not None else f"cpu ({self.threads} threads)"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs)."""
+    import torch  # the count comes from NVML: no CUDA context is made here
+
+    count = torch.cuda.device_count()
+    listed = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def worker_count(config: StudyConfig, requested: int | None, gpus: int) -> int:
+    """`--workers`, else `workers.count`, else `workers.per_device` on each GPU, else 1;
+    refused when it puts more than `workers.per_device` on one GPU."""
+    per_device = config.workers.per_device
+    count = requested or config.workers.count or (per_device * max(gpus, 1) if per_device else 1)
+    if per_device and gpus and count > per_device * gpus:
+        raise RanknasError(
+            f"{count} workers on {gpus} GPU(s) puts more than workers.per_device={per_device} "
+            f"on one; ask for at most {per_device * gpus} workers or raise per_device"
+        )
+    return count
+
+
+def placements(count: int, device: str, gpus: list[str], cores: int) -> list[Placement]:
+    """Round-robin over `gpus` when `device` (training.device) lets a worker take any GPU;
+    the cores split evenly (a GPU worker's threads feed its GPU)."""
+    threads = max(1, cores // count)
+    spread = device in ("auto", "cuda") and gpus
+    return [Placement(gpus[i % len(gpus)] if spread else None, threads) for i in range(count)]
+
+
+def launch(config_path: str, config: StudyConfig, count: int, extra_args: list[str]) -> int:
+    """Run `count` workers on the study of `config` until they all end; their exit status
+    (130 when interrupted, the first failure's otherwise)."""
+    gpus = visible_gpus() if config.training.device != "cpu" else []
+    places = placements(count, config.training.device, gpus, os.cpu_count() or 1)
+    logs = config.study_dir / "workers"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RanknasError(f"output_dir: cannot create {logs} ({exc.strerror}); "
+                           "choose a writable directory") from None  # fmt: skip
+    where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
+    print(f"{count} workers: {where}; their logs in {logs}")
+    workers = [_start(config_path, place, logs / f"worker-{i}.log", extra_args)
+               for i, place in enumerate(places)]  # fmt: skip
+    try:
+        _watch(config, workers)
+    except KeyboardInterrupt:
+        _stop(workers)
+        raise
+    codes = [w.wait() for w in workers]
+    failed = [(i, c) for i, c in enumerate(codes) if c != 0]
+    for i, code in failed:
+        print(f"worker {i} exited with status {code}: {_last_line(logs / f'worker-{i}.log')}",
+              file=sys.stderr)  # fmt: skip
+    return failed[0][1] if failed else 0
+
+
+def _start(config_path: str, place: Placement, log: Path, extra_args: list[str]):
+    env = dict(os.environ)
+    if place.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = place.gpu
+    command = [sys.executable, "-m", "nas.cli", "search", config_path, "--one-worker",
+               "--threads", str(place.threads), *extra_args]  # fmt: skip
+    with open(log, "w") as out:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
+    """One progress display for all workers, from the storage: a line per finished trial."""
+    from nas.runner import counted_trials
+
+    seen: set[int] = set()
+    with bars.bar(config.budget.trials, f"study {config.name}", "trials", lines=False) as bar:
+        while True:
+            running = any(w.poll() is None for w in workers)
+            trials = _trials(config)
+            for trial in trials:
+                if trial.number not in seen and trial.state.is_finished():
+                    seen.add(trial.number)
+                    bars.write(_line(trial))
+            done = counted_trials(trials)
+            bar.update(max(0, done - bar.n))
+            if not running:
+                return
+            time.sleep(POLL_SECONDS)
+
+
+def _trials(config: StudyConfig) -> list:
+    """The study's trials; none while the first worker is still creating it."""
+    from nas.storage import load_study
+
+    try:
+        return load_study(config.name, config.storage).get_trials(deepcopy=False)
+    except RanknasError:
+        return []
+
+
+def _line(trial) -> str:
+    from nas.trial_record import TrialAttr
+
+    attrs = trial.user_attrs
+    device = attrs.get(TrialAttr.DEVICE, "")
+    value = f" val NE {attrs['val_ne']:.4f}" if isinstance(attrs.get("val_ne"), float) else ""
+    note = " (a repeat)" if TrialAttr.REUSED_FROM in attrs else ""
+    reason = attrs.get(TrialAttr.FAILURE_REASON)
+    why = f": {reason}" if reason and trial.state.name == "FAIL" else ""
+    return f"trial {trial.number} {trial.state.name.lower()}{value} on {device or '-'}{note}{why}"
+
+
+def _stop(workers: list[subprocess.Popen]) -> None:
+    """SIGINT to each worker still running (a terminal's Ctrl-C reached them already), then
+    wait for them to record their trials; kill what is left."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + STOP_SECONDS
+    for worker in workers:
+        try:
+            worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def _last_line(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"

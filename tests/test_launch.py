@@ -1,0 +1,92 @@
+"""`ranknas search CONFIG --workers N`: worker processes placed on the machine's devices,
+one command, one display, the budget met exactly."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from optuna.trial import TrialState
+
+from nas.config import StudyConfig
+from nas.launch import Placement, placements, worker_count
+from nas.storage import load_study
+from search_space.errors import RanknasError
+from study_helpers import counted, tiny_config, write_config
+
+
+def test_workers_go_round_robin_over_the_gpus_and_split_the_cores():
+    places = placements(5, "auto", ["0", "3"], cores=16)
+    assert [p.gpu for p in places] == ["0", "3", "0", "3", "0"]
+    assert {p.threads for p in places} == {3}
+    assert [p.label for p in places[:2]] == ["cuda:0", "cuda:3"]
+    assert placements(2, "cpu", ["0"], cores=2) == [Placement(None, 1)] * 2  # device: cpu
+    assert placements(3, "auto", [], cores=2)[0].label == "cpu (1 threads)"  # no GPU here
+    assert {p.gpu for p in placements(2, "cuda:1", ["0", "1"], cores=4)} == {None}  # as asked
+
+
+def test_the_worker_count_comes_from_the_flag_the_config_or_the_gpus(tmp_path):
+    config = StudyConfig.model_validate(tiny_config(tmp_path, "w", workers={"per_device": 4}))
+    assert worker_count(config, None, gpus=2) == 8
+    assert worker_count(config, 6, gpus=2) == 6
+    with pytest.raises(RanknasError, match="per_device=4"):
+        worker_count(config, 9, gpus=2)
+    plain = StudyConfig.model_validate(tiny_config(tmp_path, "p"))
+    assert worker_count(plain, None, gpus=8) == 1
+
+
+def _search(path, *args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "nas.cli", "search", str(path), *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
+    trials = 5
+    config = tiny_config(tmp_path, "two", budget={"trials": trials},
+                         searcher={"type": "tpe", "startup_trials": 2})  # fmt: skip
+    search = _search(write_config(tmp_path, config), "--workers", "2")
+    output = search.communicate(timeout=600)[0]
+    assert search.returncode == 0, output
+    assert "2 workers: worker 0 on cpu (1 threads), worker 1 on cpu (1 threads)" in output
+    study = load_study("two", config["storage"])
+    assert len(counted(study)) == trials, "the budget was not met exactly"
+    trained = [t for t in counted(study)]
+    digests = [t.user_attrs["digest"] for t in trained]
+    assert len(set(digests)) == len(digests), "an architecture was trained twice"
+    assert len({t.user_attrs["worker"] for t in trained}) == 2, "both workers ran trials"
+    assert {t.user_attrs["device"] for t in trained} == {"cpu (1 threads)"}
+    assert f"trial {trained[0].number} complete" in output  # one display, from the storage
+    assert "export the best" in output  # the leaderboard and summary, once
+    logs = sorted((tmp_path / "two" / "workers").glob("worker-*.log"))
+    assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
+
+
+def test_a_stopped_launch_stops_every_worker_and_resumes(tmp_path):
+    config = tiny_config(tmp_path, "stop", data={"rows": 48_000},
+                         training={"batch_size": 32, "evals": 2},
+                         budget={"trials": 4, "epochs_per_trial": 1})  # fmt: skip
+    path = write_config(tmp_path, config)
+    search = _search(path, "--workers", "2")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # stop it while both workers train
+        time.sleep(0.3)
+        try:
+            running = [t for t in load_study("stop", config["storage"]).trials
+                       if t.state == TrialState.RUNNING]  # fmt: skip
+        except RanknasError:
+            running = []
+        if len(running) == 2:
+            break
+    assert search.poll() is None, search.communicate()[0]
+    search.send_signal(signal.SIGTERM)
+    output = search.communicate(timeout=120)[0]
+    assert search.returncode == 130, output
+    study = load_study("stop", config["storage"])
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
+    interrupted = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
+    assert len(interrupted) == 2
+    again = _search(path, "--workers", "2")
+    output = again.communicate(timeout=600)[0]
+    assert again.returncode == 0, output
+    assert len(counted(load_study("stop", config["storage"]))) == 4
