@@ -2,6 +2,16 @@
 
     .venv/bin/python bench/bench_gpu.py --device cpu --threads 2     # this machine's CPU
     python3 bench/bench_gpu.py --device cuda                         # a GPU, if there is one
+    python3 bench/bench_gpu.py --suite study --out $OUT/study.json   # the lent GPU's window
+
+`--suite study` is the prepared device script of issue 37 (about 7 minutes on an H100):
+the eager step (one table per feature, host batches) against the CUDA-graph step (joint
+tables, resident batches, the step replayed) side by side for dlrm, dcnv2 and wukong at
+batch 512 and 4,096 and for the MLPerf shape at 16,384 (MFU); validation NE of both paths
+over two seeds on the quickstart presets; and the quickstart study's search phase (20
+trials around DCNv2, no baselines) run by `ranknas search --workers N` for N = 1, 8 and 4
+on the one GPU: trials per hour and GPU busy time (nvidia-smi sampled every 200 ms).
+Results are written to `--out` after every row, so a run cut short keeps what it measured.
 
 What a study's trial costs on each device: `trainers.trainer.train` (the loop every trial,
 baseline and `ranknas train` run, bf16 autocast on CUDA) on the synthetic data set, for
@@ -46,11 +56,13 @@ def mlperf_dlrm_dcnv2() -> Architecture:
     return Architecture(blocks=blocks, embedding=EmbeddingConfig(128), name="mlperf_dlrm_dcnv2")
 
 
-def run_once(arch: Architecture, data, batch: int, steps: int, device: str) -> dict:
+def run_once(
+    arch: Architecture, data, batch: int, steps: int, device: str, cuda_graph: bool = True
+) -> dict:
     model = build_model(arch, seed=0)
     config = TrainConfig(
         batch_size=batch, max_steps=steps, evals=1, early_stopping_patience=0,
-        restore_best=False, device=device, seed=0,
+        restore_best=False, device=device, seed=0, cuda_graph=cuda_graph,
     )  # fmt: skip
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -60,15 +72,16 @@ def run_once(arch: Architecture, data, batch: int, steps: int, device: str) -> d
     return {"throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes}
 
 
-def measure(arch, data, batch, steps, repeats, device, peak_tflops) -> dict:
-    run_once(arch, data, batch, max(5, steps // 10), device)  # warm-up: allocator, kernels
-    runs = [run_once(arch, data, batch, steps, device) for _ in range(repeats)]
+def measure(arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=True) -> dict:
+    run_once(arch, data, batch, max(5, steps // 10), device, cuda_graph)  # warm-up
+    runs = [run_once(arch, data, batch, steps, device, cuda_graph) for _ in range(repeats)]
     speeds = [r["throughput"] for r in runs]
     throughput = statistics.median(speeds)
     flops = analyze(arch).flops
     achieved = 3 * flops * throughput / 1e12
     return {
         "model": arch.name,
+        "step": "graph" if cuda_graph else "eager",
         "batch": batch,
         "examples_per_s": round(throughput),
         "spread": round((max(speeds) - min(speeds)) / 2),
@@ -77,6 +90,160 @@ def measure(arch, data, batch, steps, repeats, device, peak_tflops) -> dict:
         "mfu": round(achieved / peak_tflops, 5) if peak_tflops else None,
         "peak_memory_mib": round(max(r["peak_memory_bytes"] for r in runs) / 2**20, 1),
     }
+
+
+STUDY_MODELS = ("dlrm", "dcnv2", "wukong")
+
+
+def step_rows(args, results: dict, save, small, criteo) -> None:
+    """Eager vs graph step, side by side: the presets at `args.batches`, then MLPerf's shape
+    at its batch."""
+    peak = args.peak_tflops if args.device.startswith("cuda") else 0.0
+    cases = [(m, b) for b in map(int, args.batches.split(",")) for m in STUDY_MODELS]
+    if args.mlperf_batch:
+        cases.insert(len(STUDY_MODELS), ("mlperf_dlrm_dcnv2", args.mlperf_batch))
+    for model, batch in cases:
+        data = criteo if model == "mlperf_dlrm_dcnv2" else small
+        arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
+        steps = args.steps if batch <= 512 else max(50, args.steps // 2)
+        for graph in (False, True):
+            row = measure(arch, data, batch, steps, args.repeats, args.device, peak, graph)
+            results["steps"].append(row)
+            save()
+            mfu = f"{row['mfu']:.2%}" if row["mfu"] is not None else "-"
+            print(f"| {model} | {batch} | {row['step']} | {row['examples_per_s']:,} "
+                  f"(±{row['spread']:,}) | {mfu} | {row['peak_memory_mib']} |",
+                  flush=True)  # fmt: skip
+
+
+def ne_rows(args, results: dict, save) -> None:
+    """Validation NE of the eager and the graph step on the quickstart data and recipe."""
+    from nas.config import load_config
+    from nas.protocol import trial_train_config
+
+    study = load_config("examples/quickstart.yaml")
+    train_part, valid, _ = generate_synthetic(SyntheticConfig(rows=study.data.rows)).split()
+    for model in STUDY_MODELS:
+        for seed in range(args.ne_seeds):
+            row = {"model": model, "seed": seed}
+            for graph in (False, True):
+                config = trial_train_config(study, seed)
+                config.device, config.cuda_graph = args.device, graph
+                arch = preset(model).bind(train_part.schema)
+                result = train(build_model(arch, seed=seed), train_part, valid, config=config)
+                row["graph" if graph else "eager"] = {
+                    "status": result.status, "val_ne": result.validation.get("ne"),
+                    "examples_per_s": round(result.throughput), "steps": result.steps,
+                }  # fmt: skip
+            results["ne"].append(row)
+            save()
+            print(f"NE {model} seed {seed}: eager {row['eager']['val_ne']:.5f}, graph "
+                  f"{row['graph']['val_ne']:.5f}", flush=True)  # fmt: skip
+
+
+def study_rows(args, results: dict, save) -> None:
+    """The quickstart study's search phase with N workers on this machine's GPU(s)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    import yaml
+
+    base = yaml.safe_load(Path("examples/quickstart.yaml").read_text())
+    for workers in map(int, args.workers.split(",")):
+        scratch = Path(tempfile.mkdtemp(prefix=f"study{workers}-"))
+        config = base | {
+            "name": f"gpu-study-{workers}", "baselines": [], "best_baseline": {"seeds": 1},
+            "search_space": {"type": "around", "base": "dcnv2"},
+            "budget": base["budget"] | {"trials": args.study_trials},
+            "storage": f"sqlite:///{scratch / 'studies.db'}", "output_dir": str(scratch / "out"),
+            "mlflow": {"tracking_uri": None},
+            "training": base["training"] | {"device": args.device},
+        }  # fmt: skip
+        path = scratch / "study.yaml"
+        path.write_text(yaml.safe_dump(config))
+        sampler = _gpu_sampler(scratch / "smi.csv") if args.device.startswith("cuda") else None
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "nas.cli", "search", str(path), "--workers",
+                   str(workers)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        if sampler is not None:
+            sampler.terminate()
+            sampler.wait()
+        row = {"workers": workers, "exit": done.returncode, "wall_s": round(wall, 1)}
+        row |= _study_figures(config, scratch)
+        if done.returncode != 0:
+            row["output_tail"] = done.stdout[-2000:] + done.stderr[-2000:]
+        results["study"].append(row)
+        save()
+        shown = {k: v for k, v in row.items() if k != "output_tail"}
+        print(f"study, {workers} workers: {json.dumps(shown)}", flush=True)
+        if done.returncode != 0:
+            print(row["output_tail"], flush=True)
+
+
+def _gpu_sampler(path: Path):
+    import subprocess
+
+    command = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+               "-lms", "200"]  # fmt: skip
+    return subprocess.Popen(command, stdout=path.open("w"), stderr=subprocess.DEVNULL)
+
+
+def _study_figures(config: dict, scratch: Path) -> dict:
+    """Trials done, the span from the first trial's start to the last one's end, trials per
+    hour over it, and the GPU's mean utilization over the whole command."""
+    from nas.runner import counted_trials
+    from nas.storage import load_study
+
+    figures: dict = {}
+    try:
+        trials = load_study(config["name"], config["storage"]).get_trials(deepcopy=False)
+    except Exception as exc:  # the study never started: the row says why
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finished = [t for t in trials if t.datetime_complete is not None]
+    figures["counted_trials"] = counted_trials(trials)
+    figures["trials_by_state"] = {s: sum(t.state.name == s for t in trials)
+                                  for s in ("COMPLETE", "PRUNED", "FAIL")}  # fmt: skip
+    if finished:
+        span = (max(t.datetime_complete for t in finished)
+                - min(t.datetime_start for t in finished)).total_seconds()  # fmt: skip
+        figures["trial_span_s"] = round(span, 1)
+        figures["trials_per_hour"] = round(3600 * figures["counted_trials"] / span, 1)
+        figures["devices"] = sorted({t.user_attrs.get("device", "?") for t in finished})
+    smi = scratch / "smi.csv"
+    if smi.exists():
+        samples = [float(x) for x in smi.read_text().split() if x.replace(".", "").isdigit()]
+        if samples:
+            figures["gpu_busy_pct"] = round(statistics.mean(samples), 1)
+            figures["gpu_samples"] = len(samples)
+    return figures
+
+
+def suite_study(args) -> None:
+    """The prepared device script: steps, NE, then the study with 1, 8 and 4 workers."""
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"device: {name}, torch {torch.__version__}", flush=True)
+    results: dict = {"device": name, "torch": torch.__version__, "steps": [], "ne": [],
+                     "study": []}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        args.out.write_text(json.dumps(results, indent=1))
+
+    small = generate_synthetic(SyntheticConfig(rows=args.rows))
+    criteo = generate_synthetic(SyntheticConfig(rows=args.rows, num_dense=13, num_sparse=26))
+    print("| model | batch | step | examples/s | MFU | peak MiB |\n|---|---|---|---|---|---|")
+    first, rest = args.batches.split(",", 1) if "," in args.batches else (args.batches, "")
+    step_rows(argparse.Namespace(**vars(args) | {"batches": first}), results, save, small,
+              criteo)  # fmt: skip
+    ne_rows(args, results, save)
+    study_rows(args, results, save)
+    if rest:
+        args.mlperf_batch = 0
+        step_rows(argparse.Namespace(**vars(args) | {"batches": rest}), results, save, small,
+                  criteo)  # fmt: skip
 
 
 def main() -> None:
@@ -92,9 +259,19 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(PRESETS) + ",mlperf_dlrm_dcnv2")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_gpu.json"))
+    parser.add_argument("--suite", choices=("presets", "study"), default="presets",
+                        help="presets: every model at every batch; study: issue 37's "
+                        "script")  # fmt: skip
+    parser.add_argument("--mlperf-batch", type=int, default=16_384, help="study suite")
+    parser.add_argument("--ne-seeds", type=int, default=2, help="study suite")
+    parser.add_argument("--workers", default="1,8,4", help="study suite: workers per run")
+    parser.add_argument("--study-trials", type=int, default=20, help="study suite")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.suite == "study":
+        suite_study(args)
+        return
     small = generate_synthetic(SyntheticConfig(rows=args.rows))
     criteo = generate_synthetic(SyntheticConfig(rows=args.rows, num_dense=13, num_sparse=26))
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
