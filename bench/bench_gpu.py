@@ -177,10 +177,38 @@ def study_rows(args, results: dict, save) -> None:
             row["output_tail"] = done.stdout[-2000:] + done.stderr[-2000:]
         results["study"].append(row)
         save()
+        if args.logs_out:  # the workers' logs: when each started and what it did
+            import shutil
+
+            shutil.make_archive(str(args.logs_out / f"workers-{workers}"), "gztar",
+                                scratch / "out" / "workers")  # fmt: skip
         shown = {k: v for k, v in row.items() if k != "output_tail"}
         print(f"study, {workers} workers: {json.dumps(shown)}", flush=True)
         if done.returncode != 0:
             print(row["output_tail"], flush=True)
+
+
+def profile_rows(args, small, criteo) -> None:
+    """Where a step's GPU time goes: torch.profiler's kernels over 30 steps of the MLPerf
+    shape at its batch and dcnv2 at 512, replayed as a graph, then the same ops run eagerly
+    (a step that never leaves its warm-up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from trainers import steps as step_module
+
+    for model, batch in (("mlperf_dlrm_dcnv2", args.mlperf_batch), ("dcnv2", 512)):
+        data = criteo if model == "mlperf_dlrm_dcnv2" else small
+        arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
+        for label, warmup in (("graph", step_module.WARMUP_STEPS), ("eager ops", 10**9)):
+            step_module.WARMUP_STEPS = warmup
+            run_once(arch, data, batch, 10, args.device)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run_once(arch, data, batch, 30, args.device)
+            torch.cuda.synchronize()
+            print(f"\n### profile: {model} batch {batch}, {label}", flush=True)
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18,
+                                            max_name_column_width=60), flush=True)  # fmt: skip
+        step_module.WARMUP_STEPS = 3
 
 
 def _gpu_sampler(path: Path):
@@ -232,15 +260,21 @@ def suite_study(args) -> None:
     def save() -> None:
         args.out.write_text(json.dumps(results, indent=1))
 
+    parts = args.parts.split(",")
     small = generate_synthetic(SyntheticConfig(rows=args.rows))
     criteo = generate_synthetic(SyntheticConfig(rows=args.rows, num_dense=13, num_sparse=26))
+    if "profile" in parts:
+        profile_rows(args, small, criteo)
     print("| model | batch | step | examples/s | MFU | peak MiB |\n|---|---|---|---|---|---|")
     first, rest = args.batches.split(",", 1) if "," in args.batches else (args.batches, "")
-    step_rows(argparse.Namespace(**vars(args) | {"batches": first}), results, save, small,
-              criteo)  # fmt: skip
-    ne_rows(args, results, save)
-    study_rows(args, results, save)
-    if rest:
+    if "steps" in parts:
+        step_rows(argparse.Namespace(**vars(args) | {"batches": first}), results, save, small,
+                  criteo)  # fmt: skip
+    if "ne" in parts:
+        ne_rows(args, results, save)
+    if "study" in parts:
+        study_rows(args, results, save)
+    if rest and "steps" in parts:
         args.mlperf_batch = 0
         step_rows(argparse.Namespace(**vars(args) | {"batches": rest}), results, save, small,
                   criteo)  # fmt: skip
@@ -266,6 +300,9 @@ def main() -> None:
     parser.add_argument("--ne-seeds", type=int, default=2, help="study suite")
     parser.add_argument("--workers", default="1,8,4", help="study suite: workers per run")
     parser.add_argument("--study-trials", type=int, default=20, help="study suite")
+    parser.add_argument("--parts", default="steps,ne,study",
+                        help="study suite: which of profile, steps, ne, study to run")  # fmt: skip
+    parser.add_argument("--logs-out", type=Path, help="study suite: archive workers' logs here")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
