@@ -204,9 +204,12 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 def _is_error(trial: FrozenTrial) -> bool:
-    """A failure that counts toward `max_failures`: not an interrupt, not a dead worker."""
-    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)
-    return trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
+    """A failure that counts toward `max_failures`: not an interrupt, not a dead worker, not
+    a repeat of a diverged architecture."""
+    attrs = trial.user_attrs
+    reason = attrs.get(TrialAttr.FAILURE_REASON)
+    failed = trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
+    return failed and TrialAttr.REUSED_FROM not in attrs  # a repeat failed once, as its original
 
 
 def _next_trial(
@@ -544,7 +547,18 @@ def _reused(
     params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
     name = f"trial-{trial.number} {described} (= trial {earlier.number})"
     record = mlflow_record(params, summary, {}, tags, {}, name, started)
-    return Outcome(earlier.state, earlier.values, record)
+    return Outcome(earlier.state, _repeated_values(trial, earlier), record)
+
+
+def _repeated_values(trial: Trial, earlier: FrozenTrial) -> list[float] | None:
+    """The values a repeat of `earlier` is told with: Optuna takes values only with
+    COMPLETE, and gives a pruned trial the value of its last report, so a repeat of a pruned
+    trial reports that one (a failed one has none)."""
+    if earlier.state == TrialState.COMPLETE:
+        return earlier.values
+    if earlier.state == TrialState.PRUNED and earlier.last_step is not None:
+        trial.report(earlier.intermediate_values[earlier.last_step], earlier.last_step)
+    return None
 
 
 def _same_trained(

@@ -37,6 +37,16 @@ def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
     return config
 
 
+def pruned_repeats_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
+    """A random search with median pruning over four architectures: one completes, one
+    diverges (NE above 1, failed), two are pruned; with seed 0 the sampler proposes each of
+    the first three again before the budget of 3 counted trials is met."""
+    space = {"type": "dag", "num_blocks": 1, "ops": ["mlp", "dot"], "widths": [8],
+             "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+    return tiny_config(tmp_path, name, search_space=space, training={"evals": 3},
+                       pruning={"type": "median", "startup_trials": 2}, **overrides)  # fmt: skip
+
+
 def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:
     path = tmp_path / f"{config['name']}.yaml"
     path.write_text(yaml.safe_dump(config))

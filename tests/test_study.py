@@ -20,7 +20,7 @@ from nas.runner import REPEATS_PER_TRIAL, run_study
 from nas.storage import load_study, study_lock
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
-from study_helpers import counted, tiny_config, write_config
+from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
 
 
 def _states(study: optuna.Study) -> dict[str, int]:
@@ -464,6 +464,30 @@ def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(t
     assert sorted(p.name for p in (tmp_path / "small" / "trials").iterdir()) == sorted(
         str(t.number) for t in trained
     )
+
+
+def test_repeats_of_pruned_and_diverged_trials_are_told_as_their_originals_and_not_counted(
+    tmp_path,
+):
+    """A repeat used to be told with its original's state and values: Optuna refuses values
+    with PRUNED (the study died on a traceback), and each repeat of a diverged trial counted
+    toward budget.max_failures."""
+    config = parse_config(pruned_repeats_config(tmp_path, "pruned-repeats"))
+    lines = []
+    study = run_study(config, progress=lines.append)
+    repeats = [t for t in study.trials if "reused_from" in t.user_attrs]
+    originals = {t.number: study.trials[t.user_attrs["reused_from"]] for t in repeats}
+    kinds = {o.state for o in originals.values()}
+    assert kinds == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+    for t in repeats:
+        original = originals[t.number]
+        assert (t.state, t.values) == (original.state, original.values)
+        assert t.user_attrs["digest"] == original.user_attrs["digest"]
+    diverged = [o for o in originals.values() if o.state == TrialState.FAIL]
+    assert all(o.user_attrs["failure_reason"].startswith("diverged") for o in diverged)
+    assert len(counted(study)) == config.budget.trials
+    assert sum("not trained again, not counted" in line for line in lines) == len(repeats)
+    assert leaderboard.status(study)["trials"]["repeat"] == len(repeats)
 
 
 @pytest.mark.parametrize("ends", ["trained", "died"])
