@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -601,3 +602,65 @@ def test_with_a_cost_objective_a_run_is_confirmed_when_it_would_join_the_pareto_
     assert _joins_best(trial, [0.99, 0.5])  # worse NE, cheaper: on the front
     assert not _joins_best(trial, [0.93, 2.5])  # dominated by the first
     assert not _joins_best(trial, [0.95, 1.0])  # ties count as dominated: nothing to confirm
+
+
+@pytest.fixture(scope="module")
+def two_trials(tmp_path_factory):
+    """A finished study of two complete trials: (its config, its storage options)."""
+    tmp_path = tmp_path_factory.mktemp("exports")
+    config = tiny_config(tmp_path, "two", budget={"trials": 2},
+                         training={"lr_schedule": "constant"})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config)), "--no-mlflow"]) == 0
+    study = load_study("two", config["storage"])
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    return config, ["--storage", config["storage"]]
+
+
+def test_export_never_writes_over_files_it_did_not_write_unless_forced(
+    two_trials, tmp_path, capsys
+):
+    """A person's own architecture.json was replaced by an export into its directory."""
+    _, storage = two_trials
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "architecture.json").write_text("my own")
+    assert main(["export", "two", *storage, "--out", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "architecture.json" in err and "--force" in err
+    assert (own / "architecture.json").read_text() == "my own"
+    assert main(["export", "two", *storage, "--out", str(own), "--force"]) == 0
+    assert (own / "architecture.json").read_text() != "my own"
+
+    fresh = tmp_path / "fresh"
+    assert main(["export", "two", *storage, "--out", str(fresh)]) == 0
+    assert main(["export", "two", *storage, "--out", str(fresh), "--trial", "1"]) == 0  # its own
+
+
+def test_export_never_writes_into_the_study_s_own_directories_even_forced(two_trials, capsys):
+    """An export into another trial's directory overwrote that trial's weights: its digest
+    then no longer matched the leaderboard's."""
+    config, storage = two_trials
+    study = Path(config["output_dir"])
+    recorded = {p: p.read_bytes() for p in (study / "trials" / "1").iterdir()}
+    for out in (study / "trials" / "1", study, study / "new"):
+        for force in ([], ["--force"]):
+            assert main(["export", "two", *storage, "--trial", "0", "--out", str(out), *force]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: --out") and "study's directory" in err, err
+    assert {p: p.read_bytes() for p in (study / "trials" / "1").iterdir()} == recorded
+    assert not (study / "new").exists()
+
+
+def test_export_of_a_truncated_weights_file_is_one_error(two_trials, tmp_path, capsys):
+    config, storage = two_trials
+    weights = Path(config["output_dir"]) / "trials" / "0" / "model.safetensors"
+    whole = weights.read_bytes()
+    try:
+        weights.write_bytes(whole[: len(whole) // 2])
+        out = tmp_path / "out"
+        assert main(["export", "two", *storage, "--trial", "0", "--out", str(out)]) == 2
+    finally:
+        weights.write_bytes(whole)
+    err = capsys.readouterr().err
+    assert err.startswith("error: trial 0: cannot read the weights") and "damaged" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
