@@ -66,7 +66,19 @@ def _three_classes(tmp_path) -> list[str]:
     return ["data", "schema", str(path), "--label", "y"]
 
 
+def _binary_study(tmp_path) -> list[str]:
+    """A binary file as the study YAML: a UnicodeDecodeError traceback."""
+    path = tmp_path / "study.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    return ["search", str(path)]
+
+
 CASES = {
+    "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
+    "true as the number of trials (read as 1)": (
+        lambda p: ["search", _study(p, budget={"trials": True})],
+        "budget.trials: true is not a number",
+    ),
     "bad param in a non-output block": (_bad_block, "block 'bottom'"),
     "search_space as a plain word": (
         lambda p: ["search", _study(p, search_space="dag")],
