@@ -143,13 +143,33 @@ def open_study(
 
 
 def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> optuna.Study:
-    return optuna.create_study(
-        study_name=config.name,
-        storage=storage,
-        directions=["minimize"] * len(objective_names(config)),
-        load_if_exists=True,
-        **options,
-    )
+    """Create or load the study (under the study lock). One that a run created and that
+    stopped before searching (a config error) may have other objectives than the config,
+    fixed since: it is made again with the config's, its attributes kept (Optuna cannot
+    change a study's directions)."""
+
+    def create() -> optuna.Study:
+        return optuna.create_study(
+            study_name=config.name,
+            storage=storage,
+            directions=["minimize"] * len(objective_names(config)),
+            load_if_exists=True,
+            **options,
+        )
+
+    study = create()
+    if len(study.directions) == len(objective_names(config)) or not _never_searched(study):
+        return study  # a searched study with other objectives: _check_search_space says so
+    attrs = study.user_attrs
+    optuna.delete_study(study_name=config.name, storage=storage)
+    study = create()
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def _never_searched(study: optuna.Study) -> bool:
+    return StudyAttr.OBJECTIVES not in study.user_attrs and not study.get_trials(deepcopy=False)
 
 
 def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
@@ -305,13 +325,13 @@ def _run_study(
     # around the best baseline waits for the baselines
     space = None if _around_best_baseline(config) else make_space(config.search_space,
                                                                   data.train.schema)  # fmt: skip
+    if config.objectives.latency_model:  # a bad predictor file stops it before the study exists
+        latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)
         _check_search_space(study, config)
         check_protocol(study, config, data)
-    if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
-        latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
     study.set_user_attr(StudyAttr.RECIPE, study_protocol(config, data)["training"])

@@ -664,3 +664,25 @@ def test_export_of_a_truncated_weights_file_is_one_error(two_trials, tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("error: trial 0: cannot read the weights") and "damaged" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_study_left_by_a_failed_start_resumes_once_the_config_is_fixed(tmp_path, capsys):
+    """A run stopped by a config error (a latency predictor file that did not exist) had
+    created its study with that config's objectives; the fixed config, with other
+    objectives, then ended in Optuna's 'number of objectives must match' traceback."""
+    config = tiny_config(tmp_path, "left", budget={"trials": 1},
+                         objectives={"cost": "latency_ms",
+                                     "latency_model": str(tmp_path / "none.json")})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    assert "none.json: cannot read the latency predictor" in capsys.readouterr().err
+    assert not optuna.get_all_study_summaries(config["storage"])  # checked before creating it
+
+    # as an earlier failed start left it: two objectives, an attribute, no trials
+    left = optuna.create_study(study_name="left", storage=config["storage"],
+                               directions=["minimize"] * 2)  # fmt: skip
+    left.set_user_attr("kept", 1)
+    del config["objectives"]
+    assert main(["search", str(write_config(tmp_path, config))]) == 0, capsys.readouterr().err
+    study = load_study("left", config["storage"])
+    assert len(study.directions) == 1 and len(counted(study)) == 1
+    assert study.user_attrs["kept"] == 1
