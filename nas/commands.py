@@ -123,6 +123,16 @@ def log_summary(logger, study, table) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    """`search` for a study that a `search` started: a worker never creates one (a typo in
+    the name would start a separate study)."""
+    from nas.config import load_config
+    from nas.storage import load_study
+
+    config = load_config(args.config)
+    try:
+        load_study(config.name, config.storage)
+    except RanknasError as exc:
+        raise RanknasError(f"{args.config}: a worker joins a started study: {exc}") from None
     return cmd_search(args, summarize=False)
 
 

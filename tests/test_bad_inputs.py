@@ -151,6 +151,14 @@ CASES = {
         "the label column 'y' holds '2', not 0/1 (or true/false, yes/no), in 20 of 60 rows",
     ),
     "a column named twice in a CSV header": (_named_twice, "the header names 'price' more than"),
+    "a worker for a study never started (a typo would start another)": (
+        lambda p: ["worker", _study(p)],
+        "bad.yaml: a worker joins a started study: no study 'bad'",
+    ),
+    "a data dir for the MLflow server that is a file": (
+        lambda p: ["mlflow", "up", "--data-dir", _study(p)],
+        "bad.yaml: cannot make it the server's directory (File exists); give a directory",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
@@ -168,6 +176,8 @@ def test_a_mistake_is_one_clear_error(case, tmp_path, capsys):
 
     if case.startswith("a study that does not exist"):
         assert not (tmp_path / "none.db").exists()  # a read-only command creates nothing
+    if case.startswith("a worker"):
+        assert not (tmp_path / "studies.db").exists()
 
 
 ARGUMENT_CASES = {
