@@ -146,7 +146,11 @@ def _check_port(config: ServerConfig, info: ServerInfo) -> None:
 @contextlib.contextmanager
 def _data_dir_lock(data_dir: Path) -> Iterator[None]:
     """Serialize `up` and `down` on one data dir (two `up` at once would start two servers)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file by that name, or no permission
+        raise RanknasError(f"--data-dir {data_dir}: cannot make it the server's directory "
+                           f"({exc.strerror}); give a directory") from None  # fmt: skip
     with (data_dir / "server.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

@@ -337,7 +337,8 @@ def _study_commands(command, commands) -> None:
                         help="MLflow server for --register (default: the study config's, "
                         "else $MLFLOW_TRACKING_URI, else http://127.0.0.1:5000)")  # fmt: skip
     export.add_argument("--force", action="store_true",
-                        help="export a diverged trial (validation NE >= 1) anyway")  # fmt: skip
+                        help="export a diverged trial (validation NE >= 1) anyway, or into "
+                        "a directory that holds other files (never a study's own)")  # fmt: skip
 
 
 def _tool_commands(command, commands) -> None:

@@ -165,6 +165,16 @@ def log_summary(logger, study, table) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    """`search` for a study that a `search` started: a worker never creates one (a typo in
+    the name would start a separate study)."""
+    from nas.config import load_config
+    from nas.storage import load_study
+
+    config = load_config(args.config)
+    try:
+        load_study(config.name, config.storage)
+    except RanknasError as exc:
+        raise RanknasError(f"{args.config}: a worker joins a started study: {exc}") from None
     return cmd_search(args, summarize=False)
 
 
@@ -370,33 +380,24 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.export import export_model
-    from nas.trial_record import (
-        WEIGHTS_FILE,
-        StudyAttr,
-        TrialAttr,
-        read_architecture,
-        read_metrics,
-    )
+    from nas.export import check_out_dir, export_model
+    from nas.trial_record import StudyAttr, TrialAttr, read_architecture, read_metrics
     from search_space.schema import DatasetSchema
 
     config = _study_config(args)
     study = _study(args, config)
     trial = leaderboard.best_trial(study, args.trial, force=args.force)
+    check_out_dir(Path(args.out), _study_dirs(study, config), args.force)
     tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
-    weights = trial_dir / WEIGHTS_FILE
-    if not weights.exists():
-        raise RanknasError(f"trial {trial.number}: weights not found at {weights}")
-    from safetensors.torch import load_file
-
+    weights = _trial_weights(trial.number, trial_dir)
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
     result = export_model(
         arch,
-        load_file(str(weights)),
+        weights,
         metrics,
         Path(args.out),
         schema=DatasetSchema.from_dict(schema) if schema else None,
@@ -413,6 +414,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     elif args.register:
         print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")
     return 0
+
+
+def _study_dirs(study, config) -> set[Path]:
+    """Where the study keeps its records: its output directory, as its config names it and
+    as its trials recorded it (`output_dir/NAME/trials/N`)."""
+    from nas.trial_record import TrialAttr
+
+    recorded = (t.user_attrs.get(TrialAttr.DIR) for t in study.get_trials(deepcopy=False))
+    dirs = {Path(d).parent.parent for d in recorded if d}
+    return dirs | ({config.study_dir} if config is not None else set())
+
+
+def _trial_weights(number: int, trial_dir: Path) -> dict:
+    """The trial's recorded weights; a missing or damaged file is a user error."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from nas.trial_record import WEIGHTS_FILE
+
+    weights = trial_dir / WEIGHTS_FILE
+    if not weights.exists():
+        raise RanknasError(f"trial {number}: weights not found at {weights}")
+    try:
+        return load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise RanknasError(f"trial {number}: cannot read the weights {weights} ({exc}): the "
+                           "file is damaged; export another trial, or train this "
+                           "architecture again") from None  # fmt: skip
 
 
 def _provenance(study, trial, metrics: dict) -> dict:

@@ -148,13 +148,33 @@ def open_study(
 
 
 def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> optuna.Study:
-    return optuna.create_study(
-        study_name=config.name,
-        storage=storage,
-        directions=["minimize"] * len(objective_names(config)),
-        load_if_exists=True,
-        **options,
-    )
+    """Create or load the study (under the study lock). One that a run created and that
+    stopped before searching (a config error) may have other objectives than the config,
+    fixed since: it is made again with the config's, its attributes kept (Optuna cannot
+    change a study's directions)."""
+
+    def create() -> optuna.Study:
+        return optuna.create_study(
+            study_name=config.name,
+            storage=storage,
+            directions=["minimize"] * len(objective_names(config)),
+            load_if_exists=True,
+            **options,
+        )
+
+    study = create()
+    if len(study.directions) == len(objective_names(config)) or not _never_searched(study):
+        return study  # a searched study with other objectives: _check_search_space says so
+    attrs = study.user_attrs
+    optuna.delete_study(study_name=config.name, storage=storage)
+    study = create()
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def _never_searched(study: optuna.Study) -> bool:
+    return StudyAttr.OBJECTIVES not in study.user_attrs and not study.get_trials(deepcopy=False)
 
 
 def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
@@ -209,9 +229,12 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 def _is_error(trial: FrozenTrial) -> bool:
-    """A failure that counts toward `max_failures`: not an interrupt, not a dead worker."""
-    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)
-    return trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
+    """A failure that counts toward `max_failures`: not an interrupt, not a dead worker, not
+    a repeat of a diverged architecture."""
+    attrs = trial.user_attrs
+    reason = attrs.get(TrialAttr.FAILURE_REASON)
+    failed = trial.state == TrialState.FAIL and reason is not None and reason != INTERRUPTED
+    return failed and TrialAttr.REUSED_FROM not in attrs  # a repeat failed once, as its original
 
 
 def _next_trial(
@@ -307,13 +330,13 @@ def _run_study(
     # around the best baseline waits for the baselines
     space = None if _around_best_baseline(config) else make_space(config.search_space,
                                                                   data.train.schema)  # fmt: skip
+    if config.objectives.latency_model:  # a bad predictor file stops it before the study exists
+        latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)
         _check_search_space(study, config)
         check_protocol(study, config, data)
-    if config.objectives.latency_model:  # a bad predictor file stops the study before a trial
-        latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
     study.set_user_attr(StudyAttr.RECIPE, study_protocol(config, data)["training"])
@@ -549,7 +572,18 @@ def _reused(
     params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
     name = f"trial-{trial.number} {described} (= trial {earlier.number})"
     record = mlflow_record(params, summary, {}, tags, {}, name, started)
-    return Outcome(earlier.state, earlier.values, record)
+    return Outcome(earlier.state, _repeated_values(trial, earlier), record)
+
+
+def _repeated_values(trial: Trial, earlier: FrozenTrial) -> list[float] | None:
+    """The values a repeat of `earlier` is told with: Optuna takes values only with
+    COMPLETE, and gives a pruned trial the value of its last report, so a repeat of a pruned
+    trial reports that one (a failed one has none)."""
+    if earlier.state == TrialState.COMPLETE:
+        return earlier.values
+    if earlier.state == TrialState.PRUNED and earlier.last_step is not None:
+        trial.report(earlier.intermediate_values[earlier.last_step], earlier.last_step)
+    return None
 
 
 def _same_trained(

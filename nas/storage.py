@@ -75,8 +75,19 @@ def _unreachable_as_user_error(url: str) -> Iterator[None]:
     try:
         yield
     except (SQLAlchemyError, ImportError, ValueError) as exc:
-        reason = f"{exc.__class__.__name__}: {exc}".replace(url, redact(url))
-        raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)})") from None
+        reason = _driver_message(exc).replace(url, redact(url))
+        hint = (f"; a SQLite file is given as sqlite:///{url}" if "://" not in url
+                else "; check the URL, and that the database is up and is Optuna's")  # fmt: skip
+        raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)}){hint}"
+                           ) from None  # fmt: skip
+
+
+def _driver_message(exc: Exception) -> str:
+    """The database's own words, without SQLAlchemy's SQL text and web link."""
+    orig = getattr(exc, "orig", None)  # a DBAPIError's driver exception
+    text = str(orig) if orig is not None else str(exc)
+    text = text.split("\n(Background on this error")[0].split("\n[SQL:")[0]
+    return f"{type(orig or exc).__name__}: {' '.join(text.split())}"
 
 
 def _write_ahead_log(engine: Engine) -> None:

@@ -20,6 +20,9 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
         text = path.read_text()
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not a text file (byte {exc.start} is not UTF-8); give {what} as a "
+                    "YAML or JSON file") from None  # fmt: skip
     if path.suffix == ".json":
         try:
             return json.loads(text)

@@ -29,12 +29,31 @@ def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
         "mlflow": {"tracking_uri": None},
         "heartbeat_seconds": 1,
     }
+    return merged(config, overrides)
+
+
+def merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`config` with `overrides`: a section given as a dict updates that section."""
+    config = dict(config)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = config[key] | value
         else:
             config[key] = value
     return config
+
+
+def pruned_repeats_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
+    """A random search with median pruning over six architectures, 4 trials: with seed 0
+    trial 0 diverges (NE above 1, failed), 1 completes, 3 and 4 are pruned, and the sampler
+    proposes the complete (trial 2), the pruned (5) and the diverged one (7) again before
+    the budget is met (at trial 9)."""
+    space = {"type": "dag", "num_blocks": 1, "ops": ["mlp", "dot", "fm"], "widths": [8],
+             "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+    pruning = {"type": "median", "startup_trials": 2}
+    config = tiny_config(tmp_path, name, search_space=space, budget={"trials": 4},
+                         training={"evals": 3}, pruning=pruning)  # fmt: skip
+    return merged(config, overrides)
 
 
 def write_config(tmp_path: Path, config: dict[str, Any]) -> Path:

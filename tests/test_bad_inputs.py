@@ -66,7 +66,19 @@ def _three_classes(tmp_path) -> list[str]:
     return ["data", "schema", str(path), "--label", "y"]
 
 
+def _binary_study(tmp_path) -> list[str]:
+    """A binary file as the study YAML: a UnicodeDecodeError traceback."""
+    path = tmp_path / "study.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    return ["search", str(path)]
+
+
 CASES = {
+    "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
+    "true as the number of trials (read as 1)": (
+        lambda p: ["search", _study(p, budget={"trials": True})],
+        "budget.trials: true is not a number",
+    ),
     "bad param in a non-output block": (_bad_block, "block 'bottom'"),
     "search_space as a plain word": (
         lambda p: ["search", _study(p, search_space="dag")],
@@ -139,6 +151,14 @@ CASES = {
         "the label column 'y' holds '2', not 0/1 (or true/false, yes/no), in 20 of 60 rows",
     ),
     "a column named twice in a CSV header": (_named_twice, "the header names 'price' more than"),
+    "a worker for a study never started (a typo would start another)": (
+        lambda p: ["worker", _study(p)],
+        "bad.yaml: a worker joins a started study: no study 'bad'",
+    ),
+    "a data dir for the MLflow server that is a file": (
+        lambda p: ["mlflow", "up", "--data-dir", _study(p)],
+        "bad.yaml: cannot make it the server's directory (File exists); give a directory",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
@@ -156,6 +176,8 @@ def test_a_mistake_is_one_clear_error(case, tmp_path, capsys):
 
     if case.startswith("a study that does not exist"):
         assert not (tmp_path / "none.db").exists()  # a read-only command creates nothing
+    if case.startswith("a worker"):
+        assert not (tmp_path / "studies.db").exists()
 
 
 ARGUMENT_CASES = {

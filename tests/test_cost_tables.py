@@ -35,6 +35,10 @@ def test_yaml_round_trip(tmp_path):
     [
         ({"name": "a", "embedding_dim": 8}, "tables[1] (a): 'num_embeddings'"),
         ({"name": "a", "num_embeddings": 10, "embedding_dim": 0}, "(a): 'embedding_dim'"),
+        (  # fbgemm's AssertionError in `shard compare` and `shard plan --measure`
+            {"name": "a", "num_embeddings": 10, "embedding_dim": 3},
+            "(a): 'embedding_dim' is 3; fbgemm's embedding kernels need a multiple of 4: use 4",
+        ),
         ({"name": "a", "num_embeddings": 10, "embedding_dim": 8, "pooling_factor": -1}, "'pooling"),
         ({"name": "a", "num_embeddings": 10, "embedding_dim": 8, "dtype": "int4"}, "'dtype'"),
         ({"name": "a", "num_embeddings": 10, "embedding_dim": 8, "rows": 3}, "unknown field(s)"),

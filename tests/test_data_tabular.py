@@ -580,3 +580,25 @@ def test_a_file_with_only_its_header_is_refused_naming_it(files, capsys):
         load_tabular(path, schema)
     assert main(["train", "--arch", "dlrm", "--data", str(path), "--schema", str(schema)]) == 2
     assert "log.csv: nothing to train on" in capsys.readouterr().err
+
+
+def test_the_synthetic_true_probability_is_never_a_feature(tmp_path, capsys):
+    """`data schema` on `data synth --format csv` listed true_prob as a dense feature: a model
+    trained with it read the answer."""
+    from nas.cli import main
+
+    assert main(["data", "synth", "--out", str(tmp_path), "--rows", "600", "--format", "csv"]) == 0
+    assert "true_prob" in (tmp_path / "data.csv").read_text().splitlines()[0]
+    capsys.readouterr()
+    assert main(["data", "schema", str(tmp_path / "data.csv"), "--label", "label"]) == 0
+    schema = yaml.safe_load(capsys.readouterr().out)
+    features = [*schema["dense"], *(c["name"] for c in schema["categorical"])]
+    assert features and "true_prob" not in features
+
+    schema["dense"].append("true_prob")  # by hand: refused by name
+    (tmp_path / "leak.yaml").write_text(yaml.safe_dump(schema))
+    train = ["train", "--arch", "dlrm", "--data", str(tmp_path / "data.csv"),
+             "--schema", str(tmp_path / "leak.yaml")]  # fmt: skip
+    assert main(train) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "leak.yaml: true_prob is the synthetic data's" in err

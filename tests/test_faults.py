@@ -10,12 +10,16 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
+from nas.commands import _logger
+from nas.config import parse_config
+from nas.runner import run_study
 from nas.storage import load_study
-from study_helpers import counted, tiny_config, write_config
+from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
 
 TRIALS = 4
 
@@ -51,13 +55,19 @@ def test_a_study_killed_at_random_points_loses_and_duplicates_nothing(sig, tmp_p
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout + finished.stderr
 
+    _check_nothing_lost_or_duplicated(config, server.uri)
+
+
+def _check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.Study:
+    """The study has its budget of trials and no architecture trained twice; every finished
+    trial is in MLflow exactly once, a failed one as failed. Returns the study."""
     study = load_study(config["name"], config["storage"])
     done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(counted(study)) == TRIALS
+    assert len(counted(study)) == config["budget"]["trials"]
     trained = [t.user_attrs["digest"] for t in done if "reused_from" not in t.user_attrs]
     assert len(trained) == len(set(trained)), "an architecture was trained twice"
 
-    client = MlflowClient(tracking_uri=server.uri)
+    client = MlflowClient(tracking_uri=tracking_uri)
     experiment = client.get_experiment_by_name(config["name"])
     runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
     numbers = [int(r.data.tags["ranknas.trial"]) for r in runs]
@@ -68,3 +78,51 @@ def test_a_study_killed_at_random_points_loses_and_duplicates_nothing(sig, tmp_p
     for trial in study.trials:
         if trial.state == TrialState.FAIL:
             assert status.get(trial.number) == "FAILED", f"killed trial {trial.number}"
+    for run in runs:  # a repeat names the trial that trained its architecture
+        trial = study.trials[int(run.data.tags["ranknas.trial"])]
+        if "reused_from" in trial.user_attrs:
+            assert run.data.tags["reused_from"] == str(trial.user_attrs["reused_from"])
+    return study
+
+
+# `search` whose `tell` of a repeat of a trial in the state argv[2] kills the process: after
+# the trial's MLflow record is queued, before Optuna records it.
+KILLED_TELLING_A_REPEAT = """
+import os, signal, sys
+import optuna
+from nas.cli import main
+tell = optuna.Study.tell
+def killing_tell(study, trial, *args, **kwargs):
+    original = trial.user_attrs.get("reused_from")
+    if original is not None and study.trials[original].state.name == sys.argv[2]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return tell(study, trial, *args, **kwargs)
+optuna.Study.tell = killing_tell
+sys.exit(main(["search", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("original", ["PRUNED", "FAIL"])
+def test_a_study_killed_while_telling_a_repeat_resumes_under_pruning(original, tmp_path, server):
+    """Repeats of a pruned and of a diverged trial under median pruning: the process dies
+    inside a repeat's `tell`; the resume fails that trial, draws its architecture again (a
+    repeat again) and meets the budget, with every trial in MLflow once."""
+    name = f"killed-repeat-{original.lower()}"
+    config = pruned_repeats_config(tmp_path, name, mlflow={"tracking_uri": server.uri})
+    path = str(write_config(tmp_path, config))
+    killed = subprocess.run([sys.executable, "-c", KILLED_TELLING_A_REPEAT, path, original],
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert _study_states(config)["RUNNING"] == 1
+    # resumed in process as a named worker: its sampler's seed, so its draws, are fixed
+    parsed = parse_config(config)
+    logger = _logger(parsed)
+    study = run_study(parsed, progress=lambda line: None, logger=logger, worker="resumed")
+    assert logger.flush(timeout_s=30) == 0
+
+    _check_nothing_lost_or_duplicated(config, server.uri)
+    (retry,) = [t for t in study.trials if "failed_trial" in t.system_attrs]
+    dead = study.trials[retry.system_attrs["failed_trial"]]
+    assert dead.state == TrialState.FAIL and "reused_from" in dead.user_attrs
+    assert retry.params == dead.params and retry.user_attrs["reused_from"] != retry.number
+    assert retry.state.name == original

@@ -35,3 +35,26 @@ def test_passwords_never_show(capsys):
     assert main(["status", "some-study", "--storage", url]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "s3cret" not in err and "ranker:***@" in err
+
+
+@pytest.mark.parametrize(
+    ("storage", "expected"),
+    [
+        ("studies.db", "(ArgumentError: Could not parse SQLAlchemy URL from given URL string); "
+         "a SQLite file is given as sqlite:///studies.db"),
+        ("sqlite:///{tmp}/text.db", "(DatabaseError: file is not a database); check the URL"),
+        ("sqlite:///{tmp}", "(OperationalError: unable to open database file); check the URL"),
+    ],
+    ids=["a file name, not a URL", "a text file", "a directory"],
+)  # fmt: skip
+def test_a_storage_that_cannot_be_opened_is_one_line_without_sqlalchemy_s_text(
+    storage, expected, tmp_path, capsys
+):
+    """The error carried SQLAlchemy's SQL text and web link, and no hint of what to do."""
+    from nas.cli import main
+
+    (tmp_path / "text.db").write_text("not a database\n")
+    assert main(["status", "s", "--storage", storage.format(tmp=tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: storage") and expected in err, err
+    assert len(err.strip().splitlines()) == 1 and "sqlalche.me" not in err and "[SQL" not in err

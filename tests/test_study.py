@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -20,7 +21,7 @@ from nas.runner import REPEATS_PER_TRIAL, run_study
 from nas.storage import load_study, study_lock
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
-from study_helpers import counted, tiny_config, write_config
+from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
 
 
 def _states(study: optuna.Study) -> dict[str, int]:
@@ -466,6 +467,32 @@ def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(t
     )
 
 
+def test_repeats_of_pruned_and_diverged_trials_are_told_as_their_originals_and_not_counted(
+    tmp_path,
+):
+    """A repeat used to be told with its original's state and values: Optuna refuses values
+    with PRUNED (the study died on a traceback), and each repeat of a diverged trial counted
+    toward budget.max_failures."""
+    # the diverged trial is one failure; its repeat made two
+    config = parse_config(pruned_repeats_config(tmp_path, "pruned-repeats",
+                                                budget={"max_failures": 2}))  # fmt: skip
+    lines = []
+    study = run_study(config, progress=lines.append)
+    repeats = [t for t in study.trials if "reused_from" in t.user_attrs]
+    originals = {t.number: study.trials[t.user_attrs["reused_from"]] for t in repeats}
+    kinds = {o.state for o in originals.values()}
+    assert kinds == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+    for t in repeats:
+        original = originals[t.number]
+        assert (t.state, t.values) == (original.state, original.values)
+        assert t.user_attrs["digest"] == original.user_attrs["digest"]
+    diverged = [o for o in originals.values() if o.state == TrialState.FAIL]
+    assert all(o.user_attrs["failure_reason"].startswith("diverged") for o in diverged)
+    assert len(counted(study)) == config.budget.trials
+    assert sum("not trained again, not counted" in line for line in lines) == len(repeats)
+    assert leaderboard.status(study)["trials"]["repeat"] == len(repeats)
+
+
 @pytest.mark.parametrize("ends", ["trained", "died"])
 def test_a_worker_drawing_an_architecture_another_is_training_waits_for_it(tmp_path, ends):
     """Two workers that draw one architecture at once: the later-asked trial waits for the
@@ -575,3 +602,87 @@ def test_with_a_cost_objective_a_run_is_confirmed_when_it_would_join_the_pareto_
     assert _joins_best(trial, [0.99, 0.5])  # worse NE, cheaper: on the front
     assert not _joins_best(trial, [0.93, 2.5])  # dominated by the first
     assert not _joins_best(trial, [0.95, 1.0])  # ties count as dominated: nothing to confirm
+
+
+@pytest.fixture(scope="module")
+def two_trials(tmp_path_factory):
+    """A finished study of two complete trials: (its config, its storage options)."""
+    tmp_path = tmp_path_factory.mktemp("exports")
+    config = tiny_config(tmp_path, "two", budget={"trials": 2},
+                         training={"lr_schedule": "constant"})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config)), "--no-mlflow"]) == 0
+    study = load_study("two", config["storage"])
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    return config, ["--storage", config["storage"]]
+
+
+def test_export_never_writes_over_files_it_did_not_write_unless_forced(
+    two_trials, tmp_path, capsys
+):
+    """A person's own architecture.json was replaced by an export into its directory."""
+    _, storage = two_trials
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "architecture.json").write_text("my own")
+    assert main(["export", "two", *storage, "--out", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "architecture.json" in err and "--force" in err
+    assert (own / "architecture.json").read_text() == "my own"
+    assert main(["export", "two", *storage, "--out", str(own), "--force"]) == 0
+    assert (own / "architecture.json").read_text() != "my own"
+
+    fresh = tmp_path / "fresh"
+    assert main(["export", "two", *storage, "--out", str(fresh)]) == 0
+    assert main(["export", "two", *storage, "--out", str(fresh), "--trial", "1"]) == 0  # its own
+
+
+def test_export_never_writes_into_the_study_s_own_directories_even_forced(two_trials, capsys):
+    """An export into another trial's directory overwrote that trial's weights: its digest
+    then no longer matched the leaderboard's."""
+    config, storage = two_trials
+    study = Path(config["output_dir"])
+    recorded = {p: p.read_bytes() for p in (study / "trials" / "1").iterdir()}
+    for out in (study / "trials" / "1", study, study / "new"):
+        for force in ([], ["--force"]):
+            assert main(["export", "two", *storage, "--trial", "0", "--out", str(out), *force]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: --out") and "study's directory" in err, err
+    assert {p: p.read_bytes() for p in (study / "trials" / "1").iterdir()} == recorded
+    assert not (study / "new").exists()
+
+
+def test_export_of_a_truncated_weights_file_is_one_error(two_trials, tmp_path, capsys):
+    config, storage = two_trials
+    weights = Path(config["output_dir"]) / "trials" / "0" / "model.safetensors"
+    whole = weights.read_bytes()
+    try:
+        weights.write_bytes(whole[: len(whole) // 2])
+        out = tmp_path / "out"
+        assert main(["export", "two", *storage, "--trial", "0", "--out", str(out)]) == 2
+    finally:
+        weights.write_bytes(whole)
+    err = capsys.readouterr().err
+    assert err.startswith("error: trial 0: cannot read the weights") and "damaged" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_study_left_by_a_failed_start_resumes_once_the_config_is_fixed(tmp_path, capsys):
+    """A run stopped by a config error (a latency predictor file that did not exist) had
+    created its study with that config's objectives; the fixed config, with other
+    objectives, then ended in Optuna's 'number of objectives must match' traceback."""
+    config = tiny_config(tmp_path, "left", budget={"trials": 1},
+                         objectives={"cost": "latency_ms",
+                                     "latency_model": str(tmp_path / "none.json")})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    assert "none.json: cannot read the latency predictor" in capsys.readouterr().err
+    assert not optuna.get_all_study_summaries(config["storage"])  # checked before creating it
+
+    # as an earlier failed start left it: two objectives, an attribute, no trials
+    left = optuna.create_study(study_name="left", storage=config["storage"],
+                               directions=["minimize"] * 2)  # fmt: skip
+    left.set_user_attr("kept", 1)
+    del config["objectives"]
+    assert main(["search", str(write_config(tmp_path, config))]) == 0, capsys.readouterr().err
+    study = load_study("left", config["storage"])
+    assert len(study.directions) == 1 and len(counted(study)) == 1
+    assert study.user_attrs["kept"] == 1

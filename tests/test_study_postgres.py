@@ -37,9 +37,27 @@ def _postgres_answers():
         pytest.fail(f"RANKNAS_TEST_POSTGRES_URL={URL} is set but unreachable: {exc}")
 
 
-def _worker(path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "nas.cli", "worker", str(path)]
+def _worker(path, command: str = "worker") -> subprocess.Popen:
+    """A `search` (it starts the study) or a `worker`: one joins a started study only."""
+    command = [sys.executable, "-m", "nas.cli", command, str(path)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _search_then_worker(path, name: str) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """A `search` and, once it has created the study, a `worker` joining it."""
+    search = _worker(path, "search")
+    deadline = time.monotonic() + 120
+    while not _exists(name) and time.monotonic() < deadline and search.poll() is None:
+        time.sleep(0.3)
+    return search, _worker(path)
+
+
+def _exists(name: str) -> bool:
+    try:
+        load_study(name, URL)
+    except Exception:  # not created yet
+        return False
+    return True
 
 
 def _check_distinct_and_exact(study, trials: int) -> None:
@@ -56,7 +74,7 @@ def test_two_workers_finish_exactly_n_trials_with_no_duplicate(tmp_path):
     config = tiny_config(tmp_path, name, budget={"trials": trials}, storage=URL,
                          searcher={"type": "tpe", "startup_trials": 2})  # fmt: skip
     path = write_config(tmp_path, config)
-    workers = [_worker(path) for _ in range(2)]
+    workers = _search_then_worker(path, name)
     outputs = [w.communicate(timeout=600)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), outputs
     study = load_study(name, URL)
@@ -71,7 +89,7 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
                          budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
                          mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
-    doomed, survivor = _worker(path), _worker(path)
+    doomed, survivor = _search_then_worker(path, name)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill the first worker inside one of its trials
         time.sleep(0.3)
@@ -98,7 +116,4 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
 
 
 def _trials(name: str) -> list:
-    try:
-        return load_study(name, URL).trials
-    except Exception:  # not created yet
-        return []
+    return load_study(name, URL).trials if _exists(name) else []

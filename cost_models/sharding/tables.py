@@ -268,7 +268,7 @@ def _parse_table(entry: Any, where: str) -> TableSpec:
     spec = TableSpec(
         name=name,
         num_embeddings=_int(entry, "num_embeddings", where),
-        embedding_dim=_int(entry, "embedding_dim", where),
+        embedding_dim=_dim(entry, where),
         pooling_factor=_positive(entry, "pooling_factor", where, 1.0),
         zipf_alpha=_positive(entry, "zipf_alpha", where, DEFAULT_ZIPF),
     )
@@ -286,6 +286,16 @@ def _int(entry: Mapping[str, Any], key: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RanknasError(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
     return value
+
+
+def _dim(entry: Mapping[str, Any], where: str) -> int:
+    """An embedding dim fbgemm's kernels take (they assert a multiple of 4, deep in
+    `shard compare` and `shard plan --measure`)."""
+    dim = _int(entry, "embedding_dim", where)
+    if dim % 4:
+        raise RanknasError(f"{where}: 'embedding_dim' is {dim}; fbgemm's embedding kernels need "
+                           f"a multiple of 4: use {dim + 4 - dim % 4}")  # fmt: skip
+    return dim
 
 
 def _positive(entry: Mapping[str, Any], key: str, where: str, default: float) -> float:

@@ -19,7 +19,7 @@ pickle: MLflow stores the entry-point source and the files above) and registered
 version of NAME, which then gets the alias (`champion` by default).
 """
 
-from nas.export.entry import export_model, load_exported
+from nas.export.entry import check_out_dir, export_model, load_exported
 from nas.export.layout import (
     ARCHITECTURE_FILE,
     CARD_FILE,
@@ -38,6 +38,7 @@ __all__ = [
     "WEIGHTS_FILE",
     "_PYFUNC_CODE",
     "ExportResult",
+    "check_out_dir",
     "export_model",
     "load_exported",
 ]

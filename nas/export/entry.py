@@ -6,7 +6,7 @@ import importlib.metadata
 import importlib.util
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +21,7 @@ from nas.export.codegen import _standalone_module
 from nas.export.layout import (
     ARCHITECTURE_FILE,
     CARD_FILE,
+    EXPORT_FILES,
     MODULE_FILE,
     WEIGHTS_FILE,
     ExportResult,
@@ -28,7 +29,7 @@ from nas.export.layout import (
 )
 from nas.export.model_card import _model_card
 from nas.export.registry import _register
-from nas.trial_record import DIAGRAM_FILE, PREPROCESSING_FILE
+from nas.trial_record import DIAGRAM_FILE, METRICS_FILE, PREPROCESSING_FILE
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
@@ -99,6 +100,31 @@ def export_model(
         return result
     return _register(result, analysis, metrics, columns, register, tracking_uri, alias,
                      source_run_id)  # fmt: skip
+
+
+def check_out_dir(out: Path, records: Iterable[Path], force: bool) -> None:
+    """Refuse to export into `out` where that would overwrite files that are not an earlier
+    export's (a person's own: unless `force`), or a study's records (a directory in
+    `records`, or one that holds a trial's metrics: even with `force`)."""
+    inside = next((r for r in records if _within(out, r)), None)
+    if inside is not None or (out / METRICS_FILE).exists():
+        where = f"inside the study's directory {inside}" if inside else "a trial's record"
+        raise RanknasError(f"--out {out} is {where}: the export would overwrite the study's "
+                           "records; choose a directory outside it")  # fmt: skip
+    if force or not out.is_dir():
+        return
+    names = sorted(p.name for p in out.iterdir())
+    others = [n for n in names if n not in EXPORT_FILES]
+    if others or (names and MODULE_FILE not in names):
+        shown = ", ".join((others or names)[:3]) + (", ..." if len(others or names) > 3 else "")
+        raise RanknasError(f"--out {out} holds files that are not an earlier export ({shown}); "
+                           "choose a new or empty directory, or pass --force to write over "
+                           "them")  # fmt: skip
+
+
+def _within(path: Path, directory: Path) -> bool:
+    path, directory = path.resolve(), directory.resolve()
+    return path == directory or directory in path.parents
 
 
 def load_exported(out_dir: str | Path, device: str = "cpu") -> nn.Module:

@@ -68,6 +68,9 @@ FILE_TYPES = ".csv, .tsv (either also as .gz, .bz2 or .xz), .parquet, .pq"
 
 
 DEFAULT_SEPARATOR = "|"
+# The synthetic data's true click probability, written beside its rows: the answer a model
+# is asked for, so never a feature (left out by `infer_schema`, refused in a schema).
+TRUE_PROB_COLUMN = "true_prob"
 MANGLED = re.compile(r".+\.\d+")  # how pandas renames a column name's second use: x.1
 
 
@@ -131,6 +134,10 @@ def read_tabular_schema(path: str | Path) -> TabularSchema:
         for c in categorical
     ]
     checked = DatasetSchema.from_dict({**data, "categorical": placeholders}, source=str(path))
+    if TRUE_PROB_COLUMN in [*checked.dense, *(c.name for c in categorical)]:
+        raise RanknasError(f"{path}: {TRUE_PROB_COLUMN} is the synthetic data's true click "
+                           "probability, the answer itself: a model that reads it learns "
+                           "nothing; remove it from the features")  # fmt: skip
     return TabularSchema(
         label=checked.label,
         dense=checked.dense,
@@ -618,7 +625,7 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
     columns |= {name: data.dense[:, k] for k, name in enumerate(schema.dense)}
     columns |= {name: data.categorical[:, k] for k, name in enumerate(schema.feature_names)}
     if data.true_prob is not None:
-        columns["true_prob"] = data.true_prob
+        columns[TRUE_PROB_COLUMN] = data.true_prob
     suffix = format_suffix(path)
     for name, lists in data.multi_hot.items():  # ids as lists, or as texts "3|7" in CSV
         cells = np.split(lists.values, lists.offsets[1:-1])
@@ -686,7 +693,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     becomes the time column. A column of ids (text, or whole numbers named as ids) with a
     different value on nearly every row (a request or impression id) is left out, with a
     warning, as is a column with one value (or none) in every row: it tells no row from
-    another."""
+    another, and the synthetic data's `TRUE_PROB_COLUMN`."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -706,6 +713,10 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     dense, categorical, row_keys, constant = [], [], [], []
     for column in frame.columns:
         if column in (label, time):
+            continue
+        if column == TRUE_PROB_COLUMN:
+            logger.warning("%s: left out %s: the synthetic data's true click probability is "
+                           "the answer, not a feature", path, column)  # fmt: skip
             continue
         if frame[column].astype(str).nunique(dropna=False) <= 1:
             constant.append(str(column))
