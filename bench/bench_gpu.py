@@ -177,7 +177,7 @@ def study_rows(args, results: dict, save) -> None:
             row["output_tail"] = done.stdout[-2000:] + done.stderr[-2000:]
         results["study"].append(row)
         save()
-        if args.logs_out:  # the workers' logs: when each started and what it did
+        if args.logs_out and workers > 1:  # the workers' logs: when each started, what it did
             import shutil
 
             shutil.make_archive(str(args.logs_out / f"workers-{workers}"), "gztar",

@@ -171,9 +171,10 @@ class JointTables(nn.Module):
         squares = summed * summed
         if self.optimizer == "rowwise_adagrad":
             squares = squares.mean(dim=1, keepdim=True)
-        state = group.state.index_select(0, distinct).add_(squares)
-        group.state.index_copy_(0, distinct, state)
-        step = summed / state.sqrt().add_(EPS)
+        # the distinct rows are unique but for the padding row, which gets zeros: adding
+        # in place is exact (and much faster on a GPU than copying the rows back)
+        group.state.index_add_(0, distinct, squares)
+        step = summed / group.state.index_select(0, distinct).sqrt().add_(EPS)
         group.weight.index_add_(0, distinct, step, alpha=-self.lr)
 
     def write_back(self, ebc: EmbeddingBagCollection) -> None:
