@@ -287,6 +287,53 @@ class BudgetConfig(_Section):
         return self
 
 
+class LogRange(_Section):
+    """A learning rate searched on a log grid from `low` to `high`."""
+
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LogRange:
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} is above high {self.high}")
+        return self
+
+
+class TrainingSearchConfig(_Section):
+    """Training hyper-parameters searched with the architecture (nas/recipe.py): each
+    trial draws them as flat parameters `train.<name>`; what is left out stays fixed."""
+
+    dense_lr: LogRange | None = Field(default=None, description="{low, high}: log grid")
+    sparse_lr: LogRange | None = Field(default=None, description="{low, high}: log grid")
+    weight_decay: list[float] | None = Field(default=None, min_length=1)
+    batch_size: list[int] | None = Field(
+        default=None, min_length=1,
+        description="choices; the lrs scale by sqrt(batch_size / training.batch_size)",
+    )  # fmt: skip
+    grid: int = Field(default=7, ge=1, le=50, description="points in each log range")
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _decays(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and any(v < 0 for v in value):
+            raise ValueError("every weight decay must be >= 0")
+        return value
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batches(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(v < 1 for v in value):
+            raise ValueError("every batch size must be >= 1")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> TrainingSearchConfig:
+        if not any((self.dense_lr, self.sparse_lr, self.weight_decay, self.batch_size)):
+            raise ValueError("name at least one of dense_lr, sparse_lr, weight_decay, batch_size")
+        return self
+
+
 class TrainingConfig(_Section):
     """How every trial, baseline and re-evaluation is trained; the defaults are the
     trainer's (`trainers.trainer.TrainConfig`), which `ranknas train` uses too."""
@@ -319,6 +366,10 @@ class TrainingConfig(_Section):
         ge=1,
         description="CPU threads per worker; small ranking models train fastest on one "
         "thread per process: run more workers to use more cores",
+    )
+    search: TrainingSearchConfig | None = Field(
+        default=None,
+        description="hyper-parameters searched with the architecture by sampling searchers",
     )
     cuda_graph: bool = Field(
         default=_TRAIN.cuda_graph,
@@ -456,6 +507,9 @@ class StudyConfig(_Section):
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         if self.objectives.max_mflops == "base" and self.search_space.type != "around":
             raise ValueError("objectives.max_mflops: base needs search_space.type: around")
+        if self.training.search and self.searcher.type in ("oneshot", "dnas"):
+            raise ValueError(f"training.search works with the sampling searchers, not "
+                             f"{self.searcher.type} (its supernet trains one recipe)")  # fmt: skip
         return self
 
     @property

@@ -147,7 +147,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
 
 
 # What a study recorded before a setting existed trained with (its protocol lacks the key).
-SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant"}
+SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
 _UNSET = object()  # a setting one of two protocols does not name
 
 
@@ -275,9 +275,14 @@ def latency_predictor(path: str, batch_size: int) -> Any:
     return predictor
 
 
-def trial_train_config(config: StudyConfig, seed: int) -> TrainConfig:
-    """How the study trains one trial stand-alone (its budget and `training` section)."""
+def trial_train_config(
+    config: StudyConfig, seed: int, recipe: dict[str, Any] | None = None
+) -> TrainConfig:
+    """How the study trains one trial stand-alone (its budget and `training` section);
+    `recipe` (a trial's searched hyper-parameters, `nas.recipe`) overrides the section."""
     t, budget = config.training, config.budget
+    if recipe:
+        t = t.model_copy(update=recipe)
     return TrainConfig(
         batch_size=t.batch_size,
         max_examples=None
@@ -307,10 +312,11 @@ def train_architecture(
     seed: int,
     on_eval: Callable[[int, int, dict[str, float]], bool] | None = None,
     label: str = "training",
+    recipe: dict[str, Any] | None = None,
 ) -> tuple[TrainResult, RankingModel]:
-    """Train `arch` from scratch exactly as the study trains a trial, with `seed`; `label`
-    names the run on its progress bar."""
+    """Train `arch` from scratch exactly as the study trains a trial, with `seed` (and the
+    trial's searched `recipe`, if any); `label` names the run on its progress bar."""
     model = build_model(arch, seed=seed)
-    train_config = trial_train_config(config, seed)
+    train_config = trial_train_config(config, seed, recipe)
     result = train(model, data.train, data.valid, data.test, train_config, on_eval, label)
     return result, model

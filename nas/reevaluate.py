@@ -52,9 +52,10 @@ def reevaluate_study(
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
+    recipes = {str(r["trial"]): trials[r["trial"]].user_attrs.get(TrialAttr.RECIPE) for r in chosen}
     bases = _best_baselines(study, baselines)
     archs |= {f"baseline:{b['baseline']}": b["dir"] for b in bases}
-    record = retrain(study, config, archs, seeds, progress)
+    record = retrain(study, config, archs, seeds, progress, recipes=recipes)
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
     return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
                   key=lambda r: r["mean_val_ne"])  # fmt: skip
@@ -67,10 +68,13 @@ def retrain(
     seeds: int,
     progress: Callable[[str], None] = print,
     data: StudyData | None = None,
+    recipes: dict[str, dict[str, Any] | None] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Train each architecture of `archs` (key: `<trial>` or `baseline:<key>`, value: its
-    directory) with the first `seeds` fresh seeds that the study has not recorded; each
-    run is recorded as it ends. Returns the study's record of every re-evaluation run."""
+    directory) with the first `seeds` fresh seeds that the study has not recorded, each
+    with its searched recipe in `recipes` (none: the study's); each run is recorded as it
+    ends. Returns the study's record of every re-evaluation run."""
+    recipes = recipes or {}
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(seed not in record.get(key, {}) for key in archs for seed in wanted)
@@ -87,7 +91,8 @@ def retrain(
                 arch = read_architecture(directory)
             for seed in missing:
                 label = f"{_label(key)} seed {seed}"
-                result, _ = train_architecture(arch, data, config, int(seed), label=label)
+                result, _ = train_architecture(arch, data, config, int(seed), label=label,
+                                               recipe=recipes.get(key))  # fmt: skip
                 runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
                 record[key] = runs
                 study.set_user_attr(ATTR, record)

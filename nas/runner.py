@@ -45,6 +45,7 @@ from nas.protocol import (
     study_protocol,
     train_architecture,
 )
+from nas.recipe import recipe_key, trial_recipe, with_recipe
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
@@ -330,6 +331,7 @@ def _run_study(
     # around the best baseline waits for the baselines
     space = None if _around_best_baseline(config) else make_space(config.search_space,
                                                                   data.train.schema)  # fmt: skip
+    space = space and with_recipe(space, config.training)
     if config.objectives.latency_model:  # a bad predictor file stops it before the study exists
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     with study_lock(config.storage, config.name):  # workers starting together create it once
@@ -354,6 +356,7 @@ def _run_study(
     best = _best_baseline(study, config, data, progress)
     if space is None:
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
+        space = with_recipe(space, config.training)
     config = _with_mflops_ceiling(study, config, space, best, progress)  # before the startup
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker)
@@ -535,7 +538,14 @@ def _claimed(trial: Trial, space: SearchSpace) -> Trial:
     worker that draws the same architecture later sees it and waits (`_same_trained`)."""
     with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
         trial.set_user_attr(TrialAttr.DIGEST, digest(space.decode(trial.params)))
+        if (recipe := trial_recipe(space, trial.params)) is not None:
+            trial.set_user_attr(TrialAttr.RECIPE, recipe)
     return trial
+
+
+def _identity(attrs: dict[str, Any]) -> str:
+    """What makes two trials the same candidate: the architecture, and the searched recipe."""
+    return f"{attrs.get(TrialAttr.DIGEST)}:{recipe_key(attrs.get(TrialAttr.RECIPE))}"
 
 
 def _reused(
@@ -553,7 +563,9 @@ def _reused(
     started = time.time()
     arch = space.decode(trial.params)
     key = digest(arch)
-    earlier = _same_trained(study, storage, trial, key, config)
+    recipe = trial_recipe(space, trial.params)
+    identity = _identity({TrialAttr.DIGEST: key, TrialAttr.RECIPE: recipe})
+    earlier = _same_trained(study, storage, trial, identity, config)
     if earlier is None:
         return None
     _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
@@ -589,13 +601,13 @@ def _repeated_values(trial: Trial, earlier: FrozenTrial) -> list[float] | None:
 def _same_trained(
     study: optuna.Study, storage: RDBStorage, trial: Trial, key: str, config: StudyConfig
 ) -> FrozenTrial | None:
-    """The trial that trained architecture `key`, or None. One asked before `trial` that is
-    still running (on another worker) is waited for; if it ends untrained (its worker died),
-    `trial` trains. Waiting only on earlier trials means two workers never wait on each
-    other."""
+    """The trial that trained candidate `key` (`_identity`), or None. One asked before
+    `trial` that is still running (on another worker) is waited for; if it ends untrained
+    (its worker died), `trial` trains. Waiting only on earlier trials means two workers
+    never wait on each other."""
     while True:
         same = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number
-                and t.user_attrs.get(TrialAttr.DIGEST) == key]  # fmt: skip
+                and _identity(t.user_attrs) == key]  # fmt: skip
         trained = [t for t in same if _trained(t) and TrialAttr.REUSED_FROM not in t.user_attrs]
         if trained:
             return trained[0]
@@ -643,8 +655,9 @@ def run_trial(
         runs: dict[str, Any] = {}
     else:
         sharding = plan_sharding(arch, config, directory, data)
-        result, model = _train(trial, arch, data, config)
-        result, model, runs = _confirmed(trial, arch, data, config, costs, result, model)
+        recipe = trial_recipe(space, trial.params)
+        result, model = _train(trial, arch, data, config, recipe)
+        result, model, runs = _confirmed(trial, arch, data, config, costs, result, model, recipe)
     summary = record_result(directory, costs, sharding, result, model, runs)
     _set_attrs(trial, {k: summary.get(k) for k in (*METRIC_ATTRS, TrialAttr.FAILURE_REASON,
                                                    TrialAttr.PREDICTED_STEP_MS)})  # fmt: skip
@@ -654,6 +667,7 @@ def run_trial(
         tags[TrialAttr.OVER_CONSTRAINT] = True
     described = summary_name(arch, costs.mflops)
     params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
+    params |= {f"recipe.{k}": v for k, v in (trial_recipe(space, trial.params) or {}).items()}
     record = mlflow_record(params, summary, result.curves, tags, _artifacts(directory),
                            f"trial-{trial.number} {described}", started)  # fmt: skip
     return Outcome(state, values, record)
@@ -686,7 +700,11 @@ def _over_constraint(costs: Costs, config: StudyConfig) -> str | None:
 
 
 def _train(
-    trial: Trial, arch: Architecture, data: StudyData, config: StudyConfig
+    trial: Trial,
+    arch: Architecture,
+    data: StudyData,
+    config: StudyConfig,
+    recipe: dict[str, Any] | None = None,
 ) -> tuple[TrainResult, RankingModel | None]:
     def report(step: int, examples: int, metrics: dict[str, float]) -> bool:
         if config.multi_objective:
@@ -695,7 +713,7 @@ def _train(
         return trial.should_prune()
 
     seed = config.seed + trial.number
-    return train_architecture(arch, data, config, seed, report, label=f"trial {trial.number}")
+    return train_architecture(arch, data, config, seed, report, f"trial {trial.number}", recipe)
 
 
 def _confirmed(
@@ -706,6 +724,7 @@ def _confirmed(
     costs: Costs,
     result: TrainResult,
     model: RankingModel | None,
+    recipe: dict[str, Any] | None = None,
 ) -> tuple[TrainResult, RankingModel | None, dict[str, Any]]:
     """With `budget.confirm_seeds`, a first run that would become the study's best is
     trained again with that many other seeds, and the trial's metrics are the mean of its
@@ -721,7 +740,8 @@ def _confirmed(
     for k in range(1, config.budget.confirm_seeds + 1):
         other = seed + CONFIRM_SEED_STRIDE * k
         label = f"trial {trial.number} seed {other}"
-        again, again_model = train_architecture(arch, data, config, other, label=label)
+        again, again_model = train_architecture(arch, data, config, other, label=label,
+                                                recipe=recipe)  # fmt: skip
         if again.status != "complete":
             reason = f"{again.failure_reason} (seed {other}: a confirmation run)"
             return dataclasses.replace(again, failure_reason=reason), again_model, {}

@@ -36,6 +36,7 @@ class TrialAttr(StrEnum):
     LATENCY_MS = "latency_ms"
     WORKER = "worker"
     DEVICE = "device"  # where the trial trained: cuda:N (the card) or cpu (threads)
+    RECIPE = "recipe"  # the searched training hyper-parameters it trained with (nas.recipe)
     DIR = "trial_dir"
     FAILURE_REASON = "failure_reason"
     PREDICTED_STEP_MS = "predicted_embedding_step_ms"

@@ -130,6 +130,10 @@ class SearchSpace(ABC):
         self.check_values(values)
         return values
 
+    def identity(self, values: dict[str, Any]) -> str:
+        """What makes two assignments the same candidate: here, their architecture's digest."""
+        return digest(self.decode(values))
+
     def sample_values(self, rng: random.Random) -> dict[str, Any]:
         return {name: rng.choice(p.choices) for name, p in self._parameters.items()}
 

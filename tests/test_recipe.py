@@ -1,0 +1,121 @@
+"""Training hyper-parameters searched with the architecture (`training.search`)."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from nas import reevaluate
+from nas.config import parse_config
+from nas.recipe import RecipeSpace, log_grid, with_recipe
+from nas.runner import run_study
+from search_space.errors import RanknasError
+from search_space.schema import synthetic_schema
+from search_space.spaces import make_space
+from study_helpers import counted, tiny_config
+
+TWO_ARCHITECTURES = {"type": "dag", "num_blocks": 1, "ops": ["mlp"], "widths": [8],
+                     "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+SEARCH = {"dense_lr": {"low": 0.001, "high": 0.01}, "batch_size": [64, 128], "grid": 3}
+
+
+def _space(search=SEARCH, batch_size=128) -> RecipeSpace:
+    training = {"batch_size": batch_size, "search": search}
+    config = parse_config(tiny_config(Path("/tmp"), "r", search_space=TWO_ARCHITECTURES,
+                                      training=training))  # fmt: skip
+    return with_recipe(make_space(config.search_space, synthetic_schema()), config.training)
+
+
+def test_log_ranges_are_grids_and_lists_are_choices():
+    assert log_grid(0.001, 0.01, 3) == (0.001, 0.0032, 0.01)
+    space = _space()
+    params = space.parameters()
+    assert params["train.dense_lr"].choices == (0.001, 0.0032, 0.01)
+    assert params["train.batch_size"].choices == (64, 128)
+    assert "train.sparse_lr" not in params  # not searched: the study's own
+
+
+def test_a_recipe_scales_the_learning_rates_to_its_batch_size():
+    space = _space()
+    values = space.sample_values(random.Random(0)) | {"train.dense_lr": 0.01,
+                                                      "train.batch_size": 64}  # fmt: skip
+    recipe = space.recipe(values)
+    assert recipe["batch_size"] == 64
+    assert recipe["dense_lr"] == pytest.approx(0.01 * (64 / 128) ** 0.5, rel=1e-3)
+    assert recipe["sparse_lr"] == pytest.approx(0.05 * (64 / 128) ** 0.5, rel=1e-3)
+    assert recipe["weight_decay"] == 0.0
+    same = values | {"train.batch_size": 128}
+    assert space.decode(values) == space.decode(same)  # one architecture,
+    assert space.identity(values) != space.identity(same)  # two candidates
+
+
+def test_starting_points_and_encodings_start_at_the_study_recipe():
+    space = _space(batch_size=128)
+    encoded = space.encode(space.decode(space.sample_values(random.Random(1))))
+    assert encoded["train.dense_lr"] == 0.0032  # nearest to training.dense_lr 0.002 in log
+    assert encoded["train.batch_size"] == 128
+    space.check_values(encoded)
+
+
+def test_a_mutation_changes_one_parameter_of_the_architecture_or_the_recipe():
+    space = _space()
+    rng = random.Random(3)
+    values = space.sample_values(rng)
+    for _ in range(20):
+        child = space.mutate_values(values, rng)
+        changed = [k for k in values if child[k] != values[k]]
+        assert len(changed) == 1 or space.decode(child) != space.decode(values), changed
+        assert space.identity(child) != space.identity(values)
+
+
+@pytest.mark.parametrize(
+    ("training", "match"),
+    [
+        ({"search": {"dense_lr": {"low": 0.1, "high": 0.01}}}, "low 0.1 is above high"),
+        ({"search": {"grid": 3}}, "at least one of"),
+        ({"search": {"batch_size": [0, 64]}}, "batch size must be >= 1"),
+        ({"search": {"weight_decay": [-1.0]}}, "weight decay must be >= 0"),
+    ],
+)
+def test_bad_searches_are_refused_naming_the_field(training, match):
+    with pytest.raises(RanknasError, match=match):
+        parse_config(tiny_config(Path("/tmp"), "bad", training=training))
+
+
+def test_one_shot_searchers_refuse_a_searched_recipe():
+    config = tiny_config(Path("/tmp"), "one", searcher={"type": "oneshot"},
+                         training={"search": {"batch_size": [64]}})  # fmt: skip
+    with pytest.raises(RanknasError, match="sampling searchers"):
+        parse_config(config)
+
+
+def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
+    tmp_path, monkeypatch
+):
+    config = parse_config(tiny_config(tmp_path, "recipes", search_space=TWO_ARCHITECTURES,
+                                      budget={"trials": 4}, searcher={"type": "random"},
+                                      training={"batch_size": 128, "lr_schedule": "constant",
+                                                "search": SEARCH}))  # fmt: skip
+    study = run_study(config, progress=lambda line: None)
+    done = counted(study)
+    assert len(done) == 4  # 2 architectures x 6 recipes: the same architecture trains again
+    assert len({t.user_attrs["digest"] for t in done}) < 4
+    for trial in done:
+        recipe = trial.user_attrs["recipe"]
+        assert recipe["batch_size"] == trial.params["train.batch_size"]
+        metrics = json.loads((tmp_path / "recipes" / "trials" / str(trial.number)
+                              / "metrics.json").read_text())  # fmt: skip
+        train_rows = 3200  # tiny_config: 4,000 rows split 80/10/10, 3 epochs
+        assert metrics["steps"] == 3 * train_rows // recipe["batch_size"]
+    seen = []
+    real = reevaluate.train_architecture
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("recipe"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reevaluate, "train_architecture", spy)
+    rows = reevaluate.reevaluate_study(config, top=1, seeds=1, progress=lambda line: None)
+    best = study.trials[int(rows[0]["trial"])]
+    assert seen == [best.user_attrs["recipe"]]
