@@ -49,3 +49,19 @@ def test_a_new_sampler_attaches_the_finished_trials_of_others(space):
     params = study.ask(distributions(space)).params
     assert set(params) == set(space.parameters())
     assert _ax_trials(joining)["COMPLETED"] == 4  # attached; the failed one is not
+
+
+def test_a_joining_worker_s_hashed_seed_and_searched_learning_rates_are_taken(space):
+    """A resumed or joining worker's seed is a 32-bit hash (numpy refused it once multiplied
+    for Ax); a searched learning rate is an ordered float choice, proposed as a float."""
+    from nas.config import TrainingSearchConfig
+    from nas.recipe import RecipeSpace, recipe_parameters
+
+    searched = recipe_parameters(TrainingSearchConfig(dense_lr={"low": 0.001, "high": 0.01}))
+    recipes = RecipeSpace(space, searched, {"dense_lr": 0.002, "sparse_lr": 0.05,
+                                            "weight_decay": 0.0, "batch_size": 512})  # fmt: skip
+    sampler = AxSampler(recipes, ["ne"], seed=2**32 - 1)
+    study = optuna.create_study(sampler=sampler, study_name="ax-joined")
+    _run(study, 3)
+    lrs = [t.params["train.dense_lr"] for t in study.trials]
+    assert all(isinstance(lr, float) and lr in searched["train.dense_lr"].choices for lr in lrs)

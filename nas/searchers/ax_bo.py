@@ -34,7 +34,10 @@ def _ax_name(name: str) -> str:
 def _kind(choices: list[Any]) -> str:
     if all(isinstance(c, bool) for c in choices):
         return "bool"
-    return "int" if all(isinstance(c, int) for c in choices) else "str"
+    if all(isinstance(c, int) for c in choices):
+        return "int"
+    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    return "float" if numbers else "str"  # a searched learning rate: an ordered float choice
 
 
 class AxSampler(SpaceSampler):
@@ -87,7 +90,8 @@ class AxSampler(SpaceSampler):
 
     def _new_client(self, study: Study) -> Client:
         # Spread seeds apart: seed s+1 must not replay seed s shifted by one trial.
-        client = Client(random_seed=self.seed * 1_000_003 + len(study.trials))
+        # (numpy's seeds are 32-bit: a resumed or joining worker's seed is a 32-bit hash)
+        client = Client(random_seed=(self.seed * 1_000_003 + len(study.trials)) % 2**32)
         client.configure_experiment(parameters=self._parameters(), name=study.study_name)
         objective = ", ".join(f"-{name}" for name in self.objective_names)
         constraints = [f"{n} <= {v}" for n, v in self.objective_thresholds.items()]
@@ -104,7 +108,7 @@ class AxSampler(SpaceSampler):
                     name=_ax_name(name),
                     values=choices,
                     parameter_type=kind,
-                    is_ordered=kind == "int",
+                    is_ordered=kind in ("int", "float"),
                 )
             )
         return configs
