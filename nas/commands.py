@@ -230,8 +230,8 @@ def _view_url(config) -> str | None:
         return None
     from mlflow import MlflowClient
 
+    from mlflow_server.server import check_reachable
     from mlflow_server.tracking import study_view_url
-    from nas.export.registry import check_reachable
 
     name = config.mlflow.experiment or config.name
     try:
@@ -370,7 +370,6 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.export import export_model
     from nas.trial_record import (
         WEIGHTS_FILE,
         StudyAttr,
@@ -378,7 +377,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         read_architecture,
         read_metrics,
     )
-    from search_space.schema import DatasetSchema
 
     config = _study_config(args)
     study = _study(args, config)
@@ -388,7 +386,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
         raise RanknasError(f"trial {trial.number}: weights not found at {weights}")
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # torch from here on: the weights are there
+
+    from nas.export import export_model
+    from search_space.schema import DatasetSchema
 
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
@@ -442,8 +443,8 @@ def _export_tracking_uri(given: str | None, config) -> str:
     """Where `export --register` registers: --tracking-uri, else the study config's
     mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else the default server; checked to
     answer before anything is written."""
+    from mlflow_server.server import check_reachable
     from nas.defaults import DEFAULT_TRACKING_URI
-    from nas.export.registry import check_reachable
 
     if given is None and config is not None:
         given = config.mlflow.tracking_uri

@@ -13,8 +13,7 @@ import optuna
 import scipy.stats
 from optuna.trial import FrozenTrial, TrialState
 
-from nas import baselines
-from nas.trial_record import StudyAttr, TrialAttr
+from nas.trial_record import StudyAttr, TrialAttr, recorded
 from search_space.errors import RanknasError
 
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
@@ -60,7 +59,7 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
 def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """The study's baselines (`nas.baselines`), in the order the config lists them."""
     table = []
-    for key, record in baselines.recorded(study).items():
+    for key, record in recorded(study).items():
         row = {"baseline": key, "state": record.get("status")}
         table.append(row | {c: record.get(c) for c in BASELINE_COLUMNS if c not in row})
     return table

@@ -4,19 +4,18 @@ that loads the export's own module."""
 from __future__ import annotations
 
 import hashlib
-import http.client
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
 import tempfile
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlflow_server.server import check_reachable
 from nas.export.layout import (
     EXPERIMENT,
     ExportResult,
@@ -210,19 +209,6 @@ def _log_model_version(
     if source_run_id:  # leaving start_run ended the trial's run now: give back its own end
         client.set_terminated(source_run_id, status=run.status, end_time=run.end_time)
     return str(info.registered_model_version)
-
-
-def check_reachable(uri: str, timeout_s: float = 10) -> None:
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
-            pass
-    except (OSError, http.client.HTTPException) as exc:
-        raise RanknasError(
-            f"cannot reach the MLflow server at {uri} ({exc}): start it with `ranknas mlflow up` "
-            "or pass the right tracking URI"
-        ) from None
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
