@@ -1,6 +1,8 @@
-"""How long the CLI takes to answer `--help`: the parser alone, nothing trained.
+"""How long the CLI takes to answer `--help` (the parser alone, nothing trained) and,
+given a recorded study, `status` and `leaderboard` (rows read from its storage).
 
     .venv/bin/python bench/bench_cli.py --repeats 7
+    .venv/bin/python bench/bench_cli.py --study quickstart --storage sqlite:///ranknas-data/studies.db
 
 Prints one Markdown row per command: the median wall time of a fresh process and the
 spread, as a user waits for it.
@@ -15,14 +17,21 @@ import sys
 import time
 
 COMMANDS = ("--help", "search --help", "train --help", "shard plan --help", "latency fit --help")
+STUDY_COMMANDS = ("status", "leaderboard")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--study", help="also time `status` and `leaderboard` of this study")
+    parser.add_argument("--storage", default="sqlite:///ranknas-data/studies.db",
+                        help="the study's storage URL")  # fmt: skip
     args = parser.parse_args()
+    commands = list(COMMANDS)
+    if args.study:
+        commands += [f"{c} {args.study} --storage {args.storage}" for c in STUDY_COMMANDS]
     print("| command | median s | spread s |\n|---|---|---|")
-    for command in COMMANDS:
+    for command in commands:
         times = []
         for _ in range(args.repeats):
             started = time.perf_counter()

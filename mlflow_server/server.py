@@ -400,6 +400,21 @@ def _log_tail(path: Path, offset: int, lines: int = 15) -> str:
 # --- health and processes ----------------------------------------------------------------
 
 
+def check_reachable(uri: str, timeout_s: float = 10) -> None:
+    """Raise a `RanknasError` saying how to start it unless the HTTP server at `uri`
+    answers (a file or sqlite URI is not checked)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(_health_url(uri), timeout=timeout_s):
+            pass
+    except (OSError, http.client.HTTPException) as exc:
+        raise RanknasError(
+            f"cannot reach the MLflow server at {uri} ({exc}): start it with `ranknas mlflow up` "
+            "or pass the right tracking URI"
+        ) from None
+
+
 def _health_url(uri: str) -> str:
     return uri.rstrip("/") + "/health"
 

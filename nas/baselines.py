@@ -32,8 +32,9 @@ from nas.protocol import (
 from nas.storage import beating, study_lock
 from nas.trial_record import (
     METRIC_ATTRS,
-    StudyAttr,
+    RECORD_PREFIX,
     mlflow_record,
+    recorded,
     summary_name,
     write_architecture,
 )
@@ -42,7 +43,6 @@ from search_space.errors import RanknasError
 from search_space.presets import load_architecture
 from search_space.schema import DatasetSchema
 
-RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
 CLAIM_PREFIX = "baseline-claim:"
 
 
@@ -56,14 +56,6 @@ def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
         return load_architecture(name_or_file, schema)
     except RanknasError as exc:
         raise RanknasError(f"baselines: {exc}") from None
-
-
-def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    """The study's baselines by key, in the order they were listed."""
-    attrs = study.user_attrs
-    found = {k.removeprefix(RECORD_PREFIX): v for k, v in attrs.items()
-             if k.startswith(RECORD_PREFIX)}  # fmt: skip
-    return dict(sorted(found.items(), key=lambda item: item[1].get("order", 0)))
 
 
 def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[str, Any]] | None:

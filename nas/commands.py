@@ -133,17 +133,19 @@ def flush(logger, config) -> None:
 
 
 def log_summary(logger, study, table) -> None:
-    """Leaderboard, Pareto front (CSV + PNG) and the best trial on the study's parent run."""
+    """Leaderboard, Pareto front (CSV + PNG), the best trial (`leaderboard.study_best`) and
+    the verdict on the study's parent run (after a search, `reevaluate` and `baseline add`)."""
     from nas import leaderboard
 
-    best = table[0]
+    best = leaderboard.study_best(study)
     metrics = {
         "best_val_ne": best["val_ne"],
-        "best_test_ne": best["test_ne"] or float("nan"),
+        "best_test_ne": best["test_ne"] if best["test_ne"] is not None else float("nan"),
         "best_mflops": best["mflops"],
         "complete_trials": len(table),
     }
     tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"],
+            "best_basis": best["basis"], "best": leaderboard.describe_best(best),
             "mlflow.note.content": leaderboard.markdown(study, table)}  # fmt: skip
     verdict = leaderboard.verdict(study)
     if verdict:
@@ -222,8 +224,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state["running"]:
         print("running: " + ", ".join(f"trial {r['trial']} on {r['device'] or '?'}"
                                       for r in state["running"]))  # fmt: skip
-    if state["best_trial"] is not None:
-        print(f"best so far: trial {state['best_trial']}, validation NE {state['best_val_ne']:.4f}")
+    if state["best"] is not None:
+        print(f"best so far: {leaderboard.describe_best(state['best'])}")
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
     view = _view_url(config)
@@ -240,8 +242,8 @@ def _view_url(config) -> str | None:
         return None
     from mlflow import MlflowClient
 
+    from mlflow_server.server import check_reachable
     from mlflow_server.tracking import study_view_url
-    from nas.export.registry import check_reachable
 
     name = config.mlflow.experiment or config.name
     try:
@@ -326,11 +328,12 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
-    """Each retrained trial's mean and spread on its nested run; the table and the best on
-    average on the study's parent run."""
+def log_reevaluation(logger, study, table: list[dict]) -> None:
+    """Each retrained trial's mean and spread on its nested run; the table on the study's
+    parent run, whose summary (best trial, verdict) then moves to the seed means."""
     from nas import leaderboard
 
+    study_name = study.study_name
     logger.start_study(study_name, sort_by="reeval_mean_val_ne")  # the verdict's basis
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
@@ -343,12 +346,8 @@ def log_reevaluation(logger, study_name: str, table: list[dict]) -> None:
             logger.log_baseline(key.removeprefix("baseline:"), metrics=metrics, status=None)
         else:
             logger.log_trial(row["trial"], metrics=metrics, status=None)
-    best = next(r for r in table if isinstance(r["trial"], int))
-    logger.log_study_summary(
-        metrics={"reeval_best_mean_val_ne": best["mean_val_ne"]},
-        artifacts={"reevaluation.csv": leaderboard.to_csv(table)},
-        tags={"reeval_best_trial": str(best["trial"])},
-    )
+    logger.log_study_summary(artifacts={"reevaluation.csv": leaderboard.to_csv(table)})
+    log_summary(logger, study, leaderboard.rows(study))
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
@@ -366,30 +365,34 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines)
     print()
     print(leaderboard.format_reevaluation(table))
+    study = load_study(config.name, config.storage)
     logger = _logger(config)
     if logger is not None:
-        log_reevaluation(logger, config.name, table)
+        log_reevaluation(logger, study, table)
         flush(logger, config)
-    print_comparison(load_study(config.name, config.storage))
-    best = next(r["trial"] for r in table if isinstance(r["trial"], int))
-    print(f"export the best on average: ranknas export {config.name} --storage "
-          f"{redact(config.storage)} "
-          f"--trial {best} --out winner/")  # fmt: skip
+    print_comparison(study)
+    best = leaderboard.study_best(study)
+    print(f"best: {leaderboard.describe_best(best)}")
+    print(f"export it: ranknas export {config.name} --storage {redact(config.storage)} "
+          f"--trial {best['trial']} --out winner/")  # fmt: skip
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.export import check_out_dir, export_model
-    from nas.trial_record import StudyAttr, TrialAttr, read_architecture, read_metrics
-    from search_space.schema import DatasetSchema
+    from nas.trial_record import WEIGHTS_FILE, StudyAttr, TrialAttr, read_architecture, read_metrics
 
     config = _study_config(args)
     study = _study(args, config)
     trial = leaderboard.best_trial(study, args.trial, force=args.force)
+    trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
+    if not (trial_dir / WEIGHTS_FILE).exists():  # said before torch is loaded
+        raise RanknasError(f"trial {trial.number}: weights not found at {trial_dir / WEIGHTS_FILE}")
+    from nas.export import check_out_dir, export_model  # torch from here on
+    from search_space.schema import DatasetSchema
+
     check_out_dir(Path(args.out), _study_dirs(study, config), args.force)
     tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
-    trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     weights = _trial_weights(trial.number, trial_dir)
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
@@ -459,6 +462,12 @@ def _provenance(study, trial, metrics: dict) -> dict:
     bayes = study.user_attrs.get("bayes_ne")
     if bayes:
         out["Bayes-optimal validation NE"] = bayes
+    best = leaderboard.study_best(study)
+    if best["trial"] == trial.number:
+        out["the study's best"] = leaderboard.describe_best(best)
+    verdict = leaderboard.verdict(study)
+    if verdict:
+        out["verdict"] = leaderboard.format_verdict(verdict).splitlines()[0]
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:
             out[f"baseline {base['baseline']} val / test NE"] = (
@@ -471,8 +480,8 @@ def _export_tracking_uri(given: str | None, config) -> str:
     """Where `export --register` registers: --tracking-uri, else the study config's
     mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else the default server; checked to
     answer before anything is written."""
+    from mlflow_server.server import check_reachable
     from nas.defaults import DEFAULT_TRACKING_URI
-    from nas.export.registry import check_reachable
 
     if given is None and config is not None:
         given = config.mlflow.tracking_uri

@@ -10,17 +10,18 @@ import statistics
 from typing import Any
 
 import optuna
-import scipy.stats
 from optuna.trial import FrozenTrial, TrialState
 
-from nas import baselines
-from nas.trial_record import StudyAttr, TrialAttr
+from nas.trial_record import StudyAttr, TrialAttr, recorded
 from search_space.errors import RanknasError
 
+# mean_val_ne, seeds: the mean over `reevaluate`'s fresh seeds, on re-evaluated trials
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
-           "runs", "mflops", "params", "latency_ms", "throughput", "digest", "worker",
-           "failure_reason")  # fmt: skip
-SIGNIFICANCE = 0.05  # a paired t-test's p-value under which a verdict is beyond seed noise
+           "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "throughput",
+           "digest", "worker", "failure_reason")  # fmt: skip
+# a paired t-test's p-value under which a difference is beyond seed noise (a verdict, or
+# two finalists that are then no tie)
+SIGNIFICANCE = 0.05
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "digest",
                     "failure_reason")  # fmt: skip
@@ -46,21 +47,110 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
 
 
 def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]:
-    """Complete trials, best first (by the first objective); with `include_all` then every
+    """Complete trials, the study's best (`study_best`) first, then the other re-evaluated
+    trials by seed mean, then the rest by the first objective; with `include_all` then every
     other trial (failed, pruned, skipped, repeats) in trial order."""
+    complete = _complete_rows(study)
+    best = _choose_best(study, complete)
+    first = [r for r in complete if best and r["trial"] == best["trial"]]
+    meaned = sorted((r for r in complete if r["mean_val_ne"] is not None and r not in first),
+                    key=lambda r: r["mean_val_ne"])  # fmt: skip
+    rest = [r for r in complete if r["mean_val_ne"] is None and r not in first]
     trials = study.get_trials(deepcopy=False)
-    complete = sorted(  # an architecture proposed again is listed once, as first trained
-        (t for t in trials if _state(t) == "complete"),
-        key=lambda t: t.values[0],
-    )
-    others = [t for t in trials if _state(t) != "complete"] if include_all else []
-    return [trial_row(t) for t in [*complete, *others]]
+    others = [trial_row(t) for t in trials if _state(t) != "complete"] if include_all else []
+    return [*first, *meaned, *rest, *others]
+
+
+def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """Complete trials by the first objective (an architecture proposed again is listed
+    once, as first trained), with their seed means once re-evaluated."""
+    means = _seed_means(study)
+    complete = sorted((t for t in study.get_trials(deepcopy=False) if _state(t) == "complete"),
+                      key=lambda t: t.values[0])  # fmt: skip
+    table = []
+    for t in complete:
+        mean = means.get(str(t.number), {})
+        table.append(trial_row(t) | {"mean_val_ne": mean.get("val_ne"), "seeds": mean.get("seeds")})
+    return table
+
+
+def study_best(study: optuna.Study) -> dict[str, Any] | None:
+    """The study's best trial, the one that `status`, the leaderboard's first row, the
+    MLflow parent run, `export --trial best` and the model card all name; None without a
+    complete trial.
+
+    Once `reevaluate` has retrained finalists: the lowest mean validation NE over their
+    fresh seeds, unless a finalist within seed noise of it (paired by seed, a paired t-test's
+    p >= `SIGNIFICANCE`: a tie) costs fewer FLOPs; then the cheapest of the tie. Before: the
+    lowest recorded first objective (one run each, or a confirmed trial's seeds). `basis`
+    names which; `lowest` is the trial of the lowest value, `ties` the finalists within seed
+    noise of it."""
+    return _choose_best(study, _complete_rows(study))
+
+
+def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[str, Any] | None:
+    finalists = [r for r in complete if r["mean_val_ne"] is not None]
+    if not finalists:
+        if not complete:
+            return None
+        chosen = complete[0]
+        return _best(chosen, "recorded runs", chosen["val_ne"], chosen["test_ne"], chosen, [])
+    lowest = min(finalists, key=lambda r: r["mean_val_ne"])
+    ties = [r for r in finalists if r is not lowest and _tie(study, lowest, r)]
+    chosen = min([lowest, *ties], key=lambda r: (_cost(r), r["mean_val_ne"]))
+    means = _seed_means(study)[str(chosen["trial"])]
+    basis = f"seed means over {min(r['seeds'] for r in finalists)} fresh seeds"
+    return _best(chosen, basis, means["val_ne"], means["test_ne"], lowest, ties)
+
+
+def _best(
+    chosen: dict[str, Any],
+    basis: str,
+    val_ne: float,
+    test_ne: float | None,
+    lowest: dict[str, Any],
+    ties: list[dict[str, Any]],
+) -> dict[str, Any]:
+    value = "mean_val_ne" if basis != "recorded runs" else "val_ne"
+    return {"trial": chosen["trial"], "basis": basis, "val_ne": val_ne, "test_ne": test_ne,
+            "mflops": chosen["mflops"], "digest": chosen["digest"],
+            "lowest": {"trial": lowest["trial"], "val_ne": lowest[value],
+                       "mflops": lowest["mflops"]},
+            "ties": [{"trial": r["trial"], "val_ne": r[value], "mflops": r["mflops"]}
+                     for r in ties]}  # fmt: skip
+
+
+def _tie(study: optuna.Study, a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two re-evaluated trials' seed means are within seed noise of each other."""
+    paired = paired_seeds(study, str(a["trial"]), str(b["trial"]))
+    return paired is not None and (paired["p_value"] is None or paired["p_value"] >= SIGNIFICANCE)
+
+
+def _cost(row: dict[str, Any]) -> float:
+    return row["mflops"] if row["mflops"] is not None else math.inf
+
+
+def describe_best(best: dict[str, Any]) -> str:
+    """One line: the best trial, its basis and value, and, in a tie, why it was chosen."""
+    line = (f"trial {best['trial']} ({best['basis']}): validation NE {_num(best['val_ne'], 5)}, "
+            f"{_num(best['mflops'], 3)} MFLOPs")  # fmt: skip
+    if not best["ties"]:
+        return line
+    lowest = best["lowest"]
+    others = [lowest, *best["ties"]]
+    tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {_num(r['mflops'], 3)} MFLOPs"
+                     for r in others if r["trial"] != best["trial"])  # fmt: skip
+    line += (f"; a tie, within seed noise (paired t-test p >= {SIGNIFICANCE}), with {tied}: "
+             "the tie goes to the cheaper")  # fmt: skip
+    if lowest["trial"] != best["trial"]:
+        line += f" (trial {lowest['trial']} has the lowest mean)"
+    return line
 
 
 def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """The study's baselines (`nas.baselines`), in the order the config lists them."""
     table = []
-    for key, record in baselines.recorded(study).items():
+    for key, record in recorded(study).items():
         row = {"baseline": key, "state": record.get("status")}
         table.append(row | {c: record.get(c) for c in BASELINE_COLUMNS if c not in row})
     return table
@@ -102,7 +192,8 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         basis = f"seed means over {min(m['seeds'] for m in means.values())} fresh seeds"
-    best = min(found, key=lambda r: r["val_ne"])
+    chosen = study_best(study)["trial"]  # the best every surface names, ties included
+    best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
@@ -143,8 +234,10 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
     diffs = [a[s][0] - b[s][0] for s in seeds]
     mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
     if sd > 0:  # by hand: scipy's ttest_rel warns and loses precision on near-equal differences
+        from scipy.special import stdtr  # Student's t CDF; scipy.stats takes 1 s to import
+
         t = mean / (sd / math.sqrt(len(diffs)))
-        p_value: float | None = float(2 * scipy.stats.t.sf(abs(t), df=len(diffs) - 1))
+        p_value: float | None = float(2 * stdtr(len(diffs) - 1, -abs(t)))
     else:  # the same difference on every seed
         p_value = 0.0 if mean else None
     return {"seeds": len(seeds), "found_better": sum(d < 0 for d in diffs),
@@ -206,18 +299,13 @@ def _paired_words(v: dict[str, Any]) -> str:
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:
-    """`best` (the lowest mean validation NE among re-evaluated trials, else the lowest
-    first objective among complete trials) or a trial number."""
+    """`best` (`study_best`) or a trial number."""
     trials = study.get_trials(deepcopy=False)
     if which == "best":
-        complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        if not complete:
+        best = study_best(study)
+        if best is None:
             raise RanknasError(f"study {study.study_name!r} has no complete trial yet")
-        means = _seed_means(study)
-        retrained = [t for t in complete if str(t.number) in means]
-        if retrained:  # re-evaluated: the best on average, not the luckiest run
-            return min(retrained, key=lambda t: means[str(t.number)]["val_ne"])
-        return min(complete, key=lambda t: t.values[0])
+        return trials[best["trial"]]
     if not which.isdigit() or int(which) >= len(trials):
         raise RanknasError(f"--trial must be 'best' or a trial number below {len(trials)}")
     trial = trials[int(which)]
@@ -234,16 +322,16 @@ def status(study: optuna.Study) -> dict[str, Any]:
     counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0}
     for t in trials:
         counts[_state(t)] += 1
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    best = min(complete, key=lambda t: t.values[0]) if complete else None
+    best = study_best(study)
     return {
         "study": study.study_name,
         "budget_trials": study.user_attrs.get(StudyAttr.BUDGET_TRIALS),
         "searcher": study.user_attrs.get(StudyAttr.SEARCHER),
         "objectives": study.user_attrs.get(StudyAttr.OBJECTIVES),
         "trials": counts,
-        "best_trial": best.number if best else None,
-        "best_val_ne": best.user_attrs.get("val_ne") if best else None,
+        "best_trial": best["trial"] if best else None,
+        "best_val_ne": best["val_ne"] if best else None,
+        "best": best,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
         "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),
@@ -283,21 +371,22 @@ def with_baselines(
 
 
 def format_table(table: list[dict[str, Any]]) -> str:
-    """Aligned columns; the latency column only when some trial has a latency."""
-    header = ["trial", "state", "val NE", "test NE", "val AUC", "test AUC", "MFLOPs", "params",
-              "latency ms", "digest"]  # fmt: skip
-    lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["test_ne"]),
-              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
+    """Aligned columns; the seed-mean and latency columns only when some trial has one."""
+    header = ["trial", "state", "val NE", "mean val NE", "test NE", "val AUC", "test AUC",
+              "MFLOPs", "params", "latency ms", "digest"]  # fmt: skip
+    lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
+              _num(r["test_ne"]), _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r["latency_ms"], 3), r["digest"] or "-"]
              for r in table]  # fmt: skip
     if any(r["failure_reason"] for r in table):  # `--all`: why trials failed or were pruned
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):
             line.append(r["failure_reason"] or "")
-    if all(r["latency_ms"] is None for r in table):
-        drop = header.index("latency ms")
-        header = header[:drop] + header[drop + 1 :]
-        lines = [line[:drop] + line[drop + 1 :] for line in lines]
+    for key, name in (("mean_val_ne", "mean val NE"), ("latency_ms", "latency ms")):
+        if all(r[key] is None for r in table):
+            drop = header.index(name)
+            header = header[:drop] + header[drop + 1 :]
+            lines = [line[:drop] + line[drop + 1 :] for line in lines]
     return align(header, lines)
 
 
@@ -322,6 +411,9 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
         [[str(r["trial"]), _num(r["val_ne"]), _num(r["test_ne"]), _num(r["mflops"], 3),
           r["digest"] or "-"] for r in table[:top]],
     )]  # fmt: skip
+    best = study_best(study)
+    if best:
+        parts.append(f"**Best: {describe_best(best)}**")
     bases = baseline_rows(study)
     if bases:
         parts += ["## Baselines", rows(["baseline", "val NE", "test NE", "MFLOPs"], [
@@ -376,6 +468,12 @@ def pareto_png(study: optuna.Study) -> bytes:
     for p in front:
         axes.annotate(str(p["trial"]), (p["mflops"], p["val_ne"]), fontsize=7,
                       xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    best = study_best(study)
+    if best and best["mflops"] is not None:  # at its recorded run, as the other points
+        mark = next(p for p in points if p["trial"] == best["trial"])
+        axes.scatter([mark["mflops"]], [mark["val_ne"]], marker="D", s=60, zorder=4,
+                     facecolors="none", edgecolors="black",
+                     label=f"best: trial {best['trial']}")  # fmt: skip
     bases = [b for b in baseline_rows(study) if b["val_ne"] is not None]
     if bases:
         axes.scatter([b["mflops"] for b in bases], [b["val_ne"] for b in bases], marker="*",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import save_file
+if TYPE_CHECKING:  # torch and the block library load only where a run is written or read
+    import optuna
+    import torch
 
-from search_space.architecture import Architecture
+    from search_space.architecture import Architecture
 
 ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
@@ -71,12 +72,26 @@ METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne"
 RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED"}
 
 
+# A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`).
+RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
+
+
+def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """The study's baselines by key, in the order they were listed."""
+    attrs = study.user_attrs
+    found = {k.removeprefix(RECORD_PREFIX): v for k, v in attrs.items()
+             if k.startswith(RECORD_PREFIX)}  # fmt: skip
+    return dict(sorted(found.items(), key=lambda item: item[1].get("order", 0)))
+
+
 def write_architecture(directory: Path, arch: Architecture) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / ARCHITECTURE_FILE).write_text(arch.to_json())
 
 
 def write_weights(directory: Path, model: torch.nn.Module) -> None:
+    from safetensors.torch import save_file
+
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(directory / WEIGHTS_FILE))
 
@@ -86,6 +101,8 @@ def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
 
 
 def read_architecture(directory: str | Path) -> Architecture:
+    from search_space.architecture import Architecture
+
     return Architecture.load(Path(directory) / ARCHITECTURE_FILE)
 
 

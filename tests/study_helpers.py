@@ -72,3 +72,34 @@ def counted(study: optuna.Study) -> list[FrozenTrial]:
         and not t.user_attrs.get("over_constraint")
         and "reused_from" not in t.user_attrs
     ]
+
+
+def recorded_study(
+    url: str,
+    trials: list[tuple[float, float]],
+    baselines: dict[str, tuple[float, float]] | None = None,
+    reevaluation: dict[str, list[float]] | None = None,
+    name: str = "recorded",
+) -> optuna.Study:
+    """A study as a search leaves it, nothing trained: one complete trial per `(val_ne,
+    mflops)`, baselines by key, and `reevaluate`'s runs (key: the trial number or
+    `baseline:<key>`; one validation NE per seed, test NE 0.001 above it)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    study = optuna.create_study(study_name=name, storage=url)
+    for number, (ne, mflops) in enumerate(trials):
+        attrs = {"val_ne": ne, "test_ne": ne + 0.001, "mflops": mflops, "params": 100,
+                 "digest": f"digest{number}"}  # fmt: skip
+        study.add_trial(create_trial(values=[ne], params={"x": number / 100},
+                                     distributions={"x": FloatDistribution(0, 1)},
+                                     user_attrs=attrs))  # fmt: skip
+    for order, (key, (ne, mflops)) in enumerate((baselines or {}).items()):
+        study.set_user_attr(f"baselines:{key}", {"name": key, "order": order, "status": "complete",
+                            "val_ne": ne, "test_ne": ne + 0.001, "mflops": mflops,
+                            "digest": f"base-{key}", "dir": "/nonexistent"})  # fmt: skip
+    if reevaluation:
+        study.set_user_attr("reevaluation", {key: {str(10_000 + k): [ne, ne + 0.001]
+                                                   for k, ne in enumerate(runs)}
+                                             for key, runs in reevaluation.items()})  # fmt: skip
+    return study

@@ -10,6 +10,7 @@ import pytest
 
 from nas.cli import build_parser, main
 from search_space.presets import PRESETS
+from study_helpers import recorded_study
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -190,3 +191,22 @@ def test_counts_and_budgets_below_one_are_refused_before_any_work(capsys):
     assert "argument --examples: must be above 0, got -10" in err
     assert "argument --epochs: must be above 0, got 0" in err
     assert "argument --rows: expected a number, got 'many'" in err
+
+
+@pytest.mark.parametrize("command", ["status", "leaderboard", "leaderboard --json", "export"])
+def test_reading_a_study_back_imports_neither_torch_nor_torchrec(command, tmp_path):
+    """`status` and `leaderboard` print rows from the storage, and `export` reads the study
+    before it loads weights (here there are none): torch and torchrec, seconds of CPU to
+    import, are not loaded for that."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    recorded_study(url, [(0.86, 0.6), (0.85, 1.0)], baselines={"dlrm": (0.855, 0.5)})
+    argv = [*command.split(), "recorded", "--storage", url]
+    if command == "export":
+        argv += ["--out", str(tmp_path / "out")]
+    script = ("import sys; from nas.cli import main; code = main(sys.argv[1:]); "
+              "print(code, 'torch' in sys.modules, 'torchrec' in sys.modules)")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    code, torch_loaded, torchrec_loaded = result.stdout.split("\n")[-2].split()
+    assert code == ("2" if command == "export" else "0"), result.stderr
+    assert (torch_loaded, torchrec_loaded) == ("False", "False"), command

@@ -1,8 +1,10 @@
 """A study logged to a real `mlflow server`: parent and nested runs with their content, and
 an MLflow outage in the middle of the study loses nothing."""
 
+import json
 from pathlib import Path
 
+import pytest
 import yaml
 from mlflow import MlflowClient
 
@@ -167,8 +169,24 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     best = capsys.readouterr().out.split("--trial ")[1].split()[0]
     parent, trials = _runs(client, "reevaluated")
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["reeval_best_trial"] == best
-    assert "reeval_best_mean_val_ne" in parent.data.metrics
+    # the parent run moved to the seed means, and names the best as the commands do
+    assert main(["leaderboard", str(path), "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    first = board["leaderboard"][0]
+    assert parent.data.tags["best_trial"] == str(first["trial"]) == best
+    assert parent.data.tags["best_basis"] == "seed means over 2 fresh seeds"
+    assert parent.data.tags["best_digest"] == first["digest"]
+    assert parent.data.metrics["best_val_ne"] == pytest.approx(first["mean_val_ne"])
+    assert f"trial {best} (seed means" in parent.data.tags["mlflow.note.content"]
+    if board["verdict"]:
+        assert str(board["verdict"]["best_trial"]["trial"]) == best
+        assert parent.data.tags["verdict"].startswith("verdict (seed means")
+    assert main(["status", str(path), "--json"]) == 0
+    assert str(json.loads(capsys.readouterr().out)["best_trial"]) == best
+    assert main(["export", str(path), "--out", str(tmp_path / "winner")]) == 0
+    assert f"exported trial {best} " in capsys.readouterr().out
+    card = (tmp_path / "winner" / "model_card.md").read_text()
+    assert f"trial {best} (seed means over 2 fresh seeds)" in card
     assert "reevaluation.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}
     retrained = [n for n, run in trials.items() if "reeval_mean_val_ne" in run.data.metrics]
     assert len(retrained) == 2 and int(best) in retrained

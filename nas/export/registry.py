@@ -4,19 +4,18 @@ that loads the export's own module."""
 from __future__ import annotations
 
 import hashlib
-import http.client
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
 import tempfile
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mlflow_server.server import check_reachable
 from nas.export.layout import (
     EXPERIMENT,
     ExportResult,
@@ -44,11 +43,15 @@ import mlflow
 import numpy as np
 import pandas as pd
 import torch
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 
 class ExportedRankingModel(mlflow.pyfunc.PythonModel):
     """predict(DataFrame with the dense and categorical columns, raw values or ids, a list
-    per row for a multi-valued column) -> click probabilities."""
+    per row for a multi-valued column) -> click probabilities. Every bad cell is one line of
+    a bad-request error (HTTP 400 when served) naming its column, row and value and what the
+    column takes; nothing is scored then."""
 
     def load_context(self, context) -> None:
         directory = Path(context.artifacts["export"])
@@ -64,33 +67,85 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         m = self.module
         missing = [c for c in (*m.DENSE_COLUMNS, *m.FEATURES) if c not in model_input.columns]
         if missing:
-            raise ValueError(f"input is missing column(s) {missing}; expected "
-                             f"{list(m.DENSE_COLUMNS) + list(m.FEATURES)}")  # fmt: skip
-        dense = m.prepare_dense(_dense(model_input, m.DENSE_COLUMNS, m), self.directory)
-        raw = [model_input[f].tolist() for f in m.FEATURES]
-        ids = m.encode_ids(raw, m.FEATURES, self.directory)
+            raise _bad_request(f"input is missing column(s) {missing}; expected "
+                               f"{list(m.DENSE_COLUMNS) + list(m.FEATURES)}")  # fmt: skip
+        fitted = m._preprocessing(self.directory)
+        problems = []
+        dense = _dense(model_input, m, bool(fitted.get("dense")), problems)
+        raw = [_categorical(model_input[f].tolist(), f, n, fitted, problems)
+               for f, n in zip(m.FEATURES, m.NUM_EMBEDDINGS)]  # fmt: skip
+        if problems:
+            raise _bad_request("\\n".join(problems))
+        try:
+            ids = m.encode_ids(raw, m.FEATURES, self.directory)
+        except ValueError as exc:  # a malformed multi-valued cell: names its feature and row
+            raise _bad_request(str(exc)) from None
         with torch.no_grad():
-            logits = self.model(dense, ids)
+            logits = self.model(m.prepare_dense(dense, self.directory), ids)
         return torch.sigmoid(logits).numpy()
 
 
-def _dense(frame: pd.DataFrame, columns: tuple[str, ...], m) -> torch.Tensor:
+def _bad_request(message: str) -> MlflowException:
+    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
     """The dense columns as a row-major float32 tensor in torch's own (aligned) memory (a
     column-major or unaligned input would make vectorized kernels round differently in the
-    last bit); texts as training read them (`dense_value`: "N/A", "null"... missing)."""
-    block = frame[list(columns)]
+    last bit); texts as training read them (`dense_value`: "N/A", "null"... missing), a
+    missing value only where the fitted transforms fill it (`fills`)."""
+    block = frame[list(m.DENSE_COLUMNS)]
     if not all(pd.api.types.is_numeric_dtype(t) for t in block.dtypes):
         block = block.copy()
-        for name in columns:
-            numbers = []
-            for row, value in enumerate(block[name].tolist()):
-                try:
-                    numbers.append(m.dense_value(value))
-                except (TypeError, ValueError):
-                    raise ValueError(f"dense column {name!r}, row {row}: {value!r} is not a "
-                                     "number") from None  # fmt: skip
-            block[name] = numbers
-    return torch.tensor(np.ascontiguousarray(block.to_numpy(np.float32)))
+        for name in m.DENSE_COLUMNS:
+            block[name] = [_number(value, name, row, m, problems)
+                           for row, value in enumerate(block[name].tolist())]  # fmt: skip
+    values = np.ascontiguousarray(block.to_numpy(np.float32))
+    if not fills:
+        for row, column in zip(*np.nonzero(np.isnan(values))):
+            name = m.DENSE_COLUMNS[column]
+            problems.append(f"dense column {name!r}, row {row}: missing; this model's "
+                            f"training data had no missing {name}, so nothing fills one: give "
+                            "a number")  # fmt: skip
+    return torch.tensor(values)
+
+
+def _number(value, name: str, row: int, m, problems: list) -> float:
+    try:
+        return m.dense_value(value)
+    except (TypeError, ValueError):
+        problems.append(f"dense column {name!r}, row {row}: {value!r} is not a number; give a "
+                        "number (blank, N/A or null for missing)")  # fmt: skip
+        return 0.0
+
+
+def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: list) -> list:
+    """A categorical column's values for `encode_ids`: as they are where the model maps raw
+    values (a vocabulary or hashing: a null is missing, an unseen value out of vocabulary);
+    else they must be ids, whole numbers in [0, rows) (3.0 or "3" is 3)."""
+    if feature in fitted.get("vocabulary", {}) or feature in fitted.get("hashing", {}):
+        return values
+    ids = []
+    for row, value in enumerate(values):
+        number = _whole(value)
+        if number is None or not 0 <= number < rows:
+            problems.append(f"categorical column {feature!r}, row {row}: {value!r} is not an id "
+                            f"of this model; it was trained on {feature}'s ids (no vocabulary, "
+                            f"no missing value): give a whole number 0..{rows - 1}")  # fmt: skip
+            number = 0
+        ids.append(number)
+    return ids
+
+
+def _whole(value) -> int | None:
+    """`value` as a whole number (an int, a whole float, or a text of one); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
 
 
 mlflow.models.set_model(ExportedRankingModel())
@@ -193,36 +248,33 @@ def _log_model_version(
         if source_run_id
         else mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
     ):
-        entry_point = Path(tmp) / "ranknas_pyfunc.py"
-        entry_point.write_text(_PYFUNC_CODE.lstrip())
         if not source_run_id:  # a trial's run has its params and metrics already
             mlflow.log_params({"digest": result.digest, "flops": flops})
             mlflow.log_metrics(_numeric(metrics))
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=str(entry_point),
-            artifacts={"export": str(result.out_dir)},
-            signature=_signature(columns),
-            input_example=_input_example(columns),
-            pip_requirements=_requirements(),
-            registered_model_name=name,
-        )
+        info = mlflow.pyfunc.log_model(name="model", registered_model_name=name,
+                                       **_pyfunc_model(result, columns, Path(tmp)))  # fmt: skip
     if source_run_id:  # leaving start_run ended the trial's run now: give back its own end
         client.set_terminated(source_run_id, status=run.status, end_time=run.end_time)
     return str(info.registered_model_version)
 
 
-def check_reachable(uri: str, timeout_s: float = 10) -> None:
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
-            pass
-    except (OSError, http.client.HTTPException) as exc:
-        raise RanknasError(
-            f"cannot reach the MLflow server at {uri} ({exc}): start it with `ranknas mlflow up` "
-            "or pass the right tracking URI"
-        ) from None
+def save_pyfunc(result: ExportResult, columns: _Columns, path: Path) -> None:
+    """The model as `--register` logs it, saved in the MLflow model directory `path` (what
+    `mlflow.pyfunc.load_model` and `mlflow models serve -m` take), no server needed."""
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.pyfunc.save_model(str(path), **_pyfunc_model(result, columns, Path(tmp)))
+
+
+def _pyfunc_model(result: ExportResult, columns: _Columns, tmp: Path) -> dict[str, Any]:
+    """What MLflow stores of an export: the entry point (written in `tmp`), the export
+    directory, signature, input example and requirements."""
+    entry_point = tmp / "ranknas_pyfunc.py"
+    entry_point.write_text(_PYFUNC_CODE.lstrip())
+    return {"python_model": str(entry_point), "artifacts": {"export": str(result.out_dir)},
+            "signature": _signature(columns), "input_example": _input_example(columns),
+            "pip_requirements": _requirements()}  # fmt: skip
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -234,23 +286,17 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _signature(columns: _Columns) -> Any:
-    """Input: the dense columns and the raw categorical columns as values of any type, as
-    the user's file holds them (the model converts numbers and maps texts and numbers alike
-    through its vocabulary; typed columns refused an int64 `ad_id` and an int64 `age`); a
-    raw multi-valued cell as its file's text ("a|b") or as a list (an `Array(string)`
-    refused the text); ids (long) where training had no vocabulary; output: probabilities."""
+    """Input: every column as values of any type, as the user's file or JSON holds them (the
+    model converts numbers, maps texts and numbers alike through a vocabulary, and names
+    each cell it cannot take; typed columns refused an int64 `ad_id`, an int64 `age`, a text
+    id with a 400 that named no row, and ids that pandas read as floats); a raw
+    multi-valued cell as its file's text ("a|b") or as a list; output: probabilities."""
     import numpy as np
     from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, DataType, Schema, TensorSpec
-    from mlflow.types.schema import AnyType, Array
+    from mlflow.types import ColSpec, Schema, TensorSpec
+    from mlflow.types.schema import AnyType
 
-    inputs = [ColSpec(AnyType(), c) for c in columns.dense]
-    for f in columns.features:
-        if f in columns.raw_features:
-            kind = AnyType()
-        else:
-            kind = Array(DataType.long) if f in columns.list_features else DataType.long
-        inputs.append(ColSpec(kind, f))
+    inputs = [ColSpec(AnyType(), c) for c in (*columns.dense, *columns.features)]
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 

@@ -1,0 +1,92 @@
+"""The registered model as MLflow serves it (saved locally, predicted in process): the
+README's request as written, and a one-line reason per bad cell."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.exceptions import MlflowException
+
+from nas.export import export_model
+from nas.export.layout import _Columns
+from nas.export.registry import save_pyfunc
+from search_space.builder import build_model
+from search_space.presets import preset
+from search_space.schema import CategoricalFeature, DatasetSchema
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SHOPS = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary
+
+
+def _served(tmp_path: Path, schema: DatasetSchema, fitted: dict) -> mlflow.pyfunc.PyFuncModel:
+    """A model on `schema` exported with `fitted` preprocessing, as MLflow loads it."""
+    arch = preset("dlrm", schema)
+    result = export_model(arch, build_model(arch, seed=0).state_dict(), {}, tmp_path / "export",
+                          schema=schema, preprocessing=fitted)  # fmt: skip
+    columns = _Columns.of(arch, schema)
+    columns = columns.__class__(columns.dense, columns.features, columns.dataset,
+                                frozenset(fitted.get("vocabulary", {})))  # fmt: skip
+    save_pyfunc(result, columns, tmp_path / "pyfunc")
+    return mlflow.pyfunc.load_model(str(tmp_path / "pyfunc"))
+
+
+def _readme_request() -> dict:
+    """The body of the README's `curl ... /invocations` example."""
+    body = re.search(r"/invocations .*?-d \\\s*'(\{.*?\})'", README.read_text(), re.DOTALL)
+    assert body, "README.md has no curl example for /invocations"
+    return json.loads(body.group(1))
+
+
+def test_the_readme_request_is_served_as_written(tmp_path):
+    request = _readme_request()["dataframe_split"]
+    dense = tuple(c for c in request["columns"] if c.startswith("d"))
+    categorical = [c for c in request["columns"] if c.startswith("c")]
+    features = tuple(CategoricalFeature(c, 20) for c in categorical)
+    schema = DatasetSchema(dense=dense, categorical=features, name="readme")
+    model = _served(tmp_path, schema, {"vocabulary": {c: SHOPS for c in categorical}})
+    frame = pd.DataFrame(request["data"], columns=request["columns"])
+    probabilities = model.predict(frame)
+    assert probabilities.shape == (len(frame),) and 0 < probabilities[0] < 1
+
+
+# c0 mapped through a vocabulary, c1 given as ids
+ID_FEATURES = (CategoricalFeature("c0", 20), CategoricalFeature("c1", 5))
+ID_SCHEMA = DatasetSchema(dense=("d0",), categorical=ID_FEATURES, name="ids")
+
+
+def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
+    model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
+    frame = pd.DataFrame({"d0": [1.5, "cheap", None, 0.5, 0.5],
+                          "c0": ["shop-3", "shop-1", "shop-2", None, "shop-4"],
+                          "c1": [1, 2, 3, "shop-3", 7]})  # fmt: skip
+    with pytest.raises(MlflowException) as raised:
+        model.predict(frame)
+    assert raised.value.error_code == "INVALID_PARAMETER_VALUE"  # HTTP 400 when served
+    assert raised.value.message.splitlines() == [
+        "dense column 'd0', row 1: 'cheap' is not a number; give a number (blank, N/A or null "
+        "for missing)",
+        "dense column 'd0', row 2: missing; this model's training data had no missing d0, so "
+        "nothing fills one: give a number",
+        "categorical column 'c1', row 3: 'shop-3' is not an id of this model; it was trained "
+        "on c1's ids (no vocabulary, no missing value): give a whole number 0..4",
+        "categorical column 'c1', row 4: 7 is not an id of this model; it was trained on c1's "
+        "ids (no vocabulary, no missing value): give a whole number 0..4",
+    ]
+
+
+def test_whole_floats_are_ids_and_null_categories_missing(tmp_path):
+    model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
+    as_given = pd.DataFrame({"d0": [1.5, 0.5, 2.0], "c0": ["shop-3", "", "shop-4"],
+                             "c1": [1, 4, 0]})  # fmt: skip
+    # as pandas reads a file with a blank: the ids become floats, the blank a NaN
+    as_read = as_given.assign(c0=["shop-3", np.nan, "shop-4"], c1=[1.0, 4.0, 0.0])
+    with_none = as_given.assign(c0=["shop-3", None, "shop-4"], c1=["1", "4", "0"])
+    expected = model.predict(as_given)
+    np.testing.assert_array_equal(model.predict(as_read), expected)
+    np.testing.assert_array_equal(model.predict(with_none), expected)

@@ -1,0 +1,64 @@
+"""One study's best on every surface: status, leaderboard, verdict, export's choice."""
+
+import json
+
+import pytest
+
+from nas.cli import main
+from nas.leaderboard import best_trial, study_best
+from study_helpers import recorded_study
+
+# trial 0: the lowest recorded NE, costly; trial 1: cheaper; trial 2: never re-evaluated
+TRIALS = [(0.850, 1.0), (0.856, 0.5), (0.858, 0.3)]
+TIED = {"0": [0.8500, 0.8520, 0.8510, 0.8530], "1": [0.8510, 0.8520, 0.8530, 0.8520],
+        "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}  # fmt: skip
+APART = {"0": [0.8500, 0.8510, 0.8500, 0.8510], "1": [0.8550, 0.8560, 0.8550, 0.8570]}
+
+
+def _surfaces(url: str, capsys: pytest.CaptureFixture) -> dict[str, int]:
+    """The trial each surface names as the best."""
+    assert main(["status", "recorded", "--storage", url, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert main(["leaderboard", "recorded", "--storage", url, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    from nas.storage import load_study
+
+    study = load_study("recorded", url)
+    named = {"status": status["best_trial"], "leaderboard": board["leaderboard"][0]["trial"],
+             "export --trial best": best_trial(study).number}  # fmt: skip
+    if board["verdict"]:
+        named["verdict"] = board["verdict"]["best_trial"]["trial"]
+    return named
+
+
+def test_before_reevaluate_the_best_is_the_best_recorded_run(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)})
+    assert set(_surfaces(url, capsys).values()) == {0}
+    best = study_best(study)
+    assert best["basis"] == "recorded runs" and best["ties"] == []
+
+
+def test_seed_means_within_noise_are_a_tie_that_goes_to_the_cheaper(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
+    best = study_best(study)
+    assert best["trial"] == 1 and best["basis"] == "seed means over 4 fresh seeds"
+    assert best["lowest"]["trial"] == 0 and [t["trial"] for t in best["ties"]] == [1]
+    assert best["val_ne"] == pytest.approx(0.852)  # its seed mean, not its recorded run
+    assert set(_surfaces(url, capsys).values()) == {1}
+    assert main(["status", "recorded", "--storage", url]) == 0
+    said = capsys.readouterr().out
+    assert "best so far: trial 1 (seed means over 4 fresh seeds)" in said
+    assert "a tie, within seed noise" in said and "the tie goes to the cheaper" in said
+
+
+def test_seed_means_beyond_noise_are_no_tie(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, reevaluation=APART)
+    best = study_best(study)
+    assert best["trial"] == 0 and best["ties"] == []
+    assert set(_surfaces(url, capsys).values()) == {0}
+    assert main(["leaderboard", "recorded", "--storage", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "mean val NE" in lines[0] and [line.split()[0] for line in lines[1:4]] == ["0", "1", "2"]
