@@ -73,7 +73,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         problems = []
         dense = _dense(model_input, m, bool(fitted.get("dense")), problems)
         raw = [_categorical(model_input[f].tolist(), f, n, fitted, problems)
-               for f, n in zip(m.FEATURES, m.NUM_EMBEDDINGS)]  # fmt: skip
+               for f, n in zip(m.FEATURES, m.NUM_EMBEDDINGS, strict=True)]  # fmt: skip
         if problems:
             raise _bad_request("\\n".join(problems))
         try:
@@ -102,7 +102,7 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
                            for row, value in enumerate(block[name].tolist())]  # fmt: skip
     values = np.ascontiguousarray(block.to_numpy(np.float32))
     if not fills:
-        for row, column in zip(*np.nonzero(np.isnan(values))):
+        for row, column in zip(*np.nonzero(np.isnan(values)), strict=True):
             name = m.DENSE_COLUMNS[column]
             problems.append(f"dense column {name!r}, row {row}: missing; this model's "
                             f"training data had no missing {name}, so nothing fills one: give "
