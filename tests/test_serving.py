@@ -18,7 +18,7 @@ from nas.export.layout import _Columns
 from nas.export.registry import save_pyfunc
 from search_space.builder import build_model
 from search_space.presets import preset
-from search_space.schema import CategoricalFeature, DatasetSchema
+from search_space.schema import CategoricalFeature, DatasetSchema, synthetic_schema
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SHOPS = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary
@@ -44,12 +44,11 @@ def _readme_request() -> dict:
 
 
 def test_the_readme_request_is_served_as_written(tmp_path):
+    """The README's request is for the quickstart's model: the synthetic schema, ids."""
     request = _readme_request()["dataframe_split"]
-    dense = tuple(c for c in request["columns"] if c.startswith("d"))
-    categorical = [c for c in request["columns"] if c.startswith("c")]
-    features = tuple(CategoricalFeature(c, 20) for c in categorical)
-    schema = DatasetSchema(dense=dense, categorical=features, name="readme")
-    model = _served(tmp_path, schema, {"vocabulary": {c: SHOPS for c in categorical}})
+    schema = synthetic_schema()
+    assert request["columns"] == [*schema.dense, *schema.feature_names]
+    model = _served(tmp_path, schema, {})
     frame = pd.DataFrame(request["data"], columns=request["columns"])
     probabilities = model.predict(frame)
     assert probabilities.shape == (len(frame),) and 0 < probabilities[0] < 1
