@@ -139,6 +139,13 @@ class StudyLogger:
         _check_quotable(name)
         self._enqueue("trial", {"baseline": name, **_run_payload(**run)})
 
+    def log_baseline_tuning(self, name: str, number: int, **run: Any) -> None:
+        """Log recipe trial `number` of baseline `name`'s tuning as a run nested under the
+        baseline's run (default run name `baseline-<name> recipe-<number>`); the keyword
+        arguments are `log_trial`'s."""
+        _check_quotable(name)
+        self._enqueue("trial", {"baseline": name, "tuning": int(number), **_run_payload(**run)})
+
     def log_study_summary(
         self,
         metrics: Mapping[str, float] | None = None,
@@ -247,7 +254,14 @@ class _Writer:
     def _trial(self, record: dict[str, Any]) -> None:
         experiment_id = self._experiment_id(record["experiment"])
         parent_id = self._parent_run(record)
-        if "baseline" in record:
+        if "tuning" in record:  # under its baseline's run, made here if not logged yet
+            name, number = record["baseline"], str(record["tuning"])
+            baseline = {STUDY_TAG: record["study"], KIND_TAG: "baseline", BASELINE_TAG: name}
+            parent_id = self._find_or_create(experiment_id, baseline, f"baseline-{name}",
+                                             {"mlflow.parentRunId": parent_id})  # fmt: skip
+            match = baseline | {KIND_TAG: "tuning", TRIAL_TAG: number}
+            run_name = record.get("run_name") or f"baseline-{name} recipe-{number}"
+        elif "baseline" in record:
             name = record["baseline"]
             match = {STUDY_TAG: record["study"], KIND_TAG: "baseline", BASELINE_TAG: name}
             run_name = record.get("run_name") or f"baseline-{name}"

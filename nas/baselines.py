@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from nas.config import StudyConfig
 from nas.protocol import (
@@ -29,7 +31,8 @@ from nas.protocol import (
     record_result,
     train_architecture,
 )
-from nas.storage import beating, study_lock
+from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
+from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     METRIC_ATTRS,
     RECORD_PREFIX,
@@ -83,7 +86,8 @@ def train_baselines(
             if not _claim(study, config, key):
                 continue
             with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
-                record = _train_one(study, config, key, arch, data, order, worker)
+                record = _train_one(study, config, key, arch, data, order, worker,
+                                    logger, progress)  # fmt: skip
             study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
@@ -125,17 +129,23 @@ def _train_one(
     data: StudyData,
     order: int,
     worker: str,
+    logger: Any = None,
+    progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     started = time.time()
     directory = config.study_dir / "baselines" / key
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config)
     sharding = plan_sharding(arch, config, directory, data)
-    result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}")
+    recipe = _tuned_recipe(config, key, arch, data, logger, progress)
+    result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}",
+                                       recipe=recipe)  # fmt: skip
     summary = record_result(directory, costs, sharding, result, model)
     attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),
              "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,
              **costs.summary()}  # fmt: skip
+    if recipe is not None:
+        attrs |= {"recipe": recipe, "tuned": config.best_baseline.tune}
     attrs |= {k: summary[k] for k in METRIC_ATTRS if summary.get(k) is not None}
     if result.failure_reason:
         attrs["failure_reason"] = result.failure_reason
@@ -145,6 +155,69 @@ def _train_one(
     record = mlflow_record({"architecture": described}, summary, result.curves, tags, artifacts,
                            f"baseline-{key} {described}", started)  # fmt: skip
     return {"attrs": attrs, "mlflow": record}
+
+
+def tuning_study_name(study_name: str, key: str) -> str:
+    """The Optuna study of baseline `key`'s recipe trials."""
+    return f"{study_name}.tune.{key}"
+
+
+def _tuned_recipe(
+    config: StudyConfig,
+    key: str,
+    arch: Architecture,
+    data: StudyData,
+    logger: Any,
+    progress: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """With `best_baseline.tune: K`, the recipe of `key`'s best of K recipe trials (TPE over
+    `training.search`, the study's own recipe first; by validation NE, seed `config.seed`),
+    in an Optuna study of its own (`tuning_study_name`): resumed where it stopped, unseen
+    by the architecture searcher, outside the budget. None without tuning."""
+    count = config.best_baseline.tune
+    if not count:
+        return None
+    searched = recipe_parameters(config.training.search)
+    base = base_recipe(config.training)
+    sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True,
+                                         n_startup_trials=min(count, 5))  # fmt: skip
+    storage = open_storage(config.storage)
+    tuning = optuna.create_study(
+        study_name=tuning_study_name(config.name, key), direction="minimize", sampler=sampler,
+        storage=storage, load_if_exists=True,
+    )  # fmt: skip
+    for stale in tuning.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        # its process died (this baseline's claim is ours now): failed, not counted
+        storage.set_trial_user_attr(stale._trial_id, "interrupted", True)
+        tuning.tell(stale.number, state=TrialState.FAIL)
+    if not tuning.trials:
+        tuning.enqueue_trial(nearest_values(searched, base))
+    spaces = {name: CategoricalDistribution(p.choices) for name, p in searched.items()}
+    while sum(not t.user_attrs.get("interrupted") for t in _finished(tuning)) < count:
+        trial = tuning.ask(spaces)
+        recipe = recipe_of(base, trial.params)
+        trial.set_user_attr("recipe", recipe)
+        started = time.time()
+        result, _ = train_architecture(arch, data, config, config.seed, recipe=recipe,
+                                       label=f"baseline {key} recipe {trial.number}")  # fmt: skip
+        ne = result.validation.get("ne") if result.status == "complete" else None
+        tuning.tell(trial, ne, state=TrialState.COMPLETE if ne is not None else TrialState.FAIL)
+        if logger is not None:
+            params = {f"recipe.{k}": v for k, v in recipe.items()}
+            summary = result.summary()
+            logger.log_baseline_tuning(key, trial.number, **mlflow_record(
+                params, summary, result.curves, {"baseline": key}, {},
+                f"baseline-{key} recipe-{trial.number}", started))  # fmt: skip
+        shown = f"validation NE {ne:.4f}" if ne is not None else result.failure_reason
+        done = sum(not t.user_attrs.get("interrupted") for t in _finished(tuning))
+        progress(f"baseline {key} recipe {done}/{count}: {shown} "
+                 f"({', '.join(f'{k} {v}' for k, v in recipe.items())})")  # fmt: skip
+    done = [t for t in tuning.trials if t.state == TrialState.COMPLETE]
+    return min(done, key=lambda t: t.value).user_attrs["recipe"] if done else base
+
+
+def _finished(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
 
 
 def _claim(study: optuna.Study, config: StudyConfig, key: str) -> bool:

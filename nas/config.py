@@ -423,6 +423,12 @@ class BestBaselineConfig(_Section):
         ge=0,
         description="fresh seeds each (reevaluate's, reused by it); 0: the single runs decide",
     )
+    tune: int = Field(
+        default=0,
+        ge=0,
+        description="recipe trials per baseline over training.search (TPE, outside the "
+        "budget): each baseline is compared at its best recipe; 0: the study's recipe",
+    )
 
 
 class MlflowConfig(_Section):
@@ -507,6 +513,9 @@ class StudyConfig(_Section):
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         if self.objectives.max_mflops == "base" and self.search_space.type != "around":
             raise ValueError("objectives.max_mflops: base needs search_space.type: around")
+        if self.best_baseline.tune and not self.training.search:
+            raise ValueError("best_baseline.tune needs training.search: the hyper-parameters "
+                             "to tune the baselines over")  # fmt: skip
         if self.training.search and self.searcher.type in ("oneshot", "dnas"):
             raise ValueError(f"training.search works with the sampling searchers, not "
                              f"{self.searcher.type} (its supernet trains one recipe)")  # fmt: skip

@@ -214,6 +214,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         else (delta_test < 0) == (best["val_ne"] < base["val_ne"]),
         "not_compared": not_compared,
         "failed_baselines": failed,
+        "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [
             b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
         ],
@@ -274,10 +275,14 @@ def format_verdict(v: dict[str, Any]) -> str:
                           if left_out else "")  # fmt: skip
     if v.get("failed_baselines"):
         basis += f"; failed or diverged, not compared: {', '.join(v['failed_baselines'])}"
+    tuned = v.get("baselines_tuned")
+    recipe = (f"each at its best of {tuned} recipes (best_baseline.tune)" if tuned
+              else "untuned, at the study's recipe")  # fmt: skip
     return (f"verdict ({basis}): {outcome}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
-            f"baselines Pareto-dominated by found architectures: {dominated}"
+            f"baselines Pareto-dominated by found architectures: {dominated}; baselines "
+            f"{recipe}"
             + _paired_words(v)
             + ("" if v["basis"] != "recorded runs" else
                "\none run each: seeds move NE by a few 0.001; `ranknas reevaluate CONFIG` "

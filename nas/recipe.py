@@ -115,17 +115,31 @@ class RecipeSpace(SearchSpace):
 
     def base_values(self) -> dict[str, Any]:
         """The grid points nearest to the study's own training values."""
-        return {name: _nearest(p.choices, self.base[name[len(PREFIX):]])
-                for name, p in self.searched.items()}  # fmt: skip
+        return nearest_values(self.searched, self.base)
 
     def recipe(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The hyper-parameters a trial of `values` trains with: the searched ones, the
-        learning rates scaled to its batch size, the rest the study's."""
-        chosen = self.base | {n[len(PREFIX) :]: values[n] for n in self.searched}
-        scale = math.sqrt(chosen["batch_size"] / self.base["batch_size"])
-        for name in LOG_SEARCHED:
-            chosen[name] = float(f"{chosen[name] * scale:.4g}")
-        return chosen
+        """The hyper-parameters a trial of `values` trains with (`recipe_of`)."""
+        return recipe_of(self.base, {n: values[n] for n in self.searched})
+
+
+def recipe_of(base: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters that `values` (`train.*` parameters) train with: the searched
+    ones, the learning rates scaled to the batch size, the rest `base`'s."""
+    chosen = base | {n[len(PREFIX) :]: v for n, v in values.items() if n.startswith(PREFIX)}
+    scale = math.sqrt(chosen["batch_size"] / base["batch_size"])
+    for name in LOG_SEARCHED:
+        chosen[name] = float(f"{chosen[name] * scale:.4g}")
+    return chosen
+
+
+def base_recipe(training: Any) -> dict[str, Any]:
+    """A `training` section's own hyper-parameters, the ones a recipe may search."""
+    return {name: getattr(training, name) for name in (*LOG_SEARCHED, *LISTED)}
+
+
+def nearest_values(searched: dict[str, Parameter], base: dict[str, Any]) -> dict[str, Any]:
+    """The grid points of `searched` nearest to `base`'s values."""
+    return {n: _nearest(p.choices, base[n[len(PREFIX) :]]) for n, p in searched.items()}
 
 
 def recipe_key(recipe: dict[str, Any] | None) -> str:
@@ -143,8 +157,7 @@ def with_recipe(space: SearchSpace, training: Any) -> SearchSpace:
     """`space`, with `training.search`'s hyper-parameters beside it when there are any."""
     if training.search is None:
         return space
-    base = {name: getattr(training, name) for name in (*LOG_SEARCHED, *LISTED)}
-    return RecipeSpace(space, recipe_parameters(training.search), base)
+    return RecipeSpace(space, recipe_parameters(training.search), base_recipe(training))
 
 
 def trial_recipe(space: SearchSpace, values: dict[str, Any]) -> dict[str, Any] | None:

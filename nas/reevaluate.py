@@ -55,6 +55,7 @@ def reevaluate_study(
     recipes = {str(r["trial"]): trials[r["trial"]].user_attrs.get(TrialAttr.RECIPE) for r in chosen}
     bases = _best_baselines(study, baselines)
     archs |= {f"baseline:{b['baseline']}": b["dir"] for b in bases}
+    recipes |= _baseline_recipes(study, [b["baseline"] for b in bases])
     record = retrain(study, config, archs, seeds, progress, recipes=recipes)
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
     return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
@@ -102,6 +103,12 @@ def retrain(
     return record
 
 
+def _baseline_recipes(study: optuna.Study, keys: list[str]) -> dict[str, dict | None]:
+    """The recipes the baselines `keys` were recorded with (tuned ones: their best)."""
+    found = recorded(study)
+    return {f"baseline:{key}": found.get(key, {}).get("recipe") for key in keys}
+
+
 def best_baseline_by_seed_means(
     study: optuna.Study,
     config: StudyConfig,
@@ -120,7 +127,8 @@ def best_baseline_by_seed_means(
     progress(f"best baseline: {which} ({', '.join(bases)}) retrained with {choice.seeds} "
              "fresh seeds")  # fmt: skip
     archs = {f"baseline:{key}": directory for key, directory in bases.items()}
-    record = retrain(study, config, archs, choice.seeds, progress, data)
+    recipes = _baseline_recipes(study, list(bases))
+    record = retrain(study, config, archs, choice.seeds, progress, data, recipes)
     means = {key: statistics.fmean(record[f"baseline:{key}"][str(REEVAL_SEED + k)][0]
                                    for k in range(choice.seeds)) for key in bases}  # fmt: skip
     ranked = sorted(means, key=means.__getitem__)

@@ -4,12 +4,17 @@ import json
 import random
 from pathlib import Path
 
+import optuna
 import pytest
 
 from nas import reevaluate
+from nas.baselines import _tuned_recipe, load_baseline, tuning_study_name
 from nas.config import parse_config
+from nas.leaderboard import format_verdict, verdict
+from nas.protocol import prepare_data
 from nas.recipe import RecipeSpace, log_grid, with_recipe
 from nas.runner import run_study
+from nas.trial_record import recorded
 from search_space.errors import RanknasError
 from search_space.schema import synthetic_schema
 from search_space.spaces import make_space
@@ -119,3 +124,52 @@ def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
     rows = reevaluate.reevaluate_study(config, top=1, seeds=1, progress=lambda line: None)
     best = study.trials[int(rows[0]["trial"])]
     assert seen == [best.user_attrs["recipe"]]
+
+
+TUNED = {"search": SEARCH | {"batch_size": None}, "lr_schedule": "constant"}
+
+
+def test_a_tuned_baseline_is_compared_at_its_best_recipe(tmp_path):
+    config = parse_config(tiny_config(tmp_path, "tuned", search_space=TWO_ARCHITECTURES,
+                                      baselines=["dlrm"], training=TUNED,
+                                      best_baseline={"tune": 3, "seeds": 0},
+                                      budget={"trials": 1}))  # fmt: skip
+    lines = []
+    study = run_study(config, progress=lines.append)
+    tuning = optuna.load_study(study_name=tuning_study_name("tuned", "dlrm"),
+                               storage=config.storage)  # fmt: skip
+    assert len(tuning.trials) == 3 and all(t.state.is_finished() for t in tuning.trials)
+    assert tuning.trials[0].params == {"train.dense_lr": 0.0032}  # the study's own recipe first
+    record = recorded(study)["dlrm"]
+    best = min((t for t in tuning.trials if t.value is not None), key=lambda t: t.value)
+    assert record["tuned"] == 3 and record["recipe"] == best.user_attrs["recipe"]
+    assert record["val_ne"] == pytest.approx(best.value, abs=1e-9)  # the same seed, retrained
+    assert sum(line.startswith("baseline dlrm recipe") for line in lines) == 3
+    assert "each at its best of 3 recipes" in format_verdict(verdict(study))
+
+
+def test_tuning_resumes_where_it_stopped(tmp_path):
+    config = parse_config(tiny_config(tmp_path, "resumed", search_space=TWO_ARCHITECTURES,
+                                      baselines=["dlrm"], training=TUNED,
+                                      best_baseline={"tune": 2, "seeds": 0}))  # fmt: skip
+    data = prepare_data(config)
+    arch = load_baseline("dlrm", data.train.schema)
+    name = tuning_study_name("resumed", "dlrm")
+    first = optuna.create_study(study_name=name, storage=config.storage)
+    done = first.ask({"train.dense_lr": optuna.distributions.CategoricalDistribution(
+        (0.001, 0.0032, 0.01))})  # fmt: skip
+    done.set_user_attr("recipe", {"dense_lr": 0.001})
+    first.tell(done, 0.95)
+    first.ask()  # a trial whose process died: RUNNING forever
+    recipe = _tuned_recipe(config, "dlrm", arch, data, None, lambda line: None)
+    tuning = optuna.load_study(study_name=name, storage=config.storage)
+    states = [(t.state.name, bool(t.user_attrs.get("interrupted"))) for t in tuning.trials]
+    assert states == [("COMPLETE", False), ("FAIL", True), ("COMPLETE", False)]
+    best = min((t for t in tuning.trials if t.value is not None), key=lambda t: t.value)
+    assert recipe == best.user_attrs["recipe"]
+
+
+def test_tuning_needs_a_searched_recipe(tmp_path):
+    with pytest.raises(RanknasError, match=r"best_baseline\.tune needs training\.search"):
+        parse_config(tiny_config(tmp_path, "t", baselines=["dlrm"],
+                                 best_baseline={"tune": 2}))  # fmt: skip
