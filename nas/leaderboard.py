@@ -18,12 +18,12 @@ from search_space.errors import RanknasError
 # mean_val_ne, seeds: the mean over `reevaluate`'s fresh seeds, on re-evaluated trials
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
            "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "throughput",
-           "digest", "worker", "failure_reason")  # fmt: skip
+           "digest", "worker", "recipe", "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (a verdict, or
 # two finalists that are then no tie)
 SIGNIFICANCE = 0.05
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
-                    "val_auc", "test_auc", "mflops", "params", "digest",
+                    "val_auc", "test_auc", "mflops", "params", "digest", "recipe",
                     "failure_reason")  # fmt: skip
 
 
@@ -375,6 +375,12 @@ def with_baselines(
     return trials + [{c: b.get(c) for c in COLUMNS} | {"baseline": b["baseline"]} for b in bases]
 
 
+def _short_recipe(recipe: dict[str, Any] | None) -> str:
+    names = {"dense_lr": "lr", "sparse_lr": "sparse lr", "weight_decay": "wd",
+             "batch_size": "batch"}  # fmt: skip
+    return ", ".join(f"{names[k]} {v:g}" for k, v in (recipe or {}).items()) or "-"
+
+
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the seed-mean and latency columns only when some trial has one."""
     header = ["trial", "state", "val NE", "mean val NE", "test NE", "val AUC", "test AUC",
@@ -383,6 +389,10 @@ def format_table(table: list[dict[str, Any]]) -> str:
               _num(r["test_ne"]), _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r["latency_ms"], 3), r["digest"] or "-"]
              for r in table]  # fmt: skip
+    if any(r.get("recipe") for r in table):  # training.search: what each trial trained with
+        header.append("recipe")
+        for line, r in zip(lines, table, strict=True):
+            line.append(_short_recipe(r.get("recipe")))
     if any(r["failure_reason"] for r in table):  # `--all`: why trials failed or were pruned
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):

@@ -36,7 +36,15 @@ def normalize_url(url: str) -> str:
 
 
 def _sqlite_path(url: str) -> Path | None:
-    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+    """The file of a SQLite URL (None for another database); an URL naming no file is
+    refused."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///")
+    if not path.strip() or path.endswith("/"):
+        raise RanknasError(f"storage {url!r} names no file: give sqlite:///PATH/studies.db "
+                           "(a relative PATH) or sqlite:////ABSOLUTE/PATH/studies.db")  # fmt: skip
+    return Path(path)
 
 
 def _make_directory(url: str, path: Path) -> None:

@@ -88,6 +88,14 @@ CASES = {
         lambda p: ["search", _study(p, storage="sqlite:////proc/ranknas/studies.db")],
         "cannot create the directory /proc/ranknas",
     ),
+    "a SQLite storage URL naming no file": (
+        lambda p: ["leaderboard", "any", "--storage", "sqlite:///"],
+        "storage 'sqlite:///' names no file",
+    ),
+    "a searched recipe with no range": (
+        lambda p: ["search", _study(p, training={"search": {"grid": 3}})],
+        "training.search",
+    ),
     "tracking URI that is not one": (
         lambda p: ["search", _study(p, mlflow={"tracking_uri": "localhost:5000"})],
         "mlflow.tracking_uri",
