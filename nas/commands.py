@@ -462,8 +462,8 @@ def _provenance(study, trial, metrics: dict) -> dict:
     bayes = study.user_attrs.get("bayes_ne")
     if bayes:
         out["Bayes-optimal validation NE"] = bayes
-    best = leaderboard.study_best(study)
-    if best["trial"] == trial.number:
+    best = leaderboard.study_best(study)  # None when no trial is complete (a forced export)
+    if best is not None and best["trial"] == trial.number:
         out["the study's best"] = leaderboard.describe_best(best)
     verdict = leaderboard.verdict(study)
     if verdict:
