@@ -1,5 +1,6 @@
 """Shared checks: analytic costs against what torch counts on the built module."""
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -59,3 +60,49 @@ def write_genre_log(directory, rows: int = 3000, seed: int = 0):
     (directory / "genres.csv").write_text("\n".join(lines) + "\n")
     (directory / "genres.yaml").write_text(GENRE_SCHEMA)
     return directory / "genres.csv", directory / "genres.yaml"
+
+
+def check_tables_step_like_torch(reference, replacement, optimizer: str, features) -> None:
+    """Three steps of `replacement` (tables that update themselves in backward, built from
+    `reference` with `optimizer` at lr 0.1) pool and learn exactly what `reference` does
+    under the trainer's torch optimizer: outputs, then the weights after the steps."""
+    from trainers.trainer import TrainConfig, make_optimizers
+
+    model = torch.nn.Module()
+    model.embedding_bags, model.head = reference, torch.nn.Linear(1, 1)
+    torch_step = make_optimizers(model, TrainConfig(sparse_optimizer=optimizer, sparse_lr=0.1))[1]
+    mix = None
+    for _ in range(3):  # repeated steps: the optimizers' state must agree too
+        expected, got = reference(features), replacement(features)
+        assert got.keys() == expected.keys()
+        torch.testing.assert_close(got.values(), expected.values())
+        mix = torch.randn(expected.values().shape) if mix is None else mix
+        torch_step.zero_grad()
+        (expected.values() * mix).sum().backward()
+        torch_step.step()
+        (got.values() * mix).sum().backward()  # the replacement's update happens here
+    for name, bag in reference.embedding_bags.items():
+        torch.testing.assert_close(replacement.embedding_bags[name].weight, bag.weight)
+
+
+def check_training_ends_alike(make_model, data, train_both) -> None:
+    """`train_both(model, train, valid, config)` trains a dcnv2 twice (the two ways under
+    test, in that order): both complete at the same NE (1e-4) with the same weights
+    (float sums in another order over 40 steps), the collection put back."""
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from trainers.trainer import TrainConfig
+
+    train_part, valid, _ = data.split()
+    config = TrainConfig(batch_size=256, max_steps=40, evals=2, seed=3)
+    results, weights = [], []
+    for way in (0, 1):
+        model = make_model()
+        results.append(train_both(way, model, train_part, valid, config))
+        assert type(model.embedding_bags) is EmbeddingBagCollection  # put back after training
+        weights.append(model.state_dict())
+    assert [r.status for r in results] == ["complete", "complete"]
+    assert results[0].validation["ne"] == pytest.approx(results[1].validation["ne"], abs=1e-4)
+    assert weights[0].keys() == weights[1].keys()
+    for key, value in weights[0].items():
+        assert (value - weights[1][key]).norm() <= 1e-3 * weights[1][key].norm() + 1e-6, key

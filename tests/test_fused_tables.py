@@ -6,11 +6,12 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from helpers import check_tables_step_like_torch, check_training_ends_alike
 from search_space.builder import build_model
 from search_space.presets import preset
 from trainers.data import SyntheticConfig, generate_synthetic
 from trainers.fused_tables import FusedTables
-from trainers.trainer import TrainConfig, make_optimizers, train
+from trainers.trainer import TrainConfig, train
 
 
 def _collection() -> EmbeddingBagCollection:
@@ -45,22 +46,9 @@ def _features() -> KeyedJaggedTensor:
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "rowwise_adagrad"])
 def test_a_step_pools_and_updates_as_torch_tables_do(optimizer):
-    reference, features = _collection(), _features()
-    fused = FusedTables(reference, optimizer, lr=0.1)
-    model = torch.nn.Module()
-    model.embedding_bags, model.head = reference, torch.nn.Linear(1, 1)
-    torch_step = make_optimizers(model, TrainConfig(sparse_optimizer=optimizer, sparse_lr=0.1))[1]
-    mix = torch.randn(3, 24)
-    for _ in range(3):  # repeated steps: the optimizers' state must agree too
-        expected, got = reference(features), fused(features)
-        assert got.keys() == expected.keys()
-        torch.testing.assert_close(got.values(), expected.values())
-        torch_step.zero_grad()
-        (expected.values() * mix).sum().backward()
-        torch_step.step()
-        (got.values() * mix).sum().backward()  # fused: the update happens here
-    for name, bag in reference.embedding_bags.items():
-        torch.testing.assert_close(fused.embedding_bags[name].weight, bag.weight)
+    reference = _collection()
+    check_tables_step_like_torch(reference, FusedTables(reference, optimizer, lr=0.1),
+                                 optimizer, _features())  # fmt: skip
     assert not torch.equal(
         reference.embedding_bags["t_f0"].weight, _collection().embedding_bags["t_f0"].weight
     )
@@ -68,20 +56,14 @@ def test_a_step_pools_and_updates_as_torch_tables_do(optimizer):
 
 def test_training_on_fused_tables_ends_where_torch_tables_do(monkeypatch):
     data = generate_synthetic(SyntheticConfig(rows=12_000, seed=1))
-    train_part, valid, _ = data.split()
-    config = TrainConfig(batch_size=256, max_steps=40, evals=2, seed=3)
-    results, weights = [], []
-    for fuse in (True, False):
-        monkeypatch.setattr(FusedTables, "fits", staticmethod(lambda ebc, fuse=fuse: fuse))
-        model = build_model(preset("dcnv2", data.schema), seed=0)
-        results.append(train(model, train_part, valid, config=config))
-        assert type(model.embedding_bags) is EmbeddingBagCollection  # put back after training
-        weights.append(model.state_dict())
-    assert [r.status for r in results] == ["complete", "complete"]
-    assert results[0].validation["ne"] == pytest.approx(results[1].validation["ne"], abs=1e-4)
-    assert weights[0].keys() == weights[1].keys()
-    for key, value in weights[0].items():  # float sums in another order, over 40 steps
-        assert (value - weights[1][key]).norm() <= 1e-3 * weights[1][key].norm() + 1e-6, key
+
+    def train_both(way, model, train_part, valid, config):
+        fuse = way == 0
+        monkeypatch.setattr(FusedTables, "fits", staticmethod(lambda ebc: fuse))
+        return train(model, train_part, valid, config=config)
+
+    check_training_ends_alike(lambda: build_model(preset("dcnv2", data.schema), seed=0), data,
+                              train_both)  # fmt: skip
 
 
 def test_tables_the_kernel_cannot_take_train_as_torch_tables():

@@ -7,6 +7,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from helpers import check_tables_step_like_torch, check_training_ends_alike
 from search_space.builder import build_model
 from search_space.presets import preset
 from trainers import trainer
@@ -14,7 +15,6 @@ from trainers.data import SyntheticConfig, generate_synthetic
 from trainers.data.dataset import ResidentBatches
 from trainers.fused_tables import FusedTables
 from trainers.joint_tables import JointTables
-from trainers.trainer import TrainConfig, make_optimizers
 
 DIMS = (8, 4, 8, 4)  # two widths, interleaved: two joint weights, columns put back in order
 
@@ -75,20 +75,7 @@ def test_a_step_pools_and_updates_as_torch_tables_do(optimizer, case):
     reference, features = _collection(pooling), make_features()
     joint = JointTables(reference, optimizer, lr=0.1, single_valued=single)
     assert joint.state_dict().keys() == reference.state_dict().keys()
-    model = torch.nn.Module()
-    model.embedding_bags, model.head = reference, torch.nn.Linear(1, 1)
-    torch_step = make_optimizers(model, TrainConfig(sparse_optimizer=optimizer, sparse_lr=0.1))[1]
-    mix = torch.randn(3, sum(DIMS))
-    for _ in range(3):  # repeated steps: the optimizers' state must agree too
-        expected, got = reference(features), joint(features)
-        assert got.keys() == expected.keys()
-        torch.testing.assert_close(got.values(), expected.values())
-        torch_step.zero_grad()
-        (expected.values() * mix).sum().backward()
-        torch_step.step()
-        (got.values() * mix).sum().backward()  # joint: the update happens here
-    for name, bag in reference.embedding_bags.items():
-        torch.testing.assert_close(joint.embedding_bags[name].weight, bag.weight)
+    check_tables_step_like_torch(reference, joint, optimizer, features)
     assert not torch.equal(
         reference.embedding_bags["t_f0"].weight, _collection(pooling).embedding_bags["t_f0"].weight
     )
@@ -114,21 +101,14 @@ def test_loading_a_state_dict_writes_into_the_joint_weights_and_back():
 
 def test_training_on_joint_tables_ends_where_torch_tables_do(monkeypatch):
     data = generate_synthetic(SyntheticConfig(rows=12_000, seed=1))
-    train_part, valid, _ = data.split()
-    config = TrainConfig(batch_size=256, max_steps=40, evals=2, seed=3)
     monkeypatch.setattr(FusedTables, "fits", staticmethod(lambda ebc: False))
-    results, weights = [], []
-    for devices in (("cpu",), ()):  # joint tables, then torch's
-        monkeypatch.setattr(trainer, "JOINT_TABLE_DEVICES", devices)
-        model = build_model(preset("dcnv2", data.schema), seed=0)
-        results.append(trainer.train(model, train_part, valid, config=config))
-        assert type(model.embedding_bags) is EmbeddingBagCollection  # put back after training
-        weights.append(model.state_dict())
-    assert [r.status for r in results] == ["complete", "complete"]
-    assert results[0].validation["ne"] == pytest.approx(results[1].validation["ne"], abs=1e-4)
-    assert weights[0].keys() == weights[1].keys()
-    for key, value in weights[0].items():  # float sums in another order, over 40 steps
-        assert (value - weights[1][key]).norm() <= 1e-3 * weights[1][key].norm() + 1e-6, key
+
+    def train_both(way, model, train_part, valid, config):  # joint tables, then torch's
+        monkeypatch.setattr(trainer, "JOINT_TABLE_DEVICES", ("cpu",) if way == 0 else ())
+        return trainer.train(model, train_part, valid, config=config)
+
+    check_training_ends_alike(lambda: build_model(preset("dcnv2", data.schema), seed=0), data,
+                              train_both)  # fmt: skip
 
 
 def test_resident_batches_are_the_loaders_batches():
