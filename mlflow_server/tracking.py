@@ -60,14 +60,16 @@ BASELINE_TAG = "ranknas.baseline"
 
 # A study's view of its experiment's runs table, stored where the UI's "share view" keeps
 # one (an experiment tag of this prefix, the URL naming its key): the study's runs only,
-# best validation NE first, with the columns a comparison needs (the UI shows none of the
-# metrics until a person picks them).
+# every row sorted by the one metric every trial and baseline logs (`VIEW_ORDER`, best
+# first), with the columns a comparison needs (the UI shows none of the metrics until a
+# person picks them): those every trained run logs, and once re-evaluated the seed means.
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+VIEW_ORDER = "val_ne"
 VIEW_COLUMNS = (
-    *(f"metrics.`{m}`" for m in ("val_ne", "test_ne", "val_auc", "mflops", "params", "runs",
-                                 "reeval_mean_val_ne", "reeval_mean_test_ne")),
+    *(f"metrics.`{m}`" for m in (VIEW_ORDER, "test_ne", "val_auc", "mflops", "params")),
     f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
 )  # fmt: skip
+REEVAL_COLUMNS = ("metrics.`reeval_mean_val_ne`", "metrics.`reeval_mean_test_ne`")
 NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
@@ -110,14 +112,15 @@ class StudyLogger:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, Any] | None = None,
         experiment_name: str | None = None,
-        sort_by: str = "val_ne",
+        reevaluated: bool = False,
     ) -> None:
         """Find or create the study's parent run (experiment: `experiment_name` or the study
-        name) and store the study's view, its runs sorted by the metric `sort_by`; nested
-        params are flattened into dotted keys."""
+        name) and store the study's view (`study_view`; with `reevaluated`, its seed-mean
+        columns too); nested params are flattened into dotted keys."""
         _check_quotable(study_name)
         self._study = {"study": study_name, "experiment": experiment_name or study_name}
-        self._enqueue("study", {"params": _params(params), "tags": _tags(tags), "sort_by": sort_by})
+        record = {"params": _params(params), "tags": _tags(tags), "reevaluated": reevaluated}
+        self._enqueue("study", record)
 
     def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
@@ -246,7 +249,7 @@ class _Writer:
         run_id = self._parent_run(record)
         self._log_batch(run_id, record)
         self._client.update_run(run_id, status="RUNNING")
-        view = study_view(record["study"], record.get("sort_by", "val_ne"))
+        view = study_view(record["study"], record.get("reevaluated", False))
         self._client.set_experiment_tag(self._experiment_id(record["experiment"]),
                                         SHARED_VIEW_PREFIX + view_key(record["study"]),
                                         json.dumps(view))  # fmt: skip
@@ -370,18 +373,25 @@ def view_key(study: str) -> str:
     return "ranknas-" + re.sub(r"[^\w.\-]", "_", study)
 
 
-def study_view(study: str, sort_by: str = "val_ne") -> dict[str, Any]:
-    """The runs table's state for comparing a study's trials and baselines: its runs,
-    sorted by the metric `sort_by`, lowest first (a flat list: a sort by a metric lists
-    nested runs by value), with `VIEW_COLUMNS`."""
+def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
+    """The runs table's state for comparing a study's trials and baselines: its runs, all
+    sorted by `VIEW_ORDER`, lowest first (a flat list: a sort by a metric lists nested runs
+    by value), with `view_columns`."""
+    columns = view_columns(reevaluated)
     return {
         "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)}",
-        "orderByKey": f"metrics.`{sort_by}`",
+        "orderByKey": f"metrics.`{VIEW_ORDER}`",
         "orderByAsc": True,
-        "selectedColumns": list(VIEW_COLUMNS),
-        "columnOrder": [NAME_COLUMN, *VIEW_COLUMNS],
+        "selectedColumns": columns,
+        "columnOrder": [NAME_COLUMN, *columns],
         "columnWidths": {NAME_COLUMN: 320},  # the name says the architecture
     }
+
+
+def view_columns(reevaluated: bool = False) -> list[str]:
+    """The view's columns: `VIEW_COLUMNS`, and the seed means' once a study is re-evaluated
+    (before, no run logs them)."""
+    return [*VIEW_COLUMNS[:1], *(REEVAL_COLUMNS if reevaluated else ()), *VIEW_COLUMNS[1:]]
 
 
 def study_view_url(tracking_uri: str, experiment_id: str, study: str) -> str:

@@ -36,6 +36,7 @@ from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     METRIC_ATTRS,
     RECORD_PREFIX,
+    architecture_params,
     mlflow_record,
     recorded,
     summary_name,
@@ -152,7 +153,9 @@ def _train_one(
     tags = {"baseline": key, "digest": attrs["digest"], "worker": worker}
     artifacts = {"architecture.json": arch.to_json()}
     described = summary_name(arch, costs.mflops)
-    record = mlflow_record({"architecture": described}, summary, result.curves, tags, artifacts,
+    params = architecture_params(arch) | {"architecture": described}
+    params |= {f"recipe.{k}": v for k, v in (recipe or {}).items()}
+    record = mlflow_record(params, summary, result.curves, tags, artifacts,
                            f"baseline-{key} {described}", started)  # fmt: skip
     return {"attrs": attrs, "mlflow": record}
 

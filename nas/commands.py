@@ -334,7 +334,7 @@ def log_reevaluation(logger, study, table: list[dict]) -> None:
     from nas import leaderboard
 
     study_name = study.study_name
-    logger.start_study(study_name, sort_by="reeval_mean_val_ne")  # the verdict's basis
+    logger.start_study(study_name, reevaluated=True)  # the view shows the seed means
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
                    "reeval_seeds": row["seeds"]}  # fmt: skip

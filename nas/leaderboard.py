@@ -466,36 +466,53 @@ def _num(value: float | None, digits: int = 4) -> str:
     )
 
 
+OUTLIER_DECADES = 1.0  # a cost this many decades beyond all others is drawn at the edge
+_EDGE_PAD = 0.15  # decades of room either side of the drawn range
+# where a label may sit from its point (points), tried in order until one overlaps no other
+_LABEL_OFFSETS = ((4, 4), (4, -11), (-4, 4), (-4, -11), (4, 15), (4, -22), (-4, 15), (-4, -22))
+
+
 def pareto_png(study: optuna.Study) -> bytes:
-    """NE vs MFLOPs of every complete trial, the Pareto front highlighted, as PNG bytes."""
+    """NE vs MFLOPs of every complete trial and baseline, the Pareto front highlighted, as
+    PNG bytes (`pareto_figure`)."""
+    import matplotlib.pyplot as plt
+
+    figure = pareto_figure(study)
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    plt.close(figure)
+    return out.getvalue()
+
+
+def pareto_figure(study: optuna.Study) -> Any:
+    """The Pareto plot: trials grey, the front red and labelled, the study's best marked,
+    baselines as labelled stars. The log MFLOPs axis spans the bulk of the points
+    (`cost_range`): an outlier is drawn at the edge with its cost in its label."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [r for r in rows(study) if r["val_ne"] is not None]
-    front = pareto_front(study)
+    points = [r for r in rows(study) if r["val_ne"] is not None and r["mflops"]]
+    bases = [b for b in baseline_rows(study) if b["val_ne"] is not None and b["mflops"]]
+    low, high = cost_range([p["mflops"] for p in [*points, *bases]])
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    axes.scatter([p["mflops"] for p in points], [p["val_ne"] for p in points], s=14,
-                 color="0.6", label="trials")  # fmt: skip
-    axes.plot([p["mflops"] for p in front], [p["val_ne"] for p in front], "o-",
+    axes.scatter([_clip(p["mflops"], low, high) for p in points], [p["val_ne"] for p in points],
+                 s=14, color="0.6", label="trials")  # fmt: skip
+    front = [p for p in pareto_front(study) if p["mflops"]]
+    axes.plot([_clip(p["mflops"], low, high) for p in front], [p["val_ne"] for p in front], "o-",
               color="tab:red", label="Pareto front")  # fmt: skip
-    for p in front:
-        axes.annotate(str(p["trial"]), (p["mflops"], p["val_ne"]), fontsize=7,
-                      xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    labels = [(str(p["trial"]), p["mflops"], p["val_ne"], "0.2") for p in front]
     best = study_best(study)
-    if best and best["mflops"] is not None:  # at its recorded run, as the other points
-        mark = next(p for p in points if p["trial"] == best["trial"])
-        axes.scatter([mark["mflops"]], [mark["val_ne"]], marker="D", s=60, zorder=4,
-                     facecolors="none", edgecolors="black",
-                     label=f"best: trial {best['trial']}")  # fmt: skip
-    bases = [b for b in baseline_rows(study) if b["val_ne"] is not None]
+    mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
+    if mark:  # at its recorded run, as the other points
+        axes.scatter([_clip(mark["mflops"], low, high)], [mark["val_ne"]], marker="D", s=60,
+                     zorder=4, facecolors="none", edgecolors="black",
+                     label=f"best: trial {mark['trial']}")  # fmt: skip
     if bases:
-        axes.scatter([b["mflops"] for b in bases], [b["val_ne"] for b in bases], marker="*",
-                     s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
-        for b in bases:
-            axes.annotate(b["baseline"], (b["mflops"], b["val_ne"]), fontsize=8, color="tab:blue",
-                          xytext=(4, -10), textcoords="offset points")  # fmt: skip
+        axes.scatter([_clip(b["mflops"], low, high) for b in bases], [b["val_ne"] for b in bases],
+                     marker="*", s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
+        labels += [(b["baseline"], b["mflops"], b["val_ne"], "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         axes.axhline(
@@ -503,9 +520,52 @@ def pareto_png(study: optuna.Study) -> bytes:
         )
     axes.set(xlabel="MFLOPs per example", ylabel="validation NE", title=study.study_name)
     axes.set_xscale("log")
-    axes.legend()
+    axes.set_xlim(low, high)
+    axes.legend(fontsize=8)
     figure.tight_layout()
-    out = io.BytesIO()
-    figure.savefig(out, format="png")
-    plt.close(figure)
-    return out.getvalue()
+    figure.canvas.draw()  # the layout is final: labels are placed in pixels
+    _label(axes, labels, low, high)
+    return figure
+
+
+def cost_range(costs: list[float]) -> tuple[float, float]:
+    """The MFLOPs axis range (log scale): the costs' spread, leaving out at either end a
+    cost more than `OUTLIER_DECADES` from its nearest neighbour (one point must not stretch
+    the axis over decades that nothing else occupies), padded by `_EDGE_PAD` decades."""
+    logs = sorted(math.log10(c) for c in costs if c > 0) or [0.0]
+    while len(logs) > 2 and logs[1] - logs[0] > OUTLIER_DECADES:
+        logs = logs[1:]
+    while len(logs) > 2 and logs[-1] - logs[-2] > OUTLIER_DECADES:
+        logs = logs[:-1]
+    return 10 ** (logs[0] - _EDGE_PAD), 10 ** (logs[-1] + _EDGE_PAD)
+
+
+def _clip(cost: float, low: float, high: float) -> float:
+    """Where a point of `cost` is drawn: an outlier sits on the axis's edge."""
+    return min(max(cost, low), high)
+
+
+def _label(axes: Any, points: list[tuple[str, float, float, str]], low: float,
+           high: float) -> None:  # fmt: skip
+    """Label `points` (text, cost, NE, colour), each where it overlaps no label placed
+    before (`_place`); a point drawn at the edge names its real cost."""
+    renderer = axes.figure.canvas.get_renderer()
+    placed: list[Any] = []
+    for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
+        shown = text if _clip(cost, low, high) == cost else f"{text} ({cost:.2g} MFLOPs)"
+        placed.append(_place(axes, renderer, shown, (_clip(cost, low, high), ne), color, placed))
+
+
+def _place(axes: Any, renderer: Any, text: str, xy: tuple[float, float], color: str,
+           placed: list[Any]) -> Any:  # fmt: skip
+    """Annotate `xy` at the first of `_LABEL_OFFSETS` whose box overlaps none of `placed`
+    (the last one tried where all do); returns the label's box."""
+    for dx, dy in _LABEL_OFFSETS:
+        note = axes.annotate(text, xy, fontsize=7, color=color, xytext=(dx, dy),
+                             ha="left" if dx > 0 else "right",
+                             textcoords="offset points")  # fmt: skip
+        box = note.get_window_extent(renderer)
+        if not any(box.overlaps(other) for other in placed) or (dx, dy) == _LABEL_OFFSETS[-1]:
+            return box
+        note.remove()
+    raise AssertionError("unreachable: the last offset is kept")

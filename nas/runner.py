@@ -57,8 +57,10 @@ from nas.trial_record import (
     SHARDING_FILE,
     StudyAttr,
     TrialAttr,
+    architecture_params,
     mlflow_record,
     read_architecture,
+    space_params,
     summary_name,
     write_architecture,
 )
@@ -530,7 +532,8 @@ def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outc
     trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
     tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
     summary = {"status": "failed", "failure_reason": reason}
-    return Outcome(TrialState.FAIL, None, mlflow_record(trial.params, summary, {}, tags, {}))
+    record = mlflow_record(space_params(trial.params), summary, {}, tags, {})
+    return Outcome(TrialState.FAIL, None, record)
 
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:
@@ -580,11 +583,31 @@ def _reused(
         earlier.state, "failed"
     )
     summary["failure_reason"] = earlier.user_attrs.get(TrialAttr.FAILURE_REASON)
-    described = summary_name(arch, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
-    params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
+    trained = _trained_architecture(earlier, arch)
+    described = summary_name(trained, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
+    params = _run_params(trained, described, space, trial.params)
     name = f"trial-{trial.number} {described} (= trial {earlier.number})"
     record = mlflow_record(params, summary, {}, tags, {}, name, started)
     return Outcome(earlier.state, _repeated_values(trial, earlier), record)
+
+
+def _trained_architecture(earlier: FrozenTrial, decoded: Architecture) -> Architecture:
+    """The architecture `earlier` trained, as its file says (a repeat's own point may name
+    the same network's blocks otherwise); `decoded` where the file is gone."""
+    directory = earlier.user_attrs.get(TrialAttr.DIR)
+    if directory and (Path(directory) / ARCHITECTURE_FILE).exists():
+        return read_architecture(directory)
+    return decoded
+
+
+def _run_params(
+    arch: Architecture, described: str, space: SearchSpace, values: dict[str, Any]
+) -> dict[str, Any]:
+    """A trial's MLflow params: the network (`architecture_params`), its one-line summary,
+    the searcher's encodings under `space.`, and the searched recipe under `recipe.`."""
+    encodings = space_params({k: values[k] for k in space.active(values)})
+    recipe = {f"recipe.{k}": v for k, v in (trial_recipe(space, values) or {}).items()}
+    return architecture_params(arch) | {"architecture": described} | encodings | recipe
 
 
 def _repeated_values(trial: Trial, earlier: FrozenTrial) -> list[float] | None:
@@ -628,7 +651,8 @@ def _log_dead_trials(study: optuna.Study, logger: Any) -> None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         if TrialAttr.FAILURE_REASON not in trial.user_attrs:
             summary = {"status": "failed", "failure_reason": DIED}
-            logger.log_trial(trial.number, **mlflow_record(trial.params, summary, {}, {}, {}))
+            record = mlflow_record(space_params(trial.params), summary, {}, {}, {})
+            logger.log_trial(trial.number, **record)
 
 
 def run_trial(
@@ -666,8 +690,7 @@ def run_trial(
     if reason:
         tags[TrialAttr.OVER_CONSTRAINT] = True
     described = summary_name(arch, costs.mflops)
-    params = {k: trial.params[k] for k in space.active(trial.params)} | {"architecture": described}
-    params |= {f"recipe.{k}": v for k, v in (trial_recipe(space, trial.params) or {}).items()}
+    params = _run_params(arch, described, space, trial.params)
     record = mlflow_record(params, summary, result.curves, tags, _artifacts(directory),
                            f"trial-{trial.number} {described}", started)  # fmt: skip
     return Outcome(state, values, record)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # torch and the block library load only where a run is writte
     import optuna
     import torch
 
-    from search_space.architecture import Architecture
+    from search_space.architecture import Architecture, BlockSpec
 
 ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
@@ -116,6 +116,50 @@ def summary_name(arch: Architecture, mflops: float) -> str:
 
     ops = ">".join(arch.block(name).op for name in analyze(arch).order)
     return f"{ops} {mflops:.3f} MFLOPs"
+
+
+def architecture_params(arch: Architecture) -> dict[str, str]:
+    """The network as flat MLflow params, read off the spec, the same for a trial, a
+    repeat and a baseline: `<block>.op`, `<block>.inputs` (comma-joined), each op param
+    `<block>.<param>` of the blocks the output depends on, `output`, `embedding.dim`, and
+    `embedding.<feature>.dim` for a feature whose own dim differs."""
+    params = {"output": arch.output_block, "embedding.dim": str(arch.embedding.dim)}
+    for block in _live_blocks(arch):
+        params[f"{block.name}.op"] = block.op
+        params[f"{block.name}.inputs"] = ",".join(block.inputs)
+        params |= {f"{block.name}.{k}": param_text(v) for k, v in block.params.items()}
+    emb = arch.embedding
+    dims = {f.name: emb.feature_dim(f) for f in emb.features}
+    params |= {f"embedding.{name}.dim": str(dim) for name, dim in dims.items() if dim != emb.dim}
+    return params
+
+
+def _live_blocks(arch: Architecture) -> list[BlockSpec]:
+    """The blocks the output depends on, in execution order (all of them, in list order,
+    where the spec does not validate)."""
+    from search_space.architecture import analyze
+    from search_space.errors import SpecError
+
+    try:
+        return [arch.block(name) for name in analyze(arch).order]
+    except SpecError:
+        return list(arch.blocks)
+
+
+def param_text(value: Any) -> str:
+    """An op param as an MLflow param value: a flat list comma-joined, a nested one as JSON."""
+    nested = (list, tuple, dict)
+    if isinstance(value, list | tuple) and not any(isinstance(v, nested) for v in value):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, nested):
+        return json.dumps(value)
+    return str(value)
+
+
+def space_params(values: dict[str, Any]) -> dict[str, Any]:
+    """The searcher's raw encodings of a point, under `space.` so they do not read as the
+    architecture (`architecture_params` is that)."""
+    return {f"space.{k}": v for k, v in values.items()}
 
 
 def numeric(values: dict[str, Any]) -> dict[str, float]:

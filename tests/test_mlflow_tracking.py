@@ -204,7 +204,7 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
     same experiment), and `view_url` opens it."""
     import json
 
-    from mlflow_server.tracking import SHARED_VIEW_PREFIX, VIEW_COLUMNS, view_key
+    from mlflow_server.tracking import REEVAL_COLUMNS, SHARED_VIEW_PREFIX, VIEW_COLUMNS, view_key
 
     loggers = {}
     for study in ("view-a", "view b"):
@@ -220,11 +220,21 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
     view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
     assert view["orderByKey"] == "metrics.`val_ne`" and view["orderByAsc"] is True
     assert view["selectedColumns"] == list(VIEW_COLUMNS)
+    logged = {f"metrics.`{m}`" for m in ("val_ne", "test_ne", "val_auc", "mflops", "params")}
+    assert {c for c in VIEW_COLUMNS if c.startswith("metrics.")} == logged  # no `runs`
     shown = client.search_runs([experiment.experiment_id], filter_string=view["searchFilter"],
                                order_by=["metrics.val_ne ASC"])  # fmt: skip
     assert {r.data.tags["ranknas.study"] for r in shown} == {"view b"}
     assert [r.info.run_name for r in shown] == ["trial-1", "trial-0", "trial-2", "view b"]
-    loggers["view b"].start_study("view b", experiment_name="views", sort_by="reeval_mean_val_ne")
-    experiment = client.get_experiment_by_name("views")  # after `reevaluate`: by seed means
+    # after `reevaluate` (seed means on trial 2 only): still one key for every row, and
+    # the seed means' columns shown
+    loggers["view b"].start_study("view b", experiment_name="views", reevaluated=True)
+    loggers["view b"].log_trial(2, metrics={"reeval_mean_val_ne": 0.90}, status=None)
+    assert loggers["view b"].flush(timeout_s=30) == 0
+    experiment = client.get_experiment_by_name("views")
     view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
-    assert view["orderByKey"] == "metrics.`reeval_mean_val_ne`"
+    assert view["orderByKey"] == "metrics.`val_ne`"
+    assert set(REEVAL_COLUMNS) < set(view["selectedColumns"]) == set(view["columnOrder"][1:])
+    shown = client.search_runs([experiment.experiment_id], filter_string=view["searchFilter"],
+                               order_by=["metrics.val_ne ASC"])  # fmt: skip
+    assert [r.info.run_name for r in shown] == ["trial-1", "trial-0", "trial-2", "view b"]

@@ -13,6 +13,8 @@ from nas.commands import log_summary
 from nas.config import parse_config
 from nas.leaderboard import rows
 from nas.runner import run_study
+from nas.trial_record import read_architecture
+from search_space.architecture import analyze
 from study_helpers import tiny_config
 
 
@@ -119,7 +121,11 @@ def test_a_study_logs_a_parent_run_and_a_nested_run_per_trial(tmp_path, server):
         assert {"val_ne", "val_logloss", "val_auc", "mflops", "params", "throughput"} <= set(
             run.data.metrics
         )
-        assert any(key.startswith("b0.") for key in run.data.params)  # flattened architecture
+        spec = read_architecture(study.trials[number].user_attrs["trial_dir"])
+        for name in analyze(spec).order:  # the network as the spec says, the encodings apart
+            assert run.data.params[f"{name}.op"] == spec.block(name).op
+            assert run.data.params[f"{name}.inputs"] == ",".join(spec.block(name).inputs)
+        assert any(key.startswith("space.") for key in run.data.params)
         assert run.info.run_name.startswith(f"trial-{number} ")
         assert run.data.params["architecture"].endswith("MFLOPs")
         assert run.info.end_time - run.info.start_time > 0  # a real duration

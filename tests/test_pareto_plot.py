@@ -1,0 +1,45 @@
+"""The Pareto plot stays readable with an outlier: one point far off in cost does not
+stretch the log axis, it is drawn at the edge and named; labels do not overlap."""
+
+import itertools
+
+import matplotlib.pyplot as plt
+import pytest
+
+from nas.leaderboard import cost_range, pareto_figure, pareto_png
+from study_helpers import recorded_study
+
+
+def test_the_cost_axis_spans_the_bulk_not_one_far_point():
+    bulk = [0.05, 0.1, 0.3, 0.6, 1.0]
+    low, high = cost_range(bulk)
+    assert low < 0.05 and high > 1.0 and low > 0.03 and high < 1.5
+    assert cost_range([1e-4, *bulk]) == (low, high)  # logistic regression's tiny cost
+    assert cost_range([*bulk, 500.0]) == (low, high)
+    assert cost_range([1e-4, 1.0])[0] < 1e-4  # two points: both are the spread
+    assert cost_range([1e-4, 2e-4, *bulk])[0] < 1e-4  # not one point: kept
+
+
+@pytest.fixture
+def outlier_study(tmp_path):
+    trials = [(0.860, 0.50), (0.855, 0.55), (0.852, 0.60), (0.851, 0.62), (0.870, 0.58)]
+    baselines = {"dlrm": (0.853, 0.52), "deepfm": (0.856, 0.54),
+                 "logistic_regression": (0.95, 1e-4)}  # fmt: skip
+    return recorded_study(f"sqlite:///{tmp_path / 's.db'}", trials, baselines)
+
+
+def test_the_pareto_plot_draws_an_outlier_at_the_edge_and_labels_apart(outlier_study):
+    figure = pareto_figure(outlier_study)
+    axes = figure.axes[0]
+    low, high = axes.get_xlim()
+    assert 0.3 < low < 0.5 and 0.62 < high < 1.0  # not stretched to 1e-4
+    texts = {t.get_text(): t for t in axes.texts}
+    outlier = next(t for name, t in texts.items() if name.startswith("logistic_regression"))
+    assert "0.0001 MFLOPs" in outlier.get_text() and outlier.xy[0] == pytest.approx(low)
+    assert {"dlrm", "deepfm", "0", "1", "2", "3"} <= set(texts)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in axes.texts]
+    assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
+    plt.close(figure)
+    assert pareto_png(outlier_study).startswith(b"\x89PNG")
