@@ -167,6 +167,34 @@ CASES = {
         lambda p: ["mlflow", "up", "--data-dir", _study(p)],
         "bad.yaml: cannot make it the server's directory (File exists); give a directory",
     ),
+    "a negative choice in a Wukong space (trial 0 trained, then the study died)": (
+        lambda p: ["search", _study(p, search_space={"type": "wukong", "num_fm": [-4, 8]})],
+        "bad.yaml: search_space.num_fm: -4 is out of range: must be in [1, 1024] (wukong num_fm)",
+    ),
+    "a DHEN hidden width of 0 (found by the fuzzer)": (
+        lambda p: ["search", _study(p, search_space={"type": "dhen", "hidden": [1, 0]})],
+        "search_space.hidden: 0 is out of range: must be in [1, 65536] (dhen hidden)",
+    ),
+    "a DAG width that a cross block cannot take as its rank": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "widths": [5000]})],
+        "search_space.widths: 5000 is out of range: must be in [0, 4096] (cross low_rank)",
+    ),
+    "a DAG count beyond an efc block's": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "counts": [5000]})],
+        "search_space.counts: 5000 is out of range: must be in [1, 4096] (efc num_out)",
+    ),
+    "true as a space's number of blocks (read as 1)": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "num_blocks": True})],
+        "search_space.num_blocks: true is not a number",
+    ),
+    "an infinite time per trial": (
+        lambda p: ["search", _study(p, budget={"trial_seconds": float("inf")})],
+        "budget.trial_seconds: Input should be a finite number",
+    ),
+    "an unknown space type": (
+        lambda p: ["search", _study(p, search_space={"type": "tree"})],
+        "search_space: type: use one of dag, wukong, dhen, around",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
