@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cost_models.sharding.methods import MAX_DEVICES
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
@@ -371,7 +372,9 @@ class PruningConfig(_Section):
 
 
 class ShardingConfig(_Section):
-    devices: int = Field(default=0, ge=0, description="0: do not plan; else plan each trial")
+    devices: int = Field(
+        default=0, ge=0, le=MAX_DEVICES, description="0: do not plan; else plan each trial"
+    )
     method: Literal[
         "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
         "torchrec", "torchrec_cw", "rl",

@@ -135,7 +135,21 @@ def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
         raise RanknasError(f"{where}: 'name' must be a column name")
     if isinstance(cardinality, bool) or not isinstance(cardinality, int) or cardinality < 1:
         raise RanknasError(f"{where} ({name}): 'cardinality' must be an integer >= 1")
+    if isinstance(entry, dict):  # the reader's fields: unused by a model, still checked
+        min_count = entry.get("min_count")
+        check_encoding(1 if min_count is None else min_count, entry.get("hash_size"),
+                       f"{where} ({name})")  # fmt: skip
     return CategoricalFeature(name, cardinality, multi_valued, pooling)
+
+
+def check_encoding(min_count: int, hash_size: int | None, source: str) -> None:
+    """Raise a `RanknasError` for a `min_count` below 1 or a `hash_size` below 2."""
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise RanknasError(f"{source}: min_count must be an integer >= 1 (got {min_count!r})")
+    if hash_size is not None and (
+        isinstance(hash_size, bool) or not isinstance(hash_size, int) or hash_size < 2
+    ):
+        raise RanknasError(f"{source}: hash_size must be an integer >= 2 (got {hash_size!r})")
 
 
 def parse_multi_valued(entry: dict[str, Any], where: str, fields: set[str]) -> tuple[bool, str]:

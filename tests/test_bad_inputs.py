@@ -73,6 +73,14 @@ def _binary_study(tmp_path) -> list[str]:
     return ["search", str(path)]
 
 
+def _one_bucket(tmp_path) -> list[str]:
+    """A schema's reader fields were ignored where a model is built from it."""
+    path = tmp_path / "schema.yaml"
+    path.write_text("label: y\ndense: [a]\ncategorical: [{name: shop, cardinality: 9, "
+                    "hash_size: 1}]\n")  # fmt: skip
+    return ["arch", "show", "dlrm", "--schema", str(path)]
+
+
 CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
     "true as the number of trials (read as 1)": (
@@ -195,6 +203,18 @@ CASES = {
         lambda p: ["search", _study(p, search_space={"type": "tree"})],
         "search_space: type: use one of dag, wukong, dhen, around",
     ),
+    "a sharding plan for a million devices (ran out of memory)": (
+        lambda p: ["shard", "plan", "dlrm", "--devices", "1000000", "--method", "size_greedy"],
+        "--devices must be in [1, 16,384] (2,048 hosts of 8), got 1,000,000",
+    ),
+    "a study that plans sharding on a million devices": (
+        lambda p: ["search", _study(p, sharding={"devices": 1_000_000})],
+        "sharding.devices: Input should be less than or equal to 16384",
+    ),
+    "one hash bucket in a schema (hashing needs two: missing and the rest)": (
+        _one_bucket,
+        "schema.yaml: categorical[0] (shop): hash_size must be an integer >= 2 (got 1)",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
@@ -230,6 +250,14 @@ ARGUMENT_CASES = {
         ["arch", "show", "dlrm", "--diagram", "/proc/ranknas/graph.png"],
         "--diagram: cannot write /proc/ranknas/graph.png",
     ),
+    "a run's size in both examples and epochs (a study refuses both)": (
+        ["train", "--arch", "dlrm", "--examples", "2000", "--epochs", "1"],
+        "argument --epochs: not allowed with argument --examples",
+    ),
+    "one hash bucket for streamed data": (
+        ["train", "--arch", "dlrm", "--stream", "--hash-size", "1"],
+        "argument --hash-size: must be at least 2, got 1",
+    ),
     "a file where the export directory goes": (
         lambda p: ["export", "x", "--out", str(p / "x.yaml")],
         "x.yaml is a file, not a directory",
@@ -248,3 +276,25 @@ def test_a_wrong_option_is_refused_before_any_work(case, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: argument" in err and expected in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "handler", "resumes"),
+    [
+        (["train", "--arch", "dlrm"], "cmd_train", False),
+        (["search", "x.yaml"], "cmd_search", True),
+        (["reevaluate", "x.yaml"], "cmd_reevaluate", True),
+    ],
+)
+def test_ctrl_c_offers_to_resume_only_what_resumes(args, handler, resumes, monkeypatch, capsys):
+    """`train` keeps nothing of an interrupted run: it said "run the same command again to
+    resume" all the same."""
+
+    def interrupted(_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"nas.commands.{handler}", interrupted)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err
+    assert ("run the same command again to resume" in err) == resumes, err
