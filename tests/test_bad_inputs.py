@@ -73,12 +73,29 @@ def _binary_study(tmp_path) -> list[str]:
     return ["search", str(path)]
 
 
-def _one_bucket(tmp_path) -> list[str]:
-    """A schema's reader fields were ignored where a model is built from it."""
-    path = tmp_path / "schema.yaml"
-    path.write_text("label: y\ndense: [a]\ncategorical: [{name: shop, cardinality: 9, "
-                    "hash_size: 1}]\n")  # fmt: skip
-    return ["arch", "show", "dlrm", "--schema", str(path)]
+def _write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _dead_block(tmp_path) -> list[str]:
+    """A block that does not feed the output was not checked at all."""
+    arch = {"name": "dead", "embedding": {"dim": 8}, "output": "b1", "blocks": [
+        {"name": "b0", "op": "attention", "inputs": ["dense"], "params": {"num_heads": 0}},
+        {"name": "b1", "op": "concat", "inputs": ["dense"], "params": {}},
+    ]}  # fmt: skip
+    return ["arch", "show", _write(tmp_path, "dead.json", json.dumps(arch))]
+
+
+def _schema(tmp_path, text: str) -> list[str]:
+    return ["arch", "show", "dlrm", "--schema", _write(tmp_path, "schema.yaml", text)]
+
+
+def _tables(tmp_path, entry: str) -> list[str]:
+    text = f"tables:\n  - {{name: a, num_embeddings: 10, embedding_dim: 8, {entry}}}\n"
+    return ["shard", "plan", _write(tmp_path, "tables.yaml", text), "--devices", "2",
+            "--method", "random"]  # fmt: skip
 
 
 CASES = {
@@ -212,8 +229,37 @@ CASES = {
         "sharding.devices: Input should be less than or equal to 16384",
     ),
     "one hash bucket in a schema (hashing needs two: missing and the rest)": (
-        _one_bucket,
+        lambda p: _schema(
+            p, "label: y\ndense: [a]\ncategorical: [{name: shop, cardinality: 9, hash_size: 1}]\n"
+        ),
         "schema.yaml: categorical[0] (shop): hash_size must be an integer >= 2 (got 1)",
+    ),
+    "a DAG width of 0 that no op of the space reads (found by the fuzzer)": (
+        lambda p: [
+            "search",
+            _study(p, search_space={"type": "dag", "ops": ["efc", "fm"], "widths": [1, 0]}),
+        ],
+        "search_space.widths: 0 is out of range: must be in [1, 65536] (mlp widths)",
+    ),
+    "categorical: true in a schema (a TypeError traceback; found by the fuzzer)": (
+        lambda p: _schema(p, "label: y\ndense: [a]\ncategorical: true\n"),
+        "schema.yaml: 'categorical' must be a list",
+    ),
+    "a block that does not feed the output, out of range (found by the fuzzer)": (
+        _dead_block,
+        "dead.json: block 'b0' (op attention): params.num_heads 0 is out of range",
+    ),
+    "a list as a table's dtype (a TypeError traceback; found by the fuzzer)": (
+        lambda p: _tables(p, "dtype: [fp32]"),
+        "tables.yaml: tables[0] (a): 'dtype' is ['fp32']; use one of fp32, fp16",
+    ),
+    "a number as an unknown key of a table (a TypeError traceback)": (
+        lambda p: _tables(p, "1: 2, zz: 3"),
+        "tables.yaml: tables[0] (a): unknown field(s) [1, 'zz']",
+    ),
+    "a number as an unknown key of a schema (a TypeError traceback)": (
+        lambda p: _schema(p, "label: y\ndense: [a]\n1: 2\nzz: 3\n"),
+        "schema.yaml: unknown field(s) [1, 'zz']",
     ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],

@@ -138,16 +138,16 @@ def in_tmp(check: Callable[[Path, Any], None]) -> Callable[[Any], None]:
 # ---------------------------------------------------------------------- broken values
 
 # a value of another type, or garbage, for any field
+keys = st.text(max_size=5) | st.integers()  # YAML's keys may be numbers
 garbage = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
     max_leaves=6,
 )
+# a prefix no field has, or a number (YAML's keys may be numbers)
 unknown_keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=3, max_size=12).map(
-    lambda s: f"x_{s}"  # a prefix no field has
-)
+    lambda s: f"x_{s}"
+) | st.integers(-5, 10**6)
 
 
 @dataclass(frozen=True)
@@ -365,7 +365,7 @@ def study_cases(draw: st.DrawFn) -> Case:
             )
         )
         key = draw(unknown_keys)
-        return Case(_set(config, (*section, key), 1), (key,), f"unknown {key}")
+        return Case(_set(config, (*section, key), 1), (str(key),), f"unknown {key}")
     if how == "missing":
         key = draw(st.sampled_from(["name", "search_space"]))
         return Case({k: v for k, v in config.items() if k != key}, (key,), f"no {key}")
@@ -417,7 +417,7 @@ def schema_cases(draw: st.DrawFn) -> Case:
         return Case(schema | {key: draw(garbage)}, None, f"{key}: garbage")
     if how == "unknown":
         key = draw(unknown_keys)
-        return Case(schema | {key: 1}, (key,), f"unknown {key}")
+        return Case(schema | {key: 1}, (str(key),), f"unknown {key}")
     if how == "garbage":
         return Case(draw(garbage), None, "garbage")
     if how == "text":
@@ -478,7 +478,7 @@ def architecture_cases(draw: st.DrawFn) -> Case:
         return Case(arch, (block["name"], name), f"{block['name']}.{name}: {value}")
     if how == "unknown":
         key = draw(unknown_keys)
-        return Case(arch | {key: 1}, (key,), f"unknown {key}")
+        return Case(arch | {key: 1}, (str(key),), f"unknown {key}")
     if how == "garbage":
         key = draw(st.sampled_from(["embedding", "blocks", "output", "num_dense"]))
         return Case(arch | {key: draw(garbage)}, None, f"{key}: garbage")
@@ -538,7 +538,7 @@ def table_cases(draw: st.DrawFn) -> Case:
     elif how == "unknown":
         key = draw(unknown_keys)
         tables[0][key] = 1
-        refused = (key,)
+        refused = (str(key),)
     elif how == "garbage":
         content, refused = draw(garbage), None
     elif how == "text":

@@ -65,7 +65,8 @@ class DagConfig(SpaceConfig):
     @field_validator("widths")
     @classmethod
     def _widths(cls, widths: list[int], info: ValidationInfo) -> list[int]:
-        ops = info.data.get("ops") or DAG_OPS  # all, when `ops` is itself refused
+        # every width is at least an mlp's; all ops' ranges when `ops` is itself refused
+        ops = {"mlp", *(info.data.get("ops") or DAG_OPS)}
         return within(widths, {f"{op} {name}": OPS[op].PARAMS[name]
                                for op, name in WIDTH_PARAMS.items() if op in ops})  # fmt: skip
 
