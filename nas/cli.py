@@ -237,6 +237,7 @@ def _study_commands(command, commands) -> None:
         ("worker", handlers.cmd_worker, "join a running study as one more worker"),
     ):
         sub = command(name, handler, text)
+        sub.set_defaults(resumes=True)
         sub.add_argument("config", metavar="CONFIG", help="the study's YAML (see examples/)")
         sub.add_argument("--trials", type=int, metavar="N",
                          help="trials in all, done ones included (default: the config's "
@@ -284,6 +285,7 @@ def _study_commands(command, commands) -> None:
         handlers.cmd_reevaluate,
         "retrain the best trials with fresh seeds; rank them by mean validation NE",
     )
+    again.set_defaults(resumes=True)  # the runs recorded are not made again
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
     again.add_argument("--top", type=positive(int), default=3, metavar="K",
                        help="best leaderboard trials to retrain")  # fmt: skip
@@ -316,6 +318,7 @@ def _study_commands(command, commands) -> None:
         "baseline (the study may be running or finished)",
         baseline_commands,
     )
+    add.set_defaults(resumes=True)  # the baselines recorded are not trained again
     add.add_argument("config", metavar="CONFIG", help="the study's YAML")
     add.add_argument("baselines", metavar="PRESET_OR_FILE", nargs="+",
                      help="preset names (`ranknas presets`) or architecture JSON "
@@ -374,11 +377,12 @@ def _tool_commands(command, commands) -> None:
                        "infers one)")  # fmt: skip
     train.add_argument("--rows", type=positive(int), default=200_000,
                        help="rows to generate for --data synthetic")  # fmt: skip
-    train.add_argument("--examples", type=positive(int), metavar="N",
-                       help="budget: training examples")  # fmt: skip
-    train.add_argument("--epochs", type=positive(float), metavar="E",
-                       help="budget: passes over the training split (may be "
-                       "fractional)")  # fmt: skip
+    size = train.add_mutually_exclusive_group()  # one run's size, as a study's budget
+    size.add_argument("--examples", type=positive(int), metavar="N",
+                      help="budget: training examples")  # fmt: skip
+    size.add_argument("--epochs", type=positive(float), metavar="E",
+                      help="budget: passes over the training split (may be fractional; "
+                      "instead of --examples)")  # fmt: skip
     train.add_argument("--seconds", type=positive(float), metavar="S",
                        help="budget: training seconds, evaluations excluded (the first budget "
                        "reached ends the run; with none, one epoch)")  # fmt: skip
@@ -422,7 +426,7 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--min-count", type=positive(int), default=1, metavar="N",
                        help="--stream: ids seen fewer than N times in the training split are "
                        "out of vocabulary")  # fmt: skip
-    train.add_argument("--hash-size", type=positive(int), metavar="N",
+    train.add_argument("--hash-size", type=arguments.number(int, minimum=2), metavar="N",
                        help="--stream: hash ids into N buckets instead of a vocabulary (huge "
                        "vocabularies)")  # fmt: skip
     train.add_argument("--cache-dir", metavar="DIR",
@@ -474,13 +478,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted: run the same command again to resume", file=sys.stderr)
+        print(f"\n{interrupted(args)}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
     finally:
         progress.configure(enabled=False)  # for callers that go on (tests)
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """What Ctrl-C says: a study's commands (`resumes`) pick up where they stopped; the
+    others (`train`) would start over, so resuming is not offered."""
+    if getattr(args, "resumes", False):
+        return "interrupted: run the same command again to resume"
+    return "interrupted"
 
 
 def library_logs(verbose: bool) -> None:

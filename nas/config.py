@@ -8,51 +8,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cost_models.sharding.methods import MAX_DEVICES
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.presets import unknown_architecture
+from search_space.sections import Section as _Section
 from search_space.spaces import AnySpaceConfig, format_validation_error
 from trainers.config import TrainConfig
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
 _TRAIN = TrainConfig()  # the one source of training defaults
 DEFAULT_EXAMPLES = 200_000  # a trial's budget when neither examples nor epochs are given
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """YAML's true and false where numbers go are refused: pydantic reads true as 1, so
-        `budget: {trials: true}` ran one trial."""
-        kinds = _leaf_types(cls.model_fields[info.field_name].annotation)
-        items = value if isinstance(value, list) else [value]
-        if kinds & {int, float} and bool not in kinds and any(isinstance(v, bool) for v in items):
-            raise ValueError(f"{str(value).lower()} is not a number: give a number")
-        return value
-
-
-def _leaf_types(annotation: Any) -> set[Any]:
-    """The types in `annotation`, through unions and containers: {int, NoneType} for
-    `list[int] | None`."""
-    args = get_args(annotation)
-    return set().union(*map(_leaf_types, args)) if args else {annotation}
 
 
 class SplitConfig(_Section):
@@ -400,7 +372,9 @@ class PruningConfig(_Section):
 
 
 class ShardingConfig(_Section):
-    devices: int = Field(default=0, ge=0, description="0: do not plan; else plan each trial")
+    devices: int = Field(
+        default=0, ge=0, le=MAX_DEVICES, description="0: do not plan; else plan each trial"
+    )
     method: Literal[
         "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
         "torchrec", "torchrec_cw", "rl",

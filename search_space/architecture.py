@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -343,7 +343,7 @@ def analyze(arch: Architecture) -> Analysis:
         normalized[name], input_shapes[name] = params, merged
         shapes[name] = cls.output_shape(merged, params)
         flops[name], nparams[name] = cls.flops(merged, params), cls.num_params(merged, params)
-    problems += _table_size_problems(emb)
+    problems += _dead_block_problems(blocks, order) + _table_size_problems(emb)
     if problems:
         raise SpecError("\n".join(problems))
     head_in = shapes[arch.output_block].numel
@@ -366,6 +366,17 @@ def analyze(arch: Architecture) -> Analysis:
         dense_params=sum(nparams.values()) + extra_params,
         embedding_params=sum(f.num_embeddings * emb.feature_dim(f) for f in emb.features),
     )
+
+
+def _dead_block_problems(blocks: dict[str, BlockSpec], live: Sequence[str]) -> list[str]:
+    """The params of the blocks that do not feed the output: never built, but a value out of
+    range in a file is a mistake all the same (it was accepted without a word)."""
+    problems = []
+    for name, block in blocks.items():
+        if name not in live:
+            where = f"block {name!r} (op {block.op})"
+            problems += validate_params(OPS[block.op].PARAMS, dict(block.params), where)[1]
+    return problems
 
 
 MAX_TABLE_BYTES = 1 << 40  # 1 TiB of float32 rows: beyond any one machine this trains on

@@ -50,7 +50,7 @@ class Param:
         if self.kind == "bool":
             return (value, None) if isinstance(value, bool) else (None, "must be true or false")
         if self.kind == "int":
-            return self._check_int(value)
+            return self.check_int(value)
         if self.kind == "choice":
             ok = isinstance(value, str) and value in self.choices
             return (value, None) if ok else (None, f"{value!r} is not {self.describe()}")
@@ -58,7 +58,7 @@ class Param:
             return None, f"must be a non-empty list ({self.describe()})"
         if self.kind == "int_list":
             for i, item in enumerate(value):
-                _, problem = self._check_int(item)
+                _, problem = self.check_int(item)
                 if problem:
                     return None, f"item {i}: {problem}"
             return tuple(value), None
@@ -69,7 +69,7 @@ class Param:
             return None, "lists an entry twice"
         return tuple(value), None
 
-    def _check_int(self, value: Any) -> tuple[Any, str | None]:
+    def check_int(self, value: Any) -> tuple[Any, str | None]:
         if isinstance(value, bool) or not isinstance(value, int):
             return None, f"must be an integer, got {value!r}"
         if (self.low is not None and value < self.low) or (

@@ -74,7 +74,7 @@ class DatasetSchema:
         unknown = set(data) - {"name", "label", "dense", "categorical", "time"}
         if unknown:
             raise RanknasError(
-                f"{source}: unknown field(s) {sorted(unknown)}; "
+                f"{source}: unknown field(s) {sorted(unknown, key=str)}; "
                 "allowed: name, label, dense, categorical, time"
             )
         time = data.get("time")
@@ -86,9 +86,13 @@ class DatasetSchema:
         dense = data.get("dense", [])
         if not isinstance(dense, list) or not all(isinstance(c, str) for c in dense):
             raise RanknasError(f"{source}: 'dense' must be a list of column names")
+        entries = data.get("categorical") or []
+        if not isinstance(entries, list):
+            raise RanknasError(f"{source}: 'categorical' must be a list of {{name: COLUMN, "
+                               "cardinality: N}}")  # fmt: skip
         categorical = [
             _parse_categorical(entry, f"{source}: categorical[{i}]")
-            for i, entry in enumerate(data.get("categorical", []) or [])
+            for i, entry in enumerate(entries)
         ]
         names = [label, *dense, *(f.name for f in categorical), *([time] if time else [])]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -135,13 +139,27 @@ def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
         raise RanknasError(f"{where}: 'name' must be a column name")
     if isinstance(cardinality, bool) or not isinstance(cardinality, int) or cardinality < 1:
         raise RanknasError(f"{where} ({name}): 'cardinality' must be an integer >= 1")
+    if isinstance(entry, dict):  # the reader's fields: unused by a model, still checked
+        min_count = entry.get("min_count")
+        check_encoding(1 if min_count is None else min_count, entry.get("hash_size"),
+                       f"{where} ({name})")  # fmt: skip
     return CategoricalFeature(name, cardinality, multi_valued, pooling)
+
+
+def check_encoding(min_count: int, hash_size: int | None, source: str) -> None:
+    """Raise a `RanknasError` for a `min_count` below 1 or a `hash_size` below 2."""
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+        raise RanknasError(f"{source}: min_count must be an integer >= 1 (got {min_count!r})")
+    if hash_size is not None and (
+        isinstance(hash_size, bool) or not isinstance(hash_size, int) or hash_size < 2
+    ):
+        raise RanknasError(f"{source}: hash_size must be an integer >= 2 (got {hash_size!r})")
 
 
 def parse_multi_valued(entry: dict[str, Any], where: str, fields: set[str]) -> tuple[bool, str]:
     """`multi_valued` and `pooling` of a categorical entry whose other keys are `fields`."""
     allowed = fields | {"multi_valued", "pooling"}
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(set(entry) - allowed, key=str)  # YAML keys may be numbers
     if unknown:
         raise RanknasError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
     multi_valued = entry.get("multi_valued", False)

@@ -73,6 +73,31 @@ def _binary_study(tmp_path) -> list[str]:
     return ["search", str(path)]
 
 
+def _write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _dead_block(tmp_path) -> list[str]:
+    """A block that does not feed the output was not checked at all."""
+    arch = {"name": "dead", "embedding": {"dim": 8}, "output": "b1", "blocks": [
+        {"name": "b0", "op": "attention", "inputs": ["dense"], "params": {"num_heads": 0}},
+        {"name": "b1", "op": "concat", "inputs": ["dense"], "params": {}},
+    ]}  # fmt: skip
+    return ["arch", "show", _write(tmp_path, "dead.json", json.dumps(arch))]
+
+
+def _schema(tmp_path, text: str) -> list[str]:
+    return ["arch", "show", "dlrm", "--schema", _write(tmp_path, "schema.yaml", text)]
+
+
+def _tables(tmp_path, entry: str) -> list[str]:
+    text = f"tables:\n  - {{name: a, num_embeddings: 10, embedding_dim: 8, {entry}}}\n"
+    return ["shard", "plan", _write(tmp_path, "tables.yaml", text), "--devices", "2",
+            "--method", "random"]  # fmt: skip
+
+
 CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
     "true as the number of trials (read as 1)": (
@@ -167,6 +192,75 @@ CASES = {
         lambda p: ["mlflow", "up", "--data-dir", _study(p)],
         "bad.yaml: cannot make it the server's directory (File exists); give a directory",
     ),
+    "a negative choice in a Wukong space (trial 0 trained, then the study died)": (
+        lambda p: ["search", _study(p, search_space={"type": "wukong", "num_fm": [-4, 8]})],
+        "bad.yaml: search_space.num_fm: -4 is out of range: must be in [1, 1024] (wukong num_fm)",
+    ),
+    "a DHEN hidden width of 0 (found by the fuzzer)": (
+        lambda p: ["search", _study(p, search_space={"type": "dhen", "hidden": [1, 0]})],
+        "search_space.hidden: 0 is out of range: must be in [1, 65536] (dhen hidden)",
+    ),
+    "a DAG width that a cross block cannot take as its rank": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "widths": [5000]})],
+        "search_space.widths: 5000 is out of range: must be in [0, 4096] (cross low_rank)",
+    ),
+    "a DAG count beyond an efc block's": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "counts": [5000]})],
+        "search_space.counts: 5000 is out of range: must be in [1, 4096] (efc num_out)",
+    ),
+    "true as a space's number of blocks (read as 1)": (
+        lambda p: ["search", _study(p, search_space={"type": "dag", "num_blocks": True})],
+        "search_space.num_blocks: true is not a number",
+    ),
+    "an infinite time per trial": (
+        lambda p: ["search", _study(p, budget={"trial_seconds": float("inf")})],
+        "budget.trial_seconds: Input should be a finite number",
+    ),
+    "an unknown space type": (
+        lambda p: ["search", _study(p, search_space={"type": "tree"})],
+        "search_space: type: use one of dag, wukong, dhen, around",
+    ),
+    "a sharding plan for a million devices (ran out of memory)": (
+        lambda p: ["shard", "plan", "dlrm", "--devices", "1000000", "--method", "size_greedy"],
+        "--devices must be in [1, 16,384] (2,048 hosts of 8), got 1,000,000",
+    ),
+    "a study that plans sharding on a million devices": (
+        lambda p: ["search", _study(p, sharding={"devices": 1_000_000})],
+        "sharding.devices: Input should be less than or equal to 16384",
+    ),
+    "one hash bucket in a schema (hashing needs two: missing and the rest)": (
+        lambda p: _schema(
+            p, "label: y\ndense: [a]\ncategorical: [{name: shop, cardinality: 9, hash_size: 1}]\n"
+        ),
+        "schema.yaml: categorical[0] (shop): hash_size must be an integer >= 2 (got 1)",
+    ),
+    "a DAG width of 0 that no op of the space reads (found by the fuzzer)": (
+        lambda p: [
+            "search",
+            _study(p, search_space={"type": "dag", "ops": ["efc", "fm"], "widths": [1, 0]}),
+        ],
+        "search_space.widths: 0 is out of range: must be in [1, 65536] (mlp widths)",
+    ),
+    "categorical: true in a schema (a TypeError traceback; found by the fuzzer)": (
+        lambda p: _schema(p, "label: y\ndense: [a]\ncategorical: true\n"),
+        "schema.yaml: 'categorical' must be a list",
+    ),
+    "a block that does not feed the output, out of range (found by the fuzzer)": (
+        _dead_block,
+        "dead.json: block 'b0' (op attention): params.num_heads 0 is out of range",
+    ),
+    "a list as a table's dtype (a TypeError traceback; found by the fuzzer)": (
+        lambda p: _tables(p, "dtype: [fp32]"),
+        "tables.yaml: tables[0] (a): 'dtype' is ['fp32']; use one of fp32, fp16",
+    ),
+    "a number as an unknown key of a table (a TypeError traceback)": (
+        lambda p: _tables(p, "1: 2, zz: 3"),
+        "tables.yaml: tables[0] (a): unknown field(s) [1, 'zz']",
+    ),
+    "a number as an unknown key of a schema (a TypeError traceback)": (
+        lambda p: _schema(p, "label: y\ndense: [a]\n1: 2\nzz: 3\n"),
+        "schema.yaml: unknown field(s) [1, 'zz']",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
@@ -202,6 +296,14 @@ ARGUMENT_CASES = {
         ["arch", "show", "dlrm", "--diagram", "/proc/ranknas/graph.png"],
         "--diagram: cannot write /proc/ranknas/graph.png",
     ),
+    "a run's size in both examples and epochs (a study refuses both)": (
+        ["train", "--arch", "dlrm", "--examples", "2000", "--epochs", "1"],
+        "argument --epochs: not allowed with argument --examples",
+    ),
+    "one hash bucket for streamed data": (
+        ["train", "--arch", "dlrm", "--stream", "--hash-size", "1"],
+        "argument --hash-size: must be at least 2, got 1",
+    ),
     "a file where the export directory goes": (
         lambda p: ["export", "x", "--out", str(p / "x.yaml")],
         "x.yaml is a file, not a directory",
@@ -220,3 +322,25 @@ def test_a_wrong_option_is_refused_before_any_work(case, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "error: argument" in err and expected in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "handler", "resumes"),
+    [
+        (["train", "--arch", "dlrm"], "cmd_train", False),
+        (["search", "x.yaml"], "cmd_search", True),
+        (["reevaluate", "x.yaml"], "cmd_reevaluate", True),
+    ],
+)
+def test_ctrl_c_offers_to_resume_only_what_resumes(args, handler, resumes, monkeypatch, capsys):
+    """`train` keeps nothing of an interrupted run: it said "run the same command again to
+    resume" all the same."""
+
+    def interrupted(_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"nas.commands.{handler}", interrupted)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err
+    assert ("run the same command again to resume" in err) == resumes, err

@@ -201,7 +201,7 @@ def test_spaces_load_from_yaml(tmp_path, small_schema):
             "search_space.num_blocks: Input should be",
         ),
         ("search_space:\n  type: dag\n  ops: [mlp, conv2d]\n", "unknown op(s) ['conv2d']"),
-        ("search_space:\n  type: tree\n", "does not match any of the expected tags"),
+        ("search_space:\n  type: tree\n", "search_space: type: use one of dag, wukong, dhen"),
         ("search_space:\n  num_blocks: 3\n", "search_space.type: missing"),
         ("search_space:\n  type: dhen\n  modules: [dot, fft]\n", "unknown module(s) ['fft']"),
         ("search_space:\n  type: wukong\n  depth: 3\n", "search_space.depth: Extra inputs"),

@@ -21,7 +21,7 @@ from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
 from cost_models.sharding.measured import measured_plan_ms
-from cost_models.sharding.methods import FALLBACK
+from cost_models.sharding.methods import FALLBACK, MAX_DEVICES
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
 from cost_models.sharding.sharders.base import check_capacity
@@ -32,8 +32,9 @@ from search_space.errors import RanknasError
 
 
 def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
-    if args.devices < 1:
-        raise RanknasError(f"--devices must be at least 1, got {args.devices}")
+    if not 1 <= args.devices <= MAX_DEVICES:
+        raise RanknasError(f"--devices must be in [1, {MAX_DEVICES:,}] (2,048 hosts of 8), "
+                           f"got {args.devices:,}")  # fmt: skip
     if args.memory_gb is not None and not args.memory_gb > 0:
         raise RanknasError(f"--memory-gb must be positive, got {args.memory_gb}")
     memory_gb = args.memory_gb or Topology(1).memory_bytes / GIB  # torchrec's HBM_CAP

@@ -262,7 +262,7 @@ def _parse_table(entry: Any, where: str) -> TableSpec:
     if not isinstance(name, str) or not name:
         raise RanknasError(f"{where}: 'name' must be a non-empty string")
     where = f"{where} ({name})"
-    unknown = sorted(set(entry) - set(_FIELDS))
+    unknown = sorted(set(entry) - set(_FIELDS), key=str)  # YAML keys may be numbers
     if unknown:
         raise RanknasError(f"{where}: unknown field(s) {unknown}; allowed: {', '.join(_FIELDS)}")
     spec = TableSpec(
@@ -273,7 +273,7 @@ def _parse_table(entry: Any, where: str) -> TableSpec:
         zipf_alpha=_positive(entry, "zipf_alpha", where, DEFAULT_ZIPF),
     )
     dtype = entry.get("dtype", "fp32")
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise RanknasError(f"{where}: 'dtype' is {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
     histogram = entry.get("reuse_histogram")
     if histogram is not None:

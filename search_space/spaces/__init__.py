@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from search_space.errors import SpecError
 from search_space.files import read_data_file
@@ -30,8 +30,24 @@ SPACES: dict[str, type[SearchSpace]] = {
     "dhen": DhenSpace,
     "around": AroundSpace,
 }
+
+
+def _space_type(value: Any) -> Any:
+    return value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+
+
+# A callable discriminator: a field discriminator refuses the sections' before-validators
+# (`Section`), which run on every field, `type` included.
 AnySpaceConfig = Annotated[
-    DagConfig | WukongConfig | DhenConfig | AroundConfig, Field(discriminator="type")
+    Annotated[DagConfig, Tag("dag")]
+    | Annotated[WukongConfig, Tag("wukong")]
+    | Annotated[DhenConfig, Tag("dhen")]
+    | Annotated[AroundConfig, Tag("around")],
+    Discriminator(
+        _space_type,
+        custom_error_type="space_type",
+        custom_error_message=f"type: use one of {', '.join(SPACES)}",
+    ),
 ]
 _CONFIG = TypeAdapter(AnySpaceConfig)
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from search_space.architecture import Architecture, BlockSpec
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
 from search_space.shapes import Sparse
-from search_space.spaces.base import Categorical, Parameter, SearchSpace, SpaceConfig
+from search_space.spaces.base import Categorical, Parameter, SearchSpace, SpaceConfig, within
 
 DAG_OPS = ("mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen")
 NONE = "none"
+# the block parameter a block's `width` becomes, by op (`DagSpace._params`)
+WIDTH_PARAMS = {"mlp": "widths", "sum": "width", "cross": "low_rank"}
 
 
 def block_name(i: int) -> str:
@@ -60,12 +62,18 @@ class DagConfig(SpaceConfig):
             raise ValueError(f"unknown op(s) {unknown}; the DAG space offers {list(DAG_OPS)}")
         return ops
 
-    @field_validator("widths", "counts")
+    @field_validator("widths")
     @classmethod
-    def _sizes(cls, sizes: list[int]) -> list[int]:
-        if any(s < 1 or s > 65536 for s in sizes):
-            raise ValueError("every size must be in [1, 65536]")
-        return sizes
+    def _widths(cls, widths: list[int], info: ValidationInfo) -> list[int]:
+        # every width is at least an mlp's; all ops' ranges when `ops` is itself refused
+        ops = {"mlp", *(info.data.get("ops") or DAG_OPS)}
+        return within(widths, {f"{op} {name}": OPS[op].PARAMS[name]
+                               for op, name in WIDTH_PARAMS.items() if op in ops})  # fmt: skip
+
+    @field_validator("counts")
+    @classmethod
+    def _counts(cls, counts: list[int]) -> list[int]:
+        return within(counts, {"efc num_out": OPS["efc"].PARAMS["num_out"]})
 
 
 class DagSpace(SearchSpace):

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from search_space.blocks import DHEN_MODULES
-from search_space.spaces.base import Categorical, Parameter
+from search_space.blocks import DHEN_MODULES, OPS
+from search_space.spaces.base import Categorical, Parameter, within
 from search_space.spaces.stack import StackConfig, StackSpace
 
 AGGREGATIONS = ("sum", "weighted_sum", "concat")
@@ -32,6 +32,11 @@ class DhenConfig(StackConfig):
         if unknown:
             raise ValueError(f"unknown module(s) {unknown}; DHEN offers {list(DHEN_MODULES)}")
         return modules
+
+    @field_validator("hidden")
+    @classmethod
+    def _hidden(cls, hidden: list[int]) -> list[int]:
+        return within(hidden, {"dhen hidden": OPS["dhen"].PARAMS["hidden"]})
 
     @field_validator("aggregations")
     @classmethod

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from search_space.spaces.base import Categorical, Integer, Parameter
+from search_space.blocks import OPS
+from search_space.spaces.base import Categorical, Integer, Parameter, within
 from search_space.spaces.stack import StackConfig, StackSpace
 
 
@@ -22,6 +23,12 @@ class WukongConfig(StackConfig):
     rank: list[int] = Field(default=[8, 16, 24], min_length=1)
     max_fmb_depth: int = Field(default=2, ge=1, le=8)
     fmb_width: list[int] = Field(default=[32, 64, 128], min_length=1)
+
+    @field_validator("num_fm", "num_lc", "rank", "fmb_width")
+    @classmethod
+    def _sizes(cls, sizes: list[int], info: ValidationInfo) -> list[int]:
+        name = "fmb_widths" if info.field_name == "fmb_width" else info.field_name
+        return within(sizes, {f"wukong {name}": OPS["wukong"].PARAMS[name]})
 
 
 class WukongSpace(StackSpace):

@@ -25,10 +25,10 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from search_space.errors import RanknasError
-from search_space.schema import CategoricalFeature, DatasetSchema
+from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.dataset import TabularData
-from trainers.data.encoding import check_encoding, frequency_ids, hashed_ids
+from trainers.data.encoding import frequency_ids, hashed_ids
 from trainers.data.report import BadRowLimits, BadRowReport
 
 logger = logging.getLogger(__name__)

@@ -13,20 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from search_space.errors import RanknasError
 from search_space.preprocessing import MISSING_ID, OOV_ID
 
 RARE_ID = OOV_ID  # a value seen fewer than min_count times: out of vocabulary
-
-
-def check_encoding(min_count: int, hash_size: int | None, source: str) -> None:
-    """Raise a `RanknasError` for a `min_count` below 1 or a `hash_size` below 2."""
-    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-        raise RanknasError(f"{source}: min_count must be an integer >= 1 (got {min_count!r})")
-    if hash_size is not None and (
-        isinstance(hash_size, bool) or not isinstance(hash_size, int) or hash_size < 2
-    ):
-        raise RanknasError(f"{source}: hash_size must be an integer >= 2 (got {hash_size!r})")
 
 
 def frequency_ids(codes: np.ndarray, min_count: int) -> tuple[np.ndarray, int]:

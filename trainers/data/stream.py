@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from search_space.errors import RanknasError
-from search_space.schema import CategoricalFeature, DatasetSchema
+from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.dataset import (
     Batch,
     BatchLoader,
@@ -53,7 +53,6 @@ from trainers.data.dataset import (
     check_batch_size,
     split_bounds,
 )
-from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import (
     FIRST_ID,
     apply_dense,

@@ -46,6 +46,7 @@ from search_space.schema import (
     READER_FIELDS,
     CategoricalFeature,
     DatasetSchema,
+    check_encoding,
     parse_multi_valued,
 )
 from trainers.data.compressed import (
@@ -55,7 +56,6 @@ from trainers.data.compressed import (
     open_data,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
-from trainers.data.encoding import check_encoding
 from trainers.data.preprocess import column_ids, column_vocabulary
 from trainers.data.report import BadRowLimits, BadRowReport
 
