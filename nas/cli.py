@@ -477,6 +477,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not _storage_failure(exc):
+            raise
+        cause = " ".join(str(exc.__cause__ or exc).split())[:200]
+        print(f"error: the study's storage failed to record ({cause}); is its disk full or "
+              "its server down? Free space or restart it, then run the same command again "
+              "to resume", file=sys.stderr)  # fmt: skip
+        return 2
     except KeyboardInterrupt:
         print(f"\n{interrupted(args)}", file=sys.stderr)
         return 130
@@ -485,6 +493,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     finally:
         progress.configure(enabled=False)  # for callers that go on (tests)
+
+
+def _storage_failure(exc: Exception) -> bool:
+    """Whether the study's database refused a write mid-run (Optuna's StorageInternalError;
+    looked up only if optuna was imported, which it was if it raised)."""
+    errors = sys.modules.get("optuna.exceptions")
+    return errors is not None and isinstance(exc, errors.StorageInternalError)
 
 
 def interrupted(args: argparse.Namespace) -> str:

@@ -240,6 +240,13 @@ def _is_error(trial: FrozenTrial) -> bool:
     return failed and TrialAttr.REUSED_FROM not in attrs  # a repeat failed once, as its original
 
 
+def _last_failure(trials: list[FrozenTrial]) -> str:
+    """The latest counted failure's reason, in one line (out of memory, a full disk...)."""
+    reason = next(t.user_attrs[TrialAttr.FAILURE_REASON] for t in reversed(trials) if _is_error(t))
+    line = " ".join(reason.split())
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
 def _next_trial(
     study: optuna.Study, storage: RDBStorage, config: StudyConfig, space: SearchSpace
 ) -> Trial | None:
@@ -265,8 +272,9 @@ def _next_trial(
             if failed >= limit:
                 raise RanknasError(
                     f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
-                    f"{limit}); see why with `ranknas leaderboard {config.name} --all`, then "
-                    "fix the config, or raise budget.max_failures to go on"
+                    f"{limit}), last: {_last_failure(trials)}; see all with `ranknas "
+                    f"leaderboard {config.name} --all`, then fix the config, or raise "
+                    "budget.max_failures to go on"
                 )
             if done + running < config.budget.trials:
                 # A Ctrl-C or kill inside `ask` would leave its trial RUNNING (failed as

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 
@@ -210,3 +211,20 @@ def test_reading_a_study_back_imports_neither_torch_nor_torchrec(command, tmp_pa
     code, torch_loaded, torchrec_loaded = result.stdout.split("\n")[-2].split()
     assert code == ("2" if command == "export" else "0"), result.stderr
     assert (torch_loaded, torchrec_loaded) == ("False", "False"), command
+
+
+def test_a_storage_that_fails_mid_run_is_one_error_line(monkeypatch, tmp_path, capsys):
+    """A full disk or a database gone mid-run (Optuna's StorageInternalError, three chained
+    exceptions deep) says what to do in one line, exit 2."""
+    import optuna
+
+    from nas import leaderboard
+    from study_helpers import recorded_study
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    recorded_study(storage, [(0.9, 1.0)], name="full")
+    failure = optuna.exceptions.StorageInternalError("An exception is raised during the commit.")
+    monkeypatch.setattr(leaderboard, "status", mock.Mock(side_effect=failure))
+    assert main(["status", "full", "--storage", storage]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is its disk full" in err and "Traceback" not in err

@@ -417,7 +417,10 @@ def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_f
 ):
     config = tiny_config(tmp_path, "weak", budget={"trials": 1, "epochs_per_trial": 0.05,
                                                   "max_failures": 1})  # fmt: skip
-    with pytest.raises(RanknasError, match="1 trials failed"):
+    with pytest.raises(
+        RanknasError,
+        match=r"1 trials failed \(budget.max_failures is 1\), last: diverged: validation NE",
+    ):
         run_study(parse_config(config), progress=print)
     study = load_study("weak", config["storage"])
     (trial,) = study.trials
