@@ -129,6 +129,10 @@ CASES = {
     "--trials -1": (lambda p: ["search", _study(p), "--trials", "-1"], "--trials must be"),
     "--trials 0": (lambda p: ["search", _study(p), "--trials", "0"], "--trials must be"),
     "--top 0": (lambda p: ["leaderboard", "any", "--top", "0"], "--top must be at least 1"),
+    "a dense column blank in every row": (
+        lambda p: _csv(p, [f"{i % 2},,s{i % 3}" for i in range(50)]),
+        "dense column 'price' is blank in every row",
+    ),
     "labels of one class": (
         lambda p: _csv(p, [f"1,{i}.5,s{i % 3}" for i in range(50)]),
         "every row's label (y) is 1",

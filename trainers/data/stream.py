@@ -397,6 +397,10 @@ def fit_encoder(
     if rows == 0:
         raise RanknasError(f"{source.name}: no training rows (the training split is empty)")
     for stats in dense:
+        if not stats.count:
+            raise RanknasError(f"{source.name}: dense column {stats.column!r} is blank in every "
+                               "training row: there is no value to learn from or to fill it "
+                               "with; drop it from the schema's dense columns")  # fmt: skip
         if stats.blanks:
             logger.warning("%s: %d blank value(s) in dense column %r of the training rows: "
                            "filled with the training mean", source.name, stats.blanks,

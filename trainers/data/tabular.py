@@ -563,6 +563,10 @@ def _convert(
         with np.errstate(invalid="ignore"):
             huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
         report.add(f"dense value beyond float32 ({name})", numbers[huge])
+        if warn_blanks and missing.all() and len(frame):  # a whole file (a chunk: the fit)
+            raise RanknasError(f"{report.source}: dense column {name!r} is blank in every row: "
+                               "there is no value to learn from or to fill it with; drop it "
+                               "from the schema's dense columns")  # fmt: skip
         if warn_blanks and missing.any():
             logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d): filled "
                            "with the training mean", report.source, int(missing.sum()), name,
