@@ -471,6 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     library_logs(args.verbose)
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
+    if getattr(args, "one_worker", False):
+        # the launcher stops its workers with SIGINT, also when it was itself started with
+        # SIGINT ignored (a shell's background job, which its children inherit)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
         return args.handler(args)

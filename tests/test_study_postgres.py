@@ -71,7 +71,11 @@ def _check_distinct_and_exact(study, trials: int) -> None:
 def test_two_workers_finish_exactly_n_trials_with_no_duplicate(tmp_path):
     name = f"pg-{uuid.uuid4().hex[:8]}"
     trials = 6
-    config = tiny_config(tmp_path, name, budget={"trials": trials}, storage=URL,
+    # trials of a few seconds each: the joining worker starts (imports, data) while the
+    # first one still has trials to claim, also on a loaded machine
+    config = tiny_config(tmp_path, name, budget={"trials": trials, "epochs_per_trial": 2},
+                         storage=URL, data={"rows": 24_000},
+                         training={"batch_size": 32, "evals": 2},
                          searcher={"type": "tpe", "startup_trials": 2})  # fmt: skip
     path = write_config(tmp_path, config)
     workers = _search_then_worker(path, name)
