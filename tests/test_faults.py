@@ -102,7 +102,8 @@ sys.exit(main(["search", sys.argv[1]]))
 """
 
 
-@pytest.mark.parametrize("original", ["PRUNED", "FAIL"])
+# about 70 s each: the pruned original in `make test`, the diverged one in `make test-all`
+@pytest.mark.parametrize("original", ["PRUNED", pytest.param("FAIL", marks=pytest.mark.slow)])
 def test_a_study_killed_while_telling_a_repeat_resumes_under_pruning(original, tmp_path, server):
     """Repeats of a pruned and of a diverged trial under median pruning: the process dies
     inside a repeat's `tell`; the resume fails that trial, draws its architecture again (a
