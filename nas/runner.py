@@ -287,10 +287,26 @@ def _next_trial(
                     if trial is not None:  # asked, not yet the caller's: set aside as the loop does
                         trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
                         study.tell(trial, state=TrialState.FAIL)
-                        study.enqueue_trial(trial.params)  # retried on resume
+                        retry_first(study, trial.params)  # retried on resume
                     raise
                 return trial
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+
+
+def retry_first(study: optuna.Study, params: dict[str, Any]) -> None:
+    """Queue an interrupted trial's `params` ahead of the starting points still waiting
+    (Optuna pops the oldest waiting trial first; a small budget could end before reaching
+    a retry queued last): they take the oldest waiting trial, whose own params are queued
+    again at the end. Call it holding the study lock, so no worker pops that trial between
+    the read and the write."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if not waiting:
+        study.enqueue_trial(params)
+        return
+    first = waiting[0]
+    moved = first.system_attrs.get("fixed_params", first.params)
+    study._storage.set_trial_system_attr(first._trial_id, "fixed_params", params)
+    study.enqueue_trial(moved)
 
 
 @contextmanager
@@ -391,7 +407,8 @@ def _run_study(
                     )
             except KeyboardInterrupt:
                 _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
-                study.enqueue_trial(trial.params)  # the next run retries this architecture
+                with study_lock(config.storage, config.name):  # no worker pops the queue now
+                    retry_first(study, trial.params)  # the next run retries this architecture
                 raise
             except RanknasError:
                 _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)

@@ -690,3 +690,24 @@ def test_a_study_left_by_a_failed_start_resumes_once_the_config_is_fixed(tmp_pat
     study = load_study("left", config["storage"])
     assert len(study.directions) == 1 and len(counted(study)) == 1
     assert study.user_attrs["kept"] == 1
+
+
+def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued(tmp_path):
+    """Optuna pops the oldest waiting trial first: a retry queued last waited behind the
+    starting points, and a 3-trial budget ended before it."""
+    from nas.runner import retry_first
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'q.db'}")
+    x = optuna.distributions.IntDistribution(0, 9)
+    for start in (1, 2, 3):
+        study.enqueue_trial({"x": start})
+    retry_first(study, {"x": 7})
+    asked = []
+    for _ in range(4):
+        trial = study.ask({"x": x})
+        asked.append(trial.params["x"])
+        study.tell(trial, 0.0)
+    assert asked == [7, 2, 3, 1]  # the retry first; every starting point still runs
+    fresh = optuna.create_study()
+    retry_first(fresh, {"x": 5})  # nothing waiting: queued as usual
+    assert fresh.ask({"x": x}).params == {"x": 5}
