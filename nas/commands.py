@@ -88,7 +88,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     extra = (["--trials", str(config.budget.trials)] if args.trials else []) + (
         ["--no-mlflow"] if args.no_mlflow else []
     )
-    code = launch.launch(args.config, config, count, extra)
+    code = launch.launch(args.config, config, count, gpus, extra)
     if code == 130:
         raise KeyboardInterrupt
     if code != 0:

@@ -10,7 +10,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cost_models.sharding.methods import MAX_DEVICES
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
@@ -285,18 +292,12 @@ class TrainingSearchConfig(_Section):
     )  # fmt: skip
     grid: int = Field(default=7, ge=1, le=50, description="points in each log range")
 
-    @field_validator("weight_decay")
+    @field_validator("weight_decay", "batch_size")
     @classmethod
-    def _decays(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and any(v < 0 for v in value):
-            raise ValueError("every weight decay must be >= 0")
-        return value
-
-    @field_validator("batch_size")
-    @classmethod
-    def _batches(cls, value: list[int] | None) -> list[int] | None:
-        if value is not None and any(v < 1 for v in value):
-            raise ValueError("every batch size must be >= 1")
+    def _choices(cls, value: list | None, info: ValidationInfo) -> list | None:
+        least = 1 if info.field_name == "batch_size" else 0
+        if value is not None and any(v < least for v in value):
+            raise ValueError(f"every {info.field_name.replace('_', ' ')} must be >= {least}")
         return value
 
     @model_validator(mode="after")

@@ -70,10 +70,11 @@ def placements(count: int, device: str, gpus: list[str], cores: int) -> list[Pla
     return [Placement(gpus[i % len(gpus)] if spread else None, threads) for i in range(count)]
 
 
-def launch(config_path: str, config: StudyConfig, count: int, extra_args: list[str]) -> int:
-    """Run `count` workers on the study of `config` until they all end; their exit status
-    (130 when interrupted, the first failure's otherwise)."""
-    gpus = visible_gpus() if config.training.device != "cpu" else []
+def launch(
+    config_path: str, config: StudyConfig, count: int, gpus: list[str], extra_args: list[str]
+) -> int:
+    """Run `count` workers on the study of `config`, over `gpus` (`visible_gpus`), until
+    they all end; their exit status (130 when interrupted, the first failure's otherwise)."""
     places = placements(count, config.training.device, gpus, os.cpu_count() or 1)
     logs = config.study_dir / "workers"
     try:
@@ -113,10 +114,12 @@ def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
     from nas.runner import counted_trials
 
     seen: set[int] = set()
+    study = None  # opened once the first worker has created it
     with bars.bar(config.budget.trials, f"study {config.name}", "trials", lines=False) as bar:
         while True:
             running = any(w.poll() is None for w in workers)
-            trials = _trials(config)
+            study = study or _opened(config)
+            trials = study.get_trials(deepcopy=False) if study is not None else []
             for trial in trials:
                 if trial.number not in seen and trial.state.is_finished():
                     seen.add(trial.number)
@@ -128,14 +131,14 @@ def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
             time.sleep(POLL_SECONDS)
 
 
-def _trials(config: StudyConfig) -> list:
-    """The study's trials; none while the first worker is still creating it."""
+def _opened(config: StudyConfig):
+    """The study; None while the first worker is still creating it."""
     from nas.storage import load_study
 
     try:
-        return load_study(config.name, config.storage).get_trials(deepcopy=False)
+        return load_study(config.name, config.storage)
     except RanknasError:
-        return []
+        return None
 
 
 def _line(trial) -> str:
