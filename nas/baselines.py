@@ -24,6 +24,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.config import StudyConfig
+from nas.diagram import diagram_png
 from nas.protocol import (
     StudyData,
     architecture_costs,
@@ -34,6 +35,7 @@ from nas.protocol import (
 from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
 from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
+    DIAGRAM_FILE,
     METRIC_ATTRS,
     RECORD_PREFIX,
     architecture_params,
@@ -151,7 +153,7 @@ def _train_one(
     if result.failure_reason:
         attrs["failure_reason"] = result.failure_reason
     tags = {"baseline": key, "digest": attrs["digest"], "worker": worker}
-    artifacts = {"architecture.json": arch.to_json()}
+    artifacts = {"architecture.json": arch.to_json(), DIAGRAM_FILE: diagram_png(arch)}
     described = summary_name(arch, costs.mflops)
     params = architecture_params(arch) | {"architecture": described}
     params |= {f"recipe.{k}": v for k, v in (recipe or {}).items()}
