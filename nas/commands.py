@@ -61,9 +61,9 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     print()
     print(leaderboard.format_table(table[:10]))
     print_comparison(study)
+    if summarize and table:
+        summarize_study(logger, study, table)
     if logger is not None:
-        if summarize and table:
-            log_summary(logger, study, table)
         flush(logger, config)
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
           "--out winner/")  # fmt: skip
@@ -130,6 +130,19 @@ def flush(logger, config) -> None:
             "they are delivered by the next run of this study",
             file=sys.stderr,
         )
+
+
+def summarize_study(logger, study, table) -> None:
+    """The study's summary where its users look: the note atop its optuna-dashboard page
+    (the leaderboard, the best trial and the verdict; the dashboard's own "Best Trial" panel
+    knows only the single runs' values) and, with MLflow, the parent run (`log_summary`)."""
+    from optuna_dashboard import save_note
+
+    from nas import leaderboard
+
+    save_note(study, leaderboard.markdown(study, table))
+    if logger is not None:
+        log_summary(logger, study, table)
 
 
 def log_summary(logger, study, table) -> None:
@@ -318,19 +331,19 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
           "trial")  # fmt: skip
     train_baselines(study, config, args.baselines, data, logger, bars.write)
     print_comparison(study)
-    if logger is not None:
-        from nas import leaderboard
+    from nas import leaderboard
 
-        table = leaderboard.rows(study)
-        if table:
-            log_summary(logger, study, table)
+    table = leaderboard.rows(study)
+    if table:
+        summarize_study(logger, study, table)
+    if logger is not None:
         flush(logger, config)
     return 0
 
 
 def log_reevaluation(logger, study, table: list[dict]) -> None:
-    """Each retrained trial's mean and spread on its nested run; the table on the study's
-    parent run, whose summary (best trial, verdict) then moves to the seed means."""
+    """Each retrained trial's mean and spread on its nested run, the table on the study's
+    parent run (whose summary, `summarize_study`, then moves to the seed means)."""
     from nas import leaderboard
 
     study_name = study.study_name
@@ -347,7 +360,6 @@ def log_reevaluation(logger, study, table: list[dict]) -> None:
         else:
             logger.log_trial(row["trial"], metrics=metrics, status=None)
     logger.log_study_summary(artifacts={"reevaluation.csv": leaderboard.to_csv(table)})
-    log_summary(logger, study, leaderboard.rows(study))
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
@@ -369,6 +381,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     logger = _logger(config)
     if logger is not None:
         log_reevaluation(logger, study, table)
+    summarize_study(logger, study, leaderboard.rows(study))
+    if logger is not None:
         flush(logger, config)
     print_comparison(study)
     best = leaderboard.study_best(study)

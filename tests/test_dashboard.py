@@ -1,4 +1,4 @@
-"""`ranknas dashboard` serves optuna-dashboard on a study's storage, with its metric names."""
+"""`ranknas dashboard` serves optuna-dashboard on a study's storage, with its metric names and\nthe note that names the study's best trial."""
 
 import json
 import socket
@@ -7,7 +7,9 @@ import sys
 import time
 import urllib.request
 
+from nas.commands import summarize_study
 from nas.config import parse_config
+from nas.leaderboard import describe_best, rows, study_best
 from nas.runner import run_study
 from study_helpers import tiny_config, write_config
 
@@ -20,7 +22,8 @@ def _free_port() -> int:
 
 def test_the_dashboard_serves_the_study(tmp_path):
     config = tiny_config(tmp_path, "shown", budget={"trials": 2})
-    run_study(parse_config(config), progress=lambda line: None)
+    study = run_study(parse_config(config), progress=lambda line: None)
+    summarize_study(None, study, rows(study))  # without MLflow too
     port = _free_port()
     command = [sys.executable, "-m", "nas.cli", "dashboard", str(write_config(tmp_path, config)),
                "--port", str(port)]  # fmt: skip
@@ -35,11 +38,13 @@ def test_the_dashboard_serves_the_study(tmp_path):
             except OSError:
                 time.sleep(0.5)
         assert studies is not None, "the dashboard did not answer"
-        (study,) = [s for s in studies if s["study_name"] == "shown"]
-        url = f"http://127.0.0.1:{port}/api/studies/{study['study_id']}"
+        (summary,) = [s for s in studies if s["study_name"] == "shown"]
+        url = f"http://127.0.0.1:{port}/api/studies/{summary['study_id']}"
         with urllib.request.urlopen(url) as response:
             detail = json.load(response)
         assert detail["objective_names"] == ["ne"] and len(detail["trials"]) == 2
+        # the study page opens on the note that names the study's one best trial
+        assert f"**Best: {describe_best(study_best(study))}**" in detail["note"]["body"]
     finally:
         server.kill()
         server.wait(timeout=30)
