@@ -1,4 +1,5 @@
-"""`ranknas dashboard` serves optuna-dashboard on a study's storage, with its metric names and\nthe note that names the study's best trial."""
+"""`ranknas dashboard` serves optuna-dashboard on a study's storage, with its metric names and
+the note that names the study's best trial."""
 
 import json
 import socket
