@@ -84,9 +84,14 @@ class RankingModel(nn.Module):
         )
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        return self.interact(dense, self.embed(sparse) if self.feature_names else None)
+
+    def interact(self, dense: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+        """The dense part: the blocks and the head on the dense features and the pooled
+        embeddings (`embed`), as logits `[B]`."""
         outputs: dict[str, torch.Tensor] = {"dense": dense}
-        if self.feature_names:
-            outputs["sparse"] = self.embed(sparse)
+        if pooled is not None:
+            outputs["sparse"] = pooled
         for name in self.order:
             tensors = [(source, outputs[source]) for source in self.inputs[name]]
             merged = merge_inputs(self.block_kinds[name], tensors, self._projection_into(name))

@@ -86,6 +86,39 @@ def measure_latency(
     return Latency(forward_ms, train_ms, batch_size, _device_label(device, threads))
 
 
+def measure_dense_step_ms(
+    arch: Architecture,
+    batch_size: int = 512,
+    device: str | torch.device = "cpu",
+    warmup: int = 3,
+    repeats: int = 15,
+    threads: int = 1,
+) -> float:
+    """Median training step (ms) of `arch`'s dense part alone: its blocks and head, forward
+    and backward, from given pooled embeddings, as a data-parallel device runs it while the
+    embedding lookups are the sharded tables' (the sharding cost model's) part."""
+    device = torch.device(device)
+    with torch_threads(threads):
+        model = build_model(arch, seed=0, device=device)
+        dense, sparse = example_batch(arch, batch_size)
+        dense, sparse = dense.to(device), sparse.to(device)
+        pooled = None
+        if model.feature_names:
+            with torch.no_grad():
+                pooled = model.embed(sparse)
+            pooled.requires_grad_(True)
+        labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))
+        labels = labels.float().to(device)
+
+        def dense_step() -> None:
+            model.zero_grad(set_to_none=True)
+            logits = model.interact(dense, pooled)
+            F.binary_cross_entropy_with_logits(logits, labels).backward()
+
+        model.train()
+        return _median_ms(dense_step, device, warmup, repeats)
+
+
 def _median_ms(run: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> float:
     on_cpu_thread = device.type == "cpu" and torch.get_num_threads() == 1
     clock = time.thread_time if on_cpu_thread else time.perf_counter
