@@ -232,6 +232,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         c = state["mflops_ceiling"]
         print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "
               "trials were above it and not trained")  # fmt: skip
+    if state["step_ms_ceiling"]:
+        c = state["step_ms_ceiling"]
+        print(f"step time ceiling: {c['step_ms']:.3f} ms predicted ({c['of']}'s); skipped "
+              "trials were above it and not trained")  # fmt: skip
     if state["devices"]:
         print("trained on: " + ", ".join(f"{d} {n}" for d, n in state["devices"].items()))
     if state["running"]:
@@ -394,7 +398,14 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.trial_record import WEIGHTS_FILE, StudyAttr, TrialAttr, read_architecture, read_metrics
+    from nas.trial_record import (
+        WEIGHTS_FILE,
+        StudyAttr,
+        TrialAttr,
+        read_architecture,
+        read_metrics,
+        read_step,
+    )
 
     config = _study_config(args)
     study = _study(args, config)
@@ -423,6 +434,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         tracking_uri=tracking_uri,
         provenance=_provenance(study, trial, metrics),
         source_run_id=_trial_run(tracking_uri, study.study_name, trial.number),
+        step=read_step(trial_dir),
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if result.reused_version:

@@ -204,14 +204,22 @@ class SearcherConfig(_Section):
 
 class ObjectiveConfig(_Section):
     metric: Literal["ne", "logloss"] = "ne"
-    cost: Literal["none", "mflops", "params", "latency_ms"] = Field(
-        default="none", description="a second objective to minimize (Pareto front)"
+    cost: Literal["none", "mflops", "params", "latency_ms", "step_ms"] = Field(
+        default="none",
+        description="a second objective to minimize (Pareto front); step_ms: the predicted "
+        "training step on the `sharding:` cluster",
     )
     max_mflops: float | Literal["best_baseline", "base"] | None = Field(
         default=None,
         description="constraint: an architecture above it is skipped without training (not "
         "counted in the budget); best_baseline: the MFLOPs of the study's best baseline; "
         "base: those of the around space's base",
+    )
+    max_step_ms: float | Literal["best_baseline", "base"] | None = Field(
+        default=None,
+        description="constraint: an architecture whose predicted training step on the "
+        "`sharding:` cluster is slower is skipped without training; best_baseline / base: "
+        "that model's step time",
     )
     max_params: int | None = Field(default=None, gt=0, description="constraint (dense params)")
     max_latency_ms: float | None = Field(default=None, gt=0, description="constraint (forward)")
@@ -220,9 +228,9 @@ class ObjectiveConfig(_Section):
         default=None, description="predictor JSON (`ranknas latency fit`); default: measure"
     )
 
-    @field_validator("max_mflops", mode="before")
+    @field_validator("max_mflops", "max_step_ms", mode="before")
     @classmethod
-    def _ceiling(cls, value: Any) -> float | str | None:
+    def _ceiling(cls, value: Any, info: ValidationInfo) -> float | str | None:
         if value is None or value in ("best_baseline", "base"):
             return value
         try:
@@ -230,14 +238,24 @@ class ObjectiveConfig(_Section):
         except (TypeError, ValueError):
             number = 0.0
         if isinstance(value, bool) or not number > 0:
+            unit = "MFLOPs" if info.field_name == "max_mflops" else "ms"
             raise ValueError(
-                f"got {value!r}: use a number of MFLOPs above 0, best_baseline or base"
+                f"got {value!r}: use a number of {unit} above 0, best_baseline or base"
             )
         return number
 
     @property
     def needs_latency(self) -> bool:
         return self.cost == "latency_ms" or bool(self.max_latency_ms or self.latency_model)
+
+    @property
+    def needs_step_time(self) -> bool:
+        return self.cost == "step_ms" or self.max_step_ms is not None
+
+    def ceilings(self) -> dict[str, float | str]:
+        """The constraints that may name a model (best_baseline, base), by cost."""
+        named = {"mflops": self.max_mflops, "step_ms": self.max_step_ms}
+        return {cost: value for cost, value in named.items() if value is not None}
 
 
 class BudgetConfig(_Section):
@@ -381,6 +399,15 @@ class ShardingConfig(_Section):
         "torchrec", "torchrec_cw", "rl",
     ] = "size_lookup_greedy"  # fmt: skip
     model_dir: str = Field(default="runs/sharding/model", description="`ranknas shard train`")
+    hosts: int | None = Field(
+        default=None, ge=1, description="hosts the devices are spread over (default: 8 a host)"
+    )
+
+    @model_validator(mode="after")
+    def _hosts_divide_devices(self) -> ShardingConfig:
+        if self.hosts is not None and (not self.devices or self.devices % self.hosts):
+            raise ValueError(f"hosts: {self.hosts} must divide devices ({self.devices}) evenly")
+        return self
 
 
 class BestBaselineConfig(_Section):
@@ -482,12 +509,18 @@ class StudyConfig(_Section):
                              "data.stream works with the sampling searchers")  # fmt: skip
         if self.searcher.type in ("oneshot", "dnas") and self.search_space.type != "dag":
             raise ValueError(f"searcher {self.searcher.type} needs search_space.type: dag")
-        if self.objectives.max_mflops == "best_baseline" and not self.baselines:
-            raise ValueError("objectives.max_mflops: best_baseline needs `baselines:` to train")
+        for cost, value in self.objectives.ceilings().items():
+            if value == "best_baseline" and not self.baselines:
+                raise ValueError(
+                    f"objectives.max_{cost}: best_baseline needs `baselines:` to train"
+                )
+            if value == "base" and self.search_space.type != "around":
+                raise ValueError(f"objectives.max_{cost}: base needs search_space.type: around")
+        if self.objectives.needs_step_time and not self.sharding.devices:
+            raise ValueError("objectives step_ms / max_step_ms predict the step on a cluster: "
+                             "set sharding.devices (and hosts)")  # fmt: skip
         if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
-        if self.objectives.max_mflops == "base" and self.search_space.type != "around":
-            raise ValueError("objectives.max_mflops: base needs search_space.type: around")
         if self.best_baseline.tune and not self.training.search:
             raise ValueError("best_baseline.tune needs training.search: the hyper-parameters "
                              "to tune the baselines over")  # fmt: skip

@@ -17,13 +17,13 @@ from search_space.errors import RanknasError
 
 # mean_val_ne, seeds: the mean over `reevaluate`'s fresh seeds, on re-evaluated trials
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
-           "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "throughput",
-           "digest", "worker", "recipe", "failure_reason")  # fmt: skip
+           "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "step_ms",
+           "throughput", "digest", "worker", "recipe", "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (a verdict, or
 # two finalists that are then no tie)
 SIGNIFICANCE = 0.05
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
-                    "val_auc", "test_auc", "mflops", "params", "digest", "recipe",
+                    "val_auc", "test_auc", "mflops", "params", "step_ms", "digest", "recipe",
                     "failure_reason")  # fmt: skip
 
 
@@ -81,10 +81,10 @@ def study_best(study: optuna.Study) -> dict[str, Any] | None:
 
     Once `reevaluate` has retrained finalists: the lowest mean validation NE over their
     fresh seeds, unless a finalist within seed noise of it (paired by seed, a paired t-test's
-    p >= `SIGNIFICANCE`: a tie) costs fewer FLOPs; then the cheapest of the tie. Before: the
-    lowest recorded first objective (one run each, or a confirmed trial's seeds). `basis`
-    names which; `lowest` is the trial of the lowest value, `ties` the finalists within seed
-    noise of it."""
+    p >= `SIGNIFICANCE`: a tie) costs less (`cost_key`: the study's cost objective, else
+    MFLOPs); then the cheapest of the tie. Before: the lowest recorded first objective (one
+    run each, or a confirmed trial's seeds). `basis` names which; `lowest` is the trial of
+    the lowest value, `ties` the finalists within seed noise of it."""
     return _choose_best(study, _complete_rows(study))
 
 
@@ -97,7 +97,8 @@ def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[st
         return _best(chosen, "recorded runs", chosen["val_ne"], chosen["test_ne"], chosen, [])
     lowest = min(finalists, key=lambda r: r["mean_val_ne"])
     ties = [r for r in finalists if r is not lowest and _tie(study, lowest, r)]
-    chosen = min([lowest, *ties], key=lambda r: (_cost(r), r["mean_val_ne"]))
+    key = cost_key(study)
+    chosen = min([lowest, *ties], key=lambda r: (_cost(r, key), r["mean_val_ne"]))
     means = _seed_means(study)[str(chosen["trial"])]
     basis = f"seed means over {min(r['seeds'] for r in finalists)} fresh seeds"
     return _best(chosen, basis, means["val_ne"], means["test_ne"], lowest, ties)
@@ -126,8 +127,8 @@ def _tie(study: optuna.Study, a: dict[str, Any], b: dict[str, Any]) -> bool:
     return paired is not None and (paired["p_value"] is None or paired["p_value"] >= SIGNIFICANCE)
 
 
-def _cost(row: dict[str, Any]) -> float:
-    return row["mflops"] if row["mflops"] is not None else math.inf
+def _cost(row: dict[str, Any], key: str) -> float:
+    return row[key] if row.get(key) is not None else math.inf
 
 
 def describe_best(best: dict[str, Any]) -> str:
@@ -156,17 +157,30 @@ def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
     return table
 
 
+COST_UNITS = {"mflops": "MFLOPs", "params": "params", "latency_ms": "ms forward",
+              "step_ms": "ms a step"}  # fmt: skip
+
+
+def cost_key(study: optuna.Study) -> str:
+    """The cost the study trades NE against: its second objective, else MFLOPs."""
+    names = study.user_attrs.get(StudyAttr.OBJECTIVES) or []
+    return names[1] if len(names) > 1 and names[1] in COST_UNITS else "mflops"
+
+
 def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
-    """Complete trials that no other beats on both validation NE and MFLOPs."""
-    points = [r for r in rows(study) if r["val_ne"] is not None and r["mflops"] is not None]
-    front = [p for p in points if not any(_dominates(q, p) for q in points)]
-    return sorted(front, key=lambda r: r["mflops"])
+    """Complete trials that no other beats on both validation NE and the study's cost."""
+    key = cost_key(study)
+    points = [r for r in rows(study) if r["val_ne"] is not None and r.get(key) is not None]
+    front = [p for p in points if not any(_dominates(q, p, key) for q in points)]
+    return sorted(front, key=lambda r: r[key])
 
 
-def _dominates(q: dict[str, Any], p: dict[str, Any]) -> bool:
-    """`q` is no worse than `p` on validation NE and MFLOPs, and better on one."""
-    return (q["val_ne"] <= p["val_ne"] and q["mflops"] <= p["mflops"]
-            and (q["val_ne"], q["mflops"]) != (p["val_ne"], p["mflops"]))  # fmt: skip
+def _dominates(q: dict[str, Any], p: dict[str, Any], key: str = "mflops") -> bool:
+    """`q` is no worse than `p` on validation NE and the cost `key`, and better on one."""
+    if q.get(key) is None or p.get(key) is None:
+        return False
+    return (q["val_ne"] <= p["val_ne"] and q[key] <= p[key]
+            and (q["val_ne"], q[key]) != (p["val_ne"], p[key]))  # fmt: skip
 
 
 def verdict(study: optuna.Study) -> dict[str, Any] | None:
@@ -203,11 +217,17 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     return {
         "basis": basis,
         "paired": paired,
-        "best_trial": {k: best[k] for k in ("trial", "val_ne", "test_ne", "mflops")},
-        "best_baseline": {k: base[k] for k in ("baseline", "val_ne", "test_ne", "mflops")},
+        "best_trial": {k: best.get(k) for k in ("trial", "val_ne", "test_ne", "mflops", "step_ms")},
+        "best_baseline": {
+            k: base.get(k) for k in ("baseline", "val_ne", "test_ne", "mflops", "step_ms")
+        },
         "delta_val_ne": best["val_ne"] - base["val_ne"],
         "delta_test_ne": delta_test,
         "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
+        "step_ratio": best["step_ms"] / base["step_ms"]
+        if best.get("step_ms") and base.get("step_ms")
+        else None,
+        "step_devices": study.user_attrs.get(StudyAttr.STEP_DEVICES),
         "search_wins": best["val_ne"] < base["val_ne"],
         "test_agrees": None
         if delta_test is None
@@ -216,7 +236,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [
-            b["baseline"] for b in bases if any(_dominates(r, b) for r in found)
+            b["baseline"] for b in bases if any(_dominates(r, b, cost_key(study)) for r in found)
         ],
     }
 
@@ -269,6 +289,10 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "
             f"({v['delta_test_ne']:+.4f})")  # fmt: skip
     ratio = "" if v["flops_ratio"] is None else f", at {v['flops_ratio']:.2f}x its FLOPs"
+    if v.get("step_ratio") is not None:
+        ratio += (
+            f" and {v['step_ratio']:.2f}x its predicted step time on {v['step_devices']} devices"
+        )
     dominated = ", ".join(v["dominated_baselines"]) or "none"
     left_out = v.get("not_compared")
     basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)}"
@@ -339,6 +363,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best": best,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
+        "step_ms_ceiling": study.user_attrs.get(StudyAttr.STEP_MS_CEILING),
         "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
@@ -384,11 +409,11 @@ def _short_recipe(recipe: dict[str, Any] | None) -> str:
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the seed-mean and latency columns only when some trial has one."""
     header = ["trial", "state", "val NE", "mean val NE", "test NE", "val AUC", "test AUC",
-              "MFLOPs", "params", "latency ms", "digest"]  # fmt: skip
+              "MFLOPs", "params", "latency ms", "step ms", "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
               _num(r["test_ne"]), _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
-              str(r["params"] or "-"), _num(r["latency_ms"], 3), r["digest"] or "-"]
-             for r in table]  # fmt: skip
+              str(r["params"] or "-"), _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
+              r["digest"] or "-"] for r in table]  # fmt: skip
     if any(r.get("recipe") for r in table):  # training.search: what each trial trained with
         header.append("recipe")
         for line, r in zip(lines, table, strict=True):
@@ -397,8 +422,9 @@ def format_table(table: list[dict[str, Any]]) -> str:
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):
             line.append(r["failure_reason"] or "")
-    for key, name in (("mean_val_ne", "mean val NE"), ("latency_ms", "latency ms")):
-        if all(r[key] is None for r in table):
+    for key, name in (("mean_val_ne", "mean val NE"), ("latency_ms", "latency ms"),
+                      ("step_ms", "step ms")):  # fmt: skip
+        if all(r.get(key) is None for r in table):
             drop = header.index(name)
             header = header[:drop] + header[drop + 1 :]
             lines = [line[:drop] + line[drop + 1 :] for line in lines]
@@ -407,10 +433,14 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
     header = ["baseline", "state", "val NE", "test NE", "val AUC", "test AUC", "MFLOPs",
-              "params", "digest"]  # fmt: skip
+              "params", "step ms", "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r["test_ne"]),
               _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
-              str(r["params"] or "-"), r["digest"] or "-"] for r in table]  # fmt: skip
+              str(r["params"] or "-"), _num(r.get("step_ms"), 3), r["digest"] or "-"]
+             for r in table]  # fmt: skip
+    if all(r.get("step_ms") is None for r in table):
+        header.remove("step ms")
+        lines = [line[:-2] + line[-1:] for line in lines]
     return align(header, lines)
 
 
@@ -493,38 +523,43 @@ def pareto_figure(study: optuna.Study) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [r for r in rows(study) if r["val_ne"] is not None and r["mflops"]]
-    bases = [b for b in baseline_rows(study) if b["val_ne"] is not None and b["mflops"]]
-    low, high = cost_range([p["mflops"] for p in [*points, *bases]])
+    key = cost_key(study)
+    points = [r for r in rows(study) if r["val_ne"] is not None and r.get(key)]
+    bases = [b for b in baseline_rows(study) if b["val_ne"] is not None and b.get(key)]
+    low, high = cost_range([p[key] for p in [*points, *bases]])
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    axes.scatter([_clip(p["mflops"], low, high) for p in points], [p["val_ne"] for p in points],
+    axes.scatter([_clip(p[key], low, high) for p in points], [p["val_ne"] for p in points],
                  s=14, color="0.6", label="trials")  # fmt: skip
-    front = [p for p in pareto_front(study) if p["mflops"]]
-    axes.plot([_clip(p["mflops"], low, high) for p in front], [p["val_ne"] for p in front], "o-",
+    front = [p for p in pareto_front(study) if p[key]]
+    axes.plot([_clip(p[key], low, high) for p in front], [p["val_ne"] for p in front], "o-",
               color="tab:red", label="Pareto front")  # fmt: skip
-    labels = [(str(p["trial"]), p["mflops"], p["val_ne"], "0.2") for p in front]
+    labels = [(str(p["trial"]), p[key], p["val_ne"], "0.2") for p in front]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
     if mark:  # at its recorded run, as the other points
-        axes.scatter([_clip(mark["mflops"], low, high)], [mark["val_ne"]], marker="D", s=60,
+        axes.scatter([_clip(mark[key], low, high)], [mark["val_ne"]], marker="D", s=60,
                      zorder=4, facecolors="none", edgecolors="black",
                      label=f"best: trial {mark['trial']}")  # fmt: skip
     if bases:
-        axes.scatter([_clip(b["mflops"], low, high) for b in bases], [b["val_ne"] for b in bases],
+        axes.scatter([_clip(b[key], low, high) for b in bases], [b["val_ne"] for b in bases],
                      marker="*", s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
-        labels += [(b["baseline"], b["mflops"], b["val_ne"], "tab:blue") for b in bases]
+        labels += [(b["baseline"], b[key], b["val_ne"], "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         axes.axhline(
             bayes, color="tab:green", linestyle="--", label=f"Bayes-optimal NE {bayes:.3f}"
         )
-    axes.set(xlabel="MFLOPs per example", ylabel="validation NE", title=study.study_name)
+    xlabel = "MFLOPs per example" if key == "mflops" else COST_UNITS[key]
+    if key == "step_ms":
+        devices = study.user_attrs.get(StudyAttr.STEP_DEVICES)
+        xlabel = f"predicted ms a training step on {devices} devices"
+    axes.set(xlabel=xlabel, ylabel="validation NE", title=study.study_name)
     axes.set_xscale("log")
     axes.set_xlim(low, high)
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
-    _label(axes, labels, low, high)
+    _label(axes, labels, low, high, COST_UNITS[key])
     return figure
 
 
@@ -546,13 +581,13 @@ def _clip(cost: float, low: float, high: float) -> float:
 
 
 def _label(axes: Any, points: list[tuple[str, float, float, str]], low: float,
-           high: float) -> None:  # fmt: skip
+           high: float, unit: str = "MFLOPs") -> None:  # fmt: skip
     """Label `points` (text, cost, NE, colour), each where it overlaps no label placed
     before (`_place`); a point drawn at the edge names its real cost."""
     renderer = axes.figure.canvas.get_renderer()
     placed: list[Any] = []
     for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
-        shown = text if _clip(cost, low, high) == cost else f"{text} ({cost:.2g} MFLOPs)"
+        shown = text if _clip(cost, low, high) == cost else f"{text} ({cost:.2g} {unit})"
         placed.append(_place(axes, renderer, shown, (_clip(cost, low, high), ne), color, placed))
 
 

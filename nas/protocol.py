@@ -15,16 +15,17 @@ from typing import Any
 import optuna
 
 from nas.config import DEFAULT_EXAMPLES, StudyConfig
-from nas.sharding import plan_trial_sharding
+from nas.sharding import plan_trial_sharding, predict_step, topology
 from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
+    STEP_FILE,
     StudyAttr,
     TrialAttr,
     write_metrics,
     write_weights,
 )
-from search_space.architecture import Architecture, analyze
+from search_space.architecture import Analysis, Architecture, analyze
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
@@ -199,20 +200,51 @@ class Costs:
     mflops: float
     params: int
     latency_ms: float | None = None
+    step: dict[str, Any] | None = None  # `nas.sharding.predict_step`, where asked for
+
+    @property
+    def step_ms(self) -> float | None:
+        return None if self.step is None else self.step["step_ms"]
 
     def summary(self) -> dict[str, float]:
         out = {"mflops": self.mflops, "params": self.params}
-        return out | ({} if self.latency_ms is None else {"latency_ms": self.latency_ms})
+        out |= {} if self.latency_ms is None else {"latency_ms": self.latency_ms}
+        return out | ({} if self.step_ms is None else {"step_ms": self.step_ms})
 
     def objective(self, name: str) -> float | None:
         return {"mflops": self.mflops, "params": float(self.params),
-                "latency_ms": self.latency_ms}.get(name)  # fmt: skip
+                "latency_ms": self.latency_ms, "step_ms": self.step_ms}.get(name)  # fmt: skip
 
 
-def architecture_costs(arch: Architecture, config: StudyConfig) -> Costs:
+def architecture_costs(
+    arch: Architecture, config: StudyConfig, pooling_factors: dict[str, float] | None = None
+) -> Costs:
+    """FLOPs and params; the forward latency and the predicted step time where the study
+    asks for them (`pooling_factors`: `StudyData.pooling_factors`, where known)."""
     analysis = analyze(arch)
     latency_ms = _latency_ms(arch, config) if config.objectives.needs_latency else None
-    return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms)
+    step = (
+        _step(arch, analysis, config, pooling_factors)
+        if config.objectives.needs_step_time
+        else None
+    )
+    return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms, step)
+
+
+def _step(
+    arch: Architecture, analysis: Analysis, config: StudyConfig, pooling_factors: dict | None
+) -> dict[str, Any]:
+    """The predicted training step on the study's cluster (`nas.sharding.predict_step`),
+    its dense part measured on the training device."""
+    from cost_models.latency.model import measure_dense_step_ms
+
+    t, shard = config.training, config.sharding
+    dense_ms = measure_dense_step_ms(
+        arch, t.batch_size, resolve_device(t.device), threads=t.threads
+    )
+    cluster = topology(shard.devices, shard.hosts)
+    return predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
+                        analysis.dense_params, pooling_factors)  # fmt: skip
 
 
 def plan_sharding(
@@ -223,8 +255,8 @@ def plan_sharding(
     if not shard.devices:
         return None
     batch = config.training.batch_size
-    plan = plan_trial_sharding(arch, shard.devices, shard.method, shard.model_dir, batch,
-                               data.pooling_factors)  # fmt: skip
+    plan = plan_trial_sharding(arch, topology(shard.devices, shard.hosts), shard.method,
+                               shard.model_dir, batch, data.pooling_factors)  # fmt: skip
     (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
     return plan
 
@@ -242,6 +274,8 @@ def record_result(
     diverged = (result.failure_reason or "").startswith("diverged")
     if model is not None and (result.status == "complete" or diverged):
         write_weights(directory, model)
+    if costs.step is not None:
+        (directory / STEP_FILE).write_text(json.dumps(costs.step, indent=2))
     summary = result.summary() | costs.summary() | (runs or {})
     if sharding and "predicted_step_ms" in sharding:
         summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]

@@ -55,6 +55,7 @@ from nas.trial_record import (
     DIAGRAM_FILE,
     METRIC_ATTRS,
     SHARDING_FILE,
+    STEP_FILE,
     StudyAttr,
     TrialAttr,
     architecture_params,
@@ -370,6 +371,8 @@ def _run_study(
     study.set_user_attr(StudyAttr.RECIPE, study_protocol(config, data)["training"])
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
+    if config.objectives.needs_step_time:
+        study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
     if logger is not None:
         logger.start_study(
             config.name,
@@ -377,13 +380,15 @@ def _run_study(
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:
-        needed = _around_best_baseline(config) or config.objectives.max_mflops == "best_baseline"
+        needed = (
+            _around_best_baseline(config) or BEST_BASELINE in config.objectives.ceilings().values()
+        )
         train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
     best = _best_baseline(study, config, data, progress)
     if space is None:
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
         space = with_recipe(space, config.training)
-    config = _with_mflops_ceiling(study, config, space, best, progress)  # before the startup
+    config = _with_ceilings(study, config, space, best, data, progress)  # before the startup
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
@@ -448,9 +453,9 @@ def _best_baseline(
     to be resolved, else None: by seed means (`config.best_baseline`), or by the single runs
     where those are off. One worker retrains while the others wait for its runs."""
     unresolved = (_around_best_baseline(config)
-                  and StudyAttr.AROUND_BASE not in study.user_attrs) or (
-        config.objectives.max_mflops == BEST_BASELINE
-        and StudyAttr.MFLOPS_CEILING not in study.user_attrs)  # fmt: skip
+                  and StudyAttr.AROUND_BASE not in study.user_attrs) or any(
+        value == BEST_BASELINE and CEILINGS[cost] not in study.user_attrs
+        for cost, value in config.objectives.ceilings().items())  # fmt: skip
     if not unresolved:
         return None
     with study_lock(config.storage, config.name):
@@ -480,37 +485,54 @@ def _with_around_base(
     return config.search_space.model_copy(update={"base": base})
 
 
-def _with_mflops_ceiling(
+CEILINGS = {"mflops": StudyAttr.MFLOPS_CEILING, "step_ms": StudyAttr.STEP_MS_CEILING}
+
+
+def _with_ceilings(
     study: optuna.Study,
     config: StudyConfig,
     space: SearchSpace,
     best: tuple[str, dict] | None,
+    data: StudyData,
     progress: Progress,
 ) -> StudyConfig:
-    """`objectives.max_mflops: best_baseline | base` made a number: the MFLOPs of the best
-    baseline when the search starts, or of the around space's base; kept in the study so
-    that resumed and joining workers share it (a baseline added later does not move it)."""
-    o = config.objectives
-    if not isinstance(o.max_mflops, str):
+    """`objectives.max_mflops` / `max_step_ms: best_baseline | base` made numbers: that cost
+    of the best baseline when the search starts, or of the around space's base; kept in the
+    study so that resumed and joining workers share them (a baseline added later does not
+    move them)."""
+    o, update = config.objectives, {}
+    for cost, value in o.ceilings().items():
+        if not isinstance(value, str):
+            continue
+        ceiling = study.user_attrs.get(CEILINGS[cost])
+        if ceiling is None:
+            ceiling = _resolve_ceiling(cost, value, config, space, best, data)
+            study.set_user_attr(CEILINGS[cost], ceiling)
+        limit = (f"{ceiling[cost]:.3f} MFLOPs" if cost == "mflops" else
+                 f"{ceiling[cost]:.3f} ms a step on {config.sharding.devices} devices")  # fmt: skip
+        progress(f"search: architectures above {limit} ({ceiling['of']}'s) are skipped untrained")
+        update[f"max_{cost}"] = float(ceiling[cost])
+    if not update:
         return config
-    ceiling = study.user_attrs.get(StudyAttr.MFLOPS_CEILING)
-    if ceiling is None:
-        ceiling = _resolve_ceiling(config, space, best)
-        study.set_user_attr(StudyAttr.MFLOPS_CEILING, ceiling)
-    progress(f"search: architectures above {ceiling['mflops']:.3f} MFLOPs ({ceiling['of']}'s) "
-             "are skipped untrained")  # fmt: skip
-    capped = o.model_copy(update={"max_mflops": float(ceiling["mflops"])})
-    return config.model_copy(update={"objectives": capped})
+    return config.model_copy(update={"objectives": o.model_copy(update=update)})
 
 
 def _resolve_ceiling(
-    config: StudyConfig, space: SearchSpace, best: tuple[str, dict] | None
+    cost: str,
+    value: str,
+    config: StudyConfig,
+    space: SearchSpace,
+    best: tuple[str, dict] | None,
+    data: StudyData,
 ) -> dict:
-    if config.objectives.max_mflops == "base":
-        mflops = architecture_costs(space.base, config).mflops  # an around space (validated)
-        return {"mflops": mflops, "of": f"base {baseline_key(space.config.base)}"}
+    if value == "base":  # an around space (validated)
+        costs = architecture_costs(space.base, config, data.pooling_factors)
+        return {cost: costs.objective(cost), "of": f"base {baseline_key(space.config.base)}"}
     assert best is not None  # unresolved, so _best_baseline chose one
-    return {"mflops": best[1]["mflops"], "of": f"baseline {best[0]}"}
+    if best[1].get(cost) is None:
+        raise RanknasError(f"study {config.name!r}: baseline {best[0]} was recorded without "
+                           f"its {cost}; retrain it (`ranknas baseline add`)")  # fmt: skip
+    return {cost: best[1][cost], "of": f"baseline {best[0]}"}
 
 
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:
@@ -693,7 +715,7 @@ def run_trial(
     arch = space.decode(trial.params)
     directory = config.study_dir / "trials" / str(trial.number)
     write_architecture(directory, arch)
-    costs = architecture_costs(arch, config)
+    costs = architecture_costs(arch, config, data.pooling_factors)
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker,
             TrialAttr.DEVICE: device_label(config.training.device)}  # fmt: skip
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
@@ -729,7 +751,7 @@ def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
 
 def _artifacts(directory: Path) -> dict[str, str]:
     """The trial's text files that go to its MLflow run."""
-    names = (ARCHITECTURE_FILE, SHARDING_FILE)
+    names = (ARCHITECTURE_FILE, SHARDING_FILE, STEP_FILE)
     return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
 
 
@@ -744,6 +766,13 @@ def _over_constraint(costs: Costs, config: StudyConfig) -> str | None:
     elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:
         reason = (f"{costs.latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
                   f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
+    elif (
+        isinstance(o.max_step_ms, float)
+        and costs.step_ms is not None
+        and costs.step_ms > o.max_step_ms
+    ):
+        reason = (f"{costs.step_ms:.3f} ms predicted training step on {costs.step['devices']} "
+                  f"devices exceeds objectives.max_step_ms={o.max_step_ms:.3f}")  # fmt: skip
     return reason
 
 

@@ -1,37 +1,107 @@
-"""The sharding plan of a trial's embedding tables and its predicted step cost.
+"""The sharding plan of a trial's embedding tables and its predicted step time.
 
 With `sharding.devices > 0` in the study config, every trial places its tables with the
-configured sharder (`cost_models.sharding.sharders`) and, where `ranknas shard train` saved a cost
-model, predicts the embedding step cost of the most loaded device.
+configured sharder (`cost_models.sharding.sharders`) on the study's topology and, where
+`ranknas shard train` saved a cost model, predicts the embedding step cost of the most
+loaded device. With `objectives.cost: step_ms` or `max_step_ms`, it also predicts the
+whole training step of one device of that cluster (`predict_step`).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
-from cost_models.sharding.cost_net import load_cost_net
+import numpy as np
+
+from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.sharders import make_sharder
 from cost_models.sharding.tables import tables_from_architecture
 from cost_models.sharding.topology import Topology
 from search_space.architecture import Architecture
 
+PACKAGED_MODEL = Path(__file__).resolve().parent.parent / "cost_models/sharding/default_model"
+
+
+def topology(devices: int, hosts: int | None = None) -> Topology:
+    """`devices` over `hosts` hosts (None: torchrec's 8 devices per host)."""
+    if hosts is None:
+        return Topology(devices)
+    return Topology(devices, local_world_size=devices // hosts)
+
 
 def plan_trial_sharding(
     arch: Architecture,
-    devices: int,
+    cluster: Topology,
     method: str,
     model_dir: str,
     batch_size: int,
     pooling_factors: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """`pooling_factors`: a multi-valued feature's mean ids per row (1 for the others)."""
+    """The plan as JSON, with `predicted_step_ms` (the embedding part of the most loaded
+    device) where `model_dir` holds a cost model. `batch_size`: per device; `pooling_factors`:
+    a multi-valued feature's mean ids per row (1 for the others)."""
     tables = tables_from_architecture(arch, pooling_factors)
-    topology = Topology(devices)
-    plan = make_sharder(method, model_dir, batch_size).plan(tables, topology)
+    plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     record: dict[str, Any] = plan.to_dict()
+    record["hosts"] = cluster.hosts
     record["pooling_factors"] = {t.name: t.pooling_factor for t in tables if t.pooling_factor != 1}
     if (Path(model_dir) / "cost_net.json").exists():
-        predicted = load_cost_net(model_dir).plan_costs(tables, plan, topology)
-        record["predicted_step_ms"] = float(predicted.sum(1).max())
+        per_device = _device_costs(_cost_net(str(model_dir)), tables, plan, cluster, batch_size)
+        record["predicted_step_ms"] = float(per_device.sum(1).max())
     return record
+
+
+def predict_step(
+    arch: Architecture,
+    cluster: Topology,
+    method: str,
+    model_dir: str,
+    batch_size: int,
+    dense_ms: float,
+    dense_params: int,
+    pooling_factors: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The predicted training step (ms) of one device of `cluster`, each device with a batch
+    of `batch_size`, and its parts: the dense part measured alone (`dense_ms`: blocks and
+    head forward and backward, data-parallel on every device), the all-reduce of the dense
+    gradients (the topology's links), and the most loaded device's embedding lookups
+    (forward, backward) and all-to-all traffic under the study's sharder's plan (the
+    sharding cost model of `model_dir`, else the one shipped with ranknas). The parts run
+    one after another: nothing overlaps."""
+    tables = tables_from_architecture(arch, pooling_factors)
+    plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
+    cost_dir = model_dir if (Path(model_dir) / "cost_net.json").exists() else str(PACKAGED_MODEL)
+    net = _cost_net(cost_dir)
+    source = model_dir if cost_dir == model_dir else "the sharding cost model shipped with ranknas"
+    per_device = _device_costs(net, tables, plan, cluster, batch_size)
+    busiest = int(per_device.sum(1).argmax())
+    allreduce_ms = cluster.allreduce_ms(4 * dense_params / 1e6)
+    embedding_ms = float(per_device[busiest, :2].sum())
+    comm_ms = float(per_device[busiest, 2])
+    return {
+        "step_ms": dense_ms + allreduce_ms + embedding_ms + comm_ms,
+        "dense_ms": dense_ms,
+        "allreduce_ms": allreduce_ms,
+        "embedding_ms": embedding_ms,
+        "all_to_all_ms": comm_ms,
+        "busiest_device": busiest,
+        "devices": cluster.num_devices,
+        "hosts": cluster.hosts,
+        "batch_per_device": batch_size,
+        "sharder": method,
+        "cost_model": f"{source} ({net.config.device}, {net.config.kernel})",
+        "plan": plan.to_dict(),
+    }
+
+
+@functools.cache
+def _cost_net(directory: str) -> CostNet:
+    return load_cost_net(directory)
+
+
+def _device_costs(net: CostNet, tables, plan, cluster: Topology, batch_size: int) -> np.ndarray:
+    """`[devices, 3]` ms (lookups forward, backward, communication) at `batch_size`: the
+    cost net's, made at its own batch, scaled in proportion."""
+    return net.plan_costs(tables, plan, cluster) * (batch_size / net.config.batch_size)

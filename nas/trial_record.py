@@ -24,6 +24,7 @@ ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
 WEIGHTS_FILE = "model.safetensors"
 SHARDING_FILE = "sharding_plan.json"
+STEP_FILE = "step_time.json"  # the predicted step and its parts (`nas.sharding.predict_step`)
 DIAGRAM_FILE = "architecture.png"  # in MLflow runs and exports: `nas.diagram`
 PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with
 
@@ -60,6 +61,8 @@ class StudyAttr(StrEnum):
     RECIPE = "training_recipe"  # how every trial and baseline is trained
     PROTOCOL = "protocol"  # the data and recipe every run shares (`protocol.study_protocol`)
     MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved
+    STEP_MS_CEILING = "step_ms_ceiling"  # objectives.max_step_ms: best_baseline | base, same
+    STEP_DEVICES = "step_devices"  # sharding.devices that step_ms is predicted for
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
 
 
@@ -104,6 +107,12 @@ def read_architecture(directory: str | Path) -> Architecture:
     from search_space.architecture import Architecture
 
     return Architecture.load(Path(directory) / ARCHITECTURE_FILE)
+
+
+def read_step(directory: str | Path) -> dict[str, Any] | None:
+    """The trial's predicted step on the study's cluster (`STEP_FILE`), if it has one."""
+    path = Path(directory) / STEP_FILE
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def read_metrics(directory: str | Path) -> dict[str, Any]:

@@ -82,6 +82,18 @@ class Topology:
         a2a_ms = all_to_all_mb * self.all_to_all_ms_per_mb + self.all_to_all_latency_ms
         return a2a_ms + reduce_ms
 
+    def allreduce_ms(self, megabytes: float) -> float:
+        """ms of a ring all-reduce of `megabytes` (the dense gradients of data-parallel
+        training) over every device: each sends and receives 2 (W - 1) / W of it, at the
+        bandwidth of the slowest link it crosses."""
+        w = self.num_devices
+        if w == 1:
+            return 0.0
+        bandwidth, latency = self.intra_host_bw, self.intra_host_latency_ms
+        if self.hosts > 1:
+            bandwidth, latency = self.inter_host_bw, self.inter_host_latency_ms
+        return 2 * (w - 1) / w * megabytes * 1e6 / bandwidth + 2 * latency
+
 
 def comm_megabytes(tables: Sequence[TableSpec], batch_size: int) -> float:
     """Megabytes one device's table-wise, column-wise or row-wise shards send and receive

@@ -29,7 +29,7 @@ from nas.export.layout import (
 )
 from nas.export.model_card import _model_card
 from nas.export.registry import _register
-from nas.trial_record import DIAGRAM_FILE, METRICS_FILE, PREPROCESSING_FILE
+from nas.trial_record import DIAGRAM_FILE, METRICS_FILE, PREPROCESSING_FILE, SHARDING_FILE
 from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError
@@ -49,8 +49,13 @@ def export_model(
     preprocessing: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     source_run_id: str | None = None,
+    step: Mapping[str, Any] | None = None,
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
+
+    `step`: the trial's predicted training step on the study's cluster, with its plan
+    (`nas.sharding.predict_step`); the export then holds that plan as a torchrec
+    `ShardingPlan` (`sharding_plan.json`) and the card says the prediction and its source.
 
     `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
     transforms, the categorical vocabularies and hashing, the multi-valued columns); written
@@ -94,12 +99,42 @@ def export_model(
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
     (out / DIAGRAM_FILE).write_bytes(diagram_png(arch))
-    card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance)
+    if step is not None:
+        (out / SHARDING_FILE).write_text(json.dumps(sharding_export(arch, step), indent=2))
+    card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance, step)
     result.model_card.write_text(card)
     if register is None:
         return result
     return _register(result, analysis, metrics, columns, register, tracking_uri, alias,
                      source_run_id)  # fmt: skip
+
+
+def sharding_export(arch: Architecture, step: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan of the study's cluster for the exported model: ranknas's `Plan` and the
+    torchrec `ShardingPlan` it makes for the model's `embedding_bags` (each table's sharding
+    type, kernel, ranks and shards, placed on CUDA devices), with the predicted step."""
+    from cost_models.sharding.plan import Plan
+    from cost_models.sharding.torchrec_adapter import to_sharding_plan
+    from search_space.builder import build_model
+
+    plan = Plan.from_dict(step["plan"])
+    tables = build_model(arch, seed=0, device="meta").embedding_bags
+    torchrec_plan = to_sharding_plan(plan, tables, "embedding_bags", device_type="cuda")
+    module_plans = {
+        path: {table: {"sharding_type": p.sharding_type, "compute_kernel": p.compute_kernel,
+                       "ranks": p.ranks,
+                       "shards": [{"offsets": s.shard_offsets, "sizes": s.shard_sizes,
+                                   "placement": str(s.placement)}
+                                  for s in p.sharding_spec.shards]}
+               for table, p in module_plan.items()}
+        for path, module_plan in torchrec_plan.plan.items()
+    }  # fmt: skip
+    predicted = {k: v for k, v in step.items() if k != "plan"}
+    return {
+        "predicted_step": predicted,
+        "plan": step["plan"],
+        "torchrec_sharding_plan": module_plans,
+    }
 
 
 def check_out_dir(out: Path, records: Iterable[Path], force: bool) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nas.trial_record import ARCHITECTURE_FILE as ARCHITECTURE_FILE  # a trial's own files
-from nas.trial_record import DIAGRAM_FILE, PREPROCESSING_FILE
+from nas.trial_record import DIAGRAM_FILE, PREPROCESSING_FILE, SHARDING_FILE
 from nas.trial_record import WEIGHTS_FILE as WEIGHTS_FILE
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
@@ -16,7 +16,8 @@ MODULE_FILE = "ranknas_model.py"
 CARD_FILE = "model_card.md"
 # What an export directory holds (__pycache__: from loading its module)
 EXPORT_FILES = frozenset({ARCHITECTURE_FILE, WEIGHTS_FILE, MODULE_FILE, CARD_FILE,
-                          PREPROCESSING_FILE, DIAGRAM_FILE, "__pycache__"})  # fmt: skip
+                          PREPROCESSING_FILE, DIAGRAM_FILE, SHARDING_FILE,
+                          "__pycache__"})  # fmt: skip
 EXPERIMENT = "ranknas-export"  # the MLflow experiment of the runs that log exported models
 
 

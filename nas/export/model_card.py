@@ -26,6 +26,7 @@ def _model_card(
     register: str | None = None,
     alias: str = "champion",
     provenance: Mapping[str, Any] | None = None,
+    step: Mapping[str, Any] | None = None,
 ) -> str:
     """The Markdown model card of an export (`provenance`: where the model comes from, e.g.
     study, trial, date, training recipe, Bayes floor, baselines)."""
@@ -42,9 +43,38 @@ def _model_card(
         "## Metrics\n\n" + _metrics_table(metrics),
         "## Inputs\n\n" + _inputs_section(arch, columns),
         "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
+        *([_step_section(step)] if step else []),
         "## Files and loading\n\n" + _loading_section(register, alias),
     ]
     return "\n\n".join(sections) + "\n"
+
+
+def _step_section(step: Mapping[str, Any]) -> str:
+    """The predicted training step on the study's cluster, its parts and their source."""
+    parts = [
+        (
+            "dense blocks and head, forward and backward (measured on the training device)",
+            step["dense_ms"],
+        ),
+        ("all-reduce of the dense gradients (the topology's links)", step["allreduce_ms"]),
+        (
+            f"embedding lookups of the busiest device, rank {step['busiest_device']} "
+            "(sharding cost model)",
+            step["embedding_ms"],
+        ),
+        ("its all-to-all traffic (sharding cost model and topology)", step["all_to_all_ms"]),
+    ]
+    rows = [(what, f"{ms:.3f}") for what, ms in parts] + [
+        ("**step**", f"**{step['step_ms']:.3f}**")
+    ]
+    return (
+        f"## Training step on the study's cluster\n\nPredicted before training: "
+        f"{step['step_ms']:.3f} ms a step on {step['devices']} devices over "
+        f"{step['hosts']} hosts, {step['batch_per_device']} examples per device, tables "
+        f"placed by the {step['sharder']} sharder (`sharding_plan.json`: the plan, and "
+        "the torchrec `ShardingPlan` it makes for `embedding_bags`). The parts run one "
+        f"after another. Cost model: {step['cost_model']}.\n\n" + _table(["part", "ms"], rows)
+    )
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
