@@ -117,6 +117,18 @@ CASES = {
         lambda p: ["leaderboard", "any", "--storage", "sqlite:///"],
         "storage 'sqlite:///' names no file",
     ),
+    "a step time without a cluster to predict it on": (
+        lambda p: ["search", _study(p, objectives={"cost": "step_ms"})],
+        "objectives step_ms / max_step_ms predict the step on a cluster: set sharding.devices",
+    ),
+    "hosts that do not divide the devices": (
+        lambda p: ["search", _study(p, sharding={"devices": 16, "hosts": 3})],
+        "sharding: hosts: 3 must divide devices (16) evenly",
+    ),
+    "a negative step time ceiling": (
+        lambda p: ["search", _study(p, objectives={"max_step_ms": -2}, sharding={"devices": 4})],
+        "objectives.max_step_ms: got -2: use a number of ms above 0, best_baseline or base",
+    ),
     "a searched recipe with no range": (
         lambda p: ["search", _study(p, training={"search": {"grid": 3}})],
         "training.search",

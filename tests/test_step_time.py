@@ -1,0 +1,101 @@
+"""Step time as a cost (issue 41): a candidate's training step on the study's cluster,
+predicted before it trains, as a constraint and an objective, and shipped with the export."""
+
+import json
+
+import pytest
+
+from cost_models.sharding.topology import Topology
+from nas.cli import main
+from nas.config import parse_config
+from nas.leaderboard import format_table, rows
+from nas.runner import run_study
+from nas.sharding import predict_step, topology
+from nas.trial_record import STEP_FILE, TrialAttr
+from search_space.architecture import Architecture
+from search_space.presets import load_architecture
+from search_space.schema import synthetic_schema
+from study_helpers import tiny_config, write_config
+
+SCHEMA = synthetic_schema()
+
+
+def test_the_dense_all_reduce_crosses_the_slowest_link():
+    one_host, two_hosts = Topology(8), topology(16, hosts=2)
+    assert Topology(1).allreduce_ms(100.0) == 0.0
+    assert two_hosts.hosts == 2 and two_hosts.host_size == 8
+    assert two_hosts.allreduce_ms(100.0) > one_host.allreduce_ms(100.0) > 0
+    assert one_host.allreduce_ms(200.0) > one_host.allreduce_ms(100.0)
+
+
+def _with_dim(arch: Architecture, dim: int) -> Architecture:
+    data = arch.to_dict()
+    data["embedding"]["dim"] = dim
+    return Architecture.from_dict(data).bind(SCHEMA)
+
+
+def test_the_step_adds_its_parts_and_wider_embeddings_cost_more():
+    """Lookups of one small table per device cost about the same from dim 4 to 64 (the cost
+    model's kernels are launch-bound there); at 128 they cost more, as their traffic does
+    at every width."""
+    arch = load_architecture("dlrm", SCHEMA)
+    cluster = topology(16, hosts=2)
+
+    def step(a: Architecture) -> dict:
+        return predict_step(a, cluster, "size_lookup_greedy", "no-model-here", 512,
+                            dense_ms=1.0, dense_params=10_000)  # fmt: skip
+
+    narrow, wide = step(_with_dim(arch, 8)), step(_with_dim(arch, 128))
+    for s in (narrow, wide):
+        parts = s["dense_ms"] + s["allreduce_ms"] + s["embedding_ms"] + s["all_to_all_ms"]
+        assert s["step_ms"] == pytest.approx(parts)
+        assert s["devices"] == 16 and s["hosts"] == 2 and 0 <= s["busiest_device"] < 16
+        assert "shipped with ranknas" in s["cost_model"]
+        assert set(s["plan"]["assignment"]) == {f"t_{f.name}" for f in arch.embedding.features}
+    assert wide["embedding_ms"] > narrow["embedding_ms"]
+    assert wide["all_to_all_ms"] > narrow["all_to_all_ms"]
+
+
+def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_path, capsys):
+    config = tiny_config(tmp_path, "steps", objectives={"cost": "step_ms", "max_step_ms": "base"},
+                         searcher={"type": "nsga2"}, sharding={"devices": 16, "hosts": 2},
+                         budget={"trials": 3, "epochs_per_trial": 1})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dlrm"}
+    study = run_study(parse_config(config), progress=lambda line: None)
+    ceiling = study.user_attrs["step_ms_ceiling"]
+    assert ceiling["of"] == "base dlrm" and ceiling["step_ms"] > 0
+    trained = [t for t in study.trials if t.values]
+    assert len(trained) == 3
+    for t in (t for t in study.trials if t.state.is_finished()):
+        step_ms = t.user_attrs["step_ms"]
+        if t.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
+            assert step_ms > ceiling["step_ms"]
+            assert "objectives.max_step_ms" in t.user_attrs[TrialAttr.FAILURE_REASON]
+        else:
+            assert step_ms <= ceiling["step_ms"] and t.values[1] == step_ms
+            step = json.loads((tmp_path / "steps/trials" / str(t.number) / STEP_FILE).read_text())
+            assert step["step_ms"] == step_ms and step["devices"] == 16
+    assert "step ms" in format_table(rows(study)).splitlines()[0]
+
+    storage = config["storage"]
+    assert main(["status", "steps", "--storage", storage]) == 0
+    assert "step time ceiling:" in capsys.readouterr().out
+    out = tmp_path / "winner"
+    assert main(["export", "steps", "--storage", storage, "--out", str(out)]) == 0
+    shipped = json.loads((out / "sharding_plan.json").read_text())
+    tables = shipped["torchrec_sharding_plan"]["embedding_bags"]
+    features = load_architecture("dlrm", SCHEMA).embedding.features
+    assert set(tables) == {f"t_{f.name}" for f in features}
+    assert all(0 <= r < 16 for t in tables.values() for r in t["ranks"])
+    card = (out / "model_card.md").read_text()
+    assert "## Training step on the study's cluster" in card
+    assert f"{shipped['predicted_step']['step_ms']:.3f} ms a step on 16 devices" in card
+
+
+def test_an_unsharded_export_has_no_plan(tmp_path):
+    config = tiny_config(tmp_path, "plain", budget={"trials": 1, "epochs_per_trial": 1})
+    run_study(parse_config(config), progress=lambda line: None)
+    out = tmp_path / "winner"
+    assert main(["export", str(write_config(tmp_path, config)), "--out", str(out)]) == 0
+    assert not (out / "sharding_plan.json").exists()
+    assert "Training step" not in (out / "model_card.md").read_text()
