@@ -79,6 +79,11 @@ class DataConfig(_Section):
     source: str = Field(default="synthetic", description="synthetic | criteo:PATH | PATH")
     schema_path: str | None = Field(default=None, alias="schema")
     rows: int = Field(default=100_000, ge=1_000, description="rows of synthetic data")
+    cardinalities: list[int] | None = Field(
+        default=None,
+        description="synthetic data: each categorical feature's table size, e.g. a "
+        "production log's spread (default: 16 sizes from 10 to 20,000)",
+    )
     seed: int = Field(default=0, ge=0, le=SEED_MAX,
                       description="the data's seed (synthetic rows, random split), "
                       "apart from the training seeds")  # fmt: skip
@@ -89,6 +94,14 @@ class DataConfig(_Section):
     )
     valid: str | None = None
     test: str | None = None
+
+    @field_validator("cardinalities")
+    @classmethod
+    def _table_sizes(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or min(value) < 2):
+            raise ValueError(f"got {value}: give one table size of at least 2 per feature")
+        return value
+
     preprocessing: Literal["auto", "none"] = Field(
         default="auto",
         description="auto: for CSV/Parquet files, dense columns log1p'd where count-like, "

@@ -60,6 +60,8 @@ def prepare_data(config: StudyConfig) -> StudyData:
     if d.stream.enabled:
         return _prepare_stream(config)
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
+    if d.source == "synthetic" and d.cardinalities:
+        options["cardinalities"] = tuple(d.cardinalities)
     if d.split.column and d.source != "synthetic" and not d.source.startswith("criteo:"):
         options["time_column"] = d.split.column
     data = load_dataset(d.source, d.schema_path, **options)

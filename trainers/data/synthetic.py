@@ -63,9 +63,15 @@ class SyntheticConfig:
     pairwise_scale: float = 0.8
     higher_order_scale: float = 0.5  # per order >= 3
     base_ctr: float = 0.15
+    # the categorical features' table sizes (then num_sparse is their count); default:
+    # `synthetic_schema`'s power-law sizes
+    cardinalities: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "orders", tuple(self.orders))
+        if self.cardinalities is not None:
+            object.__setattr__(self, "cardinalities", tuple(int(c) for c in self.cardinalities))
+            object.__setattr__(self, "num_sparse", len(self.cardinalities))
         checks = {
             "rows": self.rows >= 1,
             "num_dense": self.num_dense >= 0,
@@ -78,18 +84,27 @@ class SyntheticConfig:
             "zipf_exponent": self.zipf_exponent >= 0,
             "signal_rank": self.signal_rank is None or self.signal_rank > 0,
             "base_ctr": 0 < self.base_ctr < 1,
+            "cardinalities": self.cardinalities is None or min(self.cardinalities, default=2) >= 2,
         } | {f.name: getattr(self, f.name) >= 0 for f in fields(self) if f.name.endswith("_scale")}
         for name, ok in checks.items():
             if not ok:
                 raise RanknasError(
                     f"synthetic data: {name}={getattr(self, name)!r} is not valid (rows >= 1; "
                     f"feature counts and orders within num_sparse={self.num_sparse}; at least 2 "
-                    "pairwise_features with order 2; scales >= 0; 0 < base_ctr < 1)"
+                    "pairwise_features with order 2; scales >= 0; 0 < base_ctr < 1; "
+                    "cardinalities >= 2)"
                 )
 
     @property
     def schema(self) -> DatasetSchema:
-        return synthetic_schema(self.num_dense, self.num_sparse, self.seed)
+        schema = synthetic_schema(self.num_dense, self.num_sparse, self.seed)
+        if self.cardinalities is None:
+            return schema
+        sized = (
+            replace(f, cardinality=c)
+            for f, c in zip(schema.categorical, self.cardinalities, strict=True)
+        )
+        return replace(schema, categorical=tuple(sized))
 
 
 @dataclass(frozen=True)
