@@ -6,6 +6,9 @@ Run under torchrun (gloo on CPU, nccl on GPU):
     ranknas shard plan tables.json --devices 2 --json > plan.json   # tables: t_<feature>
     torchrun --nproc_per_node 2 -m trainers.distributed --plan plan.json ...
 
+Each rank times its steps (forward, backward, both optimizers; the median after
+`WARMUP_STEPS`): `step_ms` is the slowest rank's, as a synchronous step waits for it.
+
 Every rank builds the same model from the same seed; `DistributedModelParallel` shards the
 embedding tables by the plan, table-wise and column-wise (one fused kernel per rank with
 row-wise Adagrad applied in the backward pass) and replicates the dense part (DDP). Each
@@ -19,6 +22,8 @@ import argparse
 import gc
 import json
 import os
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -35,11 +40,13 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.tables import TableSpec, tables_from_architecture
 from cost_models.sharding.torchrec_adapter import to_sharding_plan
+from search_space.architecture import Architecture
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from search_space.presets import PRESETS, preset
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 
+WARMUP_STEPS = 3  # left out of the step time
 EMBEDDINGS = "embedding_bags"  # the EmbeddingBagCollection's attribute in RankingModel
 SPARSE_OPTIMIZERS = {
     "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
@@ -116,6 +123,8 @@ def train_distributed(args: argparse.Namespace) -> dict:
     device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if args.cuda else "cpu")
     data = generate_synthetic(SyntheticConfig(rows=args.rows, seed=args.seed))
     arch = preset(args.arch, data.schema)
+    if args.arch_file:
+        arch = Architecture.load(args.arch_file).bind(data.schema)
     model = build_model(arch, seed=args.seed)
     features = data.schema.feature_names
     plan = load_plan(args.plan, tables_from_architecture(arch), world)
@@ -126,10 +135,11 @@ def train_distributed(args: argparse.Namespace) -> dict:
         lambda params: torch.optim.Adam(params, lr=args.dense_lr),
     )
     local = args.batch_size // world
-    losses = []
+    losses, step_ms = [], []
     batches = iter(data.loader(args.batch_size))
     for _ in range(args.steps):
         dense, sparse, labels = next(batches)
+        started = time.perf_counter()
         rows = slice(rank * local, (rank + 1) * local)  # this rank's slice of the global batch
         ids = one_hot_ids(sparse, len(features))[:, rows].reshape(-1)
         local_sparse = type(sparse).from_lengths_sync(
@@ -140,15 +150,23 @@ def train_distributed(args: argparse.Namespace) -> dict:
         dense_optimizer.zero_grad()
         loss.backward()
         dense_optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_ms.append(1e3 * (time.perf_counter() - started))
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
         losses.append(global_loss.item() / world)
-    return {"world_size": world, "plan": plan.table_ranks(), "losses": losses}
+    timed = step_ms[WARMUP_STEPS:] or step_ms
+    rank_ms = [None] * world
+    dist.all_gather_object(rank_ms, statistics.median(timed))
+    return {"world_size": world, "plan": plan.table_ranks(), "losses": losses,
+            "rank_step_ms": rank_ms, "step_ms": max(rank_ms)}  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="dlrm", choices=list(PRESETS))
+    parser.add_argument("--arch-file", type=Path, help="an architecture JSON (instead of --arch)")
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=256, help="global batch size")
