@@ -1,5 +1,5 @@
-"""The registered model as MLflow serves it (saved locally, predicted in process): the
-README's request as written, and a one-line reason per bad cell."""
+"""The registered model as MLflow serves it (saved locally, predicted in process, and by
+`mlflow models serve`): the README's request as written, and a one-line reason per bad cell."""
 
 from __future__ import annotations
 
@@ -89,3 +89,57 @@ def test_whole_floats_are_ids_and_null_categories_missing(tmp_path):
     expected = model.predict(as_given)
     np.testing.assert_array_equal(model.predict(as_read), expected)
     np.testing.assert_array_equal(model.predict(with_none), expected)
+
+
+def test_mlflow_models_serve_answers_the_readme_request_and_refuses_bad_rows(tmp_path):
+    """`mlflow models serve` itself (a uvicorn server, as a user starts it) on the exported
+    model: the README's request as written gets a probability; a bad row gets HTTP 400 with
+    one line naming its column, row and value."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    _served(tmp_path, synthetic_schema(), {})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    bin_dir = str(Path(sys.executable).parent)  # mlflow starts uvicorn from PATH
+    env = os.environ | {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    command = [str(Path(bin_dir) / "mlflow"), "models", "serve", "-m", str(tmp_path / "pyfunc"),
+               "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]  # fmt: skip
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def post(body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, "mlflow models serve exited"
+                time.sleep(1)
+        status, answer = post(_readme_request())
+        assert status == 200 and 0 < answer["predictions"][0] < 1
+        bad = _readme_request()
+        bad["dataframe_split"]["data"][0][1] = "abc"
+        status, answer = post(bad)
+        assert status == 400
+        assert "dense column 'd1', row 0: 'abc' is not a number" in answer["message"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
