@@ -83,7 +83,9 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
                    "--batch-size", str(args.processes * PER_DEVICE_BATCH),
                    "--sparse-optimizer", "sgd", "--rows", "40000", "--out", str(out)]  # fmt: skip
         env = os.environ | {"OMP_NUM_THREADS": "1"}
-        subprocess.run(command, check=True, env=env, capture_output=True)
+        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        if run.returncode:
+            raise SystemExit(f"{name}: torchrun failed:\n{run.stderr[-3000:]}")
         measured = json.loads(out.read_text())
     plan = {k: v for k, v in predicted.items() if k != "plan"}
     error = (predicted["step_ms"] - measured["step_ms"]) / measured["step_ms"]

@@ -4,9 +4,10 @@
 
 Opens the experiment's runs table with the nested runs expanded, the study's view (the
 address `ranknas search` prints: its runs by validation NE, or by seed mean once
-re-evaluated, with the metric columns), one run's page and the compare view of the nested
-runs; reads the run names and durations as the table shows them and takes a screenshot of
-each view. Playwright drives Debian's `chromium` (`make browser` installs both).
+re-evaluated, with the metric columns), one run's page and its architecture picture, and
+the compare view of the nested runs; reads the run names and durations as the table shows
+them and takes a screenshot of each view. Playwright drives Debian's `chromium` (`make
+browser` installs both).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow_server.tracking import KIND_TAG, NAME_COLUMN, STUDY_TAG, study_view_url
+from nas.trial_record import DIAGRAM_FILE
 from search_space.errors import RanknasError
 
 CHROMIUM = "/usr/bin/chromium"
@@ -46,8 +48,8 @@ def parse_duration(text: str) -> float | None:
 
 def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHROMIUM) -> UiView:
     """Read the runs table of `experiment` and screenshot it, the study's view, the
-    best-named nested run's page and the compare view into `out_dir` (mlflow-runs.png,
-    -view.png, -trial.png, -compare.png)."""
+    best-named nested run's page, its architecture picture and the compare view into
+    `out_dir` (mlflow-runs.png, -view.png, -trial.png, -architecture.png, -compare.png)."""
     from mlflow import MlflowClient
     from playwright.sync_api import sync_playwright
 
@@ -88,6 +90,10 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
             page.goto(f"{base}/runs/{best.info.run_id}")
             page.wait_for_selector(f"text={best.info.run_name}", timeout=60_000)
             view.screenshots["trial"] = _shot(page, out_dir / "mlflow-trial.png")
+            page.goto(f"{base}/runs/{best.info.run_id}/artifacts/{DIAGRAM_FILE}")
+            page.wait_for_selector(f"img[alt='{DIAGRAM_FILE}']", timeout=60_000)
+            _close_assistant(page, switch=False)
+            view.screenshots["architecture"] = _shot(page, out_dir / "mlflow-architecture.png")
             ids = ",".join(f'"{r.info.run_id}"' for r in nested[:10])
             page.goto(f'{tracking_uri.rstrip("/")}/#/compare-runs?runs=[{ids}]'
                       f'&experiments=["{found.experiment_id}"]')  # fmt: skip
@@ -97,12 +103,14 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
     return view
 
 
-def _close_assistant(page) -> None:
+def _close_assistant(page, switch: bool = True) -> None:
     """The assistant side panel opens by default and hides half the table; the side bar
-    starts in the GenAI workflow."""
+    starts in the GenAI workflow (`switch`: to the model training one)."""
     close = page.locator("button[aria-label*='lose']")
     if close.count():
         close.first.click()
+    if not switch:
+        return
     training = page.get_by_text("Model training", exact=True)
     if training.count():
         training.first.click()

@@ -37,5 +37,5 @@ def test_the_runs_table_shows_architectures_and_positive_durations(tmp_path, ser
     ranked = [float(ne) for _, ne in view.ranked[:-1]]
     assert len(ranked) == 3 and ranked == sorted(ranked)
     assert view.ranked[-1] == ("ui", "-")
-    assert set(view.screenshots) == {"runs", "view", "trial", "compare"}
+    assert set(view.screenshots) == {"runs", "view", "trial", "architecture", "compare"}
     assert all(path.stat().st_size > 20_000 for path in view.screenshots.values())
