@@ -45,7 +45,7 @@ def summarize(config_path: str) -> dict:
     from nas.protocol import prepare_data
     from nas.sharding import predict_step, topology
     from nas.storage import load_study
-    from nas.trial_record import StudyAttr, read_architecture, read_step
+    from nas.trial_record import StudyAttr, TrialAttr, read_architecture, read_step
     from search_space.spaces import make_space
 
     config = load_config(config_path)
@@ -74,7 +74,7 @@ def summarize(config_path: str) -> dict:
         key = str(trial.number)
         if key not in means:
             continue
-        step = read_step(trial.user_attrs["dir"])
+        step = read_step(trial.user_attrs[TrialAttr.DIR])
         paired = leaderboard.paired_seeds(study, key, f"baseline:{base_key}")
         rows.append({
             "trial": trial.number,
@@ -83,7 +83,7 @@ def summarize(config_path: str) -> dict:
             "paired": paired,
             "step_ms": step["step_ms"],
             "step_ratio_16": step["step_ms"] / base_step["step_ms"],
-            "step_ratio_128": at_128(trial.user_attrs["dir"], step) / base_128,
+            "step_ratio_128": at_128(trial.user_attrs[TrialAttr.DIR], step) / base_128,
             "mflops": trial.user_attrs.get("mflops"),
             "changes": _changes(trial.params, base_values),
             "parts": {k: step[k] for k in PARTS},

@@ -78,8 +78,8 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
         arch_file.write_text(arch.to_json())
         plan_file.write_text(json.dumps(predicted["plan"]))
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                   str(args.processes), "-m", "trainers.distributed", "--arch-file",
-                   str(arch_file), "--plan", str(plan_file), "--steps", str(args.steps),
+                   str(args.processes), "--master_port", str(_free_port()), "-m",
+                   "trainers.distributed", "--arch-file", str(arch_file), "--plan", str(plan_file), "--steps", str(args.steps),
                    "--batch-size", str(args.processes * PER_DEVICE_BATCH),
                    "--sparse-optimizer", "sgd", "--rows", "40000", "--out", str(out)]  # fmt: skip
         env = os.environ | {"OMP_NUM_THREADS": "1"}
@@ -91,6 +91,14 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
     error = (predicted["step_ms"] - measured["step_ms"]) / measured["step_ms"]
     return {"name": name, "predicted": plan, "measured_ms": measured["step_ms"],
             "rank_ms": measured["rank_step_ms"], "error": error}  # fmt: skip
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":
