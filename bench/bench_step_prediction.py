@@ -79,7 +79,8 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
         plan_file.write_text(json.dumps(predicted["plan"]))
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                    str(args.processes), "--master_port", str(_free_port()), "-m",
-                   "trainers.distributed", "--arch-file", str(arch_file), "--plan", str(plan_file), "--steps", str(args.steps),
+                   "trainers.distributed", "--arch-file", str(arch_file), "--plan",
+                   str(plan_file), "--steps", str(args.steps),
                    "--batch-size", str(args.processes * PER_DEVICE_BATCH),
                    "--sparse-optimizer", "sgd", "--rows", "40000", "--out", str(out)]  # fmt: skip
         env = os.environ | {"OMP_NUM_THREADS": "1"}
