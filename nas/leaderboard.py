@@ -114,11 +114,12 @@ def _best(
 ) -> dict[str, Any]:
     value = "mean_val_ne" if basis != "recorded runs" else "val_ne"
     return {"trial": chosen["trial"], "basis": basis, "val_ne": val_ne, "test_ne": test_ne,
-            "mflops": chosen["mflops"], "digest": chosen["digest"],
+            "mflops": chosen["mflops"], "step_ms": chosen.get("step_ms"),
+            "digest": chosen["digest"],
             "lowest": {"trial": lowest["trial"], "val_ne": lowest[value],
-                       "mflops": lowest["mflops"]},
-            "ties": [{"trial": r["trial"], "val_ne": r[value], "mflops": r["mflops"]}
-                     for r in ties]}  # fmt: skip
+                       "mflops": lowest["mflops"], "step_ms": lowest.get("step_ms")},
+            "ties": [{"trial": r["trial"], "val_ne": r[value], "mflops": r["mflops"],
+                      "step_ms": r.get("step_ms")} for r in ties]}  # fmt: skip
 
 
 def _tie(study: optuna.Study, a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -134,18 +135,24 @@ def _cost(row: dict[str, Any], key: str) -> float:
 def describe_best(best: dict[str, Any]) -> str:
     """One line: the best trial, its basis and value, and, in a tie, why it was chosen."""
     line = (f"trial {best['trial']} ({best['basis']}): validation NE {_num(best['val_ne'], 5)}, "
-            f"{_num(best['mflops'], 3)} MFLOPs")  # fmt: skip
+            f"{_costs(best)}")  # fmt: skip
     if not best["ties"]:
         return line
     lowest = best["lowest"]
     others = [lowest, *best["ties"]]
-    tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {_num(r['mflops'], 3)} MFLOPs"
+    tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {_costs(r)}"
                      for r in others if r["trial"] != best["trial"])  # fmt: skip
     line += (f"; a tie, within seed noise (paired t-test p >= {SIGNIFICANCE}), with {tied}: "
              "the tie goes to the cheaper")  # fmt: skip
     if lowest["trial"] != best["trial"]:
         line += f" (trial {lowest['trial']} has the lowest mean)"
     return line
+
+
+def _costs(row: dict[str, Any]) -> str:
+    """MFLOPs, and the predicted step where the study has one (then the tie rule's cost)."""
+    text = f"{_num(row['mflops'], 3)} MFLOPs"
+    return text if row.get("step_ms") is None else f"{text} and {row['step_ms']:.3f} ms a step"
 
 
 def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 WARMUP_STEPS = 3  # left out of the step time
 EMBEDDINGS = "embedding_bags"  # the EmbeddingBagCollection's attribute in RankingModel
 SPARSE_OPTIMIZERS = {
+    "adagrad": EmbOptimType.EXACT_ADAGRAD,
     "rowwise_adagrad": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
     "sgd": EmbOptimType.EXACT_SGD,
 }

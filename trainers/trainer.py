@@ -51,6 +51,9 @@ class TrainResult:
     device: str = "cpu"
     stopped_early: bool = False
     restored_step: int | None = None  # the evaluation whose weights the run ended with
+    # trained sharded (`trainers.sharded`): the slowest rank's median step, and each rank's
+    step_ms: float | None = None
+    device_step_ms: list[float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """Flat, JSON-ready metrics."""
@@ -67,6 +70,8 @@ class TrainResult:
             "stopped_early": self.stopped_early,
             "restored_step": self.restored_step,
         }
+        if self.step_ms is not None:
+            out |= {"measured_step_ms": self.step_ms, "device_step_ms": self.device_step_ms}
         return out
 
 
@@ -202,25 +207,32 @@ def train(
     config: TrainConfig | None = None,
     on_eval: EvalCallback | None = None,
     label: str = "training",
+    parallel: Parallel | None = None,
 ) -> TrainResult:
     """Train `model` on `train_data` within the budget; evaluate on validation and test.
-    `label` names the run on its progress bar."""
+    `label` names the run on its progress bar. `parallel`: the model is one rank's share of
+    a sharded model (`trainers.sharded`), whose optimizers, step, evaluation and snapshots
+    it makes; the loop is this one."""
     config = config or TrainConfig()
     device = resolve_device(config.device)
     result = TrainResult(status="complete", device=str(device))
+    ops = parallel or _Local()
     try:
         budget_steps = _budget_steps(len(train_data), config)
         total = budget_steps * config.batch_size if budget_steps else None
-        model.to(device)
-        tables = _trained_tables(model, config, device, _single_valued(train_data))
+        if parallel is None:
+            model.to(device)
+            tables = _trained_tables(model, config, device, _single_valued(train_data))
+        else:
+            tables = contextlib.nullcontext()
         with bars.bar(total, label, unit="examples") as shown, tables:
             best = _loop(model, train_data, valid_data, config, on_eval, device, result, shown,
-                         budget_steps)  # fmt: skip
+                         budget_steps, ops)  # fmt: skip
         if result.status != "failed":
             if config.restore_best:
-                _restore_best(model, valid_data, config, best, result)
-            result.validation = evaluate(model, valid_data)
-            result.test = evaluate(model, test_data) if test_data is not None else {}
+                _restore_best(model, valid_data, config, best, result, ops)
+            result.validation = ops.evaluate(model, valid_data)
+            result.test = ops.evaluate(model, test_data) if test_data is not None else {}
             if result.status == "complete":
                 _check_diverged(result)
     except torch.OutOfMemoryError as exc:
@@ -282,12 +294,47 @@ class _Best:
     state: dict[str, torch.Tensor] | None = None
 
 
-def _restore_best(model, valid_data, config, best: _Best, result: TrainResult) -> None:
+def _restore_best(model, valid_data, config, best: _Best, result: TrainResult, ops) -> None:
     """Load the best evaluation's weights if the final ones are worse on the same rows."""
-    if best.state is None or evaluate(model, valid_data, config.eval_examples)["ne"] <= best.ne:
+    if best.state is None:
         return
-    model.load_state_dict(best.state)
+    if ops.evaluate(model, valid_data, config.eval_examples)["ne"] <= best.ne:
+        return
+    ops.restore(model, best.state)
     result.restored_step = best.step
+
+
+class Parallel:
+    """What a sharded run (`trainers.sharded`) does its own way inside `train`'s loop."""
+
+    def optimizers(self, model: nn.Module, config: TrainConfig) -> list[torch.optim.Optimizer]:
+        """The dense optimizer first (the schedule sets its lr), then any other."""
+        raise NotImplementedError
+
+    def step(self, model: nn.Module, optimizers: list) -> Callable[[Batch], torch.Tensor]:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, data: Rows, rows: int | None = None) -> dict:
+        raise NotImplementedError
+
+    def snapshot(self, model: nn.Module) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def restore(self, model: nn.Module, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class _Local(Parallel):
+    """One process: the module's own state and evaluation."""
+
+    def evaluate(self, model: nn.Module, data: Rows, rows: int | None = None) -> dict:
+        return evaluate(model, data, rows)
+
+    def snapshot(self, model: nn.Module) -> dict[str, Any]:
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def restore(self, model: nn.Module, state: dict[str, Any]) -> None:
+        model.load_state_dict(state)
 
 
 def _check_diverged(result: TrainResult) -> None:
@@ -304,16 +351,20 @@ def _check_diverged(result: TrainResult) -> None:
 
 
 def _loop(
-    model, train_data, valid_data, config, on_eval, device, result, shown, budget_steps
+    model, train_data, valid_data, config, on_eval, device, result, shown, budget_steps, ops
 ) -> _Best:
     torch.manual_seed(config.seed)
     if config.start_at_base_rate:
         _start_at_base_rate(model, train_data.label_mean)
     model.to(device).train()
-    graph = _graph_step(device, config, model, train_data)
-    optimizers = [o for o in make_optimizers(model, config, capturable=graph) if o is not None]
-    bf16 = device.type == "cuda" and config.bf16
-    take_step = (GraphStep if graph else EagerStep)(model, optimizers, bf16)
+    if isinstance(ops, _Local):
+        graph = _graph_step(device, config, model, train_data)
+        optimizers = [o for o in make_optimizers(model, config, graph) if o is not None]
+        bf16 = device.type == "cuda" and config.bf16
+        take_step = (GraphStep if graph else EagerStep)(model, optimizers, bf16)
+    else:
+        graph, optimizers = False, ops.optimizers(model, config)
+        take_step = ops.step(model, optimizers)
     resident = device if graph and ResidentBatches.fits(train_data) else None
     cosine = config.lr_schedule == "cosine"
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
@@ -344,7 +395,7 @@ def _loop(
         )
         if eval_every and step % eval_every == 0 and not done:
             eval_started = time.perf_counter()
-            metrics = evaluate(model, valid_data, config.eval_examples)
+            metrics = ops.evaluate(model, valid_data, config.eval_examples)
             eval_seconds += time.perf_counter() - eval_started
             if not math.isfinite(metrics["logloss"]):
                 result.status = "failed"
@@ -358,7 +409,8 @@ def _loop(
                 break
             stale = stale + 1
             if metrics["ne"] < best.ne:
-                best, stale = _Best(metrics["ne"], step, _snapshot(model, config)), 0
+                state = ops.snapshot(model) if config.restore_best else None
+                best, stale = _Best(metrics["ne"], step, state), 0
             if config.early_stopping_patience and stale >= config.early_stopping_patience:
                 result.stopped_early = True
                 break
@@ -395,12 +447,6 @@ def _start_at_base_rate(model: nn.Module, rate: float) -> None:
     rate = min(max(rate, 1e-6), 1 - 1e-6)
     with torch.no_grad():
         head.bias.fill_(math.log(rate / (1 - rate)))
-
-
-def _snapshot(model: nn.Module, config: TrainConfig) -> dict[str, torch.Tensor] | None:
-    if not config.restore_best:
-        return None
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 def _budget_steps(rows: int, config: TrainConfig) -> int | None:

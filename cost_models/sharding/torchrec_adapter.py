@@ -60,20 +60,28 @@ def to_sharding_plan(
     ebc: EmbeddingBagCollection,
     module_path: str = "",
     device_type: str = "cpu",
+    compute_kernel: str | None = None,
 ) -> ShardingPlan:
     """`plan` as a `ShardingPlan` for `ebc` at `module_path` (e.g. "embedding_bags"):
     table-wise for whole tables, column-wise for column-split ones, row-wise for tables cut
-    by rows over every rank and table-row-wise for tables cut over one host's ranks."""
+    by rows over every rank and table-row-wise for tables cut over one host's ranks.
+    `compute_kernel`: torchrec's default for the device where None ("dense" on CPU: the
+    tables are plain parameters); "fused" runs fbgemm's kernel, with the sharder's
+    optimizer applied in the backward pass (table-row-wise tables keep the default)."""
     local_size = _local_size(plan)
     generators = {}
     for name, ranks in plan.table_ranks().items():
         if name in plan.row_wise:
             whole_world = list(ranks) == list(range(plan.num_devices))
-            generators[name] = row_wise() if whole_world else table_row_wise(ranks[0] // local_size)
-        else:
             generators[name] = (
-                table_wise(rank=ranks[0]) if len(ranks) == 1 else column_wise(ranks=ranks)
+                row_wise(compute_kernel=compute_kernel)
+                if whole_world
+                else table_row_wise(ranks[0] // local_size)
             )
+        elif len(ranks) == 1:
+            generators[name] = table_wise(rank=ranks[0], compute_kernel=compute_kernel)
+        else:
+            generators[name] = column_wise(ranks=ranks, compute_kernel=compute_kernel)
     module_plan = construct_module_sharding_plan(
         ebc,
         generators,

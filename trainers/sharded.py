@@ -1,0 +1,259 @@
+"""Training sharded, as production trains: `training.processes: N` in a study.
+
+`train_sharded` (in the study's process) writes a job directory (the architecture, the
+train config, the plan, the rows), starts `torchrun --nproc_per_node N -m trainers.sharded
+JOB` and reads back the result and the gathered weights. Each rank builds the same model
+from the seed, shards its tables by the plan with torchrec's `DistributedModelParallel`
+(`trainers.distributed.shard`: gloo on CPU, nccl on GPU) and runs `trainer.train`, the one
+training loop, with `Sharded` doing what differs: every rank takes the same global batch
+and trains on its slice of the rows; an evaluation runs each rank's slice and gathers the
+logits, so every rank sees the same metrics and stops at the same step; snapshots keep
+each rank's own shards. Each rank times its steps; the result records the slowest rank's
+median (`step_ms`) and every rank's (`device_step_ms`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torchrec.optim.optimizers import in_backward_optimizer_filter
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from cost_models.sharding.plan import Plan
+from search_space.architecture import Architecture
+from search_space.builder import RankingModel, build_model
+from search_space.schema import DatasetSchema
+from trainers.config import TrainConfig
+from trainers.data.dataset import Batch, TabularData
+from trainers.metrics import ranking_metrics
+from trainers.trainer import Parallel, TrainResult, train
+
+EVAL_BATCH = 8192
+TIMED_AFTER = 3  # steps left out of the step time (warm-up)
+SPLITS = ("train", "valid", "test")
+
+
+def train_sharded(
+    arch: Architecture,
+    splits: tuple[TabularData, TabularData, TabularData],
+    config: TrainConfig,
+    plan: Plan,
+    label: str = "training",
+) -> tuple[TrainResult, RankingModel]:
+    """Train `arch` on `plan.num_devices` processes; the model comes back whole."""
+    model = build_model(arch, seed=config.seed)
+    if any(f.multi_valued for f in splits[0].schema.categorical):
+        return _failed("multi-valued features do not train sharded yet"), model
+    with tempfile.TemporaryDirectory(prefix="ranknas-sharded-") as tmp:
+        job = Path(tmp)
+        _write_job(job, arch, splits, config, plan, label)
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                   str(plan.num_devices), "--master_port", str(_free_port()),
+                   "-m", "trainers.sharded", str(job)]  # fmt: skip
+        threads = max(1, torch.get_num_threads() // plan.num_devices)  # the cores, shared
+        env = os.environ | {"OMP_NUM_THREADS": str(threads)}
+        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        if run.returncode or not (job / "result.json").exists():
+            lines = [line for line in run.stderr.splitlines() if "Error" in line]
+            why = lines[-1] if lines else f"torchrun exited {run.returncode}"
+            return _failed(f"sharded training failed: {why}"), model
+        fields = json.loads((job / "result.json").read_text())
+        fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
+        result = TrainResult(**fields)
+        if (job / "weights.safetensors").exists():
+            model.load_state_dict(load_file(job / "weights.safetensors"))
+    return result, model
+
+
+def _failed(reason: str) -> TrainResult:
+    return TrainResult(status="failed", failure_reason=reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _write_job(job: Path, arch, splits, config: TrainConfig, plan: Plan, label: str) -> None:
+    (job / "architecture.json").write_text(arch.to_json())
+    (job / "plan.json").write_text(json.dumps(plan.to_dict()))
+    job_config = {"train": dataclasses.asdict(config), "label": label,
+                  "schema": splits[0].schema.to_dict()}  # fmt: skip
+    (job / "job.json").write_text(json.dumps(job_config))
+    arrays = {}
+    for name, rows in zip(SPLITS, splits, strict=True):
+        arrays |= {f"{name}_dense": rows.dense, f"{name}_ids": rows.categorical,
+                   f"{name}_labels": rows.labels}  # fmt: skip
+    np.savez(job / "rows.npz", **arrays)
+
+
+# ---------------------------------------------------------------------- one rank
+
+
+class Sharded(Parallel):
+    """One rank's share of the step and of the evaluations (see the module doc)."""
+
+    def __init__(self, features: list[str], device: torch.device) -> None:
+        self.features, self.device = features, device
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.step_ms: list[float] = []
+
+    def optimizers(self, model: nn.Module, config: TrainConfig) -> list[torch.optim.Optimizer]:
+        """The dense parameters' Adam/AdamW; the tables update in the backward pass."""
+        dense = [p for _, p in in_backward_optimizer_filter(model.named_parameters())]
+        cls = torch.optim.AdamW if config.dense_optimizer == "adamw" else torch.optim.Adam
+        return [cls(dense, lr=config.dense_lr, weight_decay=config.weight_decay)]
+
+    def step(self, model: nn.Module, optimizers: list):
+        def take(batch: Batch) -> torch.Tensor:
+            dense, sparse, labels = self._local(batch, batch.labels.shape[0] // self.world)
+            started = time.perf_counter()
+            loss = F.binary_cross_entropy_with_logits(model(dense, sparse), labels)
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+            self.step_ms.append(1e3 * (time.perf_counter() - started))
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)  # every rank sees the same loss, and stops with the others
+            return mean / self.world
+
+        return take
+
+    def _local(self, batch: Batch, local: int, rows: torch.Tensor | None = None) -> Batch:
+        """This rank's `local` rows of a global batch (of `rows` of it, if given)."""
+        dense, sparse, labels = batch
+        mine = torch.arange(self.rank * local, (self.rank + 1) * local)
+        if rows is not None:
+            mine = rows[mine]
+        ids = sparse.values().view(len(self.features), -1)[:, mine].reshape(-1)
+        kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=self.features, values=ids, lengths=torch.ones(ids.numel(), dtype=torch.int32)
+        )
+        return Batch(dense[mine].to(self.device), kjt.to(self.device), labels[mine].to(self.device))
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, data, rows: int | None = None) -> dict:
+        subset = data if rows is None or rows >= len(data) else data.head(rows)
+        model.eval()
+        probabilities, labels = [], []
+        for batch in subset.loader(EVAL_BATCH):
+            n = batch.labels.shape[0]
+            local = math.ceil(n / self.world)
+            padded = torch.arange(local * self.world).clamp(max=n - 1)  # equal slices
+            dense, sparse, _ = self._local(batch, local, padded)
+            logits = model(dense, sparse).float()
+            gathered = [torch.empty_like(logits) for _ in range(self.world)]
+            dist.all_gather(gathered, logits)
+            probabilities.append(torch.sigmoid(torch.cat(gathered)[:n]).cpu())
+            labels.append(batch.labels)
+        model.train()
+        return ranking_metrics(torch.cat(probabilities).numpy(), torch.cat(labels).numpy())
+
+    def snapshot(self, model: nn.Module) -> dict[str, Any]:
+        """This rank's shards and the dense weights, copied (no communication)."""
+        return {k: [s.tensor.clone() for s in v.local_shards()] if _sharded(v) else v.clone()
+                for k, v in model.state_dict().items()}  # fmt: skip
+
+    def restore(self, model: nn.Module, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for key, value in model.state_dict().items():
+                if _sharded(value):
+                    for shard, saved in zip(value.local_shards(), state[key], strict=True):
+                        shard.tensor.copy_(saved)
+                else:
+                    value.copy_(state[key])
+
+
+def _sharded(value: Any) -> bool:
+    return hasattr(value, "local_shards")
+
+
+def gather_state(model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """The whole state dict on rank 0 (None elsewhere): each table's shards put together
+    from every rank (every rank must call it)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    state = {}
+    for key, value in model.state_dict().items():
+        if not _sharded(value):
+            state[key] = value.detach().cpu().clone()
+            continue
+        mine = [(s.metadata.shard_offsets, s.tensor.detach().cpu()) for s in value.local_shards()]
+        parts: list = [None] * world
+        dist.all_gather_object(parts, mine)
+        if rank == 0:
+            whole = torch.empty(tuple(value.size()), dtype=mine[0][1].dtype if mine else None)
+            for part in parts:
+                for (row, col), tensor in part:
+                    whole[row : row + tensor.shape[0], col : col + tensor.shape[1]] = tensor
+            state[key] = whole
+    return state if rank == 0 else None
+
+
+def run_rank(job: Path) -> None:
+    from cost_models.sharding.torchrec_adapter import to_sharding_plan
+    from trainers.distributed import EMBEDDINGS, shard
+    from trainers.trainer import _start_at_base_rate, resolve_device
+
+    spec = json.loads((job / "job.json").read_text())
+    config = TrainConfig(**spec["train"])
+    schema = DatasetSchema.from_dict(spec["schema"])
+    arrays = np.load(job / "rows.npz")
+    splits = [TabularData(arrays[f"{n}_dense"], arrays[f"{n}_ids"], arrays[f"{n}_labels"], schema)
+              for n in SPLITS]  # fmt: skip
+    cuda = resolve_device(config.device).type == "cuda"
+    device = torch.device(f"cuda:{dist.get_rank() % torch.cuda.device_count()}" if cuda else "cpu")
+    arch = Architecture.from_json((job / "architecture.json").read_text())
+    model = build_model(arch, seed=config.seed)
+    if config.start_at_base_rate:
+        _start_at_base_rate(model, splits[0].label_mean)
+    plan = Plan.from_dict(json.loads((job / "plan.json").read_text()))
+    sharding = to_sharding_plan(
+        plan, getattr(model, EMBEDDINGS), EMBEDDINGS, device.type, compute_kernel="fused"
+    )  # the sparse optimizer in backward
+    dmp = shard(model, sharding, device, config.sparse_lr, config.sparse_optimizer)
+    parallel = Sharded(schema.feature_names, device)
+    run_config = dataclasses.replace(config, start_at_base_rate=False, device=device.type)
+    result = train(dmp, *splits, run_config, label=spec["label"], parallel=parallel)
+    timed = parallel.step_ms[TIMED_AFTER:] or parallel.step_ms or [0.0]
+    per_rank: list = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, statistics.median(timed))
+    result.step_ms, result.device_step_ms = max(per_rank), per_rank
+    state = gather_state(dmp)
+    if dist.get_rank() == 0:
+        if state is not None and result.status != "failed":
+            save_file(state, str(job / "weights.safetensors"))
+        (job / "result.json").write_text(json.dumps(dataclasses.asdict(result)))
+
+
+def main() -> None:
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    try:
+        run_rank(Path(sys.argv[1]))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__" and "RANK" in os.environ:
+    main()
