@@ -371,6 +371,14 @@ class TrainingConfig(_Section):
         description="CPU threads per worker; small ranking models train fastest on one "
         "thread per process: run more workers to use more cores",
     )
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="above 1: every trial, baseline and re-evaluation trains sharded, under "
+        "torchrun with torchrec's DistributedModelParallel on this many processes (gloo on "
+        "CPU, nccl on GPUs), its tables placed by the study's sharder",
+    )
     search: TrainingSearchConfig | None = Field(
         default=None,
         description="hyper-parameters searched with the architecture by sampling searchers",
@@ -534,6 +542,14 @@ class StudyConfig(_Section):
                              "set sharding.devices (and hosts)")  # fmt: skip
         if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
+        if self.training.processes > 1 and self.pruning.type != "none":
+            raise ValueError("training.processes > 1 trains in other processes, which cannot "
+                             "report to a pruner: set pruning.type: none")  # fmt: skip
+        if self.training.processes > 1 and self.data.stream.enabled:
+            raise ValueError("training.processes > 1 needs the data in memory: drop data.stream")
+        if self.training.processes > 1 and self.training.batch_size % self.training.processes:
+            raise ValueError(f"training.batch_size {self.training.batch_size} must split evenly "
+                             f"over training.processes {self.training.processes}")  # fmt: skip
         if self.best_baseline.tune and not self.training.search:
             raise ValueError("best_baseline.tune needs training.search: the hyper-parameters "
                              "to tune the baselines over")  # fmt: skip

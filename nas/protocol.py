@@ -352,7 +352,25 @@ def train_architecture(
 ) -> tuple[TrainResult, RankingModel]:
     """Train `arch` from scratch exactly as the study trains a trial, with `seed` (and the
     trial's searched `recipe`, if any); `label` names the run on its progress bar."""
-    model = build_model(arch, seed=seed)
     train_config = trial_train_config(config, seed, recipe)
+    if config.training.processes > 1:
+        return _train_sharded(arch, data, config, train_config, label)
+    model = build_model(arch, seed=seed)
     result = train(model, data.train, data.valid, data.test, train_config, on_eval, label)
     return result, model
+
+
+def _train_sharded(
+    arch: Architecture, data: StudyData, config: StudyConfig, train_config, label: str
+) -> tuple[TrainResult, RankingModel]:
+    """`training.processes` > 1: trained under torchrun, its tables placed on that many
+    devices (one host) by the study's sharder; no pruning (the config refuses it)."""
+    from cost_models.sharding.sharders import make_sharder
+    from cost_models.sharding.tables import tables_from_architecture
+    from trainers.sharded import train_sharded
+
+    processes, shard = config.training.processes, config.sharding
+    tables = tables_from_architecture(arch, data.pooling_factors)
+    per_device = config.training.batch_size // processes
+    plan = make_sharder(shard.method, shard.model_dir, per_device).plan(tables, topology(processes))
+    return train_sharded(arch, (data.train, data.valid, data.test), train_config, plan, label)

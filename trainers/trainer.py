@@ -71,7 +71,8 @@ class TrainResult:
             "restored_step": self.restored_step,
         }
         if self.step_ms is not None:
-            out |= {"measured_step_ms": self.step_ms, "device_step_ms": self.device_step_ms}
+            out["measured_step_ms"] = self.step_ms
+            out |= {f"rank{i}_step_ms": ms for i, ms in enumerate(self.device_step_ms or [])}
         return out
 
 

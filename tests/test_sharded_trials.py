@@ -1,0 +1,60 @@
+"""Trials that train sharded (issue 41): torchrun, DistributedModelParallel, the study's
+plan, through the one training loop; as good as one process, with each rank's step time."""
+
+import json
+import statistics
+
+import pytest
+
+from cost_models.sharding.plan import make_plan
+from cost_models.sharding.tables import tables_from_architecture
+from nas.config import parse_config
+from nas.runner import run_study
+from search_space.builder import build_model
+from search_space.presets import load_architecture
+from study_helpers import tiny_config
+from trainers.config import TrainConfig
+from trainers.data.synthetic import SyntheticConfig, generate_synthetic
+from trainers.sharded import train_sharded
+from trainers.trainer import train
+
+
+def test_two_processes_reach_the_single_process_ne_within_seed_noise():
+    data = generate_synthetic(SyntheticConfig(rows=20_000, seed=0))
+    splits = data.split((0.8, 0.1, 0.1), seed=0)
+    arch = load_architecture("dlrm", data.schema)
+    tables = tables_from_architecture(arch)
+    plan = make_plan({t.name: i % 2 for i, t in enumerate(tables)}, tables, 2, "round_robin")
+
+    def config(seed: int) -> TrainConfig:
+        return TrainConfig(batch_size=256, max_examples=40_000, seed=seed, device="cpu")
+
+    one = [train(build_model(arch, seed=s), *splits, config(s)).validation["ne"] for s in range(3)]
+    result, model = train_sharded(arch, splits, config(0), plan)
+    assert result.status == "complete", result.failure_reason
+    noise = statistics.stdev(one)
+    assert abs(result.validation["ne"] - one[0]) < 2 * noise, (result.validation["ne"], one)
+    # the model comes back whole: evaluated in this process it scores what the ranks did
+    from trainers.trainer import evaluate
+
+    assert evaluate(model, splits[1])["ne"] == pytest.approx(result.validation["ne"], abs=1e-5)
+    assert len(result.device_step_ms) == 2 and result.step_ms == max(result.device_step_ms) > 0
+
+
+def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):
+    config = tiny_config(tmp_path, "sharded", training={"batch_size": 128, "evals": 2,
+                                                        "processes": 2},
+                         budget={"trials": 1, "epochs_per_trial": 1})  # fmt: skip
+    study = run_study(parse_config(config), progress=lambda line: None)
+    (trial,) = [t for t in study.trials if t.state.is_finished()]
+    assert trial.values[0] < 1.0
+    metrics = json.loads((tmp_path / "sharded/trials/0/metrics.json").read_text())
+    assert metrics["measured_step_ms"] == max(metrics["rank0_step_ms"], metrics["rank1_step_ms"])
+
+
+def test_pruning_and_uneven_batches_are_refused_for_sharded_training():
+    base = {"name": "x", "search_space": {"type": "around", "base": "dlrm"}}
+    with pytest.raises(Exception, match="cannot report to a pruner"):
+        parse_config(base | {"training": {"processes": 2}, "pruning": {"type": "median"}})
+    with pytest.raises(Exception, match="must split evenly over training.processes 3"):
+        parse_config(base | {"training": {"processes": 3, "batch_size": 512}})
