@@ -129,7 +129,9 @@ def train_distributed(args: argparse.Namespace) -> dict:
     model = build_model(arch, seed=args.seed)
     features = data.schema.feature_names
     plan = load_plan(args.plan, tables_from_architecture(arch), world)
-    sharding = to_sharding_plan(plan, getattr(model, EMBEDDINGS), EMBEDDINGS, device.type)
+    sharding = to_sharding_plan(
+        plan, getattr(model, EMBEDDINGS), EMBEDDINGS, device.type, compute_kernel="fused"
+    )  # the sparse optimizer in backward
     dmp = shard(model, sharding, device, args.sparse_lr, args.sparse_optimizer)
     dense_optimizer = KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())),
