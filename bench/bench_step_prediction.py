@@ -73,6 +73,7 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
     predicted = predict_step(arch, topology(args.processes), "size_lookup_greedy",
                              "runs/sharding/model", PER_DEVICE_BATCH, dense_ms,
                              analyze(arch).dense_params)  # fmt: skip
+    rows = args.steps * args.processes * PER_DEVICE_BATCH  # every step a full batch
     with tempfile.TemporaryDirectory() as tmp:
         arch_file, plan_file, out = (Path(tmp) / n for n in ("a.json", "plan.json", "run.json"))
         arch_file.write_text(arch.to_json())
@@ -82,7 +83,7 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
                    "trainers.distributed", "--arch-file", str(arch_file), "--plan",
                    str(plan_file), "--steps", str(args.steps),
                    "--batch-size", str(args.processes * PER_DEVICE_BATCH),
-                   "--sparse-optimizer", "sgd", "--rows", "40000", "--out", str(out)]  # fmt: skip
+                   "--sparse-optimizer", "sgd", "--rows", str(rows), "--out", str(out)]  # fmt: skip
         env = os.environ | {"OMP_NUM_THREADS": "1"}
         run = subprocess.run(command, env=env, capture_output=True, text=True)
         if run.returncode:

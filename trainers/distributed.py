@@ -139,7 +139,7 @@ def train_distributed(args: argparse.Namespace) -> dict:
     )
     local = args.batch_size // world
     losses, step_ms = [], []
-    batches = iter(data.loader(args.batch_size))
+    batches = iter(data.loader(args.batch_size, drop_last=True))  # equal slices per rank
     for _ in range(args.steps):
         dense, sparse, labels = next(batches)
         started = time.perf_counter()
