@@ -56,5 +56,5 @@ def test_pruning_and_uneven_batches_are_refused_for_sharded_training():
     base = {"name": "x", "search_space": {"type": "around", "base": "dlrm"}}
     with pytest.raises(Exception, match="cannot report to a pruner"):
         parse_config(base | {"training": {"processes": 2}, "pruning": {"type": "median"}})
-    with pytest.raises(Exception, match="must split evenly over training.processes 3"):
+    with pytest.raises(Exception, match=r"must split evenly over training\.processes 3"):
         parse_config(base | {"training": {"processes": 3, "batch_size": 512}})
