@@ -4,12 +4,17 @@ of real sharded runs: torchrun, DistributedModelParallel, gloo on this machine's
     .venv/bin/python bench/bench_step_prediction.py --processes 2 --steps 40
 
 For each architecture (the presets, and variants of DLRM with other embedding dims), the
-step is predicted as a study predicts it (`nas.sharding.predict_step` on a topology of
-`--processes` devices in one host, the plan of the study's default sharder, the dense
-part measured alone in one thread) and then measured: `trainers.distributed` trains the
-architecture with that plan (sparse SGD, the cost model's kernel) with a global batch of
-`--processes` x 512 and reports the slowest rank's median step. Prints one Markdown row
-per architecture and the median absolute error; writes bench/results/step_prediction.json.
+step is predicted as a study predicts it (`nas.sharding.predict_step`: the plan of the
+study's default sharder, the dense part measured alone in one thread) on `--processes`
+devices in one host, three ways: with the topology's default links (torchrec's
+NVLink-class constants, what a study uses); with this machine's links measured
+(`cost_models.sharding.links`: gloo over loopback); and with those plus the sharded
+runtime's fixed cost per step, measured once on a probe model that is not in the set
+(DLRM with 4-wide embeddings: its step is mostly runtime). Then each is measured:
+`trainers.distributed` trains the architecture with that plan (sparse SGD, the cost model's
+kernel) with a global batch of `--processes` x 512 and reports the slowest rank's median
+step. Prints one Markdown row per architecture and the median absolute errors; writes
+bench/results/step_prediction.json.
 """
 
 from __future__ import annotations
@@ -32,24 +37,52 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--out", default="bench/results/step_prediction.json")
     args = parser.parse_args()
-    rows = [_one(name, arch, args) for name, arch in _architectures()]
-    errors = [abs(r["error"]) for r in rows]
+    from cost_models.sharding.links import measure_links, measured_topology
+    from nas.sharding import topology
+    from search_space.presets import load_architecture
+    from search_space.schema import synthetic_schema
+
+    links = measure_links(args.processes)
+    clusters = {"constants": topology(args.processes), "links": measured_topology(links)}
+    probe = _one(
+        "logistic_regression",
+        load_architecture("logistic_regression", synthetic_schema()),
+        args,
+        clusters,
+    )
+    overhead = probe["measured_ms"] - probe["predicted"]["links"]["step_ms"]
+    rows = [_one(name, arch, args, clusters) for name, arch in _architectures()]
+    for r in rows:
+        r["predicted"]["links+overhead"] = r["predicted"]["links"]["step_ms"] + overhead
+    errors = {how: statistics.median(abs(_error(r, how)) for r in rows)
+              for how in ("constants", "links", "links+overhead")}  # fmt: skip
     report = {"processes": args.processes, "per_device_batch": PER_DEVICE_BATCH,
-              "median_abs_error": statistics.median(errors), "rows": rows}  # fmt: skip
+              "links": links, "overhead_probe": probe, "overhead_ms": overhead,
+              "median_abs_error": errors, "rows": rows}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
-    print("| architecture | predicted ms | dense | all-reduce | lookups | all-to-all | "
-          "measured ms | error |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(f"links: {json.dumps(links)}; runtime overhead from the probe (dlrm-dim4): "
+          f"{overhead:.2f} ms a step")  # fmt: skip
+    print("| architecture | measured ms | predicted: constants | links | links + overhead | "
+          "dense | lookups | all-to-all (links) |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in rows:
-        p = r["predicted"]
-        print(f"| {r['name']} | {p['step_ms']:.2f} | {p['dense_ms']:.2f} | "
-              f"{p['allreduce_ms']:.2f} | {p['embedding_ms']:.2f} | {p['all_to_all_ms']:.2f} | "
-              f"{r['measured_ms']:.2f} | {r['error']:+.0%} |")  # fmt: skip
-    print(f"\nmedian absolute error: {report['median_abs_error']:.0%}")
+        p, q = r["predicted"], r["predicted"]["links"]
+        print(
+            f"| {r['name']} | {r['measured_ms']:.2f} | {p['constants']['step_ms']:.2f} "
+            f"({_error(r, 'constants'):+.0%}) | {q['step_ms']:.2f} ({_error(r, 'links'):+.0%}) "
+            f"| {p['links+overhead']:.2f} ({_error(r, 'links+overhead'):+.0%}) | "
+            f"{q['dense_ms']:.2f} | {q['embedding_ms']:.2f} | {q['all_to_all_ms']:.2f} |"
+        )
+    print("\nmedian absolute error: " + ", ".join(f"{k} {v:.0%}" for k, v in errors.items()))
+
+
+def _error(row: dict, how: str) -> float:
+    predicted = row["predicted"][how]
+    predicted = predicted if isinstance(predicted, float) else predicted["step_ms"]
+    return (predicted - row["measured_ms"]) / row["measured_ms"]
 
 
 def _architectures():
-    from search_space.architecture import Architecture
     from search_space.presets import PRESETS, load_architecture
     from search_space.schema import synthetic_schema
 
@@ -57,27 +90,33 @@ def _architectures():
     for name in sorted(PRESETS):
         if name != "logistic_regression":
             yield name, load_architecture(name, schema)
-    for dim in (4, 64):
-        data = load_architecture("dlrm", schema).to_dict()
-        data["embedding"]["dim"] = dim
-        data["name"] = f"dlrm-dim{dim}"
-        yield data["name"], Architecture.from_dict(data).bind(schema)
+    for dim in (32, 64):
+        yield f"dlrm-dim{dim}", _with_dim(load_architecture("dlrm", schema), dim)
 
 
-def _one(name: str, arch, args: argparse.Namespace) -> dict:
+def _with_dim(arch, dim: int):
+    from search_space.architecture import Architecture
+    from search_space.schema import synthetic_schema
+
+    data = arch.to_dict()
+    data["embedding"]["dim"], data["name"] = dim, f"dlrm-dim{dim}"
+    return Architecture.from_dict(data).bind(synthetic_schema())
+
+
+def _one(name: str, arch, args: argparse.Namespace, clusters: dict) -> dict:
     from cost_models.latency.model import measure_dense_step_ms
-    from nas.sharding import predict_step, topology
+    from nas.sharding import predict_step
     from search_space.architecture import analyze
 
     dense_ms = measure_dense_step_ms(arch, PER_DEVICE_BATCH, "cpu", threads=1)
-    predicted = predict_step(arch, topology(args.processes), "size_lookup_greedy",
-                             "runs/sharding/model", PER_DEVICE_BATCH, dense_ms,
-                             analyze(arch).dense_params)  # fmt: skip
+    predicted = {how: predict_step(arch, cluster, "size_lookup_greedy", "runs/sharding/model",
+                                   PER_DEVICE_BATCH, dense_ms, analyze(arch).dense_params)
+                 for how, cluster in clusters.items()}  # fmt: skip
     rows = args.steps * args.processes * PER_DEVICE_BATCH  # every step a full batch
     with tempfile.TemporaryDirectory() as tmp:
         arch_file, plan_file, out = (Path(tmp) / n for n in ("a.json", "plan.json", "run.json"))
         arch_file.write_text(arch.to_json())
-        plan_file.write_text(json.dumps(predicted["plan"]))
+        plan_file.write_text(json.dumps(predicted["links"]["plan"]))
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                    str(args.processes), "--master_port", str(_free_port()), "-m",
                    "trainers.distributed", "--arch-file", str(arch_file), "--plan",
@@ -89,10 +128,10 @@ def _one(name: str, arch, args: argparse.Namespace) -> dict:
         if run.returncode:
             raise SystemExit(f"{name}: torchrun failed:\n{run.stderr[-3000:]}")
         measured = json.loads(out.read_text())
-    plan = {k: v for k, v in predicted.items() if k != "plan"}
-    error = (predicted["step_ms"] - measured["step_ms"]) / measured["step_ms"]
-    return {"name": name, "predicted": plan, "measured_ms": measured["step_ms"],
-            "rank_ms": measured["rank_step_ms"], "error": error}  # fmt: skip
+    for p in predicted.values():
+        p.pop("plan")
+    return {"name": name, "predicted": predicted, "measured_ms": measured["step_ms"],
+            "rank_ms": measured["rank_step_ms"]}  # fmt: skip
 
 
 def _free_port() -> int:

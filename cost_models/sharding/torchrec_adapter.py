@@ -67,21 +67,26 @@ def to_sharding_plan(
     by rows over every rank and table-row-wise for tables cut over one host's ranks.
     `compute_kernel`: torchrec's default for the device where None ("dense" on CPU: the
     tables are plain parameters); "fused" runs fbgemm's kernel, with the sharder's
-    optimizer applied in the backward pass (table-row-wise tables keep the default)."""
+    optimizer applied in the backward pass (table-row-wise tables keep the default, and so
+    do tables whose shards are not a multiple of 4 columns wide, which fbgemm's kernel
+    refuses: those train as plain parameters)."""
     local_size = _local_size(plan)
+    widths = {name: config.embedding_dim for name, config in _table_configs(ebc).items()}
     generators = {}
     for name, ranks in plan.table_ranks().items():
+        shard_width = widths.get(name, 4) // max(1, plan.splits.get(name, 1))
+        kernel = compute_kernel if shard_width % 4 == 0 else None
         if name in plan.row_wise:
             whole_world = list(ranks) == list(range(plan.num_devices))
             generators[name] = (
-                row_wise(compute_kernel=compute_kernel)
+                row_wise(compute_kernel=kernel)
                 if whole_world
                 else table_row_wise(ranks[0] // local_size)
             )
         elif len(ranks) == 1:
-            generators[name] = table_wise(rank=ranks[0], compute_kernel=compute_kernel)
+            generators[name] = table_wise(rank=ranks[0], compute_kernel=kernel)
         else:
-            generators[name] = column_wise(ranks=ranks, compute_kernel=compute_kernel)
+            generators[name] = column_wise(ranks=ranks, compute_kernel=kernel)
     module_plan = construct_module_sharding_plan(
         ebc,
         generators,
@@ -90,6 +95,10 @@ def to_sharding_plan(
         device_type=device_type,
     )
     return ShardingPlan({module_path: module_plan})
+
+
+def _table_configs(ebc: EmbeddingBagCollection) -> dict:
+    return {config.name: config for config in ebc.embedding_bag_configs()}
 
 
 def _local_size(plan: Plan) -> int:

@@ -1,0 +1,104 @@
+"""This machine's links as a `Topology` sees them: latency and bandwidth of the collectives a
+sharded step runs (all-to-all and all-reduce), measured with torch.distributed on local
+processes (gloo on CPU, nccl on GPUs).
+
+    torchrun --nproc_per_node 2 -m cost_models.sharding.links --out links.json
+
+`Topology`'s defaults are torchrec's planner constants for NVLink-class links; on a CPU
+machine whose processes talk through gloo over loopback a collective costs milliseconds,
+and a prediction of its sharded step must use what this measures (`measured_topology`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from cost_models.sharding.topology import Topology
+
+SMALL, LARGE = 8, 1 << 20  # float32 elements per rank: latency, then bandwidth
+
+
+def _median_ms(run, repeats: int = 20, warmup: int = 3) -> float:
+    times = []
+    for i in range(warmup + repeats):
+        dist.barrier()
+        started = time.perf_counter()
+        run()
+        if i >= warmup:
+            times.append(1e3 * (time.perf_counter() - started))
+    return statistics.median(times)
+
+
+def measure() -> dict[str, float]:
+    """On every rank: each collective's median time for a tiny and a 4 MB buffer, and the
+    latency and bandwidth (bytes per ms that leave a rank) they imply."""
+    world = dist.get_world_size()
+    out: dict[str, float] = {"processes": world}
+    for name in ("all_to_all", "all_reduce"):
+        ms = {}
+        for size in (SMALL, LARGE):
+            buffer, result = torch.ones(size), torch.empty(size)
+            if name == "all_to_all":
+                ms[size] = _median_ms(lambda b=buffer, r=result: dist.all_to_all_single(r, b))
+            else:
+                ms[size] = _median_ms(lambda b=buffer: dist.all_reduce(b))
+        # bytes that leave a rank: (W-1)/W of the buffer in an all-to-all, 2 (W-1)/W of it in
+        # a ring all-reduce
+        moved = LARGE * 4 * (world - 1) / world * (2 if name == "all_reduce" else 1)
+        out[f"{name}_latency_ms"] = ms[SMALL]
+        out[f"{name}_bytes_per_ms"] = moved / max(ms[LARGE] - ms[SMALL], 1e-6)
+    return out
+
+
+def measured_topology(links: dict[str, float], devices: int | None = None) -> Topology:
+    """One host of `devices` (default: the measured processes) with the measured links:
+    the all-to-all's bandwidth, and the latency of one collective."""
+    return Topology(
+        devices or int(links["processes"]),
+        intra_host_bw=links["all_to_all_bytes_per_ms"],
+        intra_host_latency_ms=links["all_to_all_latency_ms"],
+    )
+
+
+def measure_links(processes: int) -> dict[str, float]:
+    """`measure` on `processes` local processes (torchrun), as rank 0 saw it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "links.json"
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                   str(processes), "--master_port", str(port), "-m", "cost_models.sharding.links",
+                   "--out", str(out)]  # fmt: skip
+        env = os.environ | {"OMP_NUM_THREADS": "1"}
+        subprocess.run(command, check=True, env=env, capture_output=True)
+        return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        result = measure()
+        if dist.get_rank() == 0:
+            args.out.write_text(json.dumps(result, indent=2))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__" and "RANK" in os.environ:
+    main()
