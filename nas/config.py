@@ -24,7 +24,7 @@ from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
-from search_space.presets import unknown_architecture
+from search_space.preset_names import unknown_architecture
 from search_space.sections import Section as _Section
 from search_space.spaces import AnySpaceConfig, format_validation_error
 from trainers.config import TrainConfig

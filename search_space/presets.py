@@ -12,6 +12,7 @@ from typing import Any
 
 from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig, analyze
 from search_space.errors import SpecError
+from search_space.preset_names import PRESET_NAMES, unknown_architecture
 from search_space.schema import DatasetSchema
 
 
@@ -106,6 +107,8 @@ PRESETS: dict[str, Callable[[], Architecture]] = {
     "dhen": dhen,
     "wukong": wukong,
 }
+if tuple(PRESETS) != PRESET_NAMES:  # the names validation reads without building a model
+    raise RuntimeError(f"preset_names.PRESET_NAMES {PRESET_NAMES} differs from {tuple(PRESETS)}")
 
 
 def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
@@ -114,13 +117,6 @@ def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
         raise SpecError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     arch = PRESETS[name]()
     return arch.bind(schema) if schema is not None else arch
-
-
-def unknown_architecture(name_or_file: str) -> str | None:
-    """Why `name_or_file` names no preset and no existing file (None when it does one)."""
-    if name_or_file in PRESETS or Path(name_or_file).exists():
-        return None
-    return f"{name_or_file}: neither a preset ({', '.join(PRESETS)}) nor an existing file"
 
 
 def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:

@@ -66,7 +66,7 @@ class AroundConfig(SpaceConfig):
     @field_validator("base")
     @classmethod
     def _base(cls, base: str) -> str:
-        from search_space.presets import unknown_architecture
+        from search_space.preset_names import unknown_architecture
 
         problem = None if base == BEST_BASELINE else unknown_architecture(base)
         if problem:  # before any data is read
