@@ -1,7 +1,8 @@
 """How good is the predicted step time (issue 41)? Predicted against measured training steps
 of real sharded runs: torchrun, DistributedModelParallel, gloo on this machine's CPU.
 
-    .venv/bin/python bench/bench_step_prediction.py --processes 2 --steps 40
+    .venv/bin/python bench/bench_step_prediction.py --processes 2 --steps 40 --out run1.json
+    .venv/bin/python bench/bench_step_prediction.py --summarize run1.json run2.json run3.json
 
 For each architecture (the presets, and variants of DLRM with other embedding dims), the
 step is predicted as a study predicts it (`nas.sharding.predict_step`: the plan of the
@@ -36,7 +37,12 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--out", default="bench/results/step_prediction.json")
+    parser.add_argument("--summarize", nargs="+", metavar="JSON",
+                        help="print the median over repeats saved in these files")  # fmt: skip
     args = parser.parse_args()
+    if args.summarize:
+        summarize([json.loads(Path(f).read_text()) for f in args.summarize])
+        return
     from cost_models.sharding.links import measure_links, measured_topology
     from nas.sharding import topology
     from search_space.presets import load_architecture
@@ -74,6 +80,36 @@ def main() -> None:
             f"{q['dense_ms']:.2f} | {q['embedding_ms']:.2f} | {q['all_to_all_ms']:.2f} |"
         )
     print("\nmedian absolute error: " + ", ".join(f"{k} {v:.0%}" for k, v in errors.items()))
+
+
+def summarize(runs: list[dict]) -> None:
+    """Per architecture, the median over the repeats of each prediction's error; then their
+    median absolute value, and each repeat's own."""
+    names = [r["name"] for r in runs[0]["rows"]]
+    ways = ("constants", "links", "links+overhead")
+    print(
+        "| architecture | measured ms (median) | " + " | ".join(ways) + " |\n|---|---|---|---|---|"
+    )
+    medians = {how: [] for how in ways}
+    for name in names:
+        rows = [next(r for r in run["rows"] if r["name"] == name) for run in runs]
+        cells = []
+        for how in ways:
+            error = statistics.median(_error(r, how) for r in rows)
+            medians[how].append(abs(error))
+            cells.append(f"{error:+.0%}")
+        measured = statistics.median(r["measured_ms"] for r in rows)
+        print(f"| {name} | {measured:.2f} | " + " | ".join(cells) + " |")
+    print(
+        f"\nmedian absolute error over {len(runs)} repeats: "
+        + ", ".join(f"{how} {statistics.median(v):.0%}" for how, v in medians.items())
+    )
+    print(
+        "each repeat's: "
+        + "; ".join(
+            ", ".join(f"{how} {run['median_abs_error'][how]:.0%}" for how in ways) for run in runs
+        )
+    )
 
 
 def _error(row: dict, how: str) -> float:
