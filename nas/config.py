@@ -423,6 +423,17 @@ class ShardingConfig(_Section):
     hosts: int | None = Field(
         default=None, ge=1, description="hosts the devices are spread over (default: 8 a host)"
     )
+    links: str | None = Field(
+        default=None,
+        description="JSON from `ranknas shard links`: the links inside a host are these "
+        "measured ones (default: torchrec's NVLink-class constants)",
+    )
+    runtime_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="the sharded runtime's fixed cost per step, added to predicted steps "
+        "(bench/bench_step_prediction.py measures it: 7-9 ms on a 2-core CPU with gloo)",
+    )
 
     @model_validator(mode="after")
     def _hosts_divide_devices(self) -> ShardingConfig:

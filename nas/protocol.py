@@ -244,9 +244,9 @@ def _step(
     dense_ms = measure_dense_step_ms(
         arch, t.batch_size, resolve_device(t.device), threads=t.threads
     )
-    cluster = topology(shard.devices, shard.hosts)
+    cluster = topology(shard.devices, shard.hosts, shard.links)
     return predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
-                        analysis.dense_params, pooling_factors)  # fmt: skip
+                        analysis.dense_params, pooling_factors, shard.runtime_ms)  # fmt: skip
 
 
 def plan_sharding(
@@ -257,8 +257,9 @@ def plan_sharding(
     if not shard.devices:
         return None
     batch = config.training.batch_size
-    plan = plan_trial_sharding(arch, topology(shard.devices, shard.hosts), shard.method,
-                               shard.model_dir, batch, data.pooling_factors)  # fmt: skip
+    cluster = topology(shard.devices, shard.hosts, shard.links)
+    plan = plan_trial_sharding(arch, cluster, shard.method, shard.model_dir, batch,
+                               data.pooling_factors)  # fmt: skip
     (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
     return plan
 

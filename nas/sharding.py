@@ -10,6 +10,7 @@ whole training step of one device of that cluster (`predict_step`).
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,33 @@ from cost_models.sharding.sharders import make_sharder
 from cost_models.sharding.tables import tables_from_architecture
 from cost_models.sharding.topology import Topology
 from search_space.architecture import Architecture
+from search_space.errors import RanknasError
 
 PACKAGED_MODEL = Path(__file__).resolve().parent.parent / "cost_models/sharding/default_model"
 
 
-def topology(devices: int, hosts: int | None = None) -> Topology:
-    """`devices` over `hosts` hosts (None: torchrec's 8 devices per host)."""
-    if hosts is None:
-        return Topology(devices)
-    return Topology(devices, local_world_size=devices // hosts)
+def topology(devices: int, hosts: int | None = None, links: str | None = None) -> Topology:
+    """`devices` over `hosts` hosts (None: torchrec's 8 devices per host); `links`: a file
+    of `ranknas shard links`, whose measured collectives replace the intra-host constants."""
+    local = 8 if hosts is None else devices // hosts  # `Topology.host_size` caps it
+    if links is None:
+        return Topology(devices, local_world_size=local)
+    measured = read_links(links)
+    return Topology(devices, local_world_size=local,
+                    intra_host_bw=measured["all_to_all_bytes_per_ms"],
+                    intra_host_latency_ms=measured["all_to_all_latency_ms"])  # fmt: skip
+
+
+def read_links(path: str) -> dict[str, float]:
+    try:
+        data = json.loads(Path(path).read_text())
+        return {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RanknasError(
+            f"sharding.links {path}: not a file of `ranknas shard links` "
+            f"({type(exc).__name__}: {exc}); measure with `ranknas shard links "
+            "--out FILE`"
+        ) from None
 
 
 def plan_trial_sharding(
@@ -62,14 +81,16 @@ def predict_step(
     dense_ms: float,
     dense_params: int,
     pooling_factors: dict[str, float] | None = None,
+    runtime_ms: float = 0.0,
 ) -> dict[str, Any]:
     """The predicted training step (ms) of one device of `cluster`, each device with a batch
     of `batch_size`, and its parts: the dense part measured alone (`dense_ms`: blocks and
     head forward and backward, data-parallel on every device), the all-reduce of the dense
     gradients (the topology's links), and the most loaded device's embedding lookups
     (forward, backward) and all-to-all traffic under the study's sharder's plan (the
-    sharding cost model of `model_dir`, else the one shipped with ranknas). The parts run
-    one after another: nothing overlaps."""
+    sharding cost model of `model_dir`, else the one shipped with ranknas), and
+    `runtime_ms`, the sharded runtime's fixed cost per step. The parts run one after
+    another: nothing overlaps."""
     tables = tables_from_architecture(arch, pooling_factors)
     plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     cost_dir = model_dir if (Path(model_dir) / "cost_net.json").exists() else str(PACKAGED_MODEL)
@@ -81,8 +102,9 @@ def predict_step(
     embedding_ms = float(per_device[busiest, :2].sum())
     comm_ms = float(per_device[busiest, 2])
     return {
-        "step_ms": dense_ms + allreduce_ms + embedding_ms + comm_ms,
+        "step_ms": dense_ms + allreduce_ms + embedding_ms + comm_ms + runtime_ms,
         "dense_ms": dense_ms,
+        "runtime_ms": runtime_ms,
         "allreduce_ms": allreduce_ms,
         "embedding_ms": embedding_ms,
         "all_to_all_ms": comm_ms,

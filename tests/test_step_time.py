@@ -13,6 +13,7 @@ from nas.runner import run_study
 from nas.sharding import predict_step, topology
 from nas.trial_record import STEP_FILE, TrialAttr
 from search_space.architecture import Architecture
+from search_space.errors import RanknasError
 from search_space.presets import load_architecture
 from search_space.schema import synthetic_schema
 from study_helpers import tiny_config, write_config
@@ -99,3 +100,30 @@ def test_an_unsharded_export_has_no_plan(tmp_path):
     assert main(["export", str(write_config(tmp_path, config)), "--out", str(out)]) == 0
     assert not (out / "sharding_plan.json").exists()
     assert "Training step" not in (out / "model_card.md").read_text()
+
+
+def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
+    """`ranknas shard links` measures this machine's collectives; a study's `sharding.links`
+    and `runtime_ms` then predict a step as this machine runs it."""
+    links = tmp_path / "links.json"
+    assert main(["shard", "links", "--processes", "2", "--out", str(links)]) == 0
+    measured = json.loads(links.read_text())
+    assert measured["all_to_all_latency_ms"] > 0 and measured["all_to_all_bytes_per_ms"] > 0
+    cluster = topology(2, links=str(links))
+    assert cluster.intra_host_latency_ms == measured["all_to_all_latency_ms"]
+    arch = load_architecture("dlrm", SCHEMA)
+
+    def step(cluster, runtime_ms=0.0) -> dict:
+        return predict_step(arch, cluster, "size_lookup_greedy", "none", 512, dense_ms=1.0,
+                            dense_params=10_000, runtime_ms=runtime_ms)  # fmt: skip
+
+    with_constants, with_links = step(topology(2)), step(cluster, runtime_ms=7.5)
+    assert with_links["all_to_all_ms"] > with_constants["all_to_all_ms"]  # loopback is slower
+    assert with_links["step_ms"] == pytest.approx(
+        with_constants["step_ms"] - with_constants["all_to_all_ms"]
+        - with_constants["allreduce_ms"] + with_links["all_to_all_ms"]
+        + with_links["allreduce_ms"] + 7.5
+    )  # fmt: skip
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(RanknasError, match="not a file of `ranknas shard links`"):
+        topology(2, links=str(tmp_path / "bad.json"))

@@ -1,4 +1,4 @@
-"""`ranknas shard plan|compare|train`: the parser only; the handlers (`commands`) import
+"""`ranknas shard plan|compare|train|links`: the parser only; the handlers (`commands`) import
 torch and torchrec when a command runs, so that `--help` is quick."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add `shard plan|train|compare` to a subparsers object."""
+    """Add `shard plan|train|compare|links` to a subparsers object."""
     shard = commands.add_parser("shard", help="embedding sharding: plan, train, compare")
     sub = shard.add_subparsers(
         dest="shard_command", metavar="COMMAND", required=True, help="what to do"
@@ -86,6 +86,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--quick", action="store_true", help="a tiny run (seconds), to try it out")
     train.set_defaults(handler=_handler("cmd_train"))
+
+    links = sub.add_parser(
+        "links", help="measure this machine's collectives for a study's step prediction"
+    )
+    links.add_argument("--processes", type=int, default=2, metavar="N",
+                       help="local processes to measure between (torchrun)")  # fmt: skip
+    links.add_argument("--out", type=Path, required=True, metavar="FILE",
+                       help="JSON for `sharding: {links: FILE}` in a study")  # fmt: skip
+    links.set_defaults(handler=_handler("cmd_links"))
 
 
 def _workload_options(parser: argparse.ArgumentParser) -> None:

@@ -260,3 +260,19 @@ def _override(
             raise RanknasError(f"{name} must be at least 1, got {value}")
     rl = replace(config.rl, iterations=iterations or config.rl.iterations)
     return replace(config, rounds=rounds or config.rounds, rl=rl)
+
+
+def cmd_links(args: argparse.Namespace) -> int:
+    from cost_models.sharding.links import measure_links
+
+    if args.processes < 2:
+        raise RanknasError(
+            f"--processes: at least 2 to measure links between, got {args.processes}"
+        )
+    links = measure_links(args.processes)
+    args.out.write_text(json.dumps(links, indent=2) + "\n")
+    print(f"{args.out}: all-to-all {links['all_to_all_latency_ms']:.3f} ms latency, "
+          f"{links['all_to_all_bytes_per_ms'] / 1e6:.2f} GB/s; all-reduce "
+          f"{links['all_reduce_latency_ms']:.3f} ms, {links['all_reduce_bytes_per_ms'] / 1e6:.2f} "
+          f"GB/s, between {args.processes} processes")  # fmt: skip
+    return 0

@@ -63,6 +63,7 @@ def _step_section(step: Mapping[str, Any]) -> str:
             step["embedding_ms"],
         ),
         ("its all-to-all traffic (sharding cost model and topology)", step["all_to_all_ms"]),
+        ("the sharded runtime's fixed cost (`sharding.runtime_ms`)", step.get("runtime_ms", 0.0)),
     ]
     rows = [(what, f"{ms:.3f}") for what, ms in parts] + [
         ("**step**", f"**{step['step_ms']:.3f}**")
