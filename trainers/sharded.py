@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torchrec.optim.optimizers import in_backward_optimizer_filter
@@ -43,6 +42,7 @@ from search_space.schema import DatasetSchema
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
 from trainers.metrics import ranking_metrics
+from trainers.steps import EagerStep
 from trainers.trainer import Parallel, TrainResult, train
 
 EVAL_BATCH = 8192
@@ -123,17 +123,13 @@ class Sharded(Parallel):
         return [cls(dense, lr=config.dense_lr, weight_decay=config.weight_decay)]
 
     def step(self, model: nn.Module, optimizers: list):
+        eager = EagerStep(model, optimizers, bf16=False)
+
         def take(batch: Batch) -> torch.Tensor:
-            dense, sparse, labels = self._local(batch, batch.labels.shape[0] // self.world)
+            local = self._local(batch, batch.labels.shape[0] // self.world)
             started = time.perf_counter()
-            loss = F.binary_cross_entropy_with_logits(model(dense, sparse), labels)
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            for optimizer in optimizers:
-                optimizer.step()
+            mean = eager(local).clone()
             self.step_ms.append(1e3 * (time.perf_counter() - started))
-            mean = loss.detach().clone()
             dist.all_reduce(mean)  # every rank sees the same loss, and stops with the others
             return mean / self.world
 

@@ -68,11 +68,7 @@ def measure_latency(
     """Median forward and training-step time (ms) of the built `arch` on `device`."""
     device = torch.device(device)
     with torch_threads(threads):
-        model = build_model(arch, seed=0, device=device)
-        dense, sparse = example_batch(arch, batch_size)
-        dense, sparse = dense.to(device), sparse.to(device)
-        labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))
-        labels = labels.float().to(device)
+        model, dense, sparse, labels = _example(arch, batch_size, device)
 
         def train_step() -> None:
             model.zero_grad(set_to_none=True)
@@ -99,16 +95,12 @@ def measure_dense_step_ms(
     embedding lookups are the sharded tables' (the sharding cost model's) part."""
     device = torch.device(device)
     with torch_threads(threads):
-        model = build_model(arch, seed=0, device=device)
-        dense, sparse = example_batch(arch, batch_size)
-        dense, sparse = dense.to(device), sparse.to(device)
+        model, dense, sparse, labels = _example(arch, batch_size, device)
         pooled = None
         if model.feature_names:
             with torch.no_grad():
                 pooled = model.embed(sparse)
             pooled.requires_grad_(True)
-        labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))
-        labels = labels.float().to(device)
 
         def dense_step() -> None:
             model.zero_grad(set_to_none=True)
@@ -117,6 +109,14 @@ def measure_dense_step_ms(
 
         model.train()
         return _median_ms(dense_step, device, warmup, repeats)
+
+
+def _example(arch: Architecture, batch_size: int, device: torch.device):
+    """The built model (seed 0) and a batch of `example_batch` with labels, on `device`."""
+    model = build_model(arch, seed=0, device=device)
+    dense, sparse = example_batch(arch, batch_size)
+    labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))
+    return model, dense.to(device), sparse.to(device), labels.float().to(device)
 
 
 def _median_ms(run: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> float:
