@@ -266,8 +266,8 @@ def _next_trial(
                 raise RanknasError(
                     f"study {config.name!r}: {skipped} sampled architectures exceeded the "
                     f"objectives' constraints and only {done} met them; loosen objectives."
-                    "max_mflops / max_params / max_latency_ms, or search a space of smaller "
-                    "architectures"
+                    "max_mflops / max_params / max_latency_ms / max_step_ms, or search a space "
+                    "of smaller architectures"
                 )
             limit = config.budget.max_failures or config.budget.trials
             if failed >= limit:
