@@ -20,6 +20,7 @@ from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
     STEP_FILE,
+    TRAINED_PLAN_FILE,
     StudyAttr,
     TrialAttr,
     write_metrics,
@@ -279,6 +280,8 @@ def record_result(
         write_weights(directory, model)
     if costs.step is not None:
         (directory / STEP_FILE).write_text(json.dumps(costs.step, indent=2))
+    if result.plan is not None:
+        (directory / TRAINED_PLAN_FILE).write_text(json.dumps(result.plan, indent=2))
     summary = result.summary() | costs.summary() | (runs or {})
     if sharding and "predicted_step_ms" in sharding:
         summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]

@@ -56,6 +56,7 @@ from nas.trial_record import (
     METRIC_ATTRS,
     SHARDING_FILE,
     STEP_FILE,
+    TRAINED_PLAN_FILE,
     StudyAttr,
     TrialAttr,
     architecture_params,
@@ -751,7 +752,7 @@ def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
 
 def _artifacts(directory: Path) -> dict[str, str]:
     """The trial's text files that go to its MLflow run."""
-    names = (ARCHITECTURE_FILE, SHARDING_FILE, STEP_FILE)
+    names = (ARCHITECTURE_FILE, SHARDING_FILE, STEP_FILE, TRAINED_PLAN_FILE)
     return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
 
 

@@ -24,6 +24,7 @@ ARCHITECTURE_FILE = "architecture.json"
 METRICS_FILE = "metrics.json"
 WEIGHTS_FILE = "model.safetensors"
 SHARDING_FILE = "sharding_plan.json"
+TRAINED_PLAN_FILE = "trained_plan.json"  # `training.processes`: the plan it trained with
 STEP_FILE = "step_time.json"  # the predicted step and its parts (`nas.sharding.predict_step`)
 DIAGRAM_FILE = "architecture.png"  # in MLflow runs and exports: `nas.diagram`
 PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with

@@ -50,6 +50,8 @@ def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):
     assert trial.values[0] < 1.0
     metrics = json.loads((tmp_path / "sharded/trials/0/metrics.json").read_text())
     assert metrics["measured_step_ms"] == max(metrics["rank0_step_ms"], metrics["rank1_step_ms"])
+    plan = json.loads((tmp_path / "sharded/trials/0/trained_plan.json").read_text())
+    assert plan["num_devices"] == 2 and set(plan["assignment"].values()) <= {0, 1}
 
 
 def test_pruning_and_uneven_batches_are_refused_for_sharded_training():

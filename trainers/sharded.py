@@ -76,7 +76,7 @@ def train_sharded(
             return _failed(f"sharded training failed: {why}"), model
         fields = json.loads((job / "result.json").read_text())
         fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
-        result = TrainResult(**fields)
+        result = TrainResult(**fields | {"plan": plan.to_dict()})
         if (job / "weights.safetensors").exists():
             model.load_state_dict(load_file(job / "weights.safetensors"))
     return result, model

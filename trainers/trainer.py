@@ -54,6 +54,7 @@ class TrainResult:
     # trained sharded (`trainers.sharded`): the slowest rank's median step, and each rank's
     step_ms: float | None = None
     device_step_ms: list[float] | None = None
+    plan: dict[str, Any] | None = None  # the plan it trained with (`Plan.to_dict`)
 
     def summary(self) -> dict[str, Any]:
         """Flat, JSON-ready metrics."""
