@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -141,6 +138,7 @@ def _with_dim(arch, dim: int):
 
 def _one(name: str, arch, args: argparse.Namespace, clusters: dict) -> dict:
     from cost_models.latency.model import measure_dense_step_ms
+    from cost_models.sharding.torchrun import torchrun
     from nas.sharding import predict_step
     from search_space.architecture import analyze
 
@@ -153,14 +151,10 @@ def _one(name: str, arch, args: argparse.Namespace, clusters: dict) -> dict:
         arch_file, plan_file, out = (Path(tmp) / n for n in ("a.json", "plan.json", "run.json"))
         arch_file.write_text(arch.to_json())
         plan_file.write_text(json.dumps(predicted["links"]["plan"]))
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                   str(args.processes), "--master_port", str(_free_port()), "-m",
-                   "trainers.distributed", "--arch-file", str(arch_file), "--plan",
-                   str(plan_file), "--steps", str(args.steps),
-                   "--batch-size", str(args.processes * PER_DEVICE_BATCH),
-                   "--sparse-optimizer", "sgd", "--rows", str(rows), "--out", str(out)]  # fmt: skip
-        env = os.environ | {"OMP_NUM_THREADS": "1"}
-        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        run = torchrun(args.processes, "trainers.distributed", [
+            "--arch-file", str(arch_file), "--plan", str(plan_file), "--steps", str(args.steps),
+            "--batch-size", str(args.processes * PER_DEVICE_BATCH), "--sparse-optimizer", "sgd",
+            "--rows", str(rows), "--out", str(out)])  # fmt: skip
         if run.returncode:
             raise SystemExit(f"{name}: torchrun failed:\n{run.stderr[-3000:]}")
         measured = json.loads(out.read_text())
@@ -168,14 +162,6 @@ def _one(name: str, arch, args: argparse.Namespace, clusters: dict) -> dict:
         p.pop("plan")
     return {"name": name, "predicted": predicted, "measured_ms": measured["step_ms"],
             "rank_ms": measured["rank_step_ms"]}  # fmt: skip
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

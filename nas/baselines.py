@@ -139,7 +139,7 @@ def _train_one(
     directory = config.study_dir / "baselines" / key
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config, data.pooling_factors)
-    sharding = plan_sharding(arch, config, directory, data)
+    sharding = plan_sharding(arch, config, directory, data, costs)
     recipe = _tuned_recipe(config, key, arch, data, logger, progress)
     result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}",
                                        recipe=recipe)  # fmt: skip

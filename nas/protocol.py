@@ -14,6 +14,7 @@ from typing import Any
 
 import optuna
 
+from cost_models.sharding.plan import Plan
 from nas.config import DEFAULT_EXAMPLES, StudyConfig
 from nas.sharding import plan_trial_sharding, predict_step, topology
 from nas.storage import redact
@@ -251,16 +252,18 @@ def _step(
 
 
 def plan_sharding(
-    arch: Architecture, config: StudyConfig, directory: Path, data: StudyData
+    arch: Architecture, config: StudyConfig, directory: Path, data: StudyData, costs: Costs
 ) -> dict | None:
-    """The embedding sharding plan of `sharding.devices` devices (none when not asked)."""
+    """The embedding sharding plan of `sharding.devices` devices (none when not asked): the
+    one the predicted step was made with, where `costs` has one."""
     shard = config.sharding
     if not shard.devices:
         return None
     batch = config.training.batch_size
     cluster = topology(shard.devices, shard.hosts, shard.links)
+    made = Plan.from_dict(costs.step["plan"]) if costs.step is not None else None
     plan = plan_trial_sharding(arch, cluster, shard.method, shard.model_dir, batch,
-                               data.pooling_factors)  # fmt: skip
+                               data.pooling_factors, made)  # fmt: skip
     (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
     return plan
 

@@ -726,7 +726,7 @@ def run_trial(
         result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
         runs: dict[str, Any] = {}
     else:
-        sharding = plan_sharding(arch, config, directory, data)
+        sharding = plan_sharding(arch, config, directory, data, costs)
         recipe = trial_recipe(space, trial.params)
         result, model = _train(trial, arch, data, config, recipe)
         result, model, runs = _confirmed(trial, arch, data, config, costs, result, model, recipe)

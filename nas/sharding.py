@@ -10,20 +10,18 @@ whole training step of one device of that cluster (`predict_step`).
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cost_models.sharding.cost_net import CostNet, load_cost_net
+from cost_models.sharding.cost_net import PACKAGED_MODEL, CostNet, load_cost_net
+from cost_models.sharding.links import measured_topology, read_links
+from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import make_sharder
 from cost_models.sharding.tables import tables_from_architecture
 from cost_models.sharding.topology import Topology
 from search_space.architecture import Architecture
-from search_space.errors import RanknasError
-
-PACKAGED_MODEL = Path(__file__).resolve().parent.parent / "cost_models/sharding/default_model"
 
 
 def topology(devices: int, hosts: int | None = None, links: str | None = None) -> Topology:
@@ -32,22 +30,7 @@ def topology(devices: int, hosts: int | None = None, links: str | None = None) -
     local = 8 if hosts is None else devices // hosts  # `Topology.host_size` caps it
     if links is None:
         return Topology(devices, local_world_size=local)
-    measured = read_links(links)
-    return Topology(devices, local_world_size=local,
-                    intra_host_bw=measured["all_to_all_bytes_per_ms"],
-                    intra_host_latency_ms=measured["all_to_all_latency_ms"])  # fmt: skip
-
-
-def read_links(path: str) -> dict[str, float]:
-    try:
-        data = json.loads(Path(path).read_text())
-        return {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RanknasError(
-            f"sharding.links {path}: not a file of `ranknas shard links` "
-            f"({type(exc).__name__}: {exc}); measure with `ranknas shard links "
-            "--out FILE`"
-        ) from None
+    return measured_topology(read_links(links), devices, local)
 
 
 def plan_trial_sharding(
@@ -57,12 +40,14 @@ def plan_trial_sharding(
     model_dir: str,
     batch_size: int,
     pooling_factors: dict[str, float] | None = None,
+    plan: Plan | None = None,
 ) -> dict[str, Any]:
     """The plan as JSON, with `predicted_step_ms` (the embedding part of the most loaded
     device) where `model_dir` holds a cost model. `batch_size`: per device; `pooling_factors`:
-    a multi-valued feature's mean ids per row (1 for the others)."""
+    a multi-valued feature's mean ids per row (1 for the others); `plan`: the sharder's,
+    already made (by `predict_step`)."""
     tables = tables_from_architecture(arch, pooling_factors)
-    plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
+    plan = plan or make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     record: dict[str, Any] = plan.to_dict()
     record["hosts"] = cluster.hosts
     record["pooling_factors"] = {t.name: t.pooling_factor for t in tables if t.pooling_factor != 1}

@@ -18,9 +18,7 @@ import dataclasses
 import json
 import math
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from cost_models.sharding.plan import Plan
+from cost_models.sharding.torchrun import torchrun
 from search_space.architecture import Architecture
 from search_space.builder import RankingModel, build_model
 from search_space.schema import DatasetSchema
@@ -64,12 +63,8 @@ def train_sharded(
     with tempfile.TemporaryDirectory(prefix="ranknas-sharded-") as tmp:
         job = Path(tmp)
         _write_job(job, arch, splits, config, plan, label)
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                   str(plan.num_devices), "--master_port", str(_free_port()),
-                   "-m", "trainers.sharded", str(job)]  # fmt: skip
         threads = max(1, torch.get_num_threads() // plan.num_devices)  # the cores, shared
-        env = os.environ | {"OMP_NUM_THREADS": str(threads)}
-        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        run = torchrun(plan.num_devices, "trainers.sharded", [str(job)], threads)
         if run.returncode or not (job / "result.json").exists():
             lines = [line for line in run.stderr.splitlines() if "Error" in line]
             why = lines[-1] if lines else f"torchrun exited {run.returncode}"
@@ -84,12 +79,6 @@ def train_sharded(
 
 def _failed(reason: str) -> TrainResult:
     return TrainResult(status="failed", failure_reason=reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _write_job(job: Path, arch, splits, config: TrainConfig, plan: Plan, label: str) -> None:

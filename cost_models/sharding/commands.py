@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.sharding.cost_net import CostNet, load_cost_net
+from cost_models.sharding.cost_net import PACKAGED_MODEL, CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
 from cost_models.sharding.measured import measured_plan_ms
@@ -70,11 +70,6 @@ def _cost_net(model: Path) -> CostNet | None:
 
 
 # ---------------------------------------------------------------------- plan
-
-
-# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings;
-# its report.json says on what), for a fresh clone.
-PACKAGED_MODEL = Path(__file__).parent / "default_model"
 
 
 def _use_packaged_model(args: argparse.Namespace) -> None:

@@ -247,5 +247,10 @@ def save_cost_net(net: CostNet, directory: str | Path) -> None:
     save_net(net, directory, "cost_net")
 
 
+# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings;
+# its report.json says on what), for a fresh clone.
+PACKAGED_MODEL = Path(__file__).parent / "default_model"
+
+
 def load_cost_net(directory: str | Path) -> CostNet:
     return load_net(CostNet, CostNetConfig, directory, "cost_net", "cost model")

@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +23,8 @@ import torch
 import torch.distributed as dist
 
 from cost_models.sharding.topology import Topology
+from cost_models.sharding.torchrun import torchrun
+from search_space.errors import RanknasError
 
 SMALL, LARGE = 8, 1 << 20  # float32 elements per rank: latency, then bandwidth
 
@@ -62,28 +61,38 @@ def measure() -> dict[str, float]:
     return out
 
 
-def measured_topology(links: dict[str, float], devices: int | None = None) -> Topology:
-    """One host of `devices` (default: the measured processes) with the measured links:
-    the all-to-all's bandwidth, and the latency of one collective."""
+def measured_topology(
+    links: dict[str, float], devices: int | None = None, local_world_size: int = 8
+) -> Topology:
+    """`devices` (default: the measured processes) whose links inside a host are the
+    measured ones: the all-to-all's bandwidth, and the latency of one collective."""
     return Topology(
         devices or int(links["processes"]),
+        local_world_size=local_world_size,
         intra_host_bw=links["all_to_all_bytes_per_ms"],
         intra_host_latency_ms=links["all_to_all_latency_ms"],
     )
+
+
+def read_links(path: str) -> dict[str, float]:
+    """A file of `ranknas shard links`; a clear error if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RanknasError(
+            f"sharding.links {path}: not a file of `ranknas shard links` "
+            f"({type(exc).__name__}: {exc}); measure with `ranknas shard links --out FILE`"
+        ) from None
 
 
 def measure_links(processes: int) -> dict[str, float]:
     """`measure` on `processes` local processes (torchrun), as rank 0 saw it."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "links.json"
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                   str(processes), "--master_port", str(port), "-m", "cost_models.sharding.links",
-                   "--out", str(out)]  # fmt: skip
-        env = os.environ | {"OMP_NUM_THREADS": "1"}
-        subprocess.run(command, check=True, env=env, capture_output=True)
+        run = torchrun(processes, "cost_models.sharding.links", ["--out", str(out)])
+        if run.returncode:
+            raise RanknasError(f"measuring the links failed: {run.stderr.strip()[-500:]}")
         return json.loads(out.read_text())
 
 
