@@ -19,6 +19,7 @@ from nas.config import parse_config
 from nas.protocol import prepare_data
 from nas.runner import REPEATS_PER_TRIAL, run_study
 from nas.storage import load_study, study_lock
+from nas.trial_record import TrialAttr
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
 from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
@@ -150,17 +151,22 @@ def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path)
 
 
 def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
-    """Start `command` and send `sig` in the middle of a trial after the first; its exit code."""
+    """Start `command` and send `sig` in the middle of a trial after the first (training:
+    all its parameters drawn, its directory set); its exit code. A trial is RUNNING from the
+    moment it is asked, before the sampler has drawn its parameters: a kill then would leave
+    a trial whose parameters no retry can match."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     complete = _complete_so_far(config)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(0.3)
         try:
-            states = _states(load_study(config["name"], config["storage"]))
+            study = load_study(config["name"], config["storage"])
         except Exception:
             continue
-        if states["COMPLETE"] > complete and states["RUNNING"] == 1:
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        training = [t for t in running if TrialAttr.DIR in t.user_attrs]
+        if _states(study)["COMPLETE"] > complete and len(running) == 1 and training:
             break
     # a trial shorter than the polling lets the study end first: then nothing was tested
     assert process.poll() is None, "the study ended before a trial after the first was running"
