@@ -158,7 +158,8 @@ def study_rows(args, results: dict, save) -> None:
             "budget": base["budget"] | {"trials": args.study_trials},
             "storage": f"sqlite:///{scratch / 'studies.db'}", "output_dir": str(scratch / "out"),
             "mlflow": {"tracking_uri": None},
-            "training": base["training"] | {"device": args.device},
+            "training": {k: v for k, v in base["training"].items() if k != "search"}
+            | {"device": args.device},  # one recipe: the trials' speed, not their recipes
         }  # fmt: skip
         path = scratch / "study.yaml"
         path.write_text(yaml.safe_dump(config))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -41,6 +42,9 @@ from nas.runner import run_study
 from trainers.data.synthetic import write_synthetic_criteo
 
 QUICKSTART = Path(__file__).parent.parent / "examples" / "quickstart.yaml"
+# --tune's hyper-parameter space, for the trials and the baselines' recipe trials alike:
+# the quickstart's (5-point log grids, 4x either way of its recipe)
+TUNED_RECIPES = yaml.safe_load(QUICKSTART.read_text())["training"]["search"]
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,6 +83,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr-schedule", choices=("constant", "cosine"),
                         help="training.lr_schedule of every run, trials and baselines alike "
                         "(default: the quickstart's)")  # fmt: skip
+    parser.add_argument("--tune", type=int, default=0,
+                        help="best_baseline.tune: recipe trials per baseline, the trials "
+                        "drawing their recipes from the same training.search (the "
+                        "quickstart's); 0: its one recipe for every model")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -88,8 +96,11 @@ def quickstart_config(
 ) -> dict[str, Any]:
     """`examples/quickstart.yaml` on `rows` rows drawn with `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV in `directory`), one pass over them per model,
-    stored in `directory`, without MLflow."""
+    stored in `directory`, without MLflow, at the quickstart's one recipe (its recipe search
+    and tuned baselines left out: `study(tune=K)` puts them back)."""
     config = yaml.safe_load(QUICKSTART.read_text())
+    config["training"].pop("search", None)
+    config["best_baseline"]["tune"] = 0
     config |= {"name": name, "seed": seed, "storage": f"sqlite:///{directory}/studies.db",
                "output_dir": str(directory / name), "mlflow": {"tracking_uri": None}}  # fmt: skip
     config["data"] |= {"rows": rows, "seed": seed}
@@ -117,6 +128,7 @@ def study(
     reeval_seeds: int = 3,
     max_mflops: str | None = None,
     lr_schedule: str | None = None,
+    tune: int = 0,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -128,27 +140,40 @@ def study(
         config["budget"]["confirm_seeds"] = confirm_seeds
     if lr_schedule is not None:
         config["training"]["lr_schedule"] = lr_schedule
+    if tune:
+        config["training"]["search"] = TUNED_RECIPES
+        config["best_baseline"]["tune"] = tune
     config["search_space"]["base"] = base
     config["searcher"]["type"] = searcher
     if population:
         config["searcher"] |= {"population": population, "sample_size": min(4, population)}
     parsed = parse_config(config)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_seconds()
     found = run_study(parsed, progress=lambda line: None)
     reevaluate_study(parsed, top=top, seeds=reeval_seeds, progress=lambda line: None)  # all bases
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
+    cpu_minutes = (_cpu_seconds() - cpu) / 60
     around = found.user_attrs.get("around_base", base)
     return {"rows": rows, "seed": seed, "base": around, "configured_base": base,
-            "searcher": searcher, "minutes": minutes, "confirmed": sum(  # repeats copy runs
+            "searcher": searcher, "minutes": minutes, "cpu_minutes": cpu_minutes, "tune": tune,
+            "confirmed": sum(  # repeats copy runs
                 bool(t.user_attrs.get("runs")) and "reused_from" not in t.user_attrs
                 for t in found.trials),
             "bayes_ne": found.user_attrs.get("bayes_ne")} | _flat(v)  # fmt: skip
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    own, children = (resource.getrusage(who) for who in
+                     (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # fmt: skip
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _flat(v: dict[str, Any]) -> dict[str, Any]:
-    found, base = v["best_trial"], v["best_baseline"]
+    found, base, paired = v["best_trial"], v["best_baseline"], v["paired"] or {}
     return {
+        "p_value": paired.get("p_value"), "found_better_seeds": paired.get("found_better"),
         "trial": found["trial"], "found_val_ne": found["val_ne"], "found_test_ne":
         found["test_ne"], "found_mflops": found["mflops"], "baseline": base["baseline"],
         "baseline_val_ne": base["val_ne"], "baseline_test_ne": base["test_ne"],
@@ -159,8 +184,9 @@ def _flat(v: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| rows | seed | searcher | around | pick: val / test NE, MFLOPs | best baseline: "
-             "val / test NE, MFLOPs | test NE delta | FLOPs ratio | wins on test | minutes |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "val / test NE, MFLOPs | test NE delta | FLOPs ratio | wins on test | "
+             "paired p (val) | tuned | minutes (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lines.append(
             f"| {r['rows']:,} | {r['seed']} | {r['searcher']} | {r['base']} | "
@@ -168,9 +194,15 @@ def markdown(rows: list[dict]) -> str:
             f"{r['found_test_ne']:.4f}, {r['found_mflops']:.3f} | {r['baseline']}: "
             f"{r['baseline_val_ne']:.4f} / {r['baseline_test_ne']:.4f}, "
             f"{r['baseline_mflops']:.3f} | {r['found_test_ne'] - r['baseline_test_ne']:+.4f} | "
-            f"{r['flops_ratio']:.2f} | {'yes' if r['wins_test'] else 'no'} | {r['minutes']:.1f} |"
+            f"{r['flops_ratio']:.2f} | {'yes' if r['wins_test'] else 'no'} | {_p(r)} | "
+            f"{r.get('tune') or 'no'} | {r['minutes']:.1f} ({r.get('cpu_minutes', 0):.1f}) |"
         )
     return "\n".join(lines)
+
+
+def _p(row: dict) -> str:
+    p = row.get("p_value")
+    return "—" if p is None else f"{p:.3f} ({row['found_better_seeds']} seeds better)"
 
 
 def summary(rows: list[dict]) -> str:
@@ -215,7 +247,7 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops, args.lr_schedule)  # fmt: skip
+                                args.max_mflops, args.lr_schedule, args.tune)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -228,7 +260,7 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops, args.lr_schedule)  # fmt: skip
+                                args.max_mflops, args.lr_schedule, args.tune)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )

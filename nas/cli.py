@@ -346,7 +346,7 @@ def _study_commands(command, commands) -> None:
 
 def _tool_commands(command, commands) -> None:
     from nas import commands as handlers
-    from trainers.config import TrainConfig
+    from trainers.config import LR_SCHEDULES, TrainConfig
 
     mlflow = command("mlflow", handlers.cmd_mlflow, "start, check or stop the MLflow server")
     mlflow.add_argument("action", choices=["up", "status", "down"],
@@ -385,24 +385,27 @@ def _tool_commands(command, commands) -> None:
                       "instead of --examples)")  # fmt: skip
     train.add_argument("--seconds", type=positive(float), metavar="S",
                        help="budget: training seconds, evaluations excluded (the first budget "
-                       "reached ends the run; with none, one epoch)")  # fmt: skip
+                       "reached ends the run); with none, epochs until one does not improve "
+                       "on the validation NE (at most 10, each with its own cosine lr; one "
+                       "epoch with --stream)")  # fmt: skip
     defaults = TrainConfig()  # the defaults studies train with, too
     train.add_argument("--batch-size", type=positive(int), default=defaults.batch_size,
                        help="training examples per step")  # fmt: skip
     train.add_argument("--dense-lr", type=float, default=defaults.dense_lr,
                        help="learning rate of the dense layers (Adam)")  # fmt: skip
-    train.add_argument("--lr-schedule", choices=("constant", "cosine"),
-                       default=defaults.lr_schedule,
+    train.add_argument("--lr-schedule", choices=LR_SCHEDULES,
                        help="the dense lr over the run: cosine from --dense-lr to 0 over the "
-                       "budget, or constant")  # fmt: skip
+                       "budget (the default with a budget), cosine_restarts: over each "
+                       "evaluation's interval (the default without), or constant")  # fmt: skip
     train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr,
                        help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
-    train.add_argument("--evals", type=positive(int), default=defaults.evals,
-                       help="validation evaluations over the budget")  # fmt: skip
+    train.add_argument("--evals", type=positive(int),
+                       help=f"validation evaluations over the budget (default: {defaults.evals}; "
+                       "without a budget, one per epoch)")  # fmt: skip
     train.add_argument("--patience", type=arguments.number(int, minimum=0),
-                       default=defaults.early_stopping_patience,
-                       help="early stopping: evaluations without improvement (0: off); the "
-                       "run ends with the best evaluation's weights")  # fmt: skip
+                       help="early stopping: evaluations without improvement (0: off; default: "
+                       f"{defaults.early_stopping_patience}, without a budget 1); the run ends "
+                       "with the best evaluation's weights")  # fmt: skip
     train.add_argument("--device", type=arguments.device, default=defaults.device,
                        metavar="auto|cpu|cuda|cuda:N",
                        help="where to train; auto: CUDA if available, else CPU")  # fmt: skip

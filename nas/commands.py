@@ -617,14 +617,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_config(args: argparse.Namespace) -> Any:
+    """The run's config: the flags given; without a budget (and not streamed), epochs until
+    early stopping ends them (`UNTIL_STOPPED`), else the trainer's defaults."""
+    from trainers.config import UNTIL_STOPPED
     from trainers.trainer import TrainConfig
 
-    return TrainConfig(batch_size=args.batch_size, max_examples=args.examples,
-                       max_epochs=args.epochs, max_seconds=args.seconds,
-                       dense_lr=args.dense_lr, lr_schedule=args.lr_schedule,
-                       sparse_lr=args.sparse_lr, evals=args.evals,
-                       early_stopping_patience=args.patience, seed=args.seed,
-                       device=args.device)  # fmt: skip
+    budget = {"max_examples": args.examples, "max_epochs": args.epochs,
+              "max_seconds": args.seconds}  # fmt: skip
+    given = {"lr_schedule": args.lr_schedule, "evals": args.evals,
+             "early_stopping_patience": args.patience}  # fmt: skip
+    default = {} if any(budget.values()) or args.stream else UNTIL_STOPPED
+    chosen = default | {k: v for k, v in (budget | given).items() if v is not None}
+    return TrainConfig(batch_size=args.batch_size, dense_lr=args.dense_lr,
+                       sparse_lr=args.sparse_lr, seed=args.seed, device=args.device,
+                       **chosen)  # fmt: skip
 
 
 def _train_streamed(args: argparse.Namespace) -> int:

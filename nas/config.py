@@ -345,10 +345,10 @@ class TrainingConfig(_Section):
     batch_size: int = Field(default=_TRAIN.batch_size, ge=1)
     dense_optimizer: Literal["adam", "adamw"] = _TRAIN.dense_optimizer
     dense_lr: float = Field(default=_TRAIN.dense_lr, gt=0)
-    lr_schedule: Literal["constant", "cosine"] = Field(
+    lr_schedule: Literal["constant", "cosine", "cosine_restarts"] = Field(
         default=_TRAIN.lr_schedule,
-        description="the dense lr over each run: cosine from dense_lr to 0 over the budget, "
-        "or constant",
+        description="the dense lr over each run: cosine from dense_lr to 0 over the budget; "
+        "cosine_restarts: the same over each evaluation's interval; or constant",
     )
     weight_decay: float = Field(default=_TRAIN.weight_decay, ge=0)
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = _TRAIN.sparse_optimizer

@@ -205,5 +205,35 @@ def test_a_cosine_schedule_takes_the_dense_lr_from_its_value_to_zero(splits):
     assert one_step[0] == one_step[1]  # the first step is at dense_lr either way
     runs = [_train(splits, max_steps=40, lr_schedule=s) for s in ("constant", "cosine")]
     assert runs[0].validation != runs[1].validation and runs[1].status == "complete"
-    with pytest.raises(RanknasError, match="lr_schedule must be constant or cosine"):
+    with pytest.raises(RanknasError, match="lr_schedule must be one of constant, cosine, "):
         TrainConfig(lr_schedule="linear")
+
+
+def test_cosine_restarts_anneal_the_dense_lr_over_each_evaluation_interval(splits, monkeypatch):
+    """`cosine_restarts`: each evaluation sees weights trained down to a small lr, and the
+    next interval starts at dense_lr again; with no intervals (seconds only), one cosine."""
+    import trainers.trainer as trainer
+
+    seen: list[float] = []
+    monkeypatch.setattr(trainer, "set_lr", lambda optimizer, lr: seen.append(lr))
+    _train(splits, max_steps=40, evals=2, lr_schedule="cosine_restarts",
+           early_stopping_patience=0, dense_lr=0.004)  # fmt: skip
+    assert len(seen) == 40 and seen[0] == seen[20] == 0.004
+    assert seen[19] < 1e-4 and seen[39] < 1e-4
+    assert seen[:20] == sorted(seen[:20], reverse=True) and seen[:20] == seen[20:]
+    seen.clear()
+    _train(splits, max_seconds=0.5, lr_schedule="cosine_restarts", dense_lr=0.004)
+    assert seen[0] == 0.004 and seen == sorted(seen, reverse=True)
+
+
+def test_cli_train_without_a_budget_trains_until_an_epoch_does_not_improve(capsys):
+    """No --examples/--epochs/--seconds: epochs until early stopping ends them (at most 10),
+    the best epoch's weights kept; a budget given keeps the one-cosine protocol."""
+    args = ["train", "--arch", "dlrm", "--rows", "4000", "--json"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    epoch = 3200  # the training split: 80% of the rows
+    assert summary["stopped_early"] and epoch < summary["examples"] < 10 * epoch
+    assert summary["restored_step"] < summary["steps"]
+    main([*args, "--epochs", "1"])  # on 4,000 rows one epoch is not better than the base rate
+    assert json.loads(capsys.readouterr().out)["examples"] <= epoch

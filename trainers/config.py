@@ -9,6 +9,13 @@ from typing import Literal
 
 from search_space.errors import RanknasError
 
+LR_SCHEDULES = ("constant", "cosine", "cosine_restarts")
+# `ranknas train` without a budget: epochs until one does not improve on the best (at most
+# 10), each annealed by its own cosine, so that early stopping, not an example count, ends
+# the run; the best epoch's weights are kept (bench/bench_train_budget.py)
+UNTIL_STOPPED = {"max_epochs": 10, "evals": 10, "lr_schedule": "cosine_restarts",
+                 "early_stopping_patience": 1}  # fmt: skip
+
 
 @dataclass
 class TrainConfig:
@@ -26,8 +33,10 @@ class TrainConfig:
     sparse_optimizer: Literal["adagrad", "rowwise_adagrad", "sgd"] = "adagrad"
     sparse_lr: float = 0.05
     # the dense lr over the run: cosine from dense_lr to 0 over the budget (steps, examples,
-    # epochs or seconds, whichever ends first), or constant
-    lr_schedule: Literal["constant", "cosine"] = "cosine"
+    # epochs or seconds, whichever ends first); cosine_restarts: the same over each
+    # evaluation's interval, for budgets that early stopping ends (each evaluation then
+    # sees annealed weights); or constant
+    lr_schedule: Literal["constant", "cosine", "cosine_restarts"] = "cosine"
     evals: int = 6  # intermediate validation evaluations over the budget
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
     early_stopping_patience: int = 2  # evaluations without improvement; 0 = off
@@ -51,10 +60,9 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise RanknasError(f"train config: {name} must be > 0, got {value}")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise RanknasError(
-                f"train config: lr_schedule must be constant or cosine, got {self.lr_schedule!r}"
-            )
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise RanknasError(f"train config: lr_schedule must be one of "
+                               f"{', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")  # fmt: skip
         for name in ("dense_lr", "sparse_lr"):
             if not getattr(self, name) > 0:
                 raise RanknasError(f"train config: {name} must be > 0")

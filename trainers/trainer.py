@@ -368,8 +368,11 @@ def _loop(
         graph, optimizers = False, ops.optimizers(model, config)
         take_step = ops.step(model, optimizers)
     resident = device if graph and ResidentBatches.fits(train_data) else None
-    cosine = config.lr_schedule == "cosine"
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
+    restarts = config.lr_schedule == "cosine_restarts" and eval_every > 0
+    # without evaluation intervals (a budget in seconds only), restarts are one cosine
+    cosine = config.lr_schedule == "cosine" or (config.lr_schedule == "cosine_restarts"
+                                                and not restarts)  # fmt: skip
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
     loss_sum, best, stale, eval_seconds = torch.zeros((), device=device), _Best(), 0, 0.0
     elapsed = 0.0
@@ -377,6 +380,9 @@ def _loop(
     for step, batch in enumerate(_batches(train_data, config, resident), start=1):
         if cosine:
             done = budget_done(step, elapsed, budget_steps, config.max_seconds)
+            set_lr(optimizers[0], config.dense_lr * cosine_factor(done))
+        elif restarts:  # the cosine over each evaluation's interval
+            done = ((step - 1) % eval_every) / eval_every
             set_lr(optimizers[0], config.dense_lr * cosine_factor(done))
         if resident is None:
             batch = _to(batch, device)
