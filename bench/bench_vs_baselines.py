@@ -87,6 +87,9 @@ def parse_args() -> argparse.Namespace:
                         help="best_baseline.tune: recipe trials per baseline, the trials "
                         "drawing their recipes from the same training.search (the "
                         "quickstart's); 0: its one recipe for every model")  # fmt: skip
+    parser.add_argument("--baselines", nargs="+",
+                        help="the presets trained as baselines (default: the "
+                        "quickstart's six)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -129,6 +132,7 @@ def study(
     max_mflops: str | None = None,
     lr_schedule: str | None = None,
     tune: int = 0,
+    baselines: list[str] | None = None,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
     generator's rows written as a Criteo TSV); its seed-mean verdict."""
@@ -140,6 +144,8 @@ def study(
         config["budget"]["confirm_seeds"] = confirm_seeds
     if lr_schedule is not None:
         config["training"]["lr_schedule"] = lr_schedule
+    if baselines:
+        config["baselines"] = baselines
     if tune:
         config["training"]["search"] = TUNED_RECIPES
         config["best_baseline"]["tune"] = tune
@@ -247,7 +253,8 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-{searcher}", rows, seed, args.trials,
                                 args.base, args.criteo, searcher, args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops, args.lr_schedule, args.tune)  # fmt: skip
+                                args.max_mflops, args.lr_schedule, args.tune,
+                                args.baselines)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -260,7 +267,8 @@ def main() -> None:
                     row = study(Path(tmp), f"r{rows}-s{seed}-best", rows, seed, args.trials, best,
                                 args.criteo, args.searchers[0], args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
-                                args.max_mflops, args.lr_schedule, args.tune)  # fmt: skip
+                                args.max_mflops, args.lr_schedule, args.tune,
+                                args.baselines)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
