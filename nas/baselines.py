@@ -14,6 +14,7 @@ died goes stale and is taken over.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,9 +141,10 @@ def _train_one(
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config, data.pooling_factors)
     sharding = plan_sharding(arch, config, directory, data, costs)
-    recipe = _tuned_recipe(config, key, arch, data, logger, progress)
-    result, model = train_architecture(arch, data, config, config.seed, label=f"baseline {key}",
-                                       recipe=recipe)  # fmt: skip
+    recipe, trained = _tuned_recipe(config, key, arch, data, logger, progress)
+    result, model = trained or train_architecture(
+        arch, data, config, config.seed, label=f"baseline {key}", recipe=recipe
+    )
     summary = record_result(directory, costs, sharding, result, model)
     attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),
              "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,
@@ -174,14 +176,16 @@ def _tuned_recipe(
     data: StudyData,
     logger: Any,
     progress: Callable[[str], None],
-) -> dict[str, Any] | None:
+) -> tuple[dict[str, Any] | None, tuple[Any, Any] | None]:
     """With `best_baseline.tune: K`, the recipe of `key`'s best of K recipe trials (TPE over
     `training.search`, the study's own recipe first; by validation NE, seed `config.seed`),
     in an Optuna study of its own (`tuning_study_name`): resumed where it stopped, unseen
-    by the architecture searcher, outside the budget. None without tuning."""
+    by the architecture searcher, outside the budget; and that trial's (result, model) when
+    this process trained it (the baseline's run: the same recipe and seed), else None.
+    (None, None) without tuning."""
     count = config.best_baseline.tune
     if not count:
-        return None
+        return None, None
     searched = recipe_parameters(config.training.search)
     base = base_recipe(config.training)
     sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True,
@@ -198,14 +202,19 @@ def _tuned_recipe(
     if not tuning.trials:
         tuning.enqueue_trial(nearest_values(searched, base))
     spaces = {name: CategoricalDistribution(p.choices) for name, p in searched.items()}
+    kept: dict[int, tuple[Any, Any]] = {}
     while sum(not t.user_attrs.get("interrupted") for t in _finished(tuning)) < count:
         trial = tuning.ask(spaces)
         recipe = recipe_of(base, trial.params)
         trial.set_user_attr("recipe", recipe)
         started = time.time()
-        result, _ = train_architecture(arch, data, config, config.seed, recipe=recipe,
-                                       label=f"baseline {key} recipe {trial.number}")  # fmt: skip
+        label = f"baseline {key} recipe {trial.number}"
+        result, model = train_architecture(arch, data, config, config.seed, recipe=recipe,
+                                           label=label)  # fmt: skip
         ne = result.validation.get("ne") if result.status == "complete" else None
+        complete = tuning.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if ne is not None and ne < min((t.value for t in complete), default=math.inf):
+            kept = {trial.number: (result, model)}  # the best so far: the baseline's own run
         tuning.tell(trial, ne, state=TrialState.COMPLETE if ne is not None else TrialState.FAIL)
         if logger is not None:
             params = {f"recipe.{k}": v for k, v in recipe.items()}
@@ -218,7 +227,10 @@ def _tuned_recipe(
         progress(f"baseline {key} recipe {done}/{count}: {shown} "
                  f"({', '.join(f'{k} {v}' for k, v in recipe.items())})")  # fmt: skip
     done = [t for t in tuning.trials if t.state == TrialState.COMPLETE]
-    return min(done, key=lambda t: t.value).user_attrs["recipe"] if done else base
+    if not done:
+        return base, None
+    best = min(done, key=lambda t: t.value)
+    return best.user_attrs["recipe"], kept.get(best.number)
 
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:
@@ -245,4 +257,8 @@ def _stamp(study: optuna.Study, key: str, worker: str) -> None:
 def _line(key: str, attrs: dict[str, Any]) -> str:
     ne = attrs.get("val_ne")
     shown = f"validation NE {ne:.4f}" if ne is not None else attrs.get("failure_reason", "")
-    return f"baseline {key}: {attrs['status']}, {shown}, {attrs['mflops']:.3f} MFLOPs"
+    line = f"baseline {key}: {attrs['status']}, {shown}, {attrs['mflops']:.3f} MFLOPs"
+    if attrs.get("recipe"):  # tuned: the recipe it is compared at
+        recipe = ", ".join(f"{k} {v}" for k, v in attrs["recipe"].items())
+        line += f", at its best of {attrs['tuned']} recipes ({recipe})"
+    return line

@@ -129,12 +129,17 @@ def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
 TUNED = {"search": SEARCH | {"batch_size": None}, "lr_schedule": "constant"}
 
 
-def test_a_tuned_baseline_is_compared_at_its_best_recipe(tmp_path):
+def test_a_tuned_baseline_is_compared_at_its_best_recipe(tmp_path, monkeypatch):
+    import nas.baselines
+
     config = parse_config(tiny_config(tmp_path, "tuned", search_space=TWO_ARCHITECTURES,
                                       baselines=["dlrm"], training=TUNED,
                                       best_baseline={"tune": 3, "seeds": 0},
                                       budget={"trials": 1}))  # fmt: skip
-    lines = []
+    lines, trained = [], []
+    train = nas.baselines.train_architecture
+    monkeypatch.setattr(nas.baselines, "train_architecture",
+                        lambda *a, **k: trained.append(k["label"]) or train(*a, **k))  # fmt: skip
     study = run_study(config, progress=lines.append)
     tuning = optuna.load_study(study_name=tuning_study_name("tuned", "dlrm"),
                                storage=config.storage)  # fmt: skip
@@ -143,8 +148,10 @@ def test_a_tuned_baseline_is_compared_at_its_best_recipe(tmp_path):
     record = recorded(study)["dlrm"]
     best = min((t for t in tuning.trials if t.value is not None), key=lambda t: t.value)
     assert record["tuned"] == 3 and record["recipe"] == best.user_attrs["recipe"]
-    assert record["val_ne"] == pytest.approx(best.value, abs=1e-9)  # the same seed, retrained
+    assert record["val_ne"] == best.value  # the best recipe trial's run is the baseline's
+    assert trained == [f"baseline dlrm recipe {n}" for n in range(3)]  # not trained again
     assert sum(line.startswith("baseline dlrm recipe") for line in lines) == 3
+    assert f"at its best of 3 recipes (dense_lr {record['recipe']['dense_lr']}" in "".join(lines)
     assert "each at its best of 3 recipes" in format_verdict(verdict(study))
 
 
@@ -161,7 +168,7 @@ def test_tuning_resumes_where_it_stopped(tmp_path):
     done.set_user_attr("recipe", {"dense_lr": 0.001})
     first.tell(done, 0.95)
     first.ask()  # a trial whose process died: RUNNING forever
-    recipe = _tuned_recipe(config, "dlrm", arch, data, None, lambda line: None)
+    recipe, _ = _tuned_recipe(config, "dlrm", arch, data, None, lambda line: None)
     tuning = optuna.load_study(study_name=name, storage=config.storage)
     states = [(t.state.name, bool(t.user_attrs.get("interrupted"))) for t in tuning.trials]
     assert states == [("COMPLETE", False), ("FAIL", True), ("COMPLETE", False)]
