@@ -374,12 +374,12 @@ def view_key(study: str) -> str:
 
 
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
-    """The runs table's state for comparing a study's trials and baselines: its runs, all
-    sorted by `VIEW_ORDER`, lowest first (a flat list: a sort by a metric lists nested runs
-    by value), with `view_columns`."""
+    """The runs table's state for comparing a study's trials and baselines: its runs but
+    the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`, lowest first (a flat
+    list: a sort by a metric lists nested runs by value), with `view_columns`."""
     columns = view_columns(reevaluated)
     return {
-        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)}",
+        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND tags.`{KIND_TAG}` != 'tuning'",
         "orderByKey": f"metrics.`{VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,

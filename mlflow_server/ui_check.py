@@ -85,8 +85,9 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
             names, ne = _column(page, NAME_COLUMN), _column(page, NE_COLUMN)
             view.ranked = [(names[i].split("\n")[-1], ne.get(i, "")) for i in sorted(names)]
             view.screenshots["view"] = _shot(page, out_dir / "mlflow-view.png")
-        if nested:
-            best = min(nested, key=_shown_first)
+        trials = [r for r in nested if r.data.tags.get(KIND_TAG) == "trial"] or nested
+        if nested:  # a trial's pages: the runs of tuned baselines' recipes have no picture
+            best = min(trials, key=_shown_first)
             page.goto(f"{base}/runs/{best.info.run_id}")
             page.wait_for_selector(f"text={best.info.run_name}", timeout=60_000)
             view.screenshots["trial"] = _shot(page, out_dir / "mlflow-trial.png")
@@ -94,7 +95,7 @@ def look(tracking_uri: str, experiment: str, out_dir: Path, chromium: str = CHRO
             page.wait_for_selector(f"img[alt='{DIAGRAM_FILE}']", timeout=60_000)
             _close_assistant(page, switch=False)
             view.screenshots["architecture"] = _shot(page, out_dir / "mlflow-architecture.png")
-            ids = ",".join(f'"{r.info.run_id}"' for r in nested[:10])
+            ids = ",".join(f'"{r.info.run_id}"' for r in trials[:10])
             page.goto(f'{tracking_uri.rstrip("/")}/#/compare-runs?runs=[{ids}]'
                       f'&experiments=["{found.experiment_id}"]')  # fmt: skip
             page.wait_for_selector("text=Parameters", timeout=60_000)
