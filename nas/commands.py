@@ -483,6 +483,7 @@ def _provenance(study, trial, metrics: dict) -> dict:
            "exported": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
     out |= {k: metrics[k] for k in ("examples", "steps", "restored_step") if metrics.get(k)}
     recipe = (study.user_attrs.get("training_recipe") or {}) | trial.user_attrs.get("recipe", {})
+    recipe.pop("search", None)  # the space the recipe was drawn from, not the recipe
     if recipe:
         out["training recipe"] = ", ".join(f"{k} {v}" for k, v in recipe.items() if v is not None)
     bayes = study.user_attrs.get("bayes_ne")
