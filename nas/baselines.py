@@ -203,6 +203,8 @@ def _tuned_recipe(
         tuning.enqueue_trial(nearest_values(searched, base))
     spaces = {name: CategoricalDistribution(p.choices) for name, p in searched.items()}
     kept: dict[int, tuple[Any, Any]] = {}
+    done_before = tuning.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    best_ne = min((t.value for t in done_before), default=math.inf)  # earlier processes'
     while sum(not t.user_attrs.get("interrupted") for t in _finished(tuning)) < count:
         trial = tuning.ask(spaces)
         recipe = recipe_of(base, trial.params)
@@ -212,9 +214,8 @@ def _tuned_recipe(
         result, model = train_architecture(arch, data, config, config.seed, recipe=recipe,
                                            label=label)  # fmt: skip
         ne = result.validation.get("ne") if result.status == "complete" else None
-        complete = tuning.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if ne is not None and ne < min((t.value for t in complete), default=math.inf):
-            kept = {trial.number: (result, model)}  # the best so far: the baseline's own run
+        if ne is not None and ne < best_ne:  # the best so far: the baseline's own run
+            best_ne, kept = ne, {trial.number: (result, model)}
         tuning.tell(trial, ne, state=TrialState.COMPLETE if ne is not None else TrialState.FAIL)
         if logger is not None:
             params = {f"recipe.{k}": v for k, v in recipe.items()}

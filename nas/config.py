@@ -27,7 +27,7 @@ from search_space.files import read_data_file
 from search_space.preset_names import unknown_architecture
 from search_space.sections import Section as _Section
 from search_space.spaces import AnySpaceConfig, format_validation_error
-from trainers.config import TrainConfig
+from trainers.config import LrSchedule, TrainConfig
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")
 _TRAIN = TrainConfig()  # the one source of training defaults
@@ -345,7 +345,7 @@ class TrainingConfig(_Section):
     batch_size: int = Field(default=_TRAIN.batch_size, ge=1)
     dense_optimizer: Literal["adam", "adamw"] = _TRAIN.dense_optimizer
     dense_lr: float = Field(default=_TRAIN.dense_lr, gt=0)
-    lr_schedule: Literal["constant", "cosine", "cosine_restarts"] = Field(
+    lr_schedule: LrSchedule = Field(
         default=_TRAIN.lr_schedule,
         description="the dense lr over each run: cosine from dense_lr to 0 over the budget; "
         "cosine_restarts: the same over each evaluation's interval; or constant",

@@ -5,11 +5,12 @@ without importing torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from search_space.errors import RanknasError
 
-LR_SCHEDULES = ("constant", "cosine", "cosine_restarts")
+LrSchedule = Literal["constant", "cosine", "cosine_restarts"]
+LR_SCHEDULES: tuple[str, ...] = get_args(LrSchedule)
 # `ranknas train` without a budget: epochs until one does not improve on the best (at most
 # 10), each annealed by its own cosine, so that early stopping, not an example count, ends
 # the run; the best epoch's weights are kept (bench/bench_train_budget.py)
@@ -36,7 +37,7 @@ class TrainConfig:
     # epochs or seconds, whichever ends first); cosine_restarts: the same over each
     # evaluation's interval, for budgets that early stopping ends (each evaluation then
     # sees annealed weights); or constant
-    lr_schedule: Literal["constant", "cosine", "cosine_restarts"] = "cosine"
+    lr_schedule: LrSchedule = "cosine"
     evals: int = 6  # intermediate validation evaluations over the budget
     eval_examples: int | None = 20_000  # validation rows used at intermediate evaluations
     early_stopping_patience: int = 2  # evaluations without improvement; 0 = off

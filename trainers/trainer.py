@@ -371,8 +371,7 @@ def _loop(
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     restarts = config.lr_schedule == "cosine_restarts" and eval_every > 0
     # without evaluation intervals (a budget in seconds only), restarts are one cosine
-    cosine = config.lr_schedule == "cosine" or (config.lr_schedule == "cosine_restarts"
-                                                and not restarts)  # fmt: skip
+    cosine = config.lr_schedule in ("cosine", "cosine_restarts") and not restarts
     curves = result.curves = {"train_loss": [], "val_ne": [], "val_auc": []}
     loss_sum, best, stale, eval_seconds = torch.zeros((), device=device), _Best(), 0, 0.0
     elapsed = 0.0
