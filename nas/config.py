@@ -428,6 +428,12 @@ class ShardingConfig(_Section):
         description="JSON from `ranknas shard links`: the links inside a host are these "
         "measured ones (default: torchrec's NVLink-class constants)",
     )
+    dense_model: str | None = Field(
+        default=None,
+        description="predictor JSON of the dense part's step (`ranknas latency fit --target "
+        "dense_step_ms`, at training.batch_size): a step's dense part is predicted, the same "
+        "for a model in every study; default: timed per candidate on the training device",
+    )
     runtime_ms: float = Field(
         default=0.0,
         ge=0,
@@ -551,6 +557,9 @@ class StudyConfig(_Section):
         if self.objectives.needs_step_time and not self.sharding.devices:
             raise ValueError("objectives step_ms / max_step_ms predict the step on a cluster: "
                              "set sharding.devices (and hosts)")  # fmt: skip
+        if self.sharding.dense_model and not self.objectives.needs_step_time:
+            raise ValueError("sharding.dense_model predicts the dense part of a step: it needs "
+                             "objectives.cost: step_ms or max_step_ms")  # fmt: skip
         if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         if self.training.processes > 1 and self.pruning.type != "none":

@@ -239,16 +239,22 @@ def _step(
     arch: Architecture, analysis: Analysis, config: StudyConfig, pooling_factors: dict | None
 ) -> dict[str, Any]:
     """The predicted training step on the study's cluster (`nas.sharding.predict_step`),
-    its dense part measured on the training device."""
+    its dense part predicted by `sharding.dense_model`, else timed on the training device."""
     from cost_models.latency.model import measure_dense_step_ms
 
     t, shard = config.training, config.sharding
-    dense_ms = measure_dense_step_ms(
-        arch, t.batch_size, resolve_device(t.device), threads=t.threads
-    )
+    if shard.dense_model is None:
+        device = resolve_device(t.device)
+        dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
+        source = f"measured on the training device ({device})"
+    else:
+        predictor = dense_predictor(shard.dense_model, t.batch_size)
+        dense_ms = float(predictor.predict([arch])[0])
+        source = f"predicted by {shard.dense_model} ({predictor.device})"
     cluster = topology(shard.devices, shard.hosts, shard.links)
-    return predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
+    step = predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
                         analysis.dense_params, pooling_factors, shard.runtime_ms)  # fmt: skip
+    return step | {"dense_source": source}
 
 
 def plan_sharding(
@@ -304,16 +310,32 @@ def _latency_ms(arch: Architecture, config: StudyConfig) -> float:
     return float(latency_predictor(o.latency_model, o.latency_batch_size).predict([arch])[0])
 
 
-@functools.cache
 def latency_predictor(path: str, batch_size: int) -> Any:
-    """The study's latency predictor, loaded (and refitted) once per process."""
+    """`objectives.latency_model`, loaded (and refitted) once per process."""
+    return _predictor(path, batch_size, "forward_ms",
+                      "objectives.latency_model", "objectives.latency_batch_size")  # fmt: skip
+
+
+def dense_predictor(path: str, batch_size: int) -> Any:
+    """`sharding.dense_model`, loaded (and refitted) once per process."""
+    return _predictor(path, batch_size, "dense_step_ms",
+                      "sharding.dense_model", "training.batch_size")  # fmt: skip
+
+
+@functools.cache
+def _predictor(path: str, batch_size: int, target: str, field: str, batch_field: str) -> Any:
     from cost_models.latency.model import LatencyPredictor
 
     predictor = LatencyPredictor.load(path)
+    if predictor.target != target:
+        raise RanknasError(
+            f"{field} {path} predicts {predictor.target}, this setting takes a predictor of "
+            f"{target}: fit one with `ranknas latency fit SPACE --target {target}`"
+        )
     if predictor.batch_size != batch_size:
         raise RanknasError(
-            f"objectives.latency_model {path} was fitted at batch size "
-            f"{predictor.batch_size}, objectives.latency_batch_size is {batch_size}"
+            f"{field} {path} was fitted at batch size {predictor.batch_size}, "
+            f"{batch_field} is {batch_size}"
         )
     return predictor
 

@@ -38,6 +38,7 @@ from nas.protocol import (
     StudyData,
     architecture_costs,
     check_protocol,
+    dense_predictor,
     latency_predictor,
     plan_sharding,
     prepare_data,
@@ -362,6 +363,8 @@ def _run_study(
     space = space and with_recipe(space, config.training)
     if config.objectives.latency_model:  # a bad predictor file stops it before the study exists
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
+    if config.sharding.dense_model and config.objectives.needs_step_time:
+        dense_predictor(config.sharding.dense_model, config.training.batch_size)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)

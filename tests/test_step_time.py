@@ -2,10 +2,12 @@
 predicted before it trains, as a constraint and an objective, and shipped with the export."""
 
 import json
+from pathlib import Path
 
 import pytest
 from optuna.trial import TrialState
 
+from cost_models.latency.model import LatencyPredictor
 from cost_models.sharding.topology import Topology
 from nas.cli import main
 from nas.config import parse_config
@@ -131,3 +133,47 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(RanknasError, match="not a file of `ranknas shard links`"):
         topology(2, links=str(tmp_path / "bad.json"))
+
+
+def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path, capsys):
+    """`sharding.dense_model` (`ranknas latency fit --target dense_step_ms`) predicts a
+    step's dense part: a model's step is then the same number in every study, not a timing
+    that moves with the machine's load; a predictor of another target is refused before
+    the study exists."""
+    space = {"type": "around", "base": "dlrm", "insert_ops": [], "embedding_dims": [8, 16],
+             "width_multipliers": [0.5, 1.0], "swap_ops": False}  # fmt: skip
+    space_file = write_config(tmp_path, {"name": "space", "search_space": space})
+    model = tmp_path / "dense.json"
+    fit = ["latency", "fit", str(space_file), "--archs", "6", "--batch-size", "128",
+           "--repeats", "1", "--out", str(model)]  # fmt: skip
+    assert main([*fit, "--target", "dense_step_ms"]) == 0
+    assert "the dense part's training step, held out 2 of 6" in capsys.readouterr().out
+    assert json.loads(model.read_text())["target"] == "dense_step_ms"
+
+    def study(name: str, dense_model: Path) -> dict:
+        config = tiny_config(tmp_path, name, searcher={"type": "nsga2"},
+                             objectives={"cost": "step_ms", "max_step_ms": "base"},
+                             sharding={"devices": 16, "hosts": 2, "dense_model": str(dense_model)},
+                             budget={"trials": 2, "epochs_per_trial": 1})  # fmt: skip
+        return config | {"search_space": space}
+
+    first = run_study(parse_config(study("first", model)), progress=lambda line: None)
+    second = run_study(parse_config(study("second", model)), progress=lambda line: None)
+    assert first.user_attrs["step_ms_ceiling"] == second.user_attrs["step_ms_ceiling"]
+    predictor = LatencyPredictor.load(model)
+    for t in (t for t in first.trials if t.state == TrialState.COMPLETE):
+        directory = tmp_path / "first/trials" / str(t.number)
+        step = json.loads((directory / STEP_FILE).read_text())
+        arch = Architecture.load(directory / "architecture.json")
+        assert step["dense_ms"] == pytest.approx(float(predictor.predict([arch])[0]))
+        assert step["dense_source"].startswith(f"predicted by {model}")
+
+    forward = tmp_path / "forward.json"
+    assert main([*fit, "--out", str(forward)]) == 0
+    config_file = write_config(tmp_path, study("wrong", forward))
+    assert main(["search", str(config_file)]) == 2
+    err = capsys.readouterr().err
+    assert "sharding.dense_model" in err and "predicts forward_ms" in err
+    assert "--target dense_step_ms" in err and "Traceback" not in err
+    with pytest.raises(RanknasError, match="sharding.dense_model .* needs objectives.cost"):
+        parse_config(tiny_config(tmp_path, "x", sharding={"devices": 2, "dense_model": "d.json"}))

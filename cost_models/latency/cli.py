@@ -58,10 +58,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="seed of the architecture sample and the held-out split",
     )
     _schema_option(fit)
+    fit.add_argument(
+        "--target",
+        choices=["forward_ms", "train_step_ms", "dense_step_ms"],
+        default="forward_ms",
+        help="what to predict: the forward pass (objectives.latency_model), the training "
+        "step, or the dense part's training step (sharding.dense_model)",
+    )
     _measure_options(fit)
     fit.set_defaults(handler=_handler("cmd_fit"))
 
-    predict = sub.add_parser("predict", help="predict an architecture's forward latency")
+    predict = sub.add_parser("predict", help="predict an architecture's latency")
     predict.add_argument(
         "predictor", metavar="FILE", help="predictor JSON written by `ranknas latency fit`"
     )

@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict
 
 from cost_models.latency.model import (
+    TARGETS,
     FlopsBaseline,
     LatencyPredictor,
     collect,
@@ -39,13 +40,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from search_space.schema import load_schema
 
     arch = load_architecture(args.arch, load_schema(args.schema))
-    latency = measure_latency(arch, **_measure_kwargs(args))
+    latency = measure_latency(arch, **_measure_kwargs(args), dense=True)
     if args.json:
         print(json.dumps(asdict(latency) | {"architecture": arch.name or args.arch}, indent=2))
     else:
         print(f"{arch.name or args.arch}: forward {latency.forward_ms:.3f} ms, training step "
-              f"{latency.train_step_ms:.3f} ms at batch {latency.batch_size} on "
-              f"{latency.device} (medians of {args.repeats})")  # fmt: skip
+              f"{latency.train_step_ms:.3f} ms (its dense part {latency.dense_step_ms:.3f} ms) "
+              f"at batch {latency.batch_size} on {latency.device} (medians of "
+              f"{args.repeats})")  # fmt: skip
     return 0
 
 
@@ -58,16 +60,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not 0 < args.holdout < 1:
         raise RanknasError("--holdout must be between 0 and 1")
     space = load_space(args.space, load_schema(args.schema))
-    options = _measure_kwargs(args)
+    options = _measure_kwargs(args) | {"dense": args.target == "dense_step_ms"}
     measured = collect(space, args.archs, args.seed, progress=_progress, **options)
     if len(measured) < MIN_ARCHS:
         raise RanknasError(f"{args.space}: found only {len(measured)} distinct architectures")
     archs = [arch for arch, _ in measured]
-    latencies = [latency.forward_ms for _, latency in measured]
-    _report_held_out(archs, latencies, args.holdout, args.seed)
-    predictor = LatencyPredictor(args.batch_size, measured[0][1].device).fit(archs, latencies)
+    latencies = [getattr(latency, args.target) for _, latency in measured]
+    _report_held_out(archs, latencies, args.holdout, args.seed, args.target)
+    device = measured[0][1].device
+    predictor = LatencyPredictor(args.batch_size, device, args.target).fit(archs, latencies)
     predictor.save(args.out)
-    print(f"saved {args.out}: fitted on all {len(archs)} measurements ({predictor.device})")
+    print(f"saved {args.out}: {TARGETS[args.target]}, fitted on all {len(archs)} "
+          f"measurements ({predictor.device})")  # fmt: skip
     return 0
 
 
@@ -76,11 +80,13 @@ def _progress(done: int, count: int) -> None:
         print(f"measured {done}/{count}", file=sys.stderr, flush=True)
 
 
-def _report_held_out(archs: list, latencies: list[float], holdout: float, seed: int) -> None:
+def _report_held_out(
+    archs: list, latencies: list[float], holdout: float, seed: int, target: str
+) -> None:
     train, test = holdout_split(len(archs), holdout, seed)
     fit_archs, fit_y = [archs[i] for i in train], [latencies[i] for i in train]
     test_archs, test_y = [archs[i] for i in test], [latencies[i] for i in test]
-    print(f"forward latency, held out {len(test)} of {len(archs)} architectures:")
+    print(f"{TARGETS[target]}, held out {len(test)} of {len(archs)} architectures:")
     for name, model in (("predictor", LatencyPredictor()), ("FLOPs-only line", FlopsBaseline())):
         e = model.fit(fit_archs, fit_y).evaluate(test_archs, test_y)
         print(f"  {name:<16} MAPE {e['mape']:5.1f}%  Kendall tau {e['kendall_tau']:.3f}")
@@ -94,10 +100,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     arch = load_architecture(args.arch, load_schema(args.schema))
     predicted = float(predictor.predict([arch])[0])
     if args.json:
-        record = {"architecture": arch.name or args.arch, "forward_ms": predicted,
+        record = {"architecture": arch.name or args.arch, predictor.target: predicted,
                   "batch_size": predictor.batch_size, "device": predictor.device}  # fmt: skip
         print(json.dumps(record, indent=2))
     else:
-        print(f"{arch.name or args.arch}: predicted forward {predicted:.3f} ms at batch "
+        print(f"{arch.name or args.arch}: predicted {TARGETS[predictor.target]} "
+              f"{predicted:.3f} ms at batch "
               f"{predictor.batch_size} on {predictor.device}")  # fmt: skip
     return 0

@@ -1,8 +1,9 @@
 """Architecture latency: measured on a device, and predicted from an architecture encoding.
 
 `measure_latency` times a built `RankingModel` at a batch size: the forward pass (eval mode,
-no grad) and a training step (forward + backward of the BCE loss), as medians over repeats
-after warm-ups. On a CPU with one torch thread the clock is that thread's CPU time, blind to
+no grad), a training step (forward + backward of the BCE loss) and, when asked, the dense
+part's training step alone (what a sharded study's predicted step takes from it), as medians
+over repeats after warm-ups. On a CPU with one torch thread the clock is that thread's CPU time, blind to
 other processes taking the core; otherwise it is wall time, CUDA synchronized.
 
 `LatencyPredictor` is a gradient-boosted regressor on log latency over `arch_features`
@@ -49,12 +50,21 @@ REGRESSOR_PARAMS = {
 # ---------------------------------------------------------------------- measurement
 
 
+# What a predictor can be fitted to (`Latency`'s fields), and what each one is.
+TARGETS = {
+    "forward_ms": "forward latency",
+    "train_step_ms": "training step",
+    "dense_step_ms": "the dense part's training step",
+}
+
+
 @dataclass(frozen=True)
 class Latency:
     forward_ms: float
     train_step_ms: float
     batch_size: int
     device: str
+    dense_step_ms: float | None = None  # measured with `dense=True`
 
 
 def measure_latency(
@@ -64,22 +74,28 @@ def measure_latency(
     warmup: int = 3,
     repeats: int = 15,
     threads: int = 1,
+    dense: bool = False,
 ) -> Latency:
-    """Median forward and training-step time (ms) of the built `arch` on `device`."""
+    """Median forward and training-step time (ms) of the built `arch` on `device`, and with
+    `dense` its dense part's step (`measure_dense_step_ms`)."""
     device = torch.device(device)
     with torch_threads(threads):
-        model, dense, sparse, labels = _example(arch, batch_size, device)
+        model, dense_x, sparse, labels = _example(arch, batch_size, device)
 
         def train_step() -> None:
             model.zero_grad(set_to_none=True)
-            F.binary_cross_entropy_with_logits(model(dense, sparse), labels).backward()
+            F.binary_cross_entropy_with_logits(model(dense_x, sparse), labels).backward()
 
         model.eval()
         with torch.no_grad():
-            forward_ms = _median_ms(lambda: model(dense, sparse), device, warmup, repeats)
+            forward_ms = _median_ms(lambda: model(dense_x, sparse), device, warmup, repeats)
         model.train()
         train_ms = _median_ms(train_step, device, warmup, repeats)
-    return Latency(forward_ms, train_ms, batch_size, _device_label(device, threads))
+        dense_ms = None
+        if dense:
+            step = _dense_step(model, dense_x, sparse, labels)
+            dense_ms = _median_ms(step, device, warmup, repeats)
+    return Latency(forward_ms, train_ms, batch_size, _device_label(device, threads), dense_ms)
 
 
 def measure_dense_step_ms(
@@ -96,19 +112,23 @@ def measure_dense_step_ms(
     device = torch.device(device)
     with torch_threads(threads):
         model, dense, sparse, labels = _example(arch, batch_size, device)
-        pooled = None
-        if model.feature_names:
-            with torch.no_grad():
-                pooled = model.embed(sparse)
-            pooled.requires_grad_(True)
-
-        def dense_step() -> None:
-            model.zero_grad(set_to_none=True)
-            logits = model.interact(dense, pooled)
-            F.binary_cross_entropy_with_logits(logits, labels).backward()
-
         model.train()
-        return _median_ms(dense_step, device, warmup, repeats)
+        return _median_ms(_dense_step(model, dense, sparse, labels), device, warmup, repeats)
+
+
+def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Callable[[], None]:
+    """One training step of `model`'s dense part from its pooled embeddings, fixed once."""
+    pooled = None
+    if model.feature_names:
+        with torch.no_grad():
+            pooled = model.embed(sparse)
+        pooled.requires_grad_(True)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        F.binary_cross_entropy_with_logits(model.interact(dense, pooled), labels).backward()
+
+    return step
 
 
 def _example(arch: Architecture, batch_size: int, device: torch.device):
@@ -313,6 +333,8 @@ def _read_predictor_file(path: Path) -> dict[str, Any]:
                         ("latencies_ms", list)):  # fmt: skip
         if not isinstance(data.get(field), kind):
             raise RanknasError(f"{path}: field {field!r} is missing or not a {kind.__name__}")
+    if data["target"] not in TARGETS:
+        raise RanknasError(f"{path}: target {data['target']!r} is not one of {', '.join(TARGETS)}")
     _check_measurements(path, data)
     return data
 

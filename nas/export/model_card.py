@@ -53,7 +53,9 @@ def _step_section(step: Mapping[str, Any]) -> str:
     """The predicted training step on the study's cluster, its parts and their source."""
     parts = [
         (
-            "dense blocks and head, forward and backward (measured on the training device)",
+            "dense blocks and head, forward and backward ("
+            + step.get("dense_source", "measured on the training device")
+            + ")",
             step["dense_ms"],
         ),
         ("all-reduce of the dense gradients (the topology's links)", step["allreduce_ms"]),
