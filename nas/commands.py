@@ -317,6 +317,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.baselines import load_baseline, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
+    from nas.runner import claim_output_dir
     from nas.storage import load_study
 
     config = load_config(args.config)
@@ -331,6 +332,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     check_protocol(study, config, data)
     for name in args.baselines:
         load_baseline(name, data.train.schema)  # a wrong name or file stops it before training
+    claim_output_dir(config)
     print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
           "trial")  # fmt: skip
     train_baselines(study, config, args.baselines, data, logger, bars.write)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -55,6 +56,7 @@ from nas.trial_record import (
     ARCHITECTURE_FILE,
     DIAGRAM_FILE,
     METRIC_ATTRS,
+    OWNER_FILE,
     SHARDING_FILE,
     STEP_FILE,
     TRAINED_PLAN_FILE,
@@ -343,6 +345,26 @@ def run_study(
         return _run_study(config, progress, logger, worker)
 
 
+def claim_output_dir(config: StudyConfig) -> None:
+    """Mark `output_dir` as this study's: another study's trials there would be overwritten
+    (trial numbers start at 0 in every study), so a second study naming it is refused."""
+    owner_file = config.study_dir / OWNER_FILE
+    try:
+        owner = json.loads(owner_file.read_text())["study"]
+    except FileNotFoundError:
+        owner_file.write_text(json.dumps({"study": config.name}) + "\n")
+        return
+    except (OSError, ValueError, KeyError, TypeError):
+        owner = None
+    if owner != config.name:
+        held = f"study {owner!r}'s trials" if owner else f"an unreadable {OWNER_FILE}"
+        raise RanknasError(
+            f"output_dir: {config.study_dir} holds {held}; study {config.name!r} would "
+            "overwrite them: give it its own output_dir (or leave output_dir out: "
+            f"ranknas-data/studies/{config.name})"
+        )
+
+
 def _run_study(
     config: StudyConfig, progress: Progress, logger: Any, worker: str | None
 ) -> optuna.Study:
@@ -365,6 +387,7 @@ def _run_study(
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     if config.sharding.dense_model and config.objectives.needs_step_time:
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
+    claim_output_dir(config)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         study = _create_study(config, storage)

@@ -27,6 +27,7 @@ SHARDING_FILE = "sharding_plan.json"
 TRAINED_PLAN_FILE = "trained_plan.json"  # `training.processes`: the plan it trained with
 STEP_FILE = "step_time.json"  # the predicted step and its parts (`nas.sharding.predict_step`)
 DIAGRAM_FILE = "architecture.png"  # in MLflow runs and exports: `nas.diagram`
+OWNER_FILE = "study.json"  # in a study's output_dir: which study writes its trials there
 PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with
 
 

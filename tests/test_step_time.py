@@ -175,5 +175,5 @@ def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path,
     err = capsys.readouterr().err
     assert "sharding.dense_model" in err and "predicts forward_ms" in err
     assert "--target dense_step_ms" in err and "Traceback" not in err
-    with pytest.raises(RanknasError, match="sharding.dense_model .* needs objectives.cost"):
+    with pytest.raises(RanknasError, match=r"sharding.dense_model .* needs objectives.cost"):
         parse_config(tiny_config(tmp_path, "x", sharding={"devices": 2, "dense_model": "d.json"}))

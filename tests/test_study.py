@@ -717,3 +717,22 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     fresh = optuna.create_study()
     retry_first(fresh, {"x": 5})  # nothing waiting: queued as usual
     assert fresh.ask({"x": x}).params == {"x": 5}
+
+
+def test_a_second_study_writing_into_another_s_output_dir_is_refused(tmp_path, capsys):
+    """Trial numbers start at 0 in every study: a second study given the same output_dir
+    would write over the first one's trials."""
+    first = tiny_config(tmp_path, "first", budget={"trials": 1})
+    run_study(parse_config(first), progress=lambda line: None)
+    weights = tmp_path / "first" / "trials" / "0" / "model.safetensors"
+    before = weights.read_bytes()
+    second = tiny_config(tmp_path, "second", budget={"trials": 1}, seed=7,
+                         output_dir=first["output_dir"])  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, second))]) == 2
+    err = capsys.readouterr().err
+    assert "holds study 'first''s trials" in err and "its own output_dir" in err
+    assert "Traceback" not in err
+    assert weights.read_bytes() == before
+    names = [s.study_name for s in optuna.get_all_study_summaries(first["storage"])]
+    assert "second" not in names
+    assert main(["search", str(write_config(tmp_path, first))]) == 0  # its owner resumes

@@ -3,8 +3,8 @@
 `measure_latency` times a built `RankingModel` at a batch size: the forward pass (eval mode,
 no grad), a training step (forward + backward of the BCE loss) and, when asked, the dense
 part's training step alone (what a sharded study's predicted step takes from it), as medians
-over repeats after warm-ups. On a CPU with one torch thread the clock is that thread's CPU time, blind to
-other processes taking the core; otherwise it is wall time, CUDA synchronized.
+over repeats after warm-ups. On a CPU with one torch thread the clock is that thread's CPU
+time, blind to other processes taking the core; otherwise it is wall time, CUDA synchronized.
 
 `LatencyPredictor` is a gradient-boosted regressor on log latency over `arch_features`
 (exact FLOPs and params, per-op block counts and FLOPs, depth, activation sizes). It is
