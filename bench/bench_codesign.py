@@ -9,6 +9,11 @@ run trains nothing new), then prints, for each re-evaluated trial against the be
 baseline: seed-mean validation NE and its paired t-test, predicted step time on the
 study's cluster and on 128 devices (16 hosts), and what differs from the base. Writes
 the figures to bench/results/codesign.json.
+
+`--measure N` checks the ratios against this machine: each trial's dense part and the
+baseline's are timed in turn, N times (one thread, 25 repeats each), and the step ratio
+is recomputed with the measured medians in place of the dense parts the study used
+(run it on a quiet machine).
 """
 
 from __future__ import annotations
@@ -29,17 +34,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--out", default="bench/results/codesign.json")
+    parser.add_argument("--measure", type=int, default=0, metavar="N")
     args = parser.parse_args()
     subprocess.run([*RANKNAS, "search", args.config], check=True)
     subprocess.run([*RANKNAS, "reevaluate", args.config, "--top", str(args.top),
                     "--seeds", str(args.seeds)], check=True)  # fmt: skip
-    report = summarize(args.config)
+    report = summarize(args.config, args.measure)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(markdown(report))
 
 
-def summarize(config_path: str) -> dict:
+def summarize(config_path: str, measure: int = 0) -> dict:
     from nas import leaderboard
     from nas.config import load_config
     from nas.protocol import prepare_data
@@ -88,6 +94,8 @@ def summarize(config_path: str) -> dict:
             "changes": _changes(trial.params, base_values),
             "parts": {k: step[k] for k in PARTS},
         })  # fmt: skip
+        if measure:
+            rows[-1]["measured"] = measured_ratio(base, base_step, trial, step, measure)
     return {
         "config": config_path,
         "best_baseline": {"name": base_key, "mean_val_ne": means[f"baseline:{base_key}"]["val_ne"],
@@ -97,6 +105,26 @@ def summarize(config_path: str) -> dict:
         "best": leaderboard.describe_best(leaderboard.study_best(study)),
         "verdict": leaderboard.format_verdict(leaderboard.verdict(study)),
     }  # fmt: skip
+
+
+def measured_ratio(base: dict, base_step: dict, trial, step: dict, times: int) -> dict:
+    """The step ratio with both dense parts timed here, in turn, `times` times (medians)."""
+    import numpy as np
+
+    from cost_models.latency.model import measure_dense_step_ms
+    from nas.trial_record import TrialAttr, read_architecture
+
+    archs = read_architecture(base["dir"]), read_architecture(trial.user_attrs[TrialAttr.DIR])
+    timed = [[measure_dense_step_ms(a, repeats=25) for a in archs] for _ in range(times)]
+    base_ms, trial_ms = np.median(timed, axis=0)
+    rest = {name: sum(s[k] for k in PARTS if k != "dense_ms") + s.get("runtime_ms", 0.0)
+            for name, s in (("base", base_step), ("trial", step))}  # fmt: skip
+    return {
+        "dense_ms": [float(base_ms), float(trial_ms)],
+        "dense_ratio": float(trial_ms / base_ms),
+        "predicted_dense_ratio": step["dense_ms"] / base_step["dense_ms"],
+        "step_ratio_16": float((trial_ms + rest["trial"]) / (base_ms + rest["base"])),
+    }
 
 
 def _dense_params(arch) -> int:
@@ -115,13 +143,15 @@ def markdown(report: dict) -> str:
     lines = [f"best baseline {b['name']}: mean val NE {b['mean_val_ne']:.4f}, predicted step "
              f"{b['step_ms']:.3f} ms on 16 devices, {b['step_ms_128']:.3f} ms on 128",
              "", "| trial | mean val NE | vs baseline (p) | step ms (16) | x baseline (16) | "
-             "x baseline (128) | changes |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "x baseline (128) | x baseline (16), dense part timed here | changes |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in report["trials"]:
         p = r["paired"] or {}
         delta = r["mean_val_ne"] - b["mean_val_ne"]
+        timed = f"{r['measured']['step_ratio_16']:.2f}" if "measured" in r else "n/a"
         lines.append(f"| {r['trial']} | {r['mean_val_ne']:.4f} | {delta:+.4f} "
                      f"(p={p.get('p_value', float('nan')):.2g}) | {r['step_ms']:.3f} | "
-                     f"{r['step_ratio_16']:.2f} | {r['step_ratio_128']:.2f} | "
+                     f"{r['step_ratio_16']:.2f} | {r['step_ratio_128']:.2f} | {timed} | "
                      f"{', '.join(r['changes']) or 'none'} |")  # fmt: skip
     return "\n".join([*lines, "", report["best"], report["verdict"]])
 
