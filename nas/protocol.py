@@ -246,11 +246,11 @@ def _step(
     if shard.dense_model is None:
         device = resolve_device(t.device)
         dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
-        source = f"measured on the training device ({device})"
+        source = f"measured on the training device, {device}"
     else:
         predictor = dense_predictor(shard.dense_model, t.batch_size)
         dense_ms = float(predictor.predict([arch])[0])
-        source = f"predicted by {shard.dense_model} ({predictor.device})"
+        source = f"predicted by {shard.dense_model}, fitted on {predictor.device}"
     cluster = topology(shard.devices, shard.hosts, shard.links)
     step = predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
                         analysis.dense_params, pooling_factors, shard.runtime_ms)  # fmt: skip
