@@ -59,7 +59,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise RanknasError(f"--archs must be at least {MIN_ARCHS}")
     if not 0 < args.holdout < 1:
         raise RanknasError("--holdout must be between 0 and 1")
-    space = load_space(args.space, load_schema(args.schema))
+    schema = load_schema(args.schema)
+    space = load_space(args.space, schema)
+    sized_by = args.schema or "the built-in synthetic data's schema (--schema: yours)"
+    print(f"architectures of {args.space}, sized by {sized_by}: {schema.num_dense} dense, "
+          f"{schema.num_sparse} categorical features")  # fmt: skip
     options = _measure_kwargs(args) | {"dense": args.target == "dense_step_ms"}
     measured = collect(space, args.archs, args.seed, progress=_progress, **options)
     if len(measured) < MIN_ARCHS:
