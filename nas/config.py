@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import (
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -490,6 +491,10 @@ class MlflowConfig(_Section):
 
 
 class StudyConfig(_Section):
+    # the model a named step ceiling is of (`runner._with_ceilings`), not a setting: a
+    # candidate's dense part is timed in turn with it (`protocol._step`)
+    _step_reference: Any = PrivateAttr(default=None)
+
     name: str
     data: DataConfig = DataConfig()
     search_space: AnySpaceConfig
@@ -585,6 +590,16 @@ class StudyConfig(_Section):
     @property
     def study_dir(self) -> Path:
         return Path(self.output_dir or f"ranknas-data/studies/{self.name}")
+
+    @property
+    def step_reference(self) -> Any:
+        """`protocol.StepReference` of a step ceiling that names a model, else None."""
+        return self._step_reference
+
+    def with_step_reference(self, reference: Any) -> StudyConfig:
+        config = self.model_copy()
+        config._step_reference = reference
+        return config
 
 
 def parse_config(data: Any, source: str = "study config") -> StudyConfig:

@@ -27,7 +27,7 @@ from nas.trial_record import (
     write_metrics,
     write_weights,
 )
-from search_space.architecture import Analysis, Architecture, analyze
+from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
@@ -220,6 +220,32 @@ class Costs:
                 "latency_ms": self.latency_ms, "step_ms": self.step_ms}.get(name)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class StepReference:
+    """The model a step ceiling names (`max_step_ms: base | best_baseline`) and its dense
+    part's time, as the ceiling was made. A candidate's dense part is that time scaled by
+    the two models timed in turn (`measure_dense_step_ratio`): the ceiling and the
+    candidate then compare as if timed together, whatever the machine's load did since."""
+
+    name: str
+    arch: Architecture
+    dense_ms: float
+
+    def dense_ms_of(
+        self, arch: Architecture, batch_size: int, device: Any, threads: int
+    ) -> tuple[float, str]:
+        """`arch`'s dense part (ms) and where it came from."""
+        from cost_models.latency.model import measure_dense_step_ratio
+
+        if digest(arch) == digest(self.arch):
+            return self.dense_ms, f"that of {self.name}, the same model"
+        ratio = measure_dense_step_ratio(arch, self.arch, batch_size, device, threads=threads)
+        return self.dense_ms * ratio, (
+            f"timed in turn with {self.name} on the training device, {device}: {ratio:.3f}x "
+            f"its {self.dense_ms:.3f} ms"
+        )
+
+
 def architecture_costs(
     arch: Architecture, config: StudyConfig, pooling_factors: dict[str, float] | None = None
 ) -> Costs:
@@ -239,12 +265,15 @@ def _step(
     arch: Architecture, analysis: Analysis, config: StudyConfig, pooling_factors: dict | None
 ) -> dict[str, Any]:
     """The predicted training step on the study's cluster (`nas.sharding.predict_step`),
-    its dense part predicted by `sharding.dense_model`, else timed on the training device."""
+    its dense part predicted by `sharding.dense_model`, else timed on the training device:
+    in turn with the model the step ceiling names, where it names one (`StepReference`)."""
     from cost_models.latency.model import measure_dense_step_ms
 
-    t, shard = config.training, config.sharding
-    if shard.dense_model is None:
-        device = resolve_device(t.device)
+    t, shard, reference = config.training, config.sharding, config.step_reference
+    device = resolve_device(t.device)
+    if shard.dense_model is None and reference is not None:
+        dense_ms, source = reference.dense_ms_of(arch, t.batch_size, device, t.threads)
+    elif shard.dense_model is None:
         dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
         source = f"measured on the training device, {device}"
     else:

@@ -36,6 +36,7 @@ from nas.diagram import diagram_png
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
     Costs,
+    StepReference,
     StudyData,
     architecture_costs,
     check_protocol,
@@ -65,6 +66,7 @@ from nas.trial_record import (
     architecture_params,
     mlflow_record,
     read_architecture,
+    read_step,
     space_params,
     summary_name,
     write_architecture,
@@ -541,7 +543,18 @@ def _with_ceilings(
         update[f"max_{cost}"] = float(ceiling[cost])
     if not update:
         return config
-    return config.model_copy(update={"objectives": o.model_copy(update=update)})
+    config = config.model_copy(update={"objectives": o.model_copy(update=update)})
+    return config.with_step_reference(_step_reference(study, config))
+
+
+def _step_reference(study: optuna.Study, config: StudyConfig) -> StepReference | None:
+    """The model of a step ceiling made from one, with its dense part's time; None for a
+    ceiling from before they were kept, or a predicted dense part (nothing to time)."""
+    ceiling = study.user_attrs.get(StudyAttr.STEP_MS_CEILING) or {}
+    if "architecture" not in ceiling or config.sharding.dense_model:
+        return None
+    arch = Architecture.from_dict(ceiling["architecture"], source=f"{ceiling['of']}'s record")
+    return StepReference(ceiling["of"], arch, ceiling["dense_ms"])
 
 
 def _resolve_ceiling(
@@ -554,12 +567,23 @@ def _resolve_ceiling(
 ) -> dict:
     if value == "base":  # an around space (validated)
         costs = architecture_costs(space.base, config, data.pooling_factors)
-        return {cost: costs.objective(cost), "of": f"base {baseline_key(space.config.base)}"}
+        ceiling = {cost: costs.objective(cost), "of": f"base {baseline_key(space.config.base)}"}
+        return ceiling | (_dense_part(space.base, costs.step) if cost == "step_ms" else {})
     assert best is not None  # unresolved, so _best_baseline chose one
     if best[1].get(cost) is None:
         raise RanknasError(f"study {config.name!r}: baseline {best[0]} was recorded without "
                            f"its {cost}; retrain it (`ranknas baseline add`)")  # fmt: skip
-    return {cost: best[1][cost], "of": f"baseline {best[0]}"}
+    ceiling = {cost: best[1][cost], "of": f"baseline {best[0]}"}
+    if cost != "step_ms":
+        return ceiling
+    return ceiling | _dense_part(read_architecture(best[1]["dir"]), read_step(best[1]["dir"]))
+
+
+def _dense_part(arch: Architecture, step: dict | None) -> dict:
+    """What a step ceiling keeps of its model: the architecture and its dense part's time."""
+    if step is None:
+        return {}
+    return {"architecture": arch.to_dict(), "dense_ms": step["dense_ms"]}
 
 
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:

@@ -177,3 +177,33 @@ def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path,
     assert "--target dense_step_ms" in err and "Traceback" not in err
     with pytest.raises(RanknasError, match=r"sharding.dense_model .* needs objectives.cost"):
         parse_config(tiny_config(tmp_path, "x", sharding={"devices": 2, "dense_model": "d.json"}))
+
+
+def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_path):
+    """With `max_step_ms: base` (or best_baseline) the ceiling's model is timed again beside
+    each candidate, and the candidate's dense part is the ceiling's time scaled by their
+    ratio: the load of the machine between the two timings no longer moves the comparison."""
+    config = tiny_config(tmp_path, "paired", searcher={"type": "nsga2"},
+                         objectives={"cost": "step_ms", "max_step_ms": "base"},
+                         sharding={"devices": 16, "hosts": 2},
+                         budget={"trials": 3, "epochs_per_trial": 1})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "dlrm", "insert_ops": [],
+                              "width_multipliers": [0.5, 1.0], "embedding_dims": [8, 16],
+                              "swap_ops": False}  # fmt: skip
+    study = run_study(parse_config(config), progress=lambda line: None)
+    ceiling = study.user_attrs["step_ms_ceiling"]
+    base = load_architecture("dlrm", SCHEMA)
+    assert ceiling["of"] == "base dlrm" and ceiling["dense_ms"] > 0
+    assert Architecture.from_dict(ceiling["architecture"]).to_dict() == base.to_dict()
+    finished = [t for t in study.trials if TrialAttr.DIR in t.user_attrs]
+    assert finished
+    for t in finished:
+        step = json.loads((Path(t.user_attrs[TrialAttr.DIR]) / STEP_FILE).read_text())
+        arch = Architecture.load(Path(t.user_attrs[TrialAttr.DIR]) / "architecture.json")
+        source = step["dense_source"]
+        if arch.to_dict() == base.to_dict():
+            assert step["dense_ms"] == ceiling["dense_ms"] and "the same model" in source
+            continue
+        assert source.startswith("timed in turn with base dlrm")
+        ratio = float(source.split(": ")[1].split("x")[0])
+        assert step["dense_ms"] == pytest.approx(ceiling["dense_ms"] * ratio, rel=1e-3)

@@ -116,6 +116,32 @@ def measure_dense_step_ms(
         return _median_ms(_dense_step(model, dense, sparse, labels), device, warmup, repeats)
 
 
+def measure_dense_step_ratio(
+    arch: Architecture,
+    reference: Architecture,
+    batch_size: int = 512,
+    device: str | torch.device = "cpu",
+    rounds: int = 3,
+    repeats: int = 15,
+    threads: int = 1,
+) -> float:
+    """`arch`'s dense step over `reference`'s, both timed in turn `rounds` times (the median
+    of the rounds' ratios): a machine's load moves both alike, so the ratio holds where
+    either time alone moves (by up to 19% between two studies on a shared CPU)."""
+    device = torch.device(device)
+    with torch_threads(threads):
+        steps = []
+        for a in (arch, reference):
+            model, dense, sparse, labels = _example(a, batch_size, device)
+            model.train()
+            steps.append(_dense_step(model, dense, sparse, labels))
+        ratios = []
+        for _ in range(rounds):
+            timed, timed_reference = (_median_ms(step, device, 3, repeats) for step in steps)
+            ratios.append(timed / timed_reference)
+    return float(np.median(ratios))
+
+
 def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Callable[[], None]:
     """One training step of `model`'s dense part from its pooled embeddings, fixed once."""
     pooled = None
