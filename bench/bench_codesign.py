@@ -10,10 +10,9 @@ baseline: seed-mean validation NE and its paired t-test, predicted step time on 
 study's cluster and on 128 devices (16 hosts), and what differs from the base. Writes
 the figures to bench/results/codesign.json.
 
-`--measure N` checks the ratios against this machine: each trial's dense part and the
-baseline's are timed in turn, N times (one thread, 25 repeats each), and the step ratio
-is recomputed with the measured medians in place of the dense parts the study used
-(run it on a quiet machine).
+`--measure N` checks the ratios against this machine: each trial's dense part over the
+baseline's, timed a step of each in turn (`measure_dense_step_ratio`, the median of N
+measurements), in place of the ratio the study used.
 """
 
 from __future__ import annotations
@@ -108,22 +107,23 @@ def summarize(config_path: str, measure: int = 0) -> dict:
 
 
 def measured_ratio(base: dict, base_step: dict, trial, step: dict, times: int) -> dict:
-    """The step ratio with both dense parts timed here, in turn, `times` times (medians)."""
+    """The step ratio with the dense parts' ratio timed here (`measure_dense_step_ratio`,
+    the median of `times` measurements) in place of the one the study used."""
     import numpy as np
 
-    from cost_models.latency.model import measure_dense_step_ms
+    from cost_models.latency.model import measure_dense_step_ratio
     from nas.trial_record import TrialAttr, read_architecture
 
-    archs = read_architecture(base["dir"]), read_architecture(trial.user_attrs[TrialAttr.DIR])
-    timed = [[measure_dense_step_ms(a, repeats=25) for a in archs] for _ in range(times)]
-    base_ms, trial_ms = np.median(timed, axis=0)
+    arch = read_architecture(trial.user_attrs[TrialAttr.DIR])
+    reference = read_architecture(base["dir"])
+    ratio = float(np.median([measure_dense_step_ratio(arch, reference) for _ in range(times)]))
     rest = {name: sum(s[k] for k in PARTS if k != "dense_ms") + s.get("runtime_ms", 0.0)
             for name, s in (("base", base_step), ("trial", step))}  # fmt: skip
+    base_ms = base_step["dense_ms"]
     return {
-        "dense_ms": [float(base_ms), float(trial_ms)],
-        "dense_ratio": float(trial_ms / base_ms),
-        "predicted_dense_ratio": step["dense_ms"] / base_step["dense_ms"],
-        "step_ratio_16": float((trial_ms + rest["trial"]) / (base_ms + rest["base"])),
+        "dense_ratio": ratio,
+        "study_dense_ratio": step["dense_ms"] / base_ms,
+        "step_ratio_16": (ratio * base_ms + rest["trial"]) / (base_ms + rest["base"]),
     }
 
 

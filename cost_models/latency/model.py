@@ -121,13 +121,13 @@ def measure_dense_step_ratio(
     reference: Architecture,
     batch_size: int = 512,
     device: str | torch.device = "cpu",
-    rounds: int = 3,
-    repeats: int = 15,
+    warmup: int = 3,
+    repeats: int = 45,
     threads: int = 1,
 ) -> float:
-    """`arch`'s dense step over `reference`'s, both timed in turn `rounds` times (the median
-    of the rounds' ratios): a machine's load moves both alike, so the ratio holds where
-    either time alone moves (by up to 19% between two studies on a shared CPU)."""
+    """`arch`'s dense step over `reference`'s: one step of each in turn, `repeats` times,
+    the ratio of their medians. Both see the same moments of the machine's load; timed one
+    after the other, even two copies of one model differed by up to 15% on a shared CPU."""
     device = torch.device(device)
     with torch_threads(threads):
         steps = []
@@ -135,11 +135,8 @@ def measure_dense_step_ratio(
             model, dense, sparse, labels = _example(a, batch_size, device)
             model.train()
             steps.append(_dense_step(model, dense, sparse, labels))
-        ratios = []
-        for _ in range(rounds):
-            timed, timed_reference = (_median_ms(step, device, 3, repeats) for step in steps)
-            ratios.append(timed / timed_reference)
-    return float(np.median(ratios))
+        timed, timed_reference = _times_ms(steps, device, warmup, repeats)
+    return float(np.median(timed) / np.median(timed_reference))
 
 
 def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Callable[[], None]:
@@ -166,18 +163,27 @@ def _example(arch: Architecture, batch_size: int, device: torch.device):
 
 
 def _median_ms(run: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> float:
+    return float(np.median(_times_ms([run], device, warmup, repeats)[0]))
+
+
+def _times_ms(
+    runs: Sequence[Callable[[], Any]], device: torch.device, warmup: int, repeats: int
+) -> list[list[float]]:
+    """Each run's times (ms), the runs taken in turn `repeats` times after `warmup` each."""
     on_cpu_thread = device.type == "cpu" and torch.get_num_threads() == 1
     clock = time.thread_time if on_cpu_thread else time.perf_counter
     for _ in range(warmup):
-        run()
-    times = []
+        for run in runs:
+            run()
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        _synchronize(device)
-        start = clock()
-        run()
-        _synchronize(device)
-        times.append((clock() - start) * 1e3)
-    return float(np.median(times))
+        for run, timed in zip(runs, times, strict=True):
+            _synchronize(device)
+            start = clock()
+            run()
+            _synchronize(device)
+            timed.append((clock() - start) * 1e3)
+    return times
 
 
 def _synchronize(device: torch.device) -> None:
