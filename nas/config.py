@@ -433,7 +433,8 @@ class ShardingConfig(_Section):
         default=None,
         description="predictor JSON of the dense part's step (`ranknas latency fit --target "
         "dense_step_ms`, at training.batch_size): a step's dense part is predicted, the same "
-        "for a model in every study; default: timed per candidate on the training device",
+        "for a model in every study; default: timed on the training device (in turn with "
+        "the model max_step_ms names, where it names one)",
     )
     runtime_ms: float = Field(
         default=0.0,

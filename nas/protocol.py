@@ -271,15 +271,15 @@ def _step(
 
     t, shard, reference = config.training, config.sharding, config.step_reference
     device = resolve_device(t.device)
-    if shard.dense_model is None and reference is not None:
-        dense_ms, source = reference.dense_ms_of(arch, t.batch_size, device, t.threads)
-    elif shard.dense_model is None:
-        dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
-        source = f"measured on the training device, {device}"
-    else:
+    if shard.dense_model is not None:
         predictor = dense_predictor(shard.dense_model, t.batch_size)
         dense_ms = float(predictor.predict([arch])[0])
         source = f"predicted by {shard.dense_model}, fitted on {predictor.device}"
+    elif reference is not None:
+        dense_ms, source = reference.dense_ms_of(arch, t.batch_size, device, t.threads)
+    else:
+        dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
+        source = f"measured on the training device, {device}"
     cluster = topology(shard.devices, shard.hosts, shard.links)
     step = predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
                         analysis.dense_params, pooling_factors, shard.runtime_ms)  # fmt: skip

@@ -387,7 +387,7 @@ def _run_study(
     space = space and with_recipe(space, config.training)
     if config.objectives.latency_model:  # a bad predictor file stops it before the study exists
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
-    if config.sharding.dense_model and config.objectives.needs_step_time:
+    if config.sharding.dense_model:  # validated: only with a step objective
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
     claim_output_dir(config)
     with study_lock(config.storage, config.name):  # workers starting together create it once
