@@ -62,6 +62,7 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
 
 
+@pytest.mark.slow  # 53 s on a slow day; `make test-all` runs it
 def test_a_stopped_launch_stops_every_worker_and_resumes(tmp_path):
     config = tiny_config(tmp_path, "stop", data={"rows": 48_000},
                          training={"batch_size": 32, "evals": 2},
