@@ -60,15 +60,22 @@ def test_the_step_adds_its_parts_and_wider_embeddings_cost_more():
     assert wide["all_to_all_ms"] > narrow["all_to_all_ms"]
 
 
-def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_path, capsys):
-    config = tiny_config(tmp_path, "steps", objectives={"cost": "step_ms", "max_step_ms": "base"},
+# variants no bigger than the base: a base timed again can land just above its own ceiling
+# on a busy machine
+AROUND_DLRM = {"type": "around", "base": "dlrm", "insert_ops": [], "embedding_dims": [8, 16],
+               "width_multipliers": [0.5, 1.0], "swap_ops": False}  # fmt: skip
+
+
+def _held_to_dlrm(tmp_path: Path, name: str, trials: int) -> dict:
+    """A study around DLRM for NE and step time on 16 devices, held to DLRM's step."""
+    config = tiny_config(tmp_path, name, objectives={"cost": "step_ms", "max_step_ms": "base"},
                          searcher={"type": "nsga2"}, sharding={"devices": 16, "hosts": 2},
-                         budget={"trials": 3, "epochs_per_trial": 1})  # fmt: skip
-    # variants no bigger than the base: the dense part is timed per candidate, and a base
-    # timed again can land just above its own ceiling on a busy machine
-    config["search_space"] = {"type": "around", "base": "dlrm", "insert_ops": [],
-                              "width_multipliers": [0.5, 1.0], "embedding_dims": [8, 16],
-                              "swap_ops": False}  # fmt: skip
+                         budget={"trials": trials, "epochs_per_trial": 1})  # fmt: skip
+    return config | {"search_space": AROUND_DLRM}
+
+
+def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_path, capsys):
+    config = _held_to_dlrm(tmp_path, "steps", trials=3)
     study = run_study(parse_config(config), progress=lambda line: None)
     ceiling = study.user_attrs["step_ms_ceiling"]
     assert ceiling["of"] == "base dlrm" and ceiling["step_ms"] > 0
@@ -140,9 +147,7 @@ def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path,
     step's dense part: a model's step is then the same number in every study, not a timing
     that moves with the machine's load; a predictor of another target is refused before
     the study exists."""
-    space = {"type": "around", "base": "dlrm", "insert_ops": [], "embedding_dims": [8, 16],
-             "width_multipliers": [0.5, 1.0], "swap_ops": False}  # fmt: skip
-    space_file = write_config(tmp_path, {"name": "space", "search_space": space})
+    space_file = write_config(tmp_path, {"name": "space", "search_space": AROUND_DLRM})
     model = tmp_path / "dense.json"
     fit = ["latency", "fit", str(space_file), "--archs", "6", "--batch-size", "128",
            "--repeats", "1", "--out", str(model)]  # fmt: skip
@@ -151,11 +156,8 @@ def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path,
     assert json.loads(model.read_text())["target"] == "dense_step_ms"
 
     def study(name: str, dense_model: Path) -> dict:
-        config = tiny_config(tmp_path, name, searcher={"type": "nsga2"},
-                             objectives={"cost": "step_ms", "max_step_ms": "base"},
-                             sharding={"devices": 16, "hosts": 2, "dense_model": str(dense_model)},
-                             budget={"trials": 2, "epochs_per_trial": 1})  # fmt: skip
-        return config | {"search_space": space}
+        config = _held_to_dlrm(tmp_path, name, trials=2)
+        return config | {"sharding": config["sharding"] | {"dense_model": str(dense_model)}}
 
     first = run_study(parse_config(study("first", model)), progress=lambda line: None)
     second = run_study(parse_config(study("second", model)), progress=lambda line: None)
@@ -183,13 +185,7 @@ def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_
     """With `max_step_ms: base` (or best_baseline) the ceiling's model is timed again beside
     each candidate, and the candidate's dense part is the ceiling's time scaled by their
     ratio: the load of the machine between the two timings no longer moves the comparison."""
-    config = tiny_config(tmp_path, "paired", searcher={"type": "nsga2"},
-                         objectives={"cost": "step_ms", "max_step_ms": "base"},
-                         sharding={"devices": 16, "hosts": 2},
-                         budget={"trials": 3, "epochs_per_trial": 1})  # fmt: skip
-    config["search_space"] = {"type": "around", "base": "dlrm", "insert_ops": [],
-                              "width_multipliers": [0.5, 1.0], "embedding_dims": [8, 16],
-                              "swap_ops": False}  # fmt: skip
+    config = _held_to_dlrm(tmp_path, "paired", trials=3)
     study = run_study(parse_config(config), progress=lambda line: None)
     ceiling = study.user_attrs["step_ms_ceiling"]
     base = load_architecture("dlrm", SCHEMA)

@@ -111,9 +111,8 @@ def measure_dense_step_ms(
     embedding lookups are the sharded tables' (the sharding cost model's) part."""
     device = torch.device(device)
     with torch_threads(threads):
-        model, dense, sparse, labels = _example(arch, batch_size, device)
-        model.train()
-        return _median_ms(_dense_step(model, dense, sparse, labels), device, warmup, repeats)
+        (step,) = _dense_steps([arch], batch_size, device)
+        return _median_ms(step, device, warmup, repeats)
 
 
 def measure_dense_step_ratio(
@@ -130,13 +129,21 @@ def measure_dense_step_ratio(
     after the other, even two copies of one model differed by up to 15% on a shared CPU."""
     device = torch.device(device)
     with torch_threads(threads):
-        steps = []
-        for a in (arch, reference):
-            model, dense, sparse, labels = _example(a, batch_size, device)
-            model.train()
-            steps.append(_dense_step(model, dense, sparse, labels))
+        steps = _dense_steps([arch, reference], batch_size, device)
         timed, timed_reference = _times_ms(steps, device, warmup, repeats)
     return float(np.median(timed) / np.median(timed_reference))
+
+
+def _dense_steps(
+    archs: Sequence[Architecture], batch_size: int, device: torch.device
+) -> list[Callable[[], None]]:
+    """The dense part's training step of each built architecture (`_dense_step`)."""
+    steps = []
+    for arch in archs:
+        model, dense, sparse, labels = _example(arch, batch_size, device)
+        model.train()
+        steps.append(_dense_step(model, dense, sparse, labels))
+    return steps
 
 
 def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Callable[[], None]:
