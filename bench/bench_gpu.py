@@ -57,12 +57,18 @@ def mlperf_dlrm_dcnv2() -> Architecture:
 
 
 def run_once(
-    arch: Architecture, data, batch: int, steps: int, device: str, cuda_graph: bool = True
+    arch: Architecture,
+    data,
+    batch: int,
+    steps: int,
+    device: str,
+    cuda_graph: bool = True,
+    compiled: bool = False,
 ) -> dict:
     model = build_model(arch, seed=0)
     config = TrainConfig(
         batch_size=batch, max_steps=steps, evals=1, early_stopping_patience=0,
-        restore_best=False, device=device, seed=0, cuda_graph=cuda_graph,
+        restore_best=False, device=device, seed=0, cuda_graph=cuda_graph, compile=compiled,
     )  # fmt: skip
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -72,16 +78,21 @@ def run_once(
     return {"throughput": result.throughput, "peak_memory_bytes": result.peak_memory_bytes}
 
 
-def measure(arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=True) -> dict:
-    run_once(arch, data, batch, max(5, steps // 10), device, cuda_graph)  # warm-up
-    runs = [run_once(arch, data, batch, steps, device, cuda_graph) for _ in range(repeats)]
+def measure(
+    arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=True, compiled=False
+) -> dict:
+    """The median of `repeats` runs after a warm-up run (which also compiles, if
+    `compiled`: later models of the same shape reuse the compiled code)."""
+    run_once(arch, data, batch, max(5, steps // 10), device, cuda_graph, compiled)
+    runs = [run_once(arch, data, batch, steps, device, cuda_graph, compiled)
+            for _ in range(repeats)]  # fmt: skip
     speeds = [r["throughput"] for r in runs]
     throughput = statistics.median(speeds)
     flops = analyze(arch).flops
     achieved = 3 * flops * throughput / 1e12
     return {
         "model": arch.name,
-        "step": "graph" if cuda_graph else "eager",
+        "step": ("graph" if cuda_graph else "eager") + ("+compile" if compiled else ""),
         "batch": batch,
         "examples_per_s": round(throughput),
         "spread": round((max(speeds) - min(speeds)) / 2),
@@ -93,21 +104,26 @@ def measure(arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=T
 
 
 STUDY_MODELS = ("dlrm", "dcnv2", "wukong")
+WAYS = {"eager": (False, False), "graph": (True, False), "compile": (True, True)}
 
 
 def step_rows(args, results: dict, save, small, criteo) -> None:
-    """Eager vs graph step, side by side: the presets at `args.batches`, then MLPerf's shape
-    at its batch."""
+    """The step's ways (`--ways`: eager, graph, compile = graph with the dense part
+    compiled) side by side: the presets at `args.batches`, then MLPerf's shape at its
+    batch."""
     peak = args.peak_tflops if args.device.startswith("cuda") else 0.0
-    cases = [(m, b) for b in map(int, args.batches.split(",")) for m in STUDY_MODELS]
+    models = args.step_models.split(",")
+    cases = [(m, b) for b in map(int, args.batches.split(",")) for m in models]
     if args.mlperf_batch:
-        cases.insert(len(STUDY_MODELS), ("mlperf_dlrm_dcnv2", args.mlperf_batch))
+        cases.insert(len(models), ("mlperf_dlrm_dcnv2", args.mlperf_batch))
     for model, batch in cases:
         data = criteo if model == "mlperf_dlrm_dcnv2" else small
         arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
         steps = args.steps if batch <= 512 else max(50, args.steps // 2)
-        for graph in (False, True):
-            row = measure(arch, data, batch, steps, args.repeats, args.device, peak, graph)
+        for way in args.ways.split(","):
+            graph, compiled = WAYS[way]
+            row = measure(arch, data, batch, steps, args.repeats, args.device, peak, graph,
+                          compiled)  # fmt: skip
             results["steps"].append(row)
             save()
             mfu = f"{row['mfu']:.2%}" if row["mfu"] is not None else "-"
@@ -150,6 +166,8 @@ def study_rows(args, results: dict, save) -> None:
     import yaml
 
     base = yaml.safe_load(Path("examples/quickstart.yaml").read_text())
+    if args.mps:  # a failed start shows in the rows: their figures then match the runs without
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
     for workers in map(int, args.workers.split(",")):
         scratch = Path(tempfile.mkdtemp(prefix=f"study{workers}-"))
         config = base | {
@@ -172,7 +190,8 @@ def study_rows(args, results: dict, save) -> None:
         if sampler is not None:
             sampler.terminate()
             sampler.wait()
-        row = {"workers": workers, "exit": done.returncode, "wall_s": round(wall, 1)}
+        row = {"workers": workers, "mps": args.mps, "exit": done.returncode,
+               "wall_s": round(wall, 1)}  # fmt: skip
         row |= _study_figures(config, scratch)
         if done.returncode != 0:
             row["output_tail"] = done.stdout[-2000:] + done.stderr[-2000:]
@@ -187,6 +206,8 @@ def study_rows(args, results: dict, save) -> None:
         print(f"study, {workers} workers: {json.dumps(shown)}", flush=True)
         if done.returncode != 0:
             print(row["output_tail"], flush=True)
+    if args.mps:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
 
 
 def profile_rows(args, small, criteo) -> None:
@@ -241,6 +262,19 @@ def _study_figures(config: dict, scratch: Path) -> dict:
         figures["trial_span_s"] = round(span, 1)
         figures["trials_per_hour"] = round(3600 * figures["counted_trials"] / span, 1)
         figures["devices"] = sorted({t.user_attrs.get("device", "?") for t in finished})
+        # where a trial's time goes: its training steps against the rest (evaluations,
+        # model building, sampling, storage writes)
+        trained = [t for t in finished if t.user_attrs.get("throughput")]
+        examples = config["budget"]["examples_per_trial"]
+        if trained:
+            figures["trial_s_mean"] = round(
+                statistics.mean(
+                    (t.datetime_complete - t.datetime_start).total_seconds() for t in trained
+                ),
+                3,
+            )
+            figures["train_s_mean"] = round(statistics.mean(
+                examples / t.user_attrs["throughput"] for t in trained), 3)  # fmt: skip
     smi = scratch / "smi.csv"
     if smi.exists():
         samples = [float(x) for x in smi.read_text().split() if x.replace(".", "").isdigit()]
@@ -301,6 +335,18 @@ def main() -> None:
     parser.add_argument("--ne-seeds", type=int, default=2, help="study suite")
     parser.add_argument("--workers", default="1,8,4", help="study suite: workers per run")
     parser.add_argument("--study-trials", type=int, default=20, help="study suite")
+    parser.add_argument(
+        "--ways",
+        default="eager,graph",
+        help="study suite: the steps compared (eager, graph, compile)",
+    )
+    parser.add_argument("--step-models", default=",".join(STUDY_MODELS), help="study suite")
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="study suite: the studies run under CUDA MPS (started and "
+        "stopped here; the GPU's kernels of several workers then overlap)",
+    )
     parser.add_argument("--parts", default="steps,ne,study",
                         help="study suite: which of profile, steps, ne, study to run")  # fmt: skip
     parser.add_argument("--logs-out", type=Path, help="study suite: archive workers' logs here")

@@ -389,6 +389,11 @@ class TrainingConfig(_Section):
         description="on a GPU: tables joined per width, batches held on the GPU and the step "
         "replayed as a CUDA graph (one id per row and feature); false: the eager reference",
     )
+    compile: bool = Field(
+        default=_TRAIN.compile,
+        description="the training step's dense part compiled by torch.compile (elementwise "
+        "work fused): worth its minute of compiling per run only for long runs of large models",
+    )
 
     @field_validator("device")
     @classmethod

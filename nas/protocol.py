@@ -111,7 +111,7 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
         described["stream"] = d.stream.model_dump(mode="json", include={"min_count", "hash_size"})
     if d.source == "synthetic" and not d.train:
         described["synthetic_rows"] = d.rows
-    how = {"device", "threads", "cuda_graph"}  # where and how fast, not what is computed
+    how = {"device", "threads", "cuda_graph", "compile"}  # where and how fast, not what is computed
     training = config.training.model_dump(mode="json", exclude=how)
     per_trial = {"examples_per_trial", "epochs_per_trial"}
     budget = config.budget.model_dump(mode="json", include=per_trial)
@@ -396,6 +396,7 @@ def trial_train_config(
         seed=seed,
         device=t.device,
         cuda_graph=t.cuda_graph,
+        compile=t.compile,
     )
 
 

@@ -123,3 +123,18 @@ def test_resident_batches_are_the_loaders_batches():
             assert ours.sparse.keys() == theirs.sparse.keys()
             torch.testing.assert_close(ours.sparse.values(), theirs.sparse.values())
             torch.testing.assert_close(ours.sparse.lengths(), theirs.sparse.lengths())
+
+
+def test_evaluation_on_held_rows_is_the_host_evaluation(monkeypatch):
+    monkeypatch.setattr(trainer, "HELD_EVAL_BATCH", 1_000)  # several batches, the last short
+    data = generate_synthetic(SyntheticConfig(rows=3_000, seed=2))
+    ordered = ResidentBatches(data, 1_024, seed=0, device=torch.device("cpu"), shuffle=False)
+    assert [len(b.labels) for b in ordered] == [1_024, 1_024, 952]  # every row, in order
+    model = build_model(preset("dlrm", data.schema), seed=0)
+    held = trainer._Local()
+    held.hold_on(torch.device("cpu"))
+    for rows in (None, 1_000):
+        assert held.evaluate(model, data, rows) == trainer.evaluate(model, data, rows)
+    assert len(held._held) == 2  # each subset copied once, then reused
+    held.evaluate(model, data, 1_000)
+    assert len(held._held) == 2

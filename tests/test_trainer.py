@@ -237,3 +237,16 @@ def test_cli_train_without_a_budget_trains_until_an_epoch_does_not_improve(capsy
     assert summary["restored_step"] < summary["steps"]
     main([*args, "--epochs", "1"])  # on 4,000 rows one epoch is not better than the base rate
     assert json.loads(capsys.readouterr().out)["examples"] <= epoch
+
+
+@pytest.mark.slow  # torch.compile's first compile of a forward and backward: ~30 s here
+def test_a_compiled_step_trains_as_the_eager_step_does():
+    from helpers import check_training_ends_alike
+
+    data = generate_synthetic(SyntheticConfig(rows=12_000, seed=1))
+
+    def train_both(way, model, train_part, valid, config):  # compiled, then eager
+        return train(model, train_part, valid, config=replace(config, compile=way == 0))
+
+    check_training_ends_alike(lambda: build_model(preset("dcnv2", data.schema), seed=0), data,
+                              train_both)  # fmt: skip

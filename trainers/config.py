@@ -53,6 +53,10 @@ class TrainConfig:
     # on the GPU, the step replayed as a CUDA graph (trainers/steps.py); False: the eager
     # reference path (one table per feature, host batches), which other cases always run
     cuda_graph: bool = True
+    # the dense part of the training step (blocks and head) compiled by torch.compile, its
+    # elementwise work fused: for long runs of large models (a minute of compiling first);
+    # evaluation runs the module as is
+    compile: bool = False
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "max_examples", "max_epochs", "max_steps", "max_seconds",

@@ -25,12 +25,15 @@ WARMUP_STEPS = 3  # eager steps before the capture: lazy state (optimizers, cuBL
 
 
 class EagerStep:
-    """The step as plain PyTorch; returns the batch's loss (detached, on the device)."""
+    """The step as plain PyTorch; returns the batch's loss (detached, on the device).
+    `compiled`: the model's dense part (`interact`) runs compiled by torch.compile."""
 
     def __init__(
-        self, model: nn.Module, optimizers: list[torch.optim.Optimizer], bf16: bool
-    ) -> None:
+        self, model: nn.Module, optimizers: list[torch.optim.Optimizer], bf16: bool,
+        compiled: bool = False,
+    ) -> None:  # fmt: skip
         self.model, self.optimizers, self.bf16 = model, optimizers, bf16
+        self.forward = _compiled_forward(model) if compiled else model
 
     def __call__(self, batch: Batch) -> torch.Tensor:
         return self._step(*batch, cache=True)
@@ -39,7 +42,7 @@ class EagerStep:
         device = labels.device.type
         # a graph may not reuse autocast's cast weights across replays: no cache there
         with torch.autocast(device, torch.bfloat16, enabled=self.bf16, cache_enabled=cache):
-            logits = self.model(dense, sparse)
+            logits = self.forward(dense, sparse)
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
         for optimizer in self.optimizers:
             optimizer.zero_grad(set_to_none=True)
@@ -55,9 +58,10 @@ class GraphStep(EagerStep):
     and feature). If the capture fails, it says why once and stays eager."""
 
     def __init__(
-        self, model: nn.Module, optimizers: list[torch.optim.Optimizer], bf16: bool
-    ) -> None:
-        super().__init__(model, optimizers, bf16)
+        self, model: nn.Module, optimizers: list[torch.optim.Optimizer], bf16: bool,
+        compiled: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(model, optimizers, bf16, compiled)
         self._calls = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -119,6 +123,17 @@ class GraphStep(EagerStep):
         self._graph = graph
         graph.replay()
         return self._loss
+
+
+def _compiled_forward(model: nn.Module):
+    """The model's forward with its dense part compiled: the embedding lookups (a
+    KeyedJaggedTensor in, tables that may update themselves in backward) stay eager."""
+    interact = torch.compile(model.interact)
+
+    def forward(dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        return interact(dense, model.embed(sparse) if model.feature_names else None)
+
+    return forward
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -172,27 +172,39 @@ def predict(
     return _predictions(model, data, batch_size, device)[0]
 
 
+EVAL_BATCH = 8192
+HELD_EVAL_BATCH = 32_768  # rows held on a GPU: fewer, larger forwards (launch-bound)
+
+
 @torch.no_grad()
 def _predictions(
-    model: nn.Module, data: Rows, batch_size: int = 8192, device: torch.device | None = None
+    model: nn.Module,
+    data: Rows | ResidentBatches,
+    batch_size: int = EVAL_BATCH,
+    device: torch.device | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted click probabilities and labels, batch by batch (a streamed split too)."""
+    """Predicted click probabilities and labels, batch by batch (a streamed split too, or
+    rows held on the model's device)."""
     device = device or next(model.parameters()).device
+    resident = isinstance(data, ResidentBatches)
     was_training = model.training
     model.eval()
     out, labels = [], []
-    for batch in data.loader(batch_size):
-        out.append(torch.sigmoid(model(*_to(batch, device)[:2]).float()).cpu())
+    for batch in data if resident else data.loader(batch_size):
+        out.append(torch.sigmoid(model(*(batch if resident else _to(batch, device))[:2]).float()))
         labels.append(batch.labels)
     model.train(was_training)
     if not out:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.float32)
-    return torch.cat(out).numpy(), torch.cat(labels).numpy()
+    return torch.cat(out).cpu().numpy(), torch.cat(labels).cpu().numpy()
 
 
 def evaluate(model: nn.Module, data: Rows, rows: int | None = None) -> dict[str, float]:
-    subset = data if rows is None or rows >= len(data) else data.head(rows)
-    return ranking_metrics(*_predictions(model, subset))
+    return ranking_metrics(*_predictions(model, _head(data, rows)))
+
+
+def _head(data: Rows, rows: int | None) -> Rows:
+    return data if rows is None or rows >= len(data) else data.head(rows)
 
 
 def _peak_memory(device: torch.device) -> int:
@@ -327,10 +339,25 @@ class Parallel:
 
 
 class _Local(Parallel):
-    """One process: the module's own state and evaluation."""
+    """One process: the module's own state and evaluation. Once `hold_on(device)` is
+    called, the rows it evaluates are copied to that device once and evaluated there (a
+    trial's few hundred milliseconds of GPU training otherwise wait on host batches)."""
+
+    def __init__(self) -> None:
+        self._device: torch.device | None = None
+        self._held: dict[tuple[int, int | None], ResidentBatches] = {}
+
+    def hold_on(self, device: torch.device) -> None:
+        self._device = device
 
     def evaluate(self, model: nn.Module, data: Rows, rows: int | None = None) -> dict:
-        return evaluate(model, data, rows)
+        if self._device is None or not ResidentBatches.fits(data):
+            return evaluate(model, data, rows)
+        key = (id(data), rows)  # the same split object for the whole run
+        if key not in self._held:
+            self._held[key] = ResidentBatches(_head(data, rows), HELD_EVAL_BATCH, 0,
+                                              self._device, shuffle=False)  # fmt: skip
+        return ranking_metrics(*_predictions(model, self._held[key]))
 
     def snapshot(self, model: nn.Module) -> dict[str, Any]:
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
@@ -363,11 +390,13 @@ def _loop(
         graph = _graph_step(device, config, model, train_data)
         optimizers = [o for o in make_optimizers(model, config, graph) if o is not None]
         bf16 = device.type == "cuda" and config.bf16
-        take_step = (GraphStep if graph else EagerStep)(model, optimizers, bf16)
+        take_step = (GraphStep if graph else EagerStep)(model, optimizers, bf16, config.compile)
     else:
         graph, optimizers = False, ops.optimizers(model, config)
         take_step = ops.step(model, optimizers)
     resident = device if graph and ResidentBatches.fits(train_data) else None
+    if resident is not None:
+        ops.hold_on(device)
     eval_every = max(1, budget_steps // config.evals) if budget_steps else 0
     restarts = config.lr_schedule == "cosine_restarts" and eval_every > 0
     # without evaluation intervals (a budget in seconds only), restarts are one cosine

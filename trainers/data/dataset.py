@@ -341,14 +341,19 @@ class ResidentBatches:
     """The shuffled, full training batches of `data` (one id per row and feature), drawn
     on `device` from a copy of the whole data set held there: no host work or copy per
     step, which a GPU step that takes well under a millisecond would wait on. The same
-    batches, in the same order, as `BatchLoader(shuffle=True, seed=seed, drop_last=True)`.
+    batches, in the same order, as `BatchLoader(shuffle=True, seed=seed, drop_last=True)`;
+    with `shuffle=False`, every row in order, the last batch short, as
+    `BatchLoader(batch_size)` (evaluation).
     """
 
-    def __init__(self, data: TabularData, batch_size: int, seed: int, device: torch.device):
+    def __init__(
+        self, data: TabularData, batch_size: int, seed: int, device: torch.device,
+        shuffle: bool = True,
+    ):  # fmt: skip
         if data.multi_hot:
             raise ValueError("ResidentBatches takes one id per row and feature")
         check_batch_size(batch_size)
-        self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+        self.batch_size, self.seed, self.epoch, self.shuffle = batch_size, seed, 0, shuffle
         self.keys = data.schema.feature_names
         self._rows = len(data)
         self._dense, self._ids, self._labels = (
@@ -365,18 +370,23 @@ class ResidentBatches:
         )  # fmt: skip
 
     def __len__(self) -> int:
-        return batch_count(self._rows, self.batch_size, drop_last=True)
+        return batch_count(self._rows, self.batch_size, drop_last=self.shuffle)
 
     def __iter__(self) -> Iterator[Batch]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self._rows)
-        order = torch.from_numpy(order).to(self._ids.device)
-        self.epoch += 1
-        size, count = self.batch_size, len(self.keys)
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(self._rows)
+            order = torch.from_numpy(order).to(self._ids.device)
+            self.epoch += 1
+        else:
+            order = torch.arange(self._rows, device=self._ids.device)
+        count = len(self.keys)
         for i in range(len(self)):
-            rows = order[i * size : (i + 1) * size]
+            rows = order[i * self.batch_size : (i + 1) * self.batch_size]
+            size = rows.shape[0]
             sparse = KeyedJaggedTensor(
                 keys=self.keys, values=self._ids.index_select(0, rows).T.flatten(),
-                lengths=self._ones, stride=size, length_per_key=[size] * count,
+                lengths=self._ones[: size * count], stride=size,
+                length_per_key=[size] * count,
                 offset_per_key=[size * k for k in range(count + 1)],
             )  # fmt: skip
             yield Batch(self._dense.index_select(0, rows), sparse,
