@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -182,16 +183,20 @@ def study_rows(args, results: dict, save) -> None:
         path = scratch / "study.yaml"
         path.write_text(yaml.safe_dump(config))
         sampler = _gpu_sampler(scratch / "smi.csv") if args.device.startswith("cuda") else None
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), _cpu_times()
         command = [sys.executable, "-m", "nas.cli", "search", str(path), "--workers",
                    str(workers)]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
-        wall = time.perf_counter() - started
+        env = dict(os.environ)
+        if args.profile:  # every process of the study writes its cProfile here
+            env["RANKNAS_PROFILE"] = str(scratch / "profiles")
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        wall, cpu_after = time.perf_counter() - started, _cpu_times()
         if sampler is not None:
             sampler.terminate()
             sampler.wait()
+        busy = (cpu_after[0] - cpu_before[0]) / max(cpu_after[1] - cpu_before[1], 1)
         row = {"workers": workers, "mps": args.mps, "exit": done.returncode,
-               "wall_s": round(wall, 1)}  # fmt: skip
+               "wall_s": round(wall, 1), "cpu_busy_pct": round(100 * busy, 1)}  # fmt: skip
         row |= _study_figures(config, scratch)
         if done.returncode != 0:
             row["output_tail"] = done.stdout[-2000:] + done.stderr[-2000:]
@@ -206,6 +211,8 @@ def study_rows(args, results: dict, save) -> None:
         print(f"study, {workers} workers: {json.dumps(shown)}", flush=True)
         if done.returncode != 0:
             print(row["output_tail"], flush=True)
+        if args.profile:
+            _print_profile(scratch / "profiles", f"{workers} workers")
     if args.mps:
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
 
@@ -231,6 +238,31 @@ def profile_rows(args, small, criteo) -> None:
             print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18,
                                             max_name_column_width=60), flush=True)  # fmt: skip
         step_module.WARMUP_STEPS = 3
+
+
+def _cpu_times() -> tuple[int, int]:
+    """The machine's busy and total CPU time so far (jiffies, all cores), from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _print_profile(folder: Path, label: str) -> None:
+    """Where a study's workers spent their time: their cProfiles summed."""
+    import pstats
+
+    files = sorted(str(p) for p in folder.glob("search-*.prof"))
+    if not files:
+        print(f"no profiles in {folder}", flush=True)
+        return
+    stats = pstats.Stats(*files)
+    print(f"\n### profile of {label}: {len(files)} processes, summed", flush=True)
+    stats.sort_stats("cumulative").print_stats(
+        r"(nas|trainers|search_space|optuna|sqlalchemy"
+        r"|torch/(autograd|nn/modules/module))",
+        45,
+    )
+    stats.sort_stats("tottime").print_stats(25)
 
 
 def _gpu_sampler(path: Path):
@@ -346,6 +378,11 @@ def main() -> None:
         action="store_true",
         help="study suite: the studies run under CUDA MPS (started and "
         "stopped here; the GPU's kernels of several workers then overlap)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="study suite: each study's processes under cProfile, summed",
     )
     parser.add_argument("--parts", default="steps,ne,study",
                         help="study suite: which of profile, steps, ne, study to run")  # fmt: skip

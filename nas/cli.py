@@ -468,6 +468,22 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _profiled(handler, args: argparse.Namespace) -> int:
+    """The command, under cProfile where RANKNAS_PROFILE names a folder: each process (a
+    study's workers too) writes its own `COMMAND-PID.prof` there, for `pstats`."""
+    folder = os.environ.get("RANKNAS_PROFILE")
+    if not folder:
+        return handler(args)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(handler, args)
+    finally:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(Path(folder) / f"{args.command}-{os.getpid()}.prof")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
@@ -480,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
-        return args.handler(args)
+        return _profiled(args.handler, args)
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

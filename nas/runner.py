@@ -27,6 +27,7 @@ from typing import Any
 
 import optuna
 import torch
+from optuna.distributions import CategoricalDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
@@ -84,6 +85,7 @@ INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
+DRAWING_POLL_SECONDS = 0.05  # a trial waits this long at a time for earlier points drawn
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
 
@@ -257,47 +259,78 @@ def _last_failure(trials: list[FrozenTrial]) -> str:
 def _next_trial(
     study: optuna.Study, storage: RDBStorage, config: StudyConfig, space: SearchSpace
 ) -> Trial | None:
-    """Ask for a trial if the budget allows one; None when the study is done."""
+    """Ask for a trial if the budget allows one; None when the study is done. Only the
+    trial's creation (its place in the budget) holds the study lock; its point is drawn
+    after, so that workers do not queue behind each other's sampling (`_same_trained`
+    waits on points still being drawn)."""
     while True:
         fail_stale_trials(study, storage)
-        with study_lock(config.storage, config.name):
-            trials = study.get_trials(deepcopy=False)
-            done = sum(_counted(t) for t in trials)
-            running = sum(t.state == TrialState.RUNNING for t in trials)
-            failed = sum(_is_error(t) for t in trials)
-            if done >= config.budget.trials or _exhausted(trials, config):
-                return None
-            skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
-            if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
-                raise RanknasError(
-                    f"study {config.name!r}: {skipped} sampled architectures exceeded the "
-                    f"objectives' constraints and only {done} met them; loosen objectives."
-                    "max_mflops / max_params / max_latency_ms / max_step_ms, or search a space "
-                    "of smaller architectures"
-                )
-            limit = config.budget.max_failures or config.budget.trials
-            if failed >= limit:
-                raise RanknasError(
-                    f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
-                    f"{limit}), last: {_last_failure(trials)}; see all with `ranknas "
-                    f"leaderboard {config.name} --all`, then fix the config, or raise "
-                    "budget.max_failures to go on"
-                )
-            if done + running < config.budget.trials:
-                # A Ctrl-C or kill inside `ask` would leave its trial RUNNING (failed as
-                # "died" once its heartbeat lapses): it is held until the trial exists.
-                trial = None
-                try:
-                    with _interrupts_held():
-                        trial = _claimed(study.ask(distributions(space)), space)
-                except KeyboardInterrupt:
-                    if trial is not None:  # asked, not yet the caller's: set aside as the loop does
-                        trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
-                        study.tell(trial, state=TrialState.FAIL)
+        trial = None
+        try:
+            # A Ctrl-C or kill before the trial is claimed would leave it RUNNING (failed
+            # as "died" once its heartbeat lapses): it is held until then.
+            with _interrupts_held():
+                with study_lock(config.storage, config.name):
+                    trials = study.get_trials(deepcopy=False)
+                    if not _budget_left(trials, config):
+                        return None
+                    if _room(trials, config):
+                        trial = study.ask()
+                        storage.record_heartbeat(trial._trial_id)  # a dead worker's is failed
+                if trial is not None:
+                    return _claimed(_drawn(trial, space), space)
+        except KeyboardInterrupt:
+            if trial is not None:  # asked, not yet the caller's: set aside as the loop does
+                trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
+                study.tell(trial, state=TrialState.FAIL)
+                if trial.params:
+                    with study_lock(config.storage, config.name):
                         retry_first(study, trial.params)  # retried on resume
-                    raise
-                return trial
+            raise
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+
+
+def _budget_left(trials: list[FrozenTrial], config: StudyConfig) -> bool:
+    """Whether the study still wants trials; refused when too many failed or were skipped."""
+    done = sum(_counted(t) for t in trials)
+    if done >= config.budget.trials or _exhausted(trials, config):
+        return False
+    skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
+    if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
+        raise RanknasError(
+            f"study {config.name!r}: {skipped} sampled architectures exceeded the "
+            f"objectives' constraints and only {done} met them; loosen objectives."
+            "max_mflops / max_params / max_latency_ms / max_step_ms, or search a space "
+            "of smaller architectures"
+        )
+    failed = sum(_is_error(t) for t in trials)
+    limit = config.budget.max_failures or config.budget.trials
+    if failed >= limit:
+        raise RanknasError(
+            f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
+            f"{limit}), last: {_last_failure(trials)}; see all with `ranknas "
+            f"leaderboard {config.name} --all`, then fix the config, or raise "
+            "budget.max_failures to go on"
+        )
+    return True
+
+
+def _room(trials: list[FrozenTrial], config: StudyConfig) -> bool:
+    """Whether the budget has a trial to give that no running one holds."""
+    done = sum(_counted(t) for t in trials)
+    running = sum(t.state == TrialState.RUNNING for t in trials)
+    return done + running < config.budget.trials
+
+
+def _drawn(trial: Trial, space: SearchSpace) -> Trial:
+    """`trial` with a point of `space` drawn by the study's sampler (or the queued point it
+    was given), as `study.ask(distributions(space))` would."""
+    for name, distribution in distributions(space).items():
+        if isinstance(distribution, CategoricalDistribution):
+            trial.suggest_categorical(name, distribution.choices)
+        else:
+            trial.suggest_int(name, distribution.low, distribution.high)
+    return trial
 
 
 def retry_first(study: optuna.Study, params: dict[str, Any]) -> None:
@@ -635,8 +668,8 @@ def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outc
 
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:
-    """`trial` with its architecture's digest recorded while the study lock is held: a
-    worker that draws the same architecture later sees it and waits (`_same_trained`)."""
+    """`trial` with its architecture's digest recorded: a worker that draws the same
+    architecture later sees it and waits (`_same_trained`)."""
     with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
         trial.set_user_attr(TrialAttr.DIGEST, digest(space.decode(trial.params)))
         if (recipe := trial_recipe(space, trial.params)) is not None:
@@ -725,16 +758,19 @@ def _same_trained(
     """The trial that trained candidate `key` (`_identity`), or None. One asked before
     `trial` that is still running (on another worker) is waited for; if it ends untrained
     (its worker died), `trial` trains. Waiting only on earlier trials means two workers
-    never wait on each other."""
+    never wait on each other. An earlier trial whose point is still being drawn (no digest
+    yet, `_next_trial`) is waited for too, briefly: it may be the same candidate."""
     while True:
-        same = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number
-                and _identity(t.user_attrs) == key]  # fmt: skip
+        trials = study.get_trials(deepcopy=False)
+        same = [t for t in trials if t.number != trial.number and _identity(t.user_attrs) == key]
         trained = [t for t in same if _trained(t) and TrialAttr.REUSED_FROM not in t.user_attrs]
         if trained:
             return trained[0]
-        if not any(t.state == TrialState.RUNNING and t.number < trial.number for t in same):
+        earlier = [t for t in trials if t.state == TrialState.RUNNING and t.number < trial.number]
+        drawing = any(TrialAttr.DIGEST not in t.user_attrs for t in earlier)
+        if not drawing and not any(_identity(t.user_attrs) == key for t in earlier):
             return None
-        time.sleep(min(config.heartbeat_seconds, 5))
+        time.sleep(DRAWING_POLL_SECONDS if drawing else min(config.heartbeat_seconds, 5))
         fail_stale_trials(study, storage)  # a dead worker's trial is failed, not waited on
 
 

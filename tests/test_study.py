@@ -546,6 +546,40 @@ def test_a_worker_drawing_an_architecture_another_is_training_waits_for_it(tmp_p
         assert outcome is None  # the second trains it
 
 
+def test_a_trial_waits_for_an_earlier_trial_whose_point_is_still_being_drawn(tmp_path):
+    """Points are drawn outside the study lock (`_next_trial`): a later-asked trial cannot
+    yet tell whether an earlier one still drawing is the same candidate, so it waits until
+    that one has its digest, then reuses it when it is the same and trained."""
+    import random
+    import threading
+
+    from nas.runner import _claimed, _drawn, _reused
+    from nas.storage import open_storage
+    from search_space.schema import synthetic_schema
+
+    config = parse_config(tiny_config(tmp_path, "drawing"))
+    space = make_space(config.search_space, synthetic_schema(seed=0))
+    storage = open_storage(config.storage, config.heartbeat_seconds)
+    study = optuna.create_study(study_name="drawing", storage=storage)
+    for _ in range(2):
+        study.enqueue_trial(space.sample_values(random.Random(0)))
+    first = study.ask()  # created under the lock, its point not drawn yet
+    second = _claimed(_drawn(study.ask(), space), space)
+
+    def draw_and_train_first():
+        time.sleep(1.0)
+        _claimed(_drawn(first, space), space)
+        first.set_user_attr("mflops", 0.01)
+        study.tell(first, 0.9)
+
+    threading.Thread(target=draw_and_train_first).start()
+    started = time.monotonic()
+    outcome = _reused(study, storage, second, space, config, "worker-b")
+    assert time.monotonic() - started >= 0.9  # it waited for the first's point
+    assert first.user_attrs["digest"] == second.user_attrs["digest"]
+    assert outcome.values == [0.9] and outcome.record["tags"]["reused_from"] == first.number
+
+
 def test_study_commands_take_the_yaml_as_well_as_the_name(tmp_path, capsys):
     config = tiny_config(tmp_path, "named", budget={"trials": 1})
     path = write_config(tmp_path, config)
