@@ -1,11 +1,11 @@
-"""Ranking metrics: NE, logloss, AUC, calibration (scikit-learn does the arithmetic)."""
+"""Ranking metrics: NE, logloss, AUC, calibration (scikit-learn computes the AUC)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from sklearn.metrics import log_loss, roc_auc_score
+from sklearn.metrics import roc_auc_score
 
 
 def entropy(rate: float) -> float:
@@ -25,7 +25,10 @@ def ranking_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, 
         return {"ne": nan, "logloss": nan, "auc": nan, "calibration": nan,
                 "base_rate": base_rate, "examples": float(labels.shape[0])}  # fmt: skip
     probabilities = np.clip(probabilities.astype(np.float64), 1e-7, 1 - 1e-7)
-    logloss = float(log_loss(labels, probabilities, labels=[0.0, 1.0]))
+    # the mean cross-entropy in numpy: scikit-learn's log_loss gives the same number after
+    # checks that take 4 of the 12 ms of these metrics on 20,000 rows (a GPU trial runs 8)
+    logloss = float(-np.mean(labels * np.log(probabilities)
+                             + (1 - labels) * np.log1p(-probabilities)))  # fmt: skip
     both_classes = 0.0 < base_rate < 1.0
     return {
         "ne": logloss / entropy(base_rate) if both_classes else float("nan"),
