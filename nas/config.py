@@ -392,7 +392,8 @@ class TrainingConfig(_Section):
     compile: bool = Field(
         default=_TRAIN.compile,
         description="the training step's dense part compiled by torch.compile (elementwise "
-        "work fused): worth its minute of compiling per run only for long runs of large models",
+        "work fused): worth its tens of seconds of compiling per run only for long runs of large "
+        "models (MLPerf's DLRM-DCNv2 shape: 1.43x the examples/s on an H100)",
     )
 
     @field_validator("device")
