@@ -503,25 +503,34 @@ def test_repeats_of_pruned_and_diverged_trials_are_told_as_their_originals_and_n
     assert leaderboard.status(study)["trials"]["repeat"] == len(repeats)
 
 
+def _one_point_queued_twice(tmp_path, name: str):
+    """A study whose first two trials are queued with one architecture: its config, space,
+    storage and study."""
+    import random
+
+    from nas.storage import open_storage
+    from search_space.schema import synthetic_schema
+
+    config = parse_config(tiny_config(tmp_path, name))
+    space = make_space(config.search_space, synthetic_schema(seed=0))
+    storage = open_storage(config.storage, config.heartbeat_seconds)
+    study = optuna.create_study(study_name=name, storage=storage)
+    for _ in range(2):
+        study.enqueue_trial(space.sample_values(random.Random(0)))
+    return config, space, storage, study
+
+
 @pytest.mark.parametrize("ends", ["trained", "died"])
 def test_a_worker_drawing_an_architecture_another_is_training_waits_for_it(tmp_path, ends):
     """Two workers that draw one architecture at once: the later-asked trial waits for the
     earlier one and reuses its result, or trains it if the earlier one ends untrained; the
     earlier one never waits for the later (no two workers wait on each other)."""
-    import random
     import threading
 
     from nas.runner import _claimed, _reused
     from nas.searchers.base import distributions
-    from nas.storage import open_storage
-    from search_space.schema import synthetic_schema
 
-    config = parse_config(tiny_config(tmp_path, "together"))
-    space = make_space(config.search_space, synthetic_schema(seed=0))
-    storage = open_storage(config.storage, config.heartbeat_seconds)
-    study = optuna.create_study(study_name="together", storage=storage)
-    for _ in range(2):
-        study.enqueue_trial(space.sample_values(random.Random(0)))
+    config, space, storage, study = _one_point_queued_twice(tmp_path, "together")
     first, second = (_claimed(study.ask(distributions(space)), space) for _ in range(2))
     assert first.user_attrs["digest"] == second.user_attrs["digest"]
     started = time.monotonic()
@@ -550,19 +559,11 @@ def test_a_trial_waits_for_an_earlier_trial_whose_point_is_still_being_drawn(tmp
     """Points are drawn outside the study lock (`_next_trial`): a later-asked trial cannot
     yet tell whether an earlier one still drawing is the same candidate, so it waits until
     that one has its digest, then reuses it when it is the same and trained."""
-    import random
     import threading
 
     from nas.runner import _claimed, _drawn, _reused
-    from nas.storage import open_storage
-    from search_space.schema import synthetic_schema
 
-    config = parse_config(tiny_config(tmp_path, "drawing"))
-    space = make_space(config.search_space, synthetic_schema(seed=0))
-    storage = open_storage(config.storage, config.heartbeat_seconds)
-    study = optuna.create_study(study_name="drawing", storage=storage)
-    for _ in range(2):
-        study.enqueue_trial(space.sample_values(random.Random(0)))
+    config, space, storage, study = _one_point_queued_twice(tmp_path, "drawing")
     first = study.ask()  # created under the lock, its point not drawn yet
     second = _claimed(_drawn(study.ask(), space), space)
 
