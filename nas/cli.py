@@ -445,11 +445,14 @@ def _tool_commands(command, commands) -> None:
     data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True,
                                         help="what to do")  # fmt: skip
     infer = command(
-        "schema", handlers.cmd_data_schema, "print a schema YAML for a data file", data_commands
-    )
-    infer.add_argument("file", metavar="FILE", help="a .csv/.tsv (or .csv.gz ...) or .parquet file")
-    infer.add_argument("--label", required=True, metavar="COLUMN",
-                       help="the label column (clicks, 0/1)")  # fmt: skip
+        "schema", handlers.cmd_data_schema,
+        "print a schema YAML for a data file, or a study's data", data_commands,
+    )  # fmt: skip
+    infer.add_argument("file", metavar="FILE",
+                       help="a .csv/.tsv (or .csv.gz ...) or .parquet file; or a study YAML: "
+                       "its training data's schema (a synthetic set's too)")  # fmt: skip
+    infer.add_argument("--label", metavar="COLUMN",
+                       help="the label column (clicks, 0/1) of a data file")  # fmt: skip
     infer.add_argument("--time", metavar="COLUMN",
                        help="the event-time column, for time-ordered splits")  # fmt: skip
     synth = command("synth", handlers.cmd_data_synth, "write a synthetic data set", data_commands)

@@ -682,6 +682,10 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
 
     from trainers.data.tabular import infer_schema
 
+    if Path(args.file).suffix in (".yaml", ".yml"):
+        return _study_schema(args.file)
+    if args.label is None:
+        raise RanknasError(f"{args.file}: give --label COLUMN, the label column of a data file")
     schema = infer_schema(args.file, args.label, args.time)
     if args.time is None and "time" in schema:
         print(f"# time: {schema['time']} holds dates: rows will be split in time order (drop "
@@ -689,6 +693,21 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
     print(f"# schema of {args.file}, inferred: check dense vs categorical, then save it and pass "
           "it with --schema / data.schema")  # fmt: skip
     print(yaml.safe_dump(schema, sort_keys=False), end="")
+    return 0
+
+
+def _study_schema(path: str) -> int:
+    """The schema of a study's training data as its trials see it (a synthetic set with
+    `cardinalities` has no file): `--schema` for `ranknas latency` and `arch`."""
+    import yaml
+
+    from nas.config import load_config
+    from nas.protocol import prepare_data
+
+    schema = prepare_data(load_config(path)).train.schema
+    print(f"# schema of the training data of the study in {path}, after its preprocessing: "
+          "save it and pass it with --schema")  # fmt: skip
+    print(yaml.safe_dump(schema.to_dict(), sort_keys=False), end="")
     return 0
 
 

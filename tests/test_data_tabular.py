@@ -229,6 +229,29 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
     assert "'user' has no cardinality" in capsys.readouterr().err
 
 
+def test_data_schema_of_a_study_is_its_trials_schema_and_a_data_file_needs_its_label(
+    tmp_path, capsys
+):
+    from nas.cli import main
+    from search_space.schema import DatasetSchema
+
+    study = {
+        "name": "sized",
+        "search_space": {"type": "around", "base": "dlrm"},
+        "data": {"source": "synthetic", "rows": 2_000, "cardinalities": [50, 7, 3000, *[100] * 9]},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    assert main(["data", "schema", str(tmp_path / "study.yaml")]) == 0
+    (tmp_path / "schema.yaml").write_text(capsys.readouterr().out)
+    schema = DatasetSchema.from_yaml(tmp_path / "schema.yaml")
+    assert [f.cardinality for f in schema.categorical][:3] == [50, 7, 3000]
+    assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "schema.yaml")]) == 0
+    capsys.readouterr()
+    (tmp_path / "log.csv").write_text("clicked,price\n1,0.5\n0,0.2\n")
+    assert main(["data", "schema", str(tmp_path / "log.csv")]) == 2
+    assert "give --label COLUMN" in capsys.readouterr().err
+
+
 def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(tmp_path, capsys):
     from nas.cli import main
 

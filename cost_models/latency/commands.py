@@ -61,7 +61,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise RanknasError("--holdout must be between 0 and 1")
     schema = load_schema(args.schema)
     space = load_space(args.space, schema)
-    sized_by = args.schema or "the built-in synthetic data's schema (--schema: yours)"
+    sized_by = args.schema or (
+        "the built-in synthetic data's schema (--schema: yours; "
+        "`ranknas data schema STUDY.yaml` prints a study's)"
+    )
     print(f"architectures of {args.space}, sized by {sized_by}: {schema.num_dense} dense, "
           f"{schema.num_sparse} categorical features")  # fmt: skip
     options = _measure_kwargs(args) | {"dense": args.target == "dense_step_ms"}
