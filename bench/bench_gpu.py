@@ -4,6 +4,10 @@
     python3 bench/bench_gpu.py --device cuda                         # a GPU, if there is one
     python3 bench/bench_gpu.py --suite study --out $OUT/study.json   # the lent GPU's window
 
+On a lent machine whose image lacks torchrec, optuna and pydantic, `bench/gpu_wheels.sh`
+(run here) writes the wheels to carry in `.whl/`; the script's header says how to install
+them there.
+
 `--suite study` is the prepared device script of issue 37 (about 7 minutes on an H100):
 the eager step (one table per feature, host batches) against the CUDA-graph step (joint
 tables, resident batches, the step replayed) side by side for dlrm, dcnv2 and wukong at
