@@ -682,7 +682,10 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
 
     from trainers.data.tabular import infer_schema
 
-    if Path(args.file).suffix in (".yaml", ".yml"):
+    if Path(args.file).suffix.lower() in (".yaml", ".yml"):
+        if args.label or args.time:
+            raise RanknasError(f"{args.file}: a study's schema comes from its data: section; "
+                               "--label and --time are for data files")  # fmt: skip
         return _study_schema(args.file)
     if args.label is None:
         raise RanknasError(f"{args.file}: give --label COLUMN, the label column of a data file")

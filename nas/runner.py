@@ -85,7 +85,7 @@ INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
-DRAWING_POLL_SECONDS = 0.05  # a trial waits this long at a time for earlier points drawn
+DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (then doubled)
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
 
@@ -277,8 +277,9 @@ def _next_trial(
                     if _room(trials, config):
                         trial = study.ask()
                         storage.record_heartbeat(trial._trial_id)  # a dead worker's is failed
-                if trial is not None:
-                    return _claimed(_drawn(trial, space), space)
+                if trial is not None:  # beating: a slow sampler's trial is not deemed dead
+                    with _heartbeat(storage, trial, config.heartbeat_seconds):
+                        return _claimed(_drawn(trial, space), space)
         except KeyboardInterrupt:
             if trial is not None:  # asked, not yet the caller's: set aside as the loop does
                 trial.set_user_attr(TrialAttr.FAILURE_REASON, INTERRUPTED)
@@ -668,12 +669,14 @@ def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outc
 
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:
-    """`trial` with its architecture's digest recorded: a worker that draws the same
-    architecture later sees it and waits (`_same_trained`)."""
+    """`trial` with its candidate's identity recorded: a worker that draws the same
+    candidate later sees it and waits (`_same_trained`). The digest is written last: a trial
+    with a digest has its whole identity (the recipe too) on record."""
     with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
-        trial.set_user_attr(TrialAttr.DIGEST, digest(space.decode(trial.params)))
+        key = digest(space.decode(trial.params))
         if (recipe := trial_recipe(space, trial.params)) is not None:
             trial.set_user_attr(TrialAttr.RECIPE, recipe)
+        trial.set_user_attr(TrialAttr.DIGEST, key)
     return trial
 
 
@@ -760,6 +763,7 @@ def _same_trained(
     (its worker died), `trial` trains. Waiting only on earlier trials means two workers
     never wait on each other. An earlier trial whose point is still being drawn (no digest
     yet, `_next_trial`) is waited for too, briefly: it may be the same candidate."""
+    poll = DRAWING_POLL_SECONDS
     while True:
         trials = study.get_trials(deepcopy=False)
         same = [t for t in trials if t.number != trial.number and _identity(t.user_attrs) == key]
@@ -770,7 +774,8 @@ def _same_trained(
         drawing = any(TrialAttr.DIGEST not in t.user_attrs for t in earlier)
         if not drawing and not any(_identity(t.user_attrs) == key for t in earlier):
             return None
-        time.sleep(DRAWING_POLL_SECONDS if drawing else min(config.heartbeat_seconds, 5))
+        time.sleep(poll if drawing else min(config.heartbeat_seconds, 5))
+        poll = min(2 * poll, 1.0)  # a slow sampler is not read 20 times a second
         fail_stale_trials(study, storage)  # a dead worker's trial is failed, not waited on
 
 

@@ -247,6 +247,8 @@ def test_data_schema_of_a_study_is_its_trials_schema_and_a_data_file_needs_its_l
     assert [f.cardinality for f in schema.categorical][:3] == [50, 7, 3000]
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "schema.yaml")]) == 0
     capsys.readouterr()
+    assert main(["data", "schema", str(tmp_path / "study.yaml"), "--label", "clicked"]) == 2
+    assert "--label and --time are for data files" in capsys.readouterr().err
     (tmp_path / "log.csv").write_text("clicked,price\n1,0.5\n0,0.2\n")
     assert main(["data", "schema", str(tmp_path / "log.csv")]) == 2
     assert "give --label COLUMN" in capsys.readouterr().err

@@ -184,3 +184,18 @@ def test_tuning_needs_a_searched_recipe(tmp_path):
     with pytest.raises(RanknasError, match=r"best_baseline\.tune needs training\.search"):
         parse_config(tiny_config(tmp_path, "t", baselines=["dlrm"],
                                  best_baseline={"tune": 2}))  # fmt: skip
+
+
+def test_a_claimed_trial_records_its_recipe_before_its_digest(tmp_path):
+    """Points are drawn outside the study lock: another worker that sees a digest must see
+    the whole identity, so the digest is written last (`_claimed`)."""
+    from nas.runner import _claimed, _drawn
+
+    space = _space()
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'claims.db'}")
+    trial = study.ask()
+    written = []
+    set_attr = trial.set_user_attr
+    trial.set_user_attr = lambda key, value: (written.append(key), set_attr(key, value))
+    _claimed(_drawn(trial, space), space)
+    assert written == ["recipe", "digest"]

@@ -18,6 +18,8 @@ def entropy(rate: float) -> float:
 def ranking_metrics(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """NE (logloss over the entropy of the observed base rate), logloss, AUC and
     calibration (mean predicted CTR over observed CTR) of one evaluation set."""
+    if labels.shape[0] == 0:
+        raise ValueError("no rows to evaluate")
     labels = labels.astype(np.float64)
     base_rate = float(labels.mean())
     if not np.isfinite(probabilities).all():  # a diverged model: say so, do not raise

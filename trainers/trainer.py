@@ -353,6 +353,8 @@ class _Local(Parallel):
     def evaluate(self, model: nn.Module, data: Rows, rows: int | None = None) -> dict:
         if self._device is None or not ResidentBatches.fits(data):
             return evaluate(model, data, rows)
+        if rows is not None and rows >= len(data):
+            rows = None  # every row: one copy
         key = (id(data), rows)  # the same split object for the whole run
         if key not in self._held:
             self._held[key] = ResidentBatches(_head(data, rows), HELD_EVAL_BATCH, 0,
