@@ -339,8 +339,10 @@ def retry_first(study: optuna.Study, params: dict[str, Any]) -> None:
     (Optuna pops the oldest waiting trial first; a small budget could end before reaching
     a retry queued last): they take the oldest waiting trial, whose own params are queued
     again at the end. Call it holding the study lock, so no worker pops that trial between
-    the read and the write."""
+    the read and the write. A waiting copy of a dead worker's trial is passed over: it holds
+    its own params, which Optuna uses instead of any queued ones."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    waiting = [t for t in waiting if not t.params]
     if not waiting:
         study.enqueue_trial(params)
         return

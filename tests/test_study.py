@@ -754,6 +754,26 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     assert fresh.ask({"x": x}).params == {"x": 5}
 
 
+def test_a_retry_does_not_go_into_a_dead_worker_s_waiting_copy():
+    """A dead worker's trial comes back as a waiting copy that holds its own params (Optuna's
+    heartbeat retry); a retry put in its place was lost, and the copy's point ran twice."""
+    from nas.runner import retry_first
+
+    study = optuna.create_study()
+    x = optuna.distributions.IntDistribution(0, 9)
+    copy = optuna.trial.create_trial(state=TrialState.WAITING, params={"x": 4},
+                                     distributions={"x": x})  # fmt: skip
+    study._storage.create_new_trial(study._study_id, template_trial=copy)
+    study.enqueue_trial({"x": 1})
+    retry_first(study, {"x": 7})
+    asked = []
+    for _ in range(3):
+        trial = study.ask({"x": x})
+        asked.append(trial.params["x"])
+        study.tell(trial, 0.0)
+    assert asked == [4, 7, 1]
+
+
 def test_a_second_study_writing_into_another_s_output_dir_is_refused(tmp_path, capsys):
     """Trial numbers start at 0 in every study: a second study given the same output_dir
     would write over the first one's trials."""
