@@ -577,6 +577,9 @@ class StudyConfig(_Section):
         if self.training.processes > 1 and self.pruning.type != "none":
             raise ValueError("training.processes > 1 trains in other processes, which cannot "
                              "report to a pruner: set pruning.type: none")  # fmt: skip
+        if self.training.processes > 1 and self.training.compile:
+            raise ValueError("training.compile compiles the one-process step; training.processes "
+                             "> 1 trains sharded steps, uncompiled: drop one of them")  # fmt: skip
         if self.training.processes > 1 and self.data.stream.enabled:
             raise ValueError("training.processes > 1 needs the data in memory: drop data.stream")
         if self.training.processes > 1 and self.training.batch_size % self.training.processes:

@@ -54,9 +54,11 @@ def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):
     assert plan["num_devices"] == 2 and set(plan["assignment"].values()) <= {0, 1}
 
 
-def test_pruning_and_uneven_batches_are_refused_for_sharded_training():
+def test_pruning_uneven_batches_and_compile_are_refused_for_sharded_training():
     base = {"name": "x", "search_space": {"type": "around", "base": "dlrm"}}
     with pytest.raises(Exception, match="cannot report to a pruner"):
         parse_config(base | {"training": {"processes": 2}, "pruning": {"type": "median"}})
     with pytest.raises(Exception, match=r"must split evenly over training\.processes 3"):
         parse_config(base | {"training": {"processes": 3, "batch_size": 512}})
+    with pytest.raises(Exception, match=r"training\.compile compiles the one-process step"):
+        parse_config(base | {"training": {"processes": 2, "compile": True}})
