@@ -272,9 +272,10 @@ def _next_trial(
             with _interrupts_held():
                 with study_lock(config.storage, config.name):
                     trials = study.get_trials(deepcopy=False)
-                    if not _budget_left(trials, config):
+                    left = _trials_left(trials, config)
+                    if not left:
                         return None
-                    if _room(trials, config):
+                    if sum(t.state == TrialState.RUNNING for t in trials) < left:
                         trial = study.ask()
                         storage.record_heartbeat(trial._trial_id)  # a dead worker's is failed
                 if trial is not None:  # beating: a slow sampler's trial is not deemed dead
@@ -291,11 +292,12 @@ def _next_trial(
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
 
 
-def _budget_left(trials: list[FrozenTrial], config: StudyConfig) -> bool:
-    """Whether the study still wants trials; refused when too many failed or were skipped."""
+def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
+    """How many trials the budget still wants (0: the study is done); refused when too many
+    failed or were skipped."""
     done = sum(_counted(t) for t in trials)
     if done >= config.budget.trials or _exhausted(trials, config):
-        return False
+        return 0
     skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
     if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
         raise RanknasError(
@@ -313,14 +315,7 @@ def _budget_left(trials: list[FrozenTrial], config: StudyConfig) -> bool:
             f"leaderboard {config.name} --all`, then fix the config, or raise "
             "budget.max_failures to go on"
         )
-    return True
-
-
-def _room(trials: list[FrozenTrial], config: StudyConfig) -> bool:
-    """Whether the budget has a trial to give that no running one holds."""
-    done = sum(_counted(t) for t in trials)
-    running = sum(t.state == TrialState.RUNNING for t in trials)
-    return done + running < config.budget.trials
+    return config.budget.trials - done
 
 
 def _drawn(trial: Trial, space: SearchSpace) -> Trial:

@@ -743,12 +743,8 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     for start in (1, 2, 3):
         study.enqueue_trial({"x": start})
     retry_first(study, {"x": 7})
-    asked = []
-    for _ in range(4):
-        trial = study.ask({"x": x})
-        asked.append(trial.params["x"])
-        study.tell(trial, 0.0)
-    assert asked == [7, 2, 3, 1]  # the retry first; every starting point still runs
+    # the retry first; every starting point still runs
+    assert _asked_in_turn(study, x, 4) == [7, 2, 3, 1]
     fresh = optuna.create_study()
     retry_first(fresh, {"x": 5})  # nothing waiting: queued as usual
     assert fresh.ask({"x": x}).params == {"x": 5}
@@ -766,12 +762,17 @@ def test_a_retry_does_not_go_into_a_dead_worker_s_waiting_copy():
     study._storage.create_new_trial(study._study_id, template_trial=copy)
     study.enqueue_trial({"x": 1})
     retry_first(study, {"x": 7})
+    assert _asked_in_turn(study, x, 3) == [4, 7, 1]
+
+
+def _asked_in_turn(study: optuna.Study, x, count: int) -> list[int]:
+    """The values of `x` that `count` trials asked (and told) one after another draw."""
     asked = []
-    for _ in range(3):
+    for _ in range(count):
         trial = study.ask({"x": x})
         asked.append(trial.params["x"])
         study.tell(trial, 0.0)
-    assert asked == [4, 7, 1]
+    return asked
 
 
 def test_a_second_study_writing_into_another_s_output_dir_is_refused(tmp_path, capsys):

@@ -186,12 +186,12 @@ def _predictions(
     """Predicted click probabilities and labels, batch by batch (a streamed split too, or
     rows held on the model's device)."""
     device = device or next(model.parameters()).device
-    resident = isinstance(data, ResidentBatches)
+    batches = data if isinstance(data, ResidentBatches) else data.loader(batch_size)
     was_training = model.training
     model.eval()
     out, labels = [], []
-    for batch in data if resident else data.loader(batch_size):
-        out.append(torch.sigmoid(model(*(batch if resident else _to(batch, device))[:2]).float()))
+    for batch in batches:  # held rows are on the device already: `_to` leaves them
+        out.append(torch.sigmoid(model(*_to(batch, device)[:2]).float()))
         labels.append(batch.labels)
     model.train(was_training)
     if not out:
