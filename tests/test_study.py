@@ -154,24 +154,40 @@ def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
     """Start `command` and send `sig` in the middle of a trial after the first (training:
     all its parameters drawn, its directory set); its exit code. A trial is RUNNING from the
     moment it is asked, before the sampler has drawn its parameters: a kill then would leave
-    a trial whose parameters no retry can match."""
+    a trial whose parameters no retry can match. The study is frozen (SIGSTOP) while its
+    state is read, so a trial that ends between the reading and the signal cannot turn the
+    signal into one sent between trials (CI, 2026-11-27)."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     complete = _complete_so_far(config)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.3)
-        try:
-            study = load_study(config["name"], config["storage"])
-        except Exception:
+        if not _training_after_the_first(config, complete, load_study):
             continue
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        training = [t for t in running if TrialAttr.DIR in t.user_attrs]
-        if _states(study)["COMPLETE"] > complete and len(running) == 1 and training:
-            break
+        process.send_signal(signal.SIGSTOP)
+        # read again without the study lock, which the frozen study may hold; its tables exist
+        if _training_after_the_first(config, complete, _unlocked):
+            process.send_signal(sig)
+            process.send_signal(signal.SIGCONT)  # a stopped process takes SIGTERM when resumed
+            return process.wait(timeout=60)
+        process.send_signal(signal.SIGCONT)
     # a trial shorter than the polling lets the study end first: then nothing was tested
-    assert process.poll() is None, "the study ended before a trial after the first was running"
-    process.send_signal(sig)
-    return process.wait(timeout=60)
+    raise AssertionError("the study ended before a trial after the first was seen training")
+
+
+def _unlocked(name: str, url: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def _training_after_the_first(config: dict, complete: int, load) -> bool:
+    try:
+        study = load(config["name"], config["storage"])
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        states = _states(study)
+    except Exception:  # no study yet, or its storage locked by the frozen writer
+        return False
+    training = [t for t in running if TrialAttr.DIR in t.user_attrs]
+    return states["COMPLETE"] > complete and len(running) == 1 and bool(training)
 
 
 def _complete_so_far(config: dict) -> int:
