@@ -280,8 +280,8 @@ def _gpu_sampler(path: Path):
 def _study_figures(config: dict, scratch: Path) -> dict:
     """Trials done, the span from the first trial's start to the last one's end, trials per
     hour over it, and the GPU's mean utilization over the whole command."""
-    from nas.runner import counted_trials
     from nas.storage import load_study
+    from nas.trial_record import counted_trials
 
     figures: dict = {}
     try:

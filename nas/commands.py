@@ -28,7 +28,6 @@ def _logger(config):
 def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     from nas import leaderboard
     from nas.config import load_config
-    from nas.runner import run_study
     from nas.storage import redact
 
     config = load_config(args.config)
@@ -51,7 +50,9 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         study = _run_workers(args, config, logger)
         if study is None:
             return 130
-    else:
+    else:  # the launcher above never imports the trainer: its workers do
+        from nas.runner import run_study
+
         study = run_study(config, logger=logger, progress=bars.write)
     if args.one_worker:  # one of a launch's workers: the launcher sums up
         if logger is not None:
@@ -80,7 +81,6 @@ def _launches_workers(config, requested: int | None) -> bool:
 def _run_workers(args: argparse.Namespace, config, logger):
     """The study run by worker processes (`nas.launch`); None when they were interrupted."""
     from nas import launch
-    from nas.runner import _loggable
     from nas.storage import load_study
 
     gpus = launch.visible_gpus() if config.training.device != "cpu" else []
@@ -95,7 +95,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
         raise RanknasError(f"study {config.name!r}: a worker failed (above); fix what it "
                            "says, then run the same command again to resume")  # fmt: skip
     if logger is not None:  # the workers made the parent run: this finds it
-        logger.start_study(config.name, params=_loggable(config),
+        logger.start_study(config.name, params=config.mlflow_params(),
                            tags={"searcher": config.searcher.type})  # fmt: skip
     return load_study(config.name, config.storage)
 

@@ -601,6 +601,16 @@ class StudyConfig(_Section):
     def study_dir(self) -> Path:
         return Path(self.output_dir or f"ranknas-data/studies/{self.name}")
 
+    def mlflow_params(self) -> dict[str, Any]:
+        """The config as the study's MLflow params, with passwords in URLs redacted."""
+        from nas.storage import redact
+
+        params = self.model_dump(mode="json")
+        params["storage"] = redact(self.storage)
+        if self.mlflow.tracking_uri:
+            params["mlflow"]["tracking_uri"] = redact(self.mlflow.tracking_uri)
+        return params
+
     @property
     def step_reference(self) -> Any:
         """`protocol.StepReference` of a step ceiling that names a model, else None."""

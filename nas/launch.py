@@ -111,7 +111,7 @@ def _start(config_path: str, place: Placement, log: Path, extra_args: list[str])
 
 def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
     """One progress display for all workers, from the storage: a line per finished trial."""
-    from nas.runner import counted_trials
+    from nas.trial_record import counted_trials
 
     seen: set[int] = set()
     study = None  # opened once the first worker has created it

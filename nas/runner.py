@@ -65,6 +65,8 @@ from nas.trial_record import (
     StudyAttr,
     TrialAttr,
     architecture_params,
+    counted,
+    counted_trials,
     mlflow_record,
     read_architecture,
     read_step,
@@ -86,22 +88,9 @@ DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
 DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (then doubled)
+IDLE_POLL_SECONDS = 1.0  # a worker with no trial to ask, while others' trials run
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
-
-
-def _counted(trial: FrozenTrial) -> bool:
-    """Done and counted in the budget: complete or pruned, not skipped over a constraint,
-    not an architecture trained before."""
-    attrs = trial.user_attrs
-    return trial.state in DONE and not (
-        attrs.get(TrialAttr.OVER_CONSTRAINT) or TrialAttr.REUSED_FROM in attrs
-    )
-
-
-def counted_trials(trials: list[FrozenTrial]) -> int:
-    """The trials that count in the budget."""
-    return sum(_counted(t) for t in trials)
 
 
 def _repeats(trials: list[FrozenTrial]) -> int:
@@ -289,13 +278,15 @@ def _next_trial(
                     with study_lock(config.storage, config.name):
                         retry_first(study, trial.params)  # retried on resume
             raise
-        time.sleep(min(config.heartbeat_seconds, 5))  # the rest are running elsewhere
+        # the rest are running elsewhere: a worker whose last trial ends, or fails and
+        # wants a retry, is seen within a second (the launcher waits for every worker)
+        time.sleep(min(config.heartbeat_seconds, IDLE_POLL_SECONDS))
 
 
 def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
     """How many trials the budget still wants (0: the study is done); refused when too many
     failed or were skipped."""
-    done = sum(_counted(t) for t in trials)
+    done = counted_trials(trials)
     if done >= config.budget.trials or _exhausted(trials, config):
         return 0
     skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
@@ -436,7 +427,7 @@ def _run_study(
     if logger is not None:
         logger.start_study(
             config.name,
-            params=_loggable(config),
+            params=config.mlflow_params(),
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:
@@ -493,7 +484,7 @@ def _run_study(
 
 def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:
     trials = study.get_trials(deepcopy=False)
-    done = sum(_counted(t) for t in trials)
+    done = counted_trials(trials)
     if done < config.budget.trials and _exhausted(trials, config):
         progress(
             f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
@@ -620,7 +611,7 @@ def _dense_part(arch: Architecture, step: dict | None) -> dict:
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:
     """The study's bar over its trial budget; silent off a terminal, where each trial's
     line is the periodic line."""
-    done = sum(_counted(t) for t in study.get_trials(deepcopy=False))
+    done = counted_trials(study.get_trials(deepcopy=False))
     label = f"study {config.name}"
     return bars.bar(config.budget.trials, label, "trials", lines=False, initial=done)
 
@@ -633,15 +624,6 @@ class Outcome:
     state: TrialState
     values: list[float] | None
     record: dict[str, Any]
-
-
-def _loggable(config: StudyConfig) -> dict[str, Any]:
-    """The config as the study's MLflow params, with passwords in URLs redacted."""
-    params = config.model_dump(mode="json")
-    params["storage"] = redact(config.storage)
-    if config.mlflow.tracking_uri:
-        params["mlflow"]["tracking_uri"] = redact(config.mlflow.tracking_uri)
-    return params
 
 
 def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) -> None:
@@ -963,14 +945,14 @@ def _progress_line(
 ) -> tuple[str, int, float]:
     """The line printed after a trial, with the study's done trials and best value."""
     trials = study.get_trials(deepcopy=False)
-    done = sum(_counted(t) for t in trials)
+    done = counted_trials(trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best = min((t.values[0] for t in complete), default=float("nan"))
     metric = config.objectives.metric
     value = record["metrics"].get(f"val_{metric}")
     elapsed = time.monotonic() - started
     worker = record["tags"][TrialAttr.WORKER]
-    mine = max(1, sum(_counted(t) and t.user_attrs.get(TrialAttr.WORKER) == worker
+    mine = max(1, sum(counted(t) and t.user_attrs.get(TrialAttr.WORKER) == worker
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
     shown = f"{value:.4f}" if value is not None else "-"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch and the block library load only where a run is written or read
     import optuna
     import torch
+    from optuna.trial import FrozenTrial
 
     from search_space.architecture import Architecture, BlockSpec
 
@@ -87,6 +88,20 @@ def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:
     found = {k.removeprefix(RECORD_PREFIX): v for k, v in attrs.items()
              if k.startswith(RECORD_PREFIX)}  # fmt: skip
     return dict(sorted(found.items(), key=lambda item: item[1].get("order", 0)))
+
+
+def counted(trial: FrozenTrial) -> bool:
+    """Done and counted in the budget: complete or pruned, not skipped over a constraint,
+    not an architecture trained before."""
+    attrs = trial.user_attrs
+    return trial.state.name in ("COMPLETE", "PRUNED") and not (
+        attrs.get(TrialAttr.OVER_CONSTRAINT) or TrialAttr.REUSED_FROM in attrs
+    )
+
+
+def counted_trials(trials: list[FrozenTrial]) -> int:
+    """The trials that count in the budget."""
+    return sum(counted(t) for t in trials)
 
 
 def write_architecture(directory: Path, arch: Architecture) -> None:

@@ -36,8 +36,16 @@ def test_the_worker_count_comes_from_the_flag_the_config_or_the_gpus(tmp_path):
     assert worker_count(plain, None, gpus=8) == 1
 
 
+# ranknas itself, saying at the end whether the launcher loaded the trainer's libraries:
+# only its workers train (importing torchrec takes seconds of the cores they start on)
+LAUNCHER = (
+    "import sys; from nas.cli import main; code = main(sys.argv[1:]); "
+    "print('launcher loaded torchrec:', 'torchrec' in sys.modules); sys.exit(code)"
+)
+
+
 def _search(path, *args: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "nas.cli", "search", str(path), *args]
+    command = [sys.executable, "-c", LAUNCHER, "search", str(path), *args]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -58,6 +66,7 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     assert {t.user_attrs["device"] for t in trained} == {"cpu (1 threads)"}
     assert f"trial {trained[0].number} complete" in output  # one display, from the storage
     assert "export the best" in output  # the leaderboard and summary, once
+    assert "launcher loaded torchrec: False" in output
     logs = sorted((tmp_path / "two" / "workers").glob("worker-*.log"))
     assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
 
