@@ -8,7 +8,8 @@ measurement predicts another.
 
     .venv/bin/python bench/bench_latency.py [--archs 150] [--space examples/space_dag.yaml]
 
-About a minute on 2 shared CPU cores (one torch thread). Prints Markdown.
+About a minute on 2 shared CPU cores (one torch thread). Prints Markdown. `--device cuda`
+times them on a GPU instead (eager steps, each synchronized).
 
 With `--config STUDY.yaml --bases dlrm,dcnv2` the architectures come from the study's
 `around` space around each of those bases (--archs each), sized by the study's data
@@ -64,9 +65,10 @@ def main() -> None:
     parser.add_argument("--config", help="a study config with an around space")
     parser.add_argument("--bases", default="dlrm", help="--config: the spaces' bases")
     parser.add_argument("--save", help="write the dense-step predictor fitted on all")
+    parser.add_argument("--device", default="cpu", help="cpu (one thread), cuda, cuda:N")
     args = parser.parse_args()
 
-    options = {"batch_size": args.batch_size, "dense": True}
+    options = {"batch_size": args.batch_size, "dense": True, "device": args.device}
     started = time.perf_counter()
     measured = [m for space in spaces(args) for m in collect(space, args.archs, 0, **options)]
     seconds = time.perf_counter() - started

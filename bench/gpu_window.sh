@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The next lent GPU window's one script (about 7 minutes of a 15-minute window, so that it
+# can run again): issue 37's study check and issue 41's dense step timed on the GPU.
+# Carry .whl (bench/gpu_wheels.sh) and run from the repository root there:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
+#       bash bench/gpu_window.sh "$OUT"
+# 1. The quickstart's search phase, 1 and 8 workers, 120 trials each, MPS on for both
+#    (BENCHMARKS.md, "GPU studies, second window": the check left for this window).
+# 2. The co-design schema's dense step timed on the GPU for 200 architectures around DLRM
+#    and DCNv2: the predictor `bench/codesign_gpu_dense.yaml` uses, so that a study on this
+#    CPU predicts the step of a 16-GPU cluster with a GPU's dense part (issue 41).
+set -uo pipefail
+out=${1:?usage: bench/gpu_window.sh OUT_DIR}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+timeout 300 python3 bench/bench_gpu.py --suite study --device cuda --parts study \
+    --rows 200000 --workers 1,8 --study-trials 120 --mps --out "$out/study.json" \
+    2>&1 | tail -n 40
+timeout 300 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
+    --archs 100 --device cuda --save "$out/dense_step_codesign_gpu.json" 2>&1 | tail -n 20
