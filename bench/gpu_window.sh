@@ -13,6 +13,11 @@
 set -uo pipefail
 out=${1:?usage: bench/gpu_window.sh OUT_DIR}
 mkdir -p "$out"
+# Bytecode first: the wheels go in with --no-compile, and in the second window every worker
+# compiled ~4,400 modules at start-up (8.3 s of one worker's profile, 90 s over eight),
+# which a user's pip install never does.
+python3 -m compileall -q -j 0 /tmp/site nas search_space trainers cost_models mlflow_server \
+    > /dev/null 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 timeout 300 python3 bench/bench_gpu.py --suite study --device cuda --parts study \
     --rows 200000 --workers 1,8 --study-trials 120 --mps --out "$out/study.json" \
