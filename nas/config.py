@@ -632,7 +632,8 @@ def parse_config(data: Any, source: str = "study config") -> StudyConfig:
     except ValidationError as exc:
         space = data.get("search_space")
         tag = space.get("type") if isinstance(space, dict) else None
-        lines = format_validation_error(exc, source, joiner=": ").splitlines()
+        lines = format_validation_error(exc, source, joiner=": ", models=[StudyConfig])
+        lines = lines.splitlines()
         if tag:  # a space error's location carries the union tag: drop it
             lines = [line.replace(f"search_space.{tag}.", "search_space.") for line in lines]
         raise RanknasError("\n".join(lines)) from None

@@ -144,7 +144,8 @@ def open_study(
         study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
         study.set_user_attr(StudyAttr.SEARCHER, s.type)
-        study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
+    # every run's: a study resumed with a larger budget (`--trials`) shows that one
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
     return study
 
 

@@ -11,6 +11,14 @@ import yaml
 from search_space.errors import RanknasError
 
 
+def looked_for(path: Path) -> str:
+    """Where a missing file was looked for, when its path is relative: paths in a config are
+    read from the current directory, not the config's."""
+    if path.is_absolute():
+        return ""
+    return f"; looked for at {Path.cwd() / path} (relative paths are from the current directory)"
+
+
 def read_data_file(path: str | Path, what: str, error: type[RanknasError] = RanknasError) -> Any:
     """The parsed content of `path`: JSON when its name ends in .json, else YAML.
 
@@ -19,7 +27,8 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
     try:
         text = path.read_text()
     except OSError as exc:
-        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+        where = looked_for(path) if isinstance(exc, FileNotFoundError) else ""
+        raise error(f"{path}: cannot read {what} ({exc.strerror}){where}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not a text file (byte {exc.start} is not UTF-8); give {what} as a "
                     "YAML or JSON file") from None  # fmt: skip

@@ -8,6 +8,8 @@ import yaml
 from nas.cli import main
 from study_helpers import tiny_config, write_config
 
+AROUND_TYPO = {"type": "around", "base": "dlrm", "feature_dimz": [4]}
+
 
 def _study(tmp_path, **overrides) -> str:
     return str(write_config(tmp_path, tiny_config(tmp_path, "bad", **overrides)))
@@ -276,6 +278,22 @@ CASES = {
     "a number as an unknown key of a schema (a TypeError traceback)": (
         lambda p: _schema(p, "label: y\ndense: [a]\n1: 2\nzz: 3\n"),
         "schema.yaml: unknown field(s) [1, 'zz']",
+    ),
+    "a misspelt field": (
+        lambda p: ["search", _study(p, training={"batch_sise": 64})],
+        "training.batch_sise: Extra inputs are not permitted; did you mean 'batch_size'?",
+    ),
+    "a misspelt section": (
+        lambda p: ["search", _study(p, serchr={"type": "tpe"})],
+        "serchr: Extra inputs are not permitted; did you mean 'searcher'?",
+    ),
+    "a misspelt field of a space (inside the tagged union)": (
+        lambda p: ["search", _study(p, search_space=AROUND_TYPO)],
+        "search_space.feature_dimz: Extra inputs are not permitted; did you mean 'feature_dims'?",
+    ),
+    "a field nothing is close to": (
+        lambda p: ["search", _study(p, pruning={"zzz": 1})],
+        "pruning.zzz: Extra inputs are not permitted; this section takes startup_trials, type",
     ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],

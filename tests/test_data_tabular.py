@@ -85,7 +85,7 @@ def test_bad_values_are_reported_with_line_numbers(tmp_path, files):
     report = data.bad_rows
     assert (report.rows, report.bad, report.unit) == (9, 4, "line")
     assert report.examples == {
-        "label not 0/1 (clicked)": [8],
+        "label not 0/1, true/false or yes/no (clicked)": [8],
         "dense value not a finite number (price)": [7, 10],
         "id not an integer in [0, 4) (slot)": [9],
     }
@@ -104,7 +104,7 @@ def test_hashing_and_min_count(files):
     np.testing.assert_array_equal(rare.categorical[:, 0], [2, 1, 2, 0, 2])
 
 
-def test_schema_file_errors(tmp_path, files):
+def test_schema_file_errors(tmp_path, files, monkeypatch):
     schema = tmp_path / "s.yaml"
     schema.write_text("label: clicked\ncategorical: [{name: slot, cardinality: 0}]\n")
     with pytest.raises(RanknasError, match=r"categorical\[0\].*cardinality"):
@@ -118,6 +118,12 @@ def test_schema_file_errors(tmp_path, files):
         load_dataset(str(files[0]))
     with pytest.raises(RanknasError, match="no such file"):
         load_tabular(tmp_path / "none.csv", files[1])
+    # a relative path is read from the current directory, not the config's: the error says
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RanknasError, match=f"looked for at {tmp_path / 'none.yaml'}"):
+        read_tabular_schema(Path("none.yaml"))
+    with pytest.raises(RanknasError, match=f"looked for at {tmp_path / 'none.csv'}"):
+        load_tabular(Path("none.csv"), files[1])
     with pytest.raises(RanknasError, match="unknown kind"):
         load_dataset("data.json")
 

@@ -133,6 +133,7 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     states = _states(study)
     assert states["RUNNING"] == 0 and len(counted(study)) == 3
     assert study.trials[orphan.number].state == TrialState.FAIL
+    assert leaderboard.status(study)["budget_trials"] == 3  # the resumed run's, not the first's
 
 
 def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path):

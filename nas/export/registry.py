@@ -3,14 +3,18 @@ that loads the export's own module."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import json
+import logging
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -205,6 +209,26 @@ def _fingerprint(result: ExportResult, columns: _Columns) -> str:
     return digest.hexdigest()[:24]
 
 
+# what MLflow prints itself (not through its logger) as it registers a version
+MLFLOW_REGISTRY_LINES = ("Successfully registered model", "Created version")
+
+
+@contextlib.contextmanager
+def _registry_lines_hidden() -> Iterator[None]:
+    """MLflow's own registration lines, hidden as its info lines are, unless -v (`ranknas
+    export` says what it registered); the rest of what it writes passes through."""
+    if logging.getLogger("mlflow").getEffectiveLevel() <= logging.INFO:
+        yield
+        return
+    caught = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(caught):
+            yield
+    finally:
+        lines = caught.getvalue().splitlines(keepends=True)
+        sys.stderr.write("".join(x for x in lines if not x.startswith(MLFLOW_REGISTRY_LINES)))
+
+
 def _registered(client: Any, name: str, fingerprint: str) -> str | None:
     """The version of `name` already holding this export, if any."""
     from mlflow.exceptions import MlflowException
@@ -251,8 +275,9 @@ def _log_model_version(
         if not source_run_id:  # a trial's run has its params and metrics already
             mlflow.log_params({"digest": result.digest, "flops": flops})
             mlflow.log_metrics(_numeric(metrics))
-        info = mlflow.pyfunc.log_model(name="model", registered_model_name=name,
-                                       **_pyfunc_model(result, columns, Path(tmp)))  # fmt: skip
+        with _registry_lines_hidden():
+            info = mlflow.pyfunc.log_model(name="model", registered_model_name=name,
+                                           **_pyfunc_model(result, columns, Path(tmp)))  # fmt: skip
     if source_run_id:  # leaving start_run ended the trial's run now: give back its own end
         client.set_terminated(source_run_id, status=run.status, end_time=run.end_time)
     return str(info.registered_model_version)

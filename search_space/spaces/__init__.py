@@ -10,10 +10,12 @@ search_space:
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
-from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 from search_space.errors import SpecError
 from search_space.files import read_data_file
@@ -50,6 +52,7 @@ AnySpaceConfig = Annotated[
     ),
 ]
 _CONFIG = TypeAdapter(AnySpaceConfig)
+SPACE_CONFIGS = (DagConfig, WukongConfig, DhenConfig, AroundConfig)
 
 
 def parse_space_config(data: Any, source: str = "search_space") -> SpaceConfig:
@@ -60,24 +63,32 @@ def parse_space_config(data: Any, source: str = "search_space") -> SpaceConfig:
         return _CONFIG.validate_python(data)
     except ValidationError as exc:
         tag = data.get("type") if isinstance(data, dict) else None
-        raise SpecError(format_validation_error(exc, source, skip=tag)) from None
+        raise SpecError(
+            format_validation_error(exc, source, skip=tag, models=SPACE_CONFIGS)
+        ) from None
 
 
 def format_validation_error(
-    exc: ValidationError, source: str, skip: Any = None, joiner: str = "."
+    exc: ValidationError,
+    source: str,
+    skip: Any = None,
+    joiner: str = ".",
+    models: Sequence[type[BaseModel]] = (),
 ) -> str:
     """One line per problem: `source.field.path: message` (`skip`: a union's tag in loc;
-    `joiner` ": " for a source that is a file)."""
+    `joiner` ": " for a source that is a file; `models`: the validated model(s), so that an
+    unknown field is answered with the closest known one)."""
     lines = []
     for error in exc.errors():
         loc = list(error["loc"])
+        message = _message(error)
+        if error["type"] == "extra_forbidden" and models:
+            message += _suggestion(str(loc[-1]), known_fields(models, loc[:-1]))
         if loc and skip is not None and loc[0] == skip:
             loc = loc[1:]
         location = ".".join(str(part) for part in loc)
         lines.append(
-            f"{source}{joiner}{location}: {_message(error)}"
-            if location
-            else f"{source}: {_message(error)}"
+            f"{source}{joiner}{location}: {message}" if location else f"{source}: {message}"
         )
     return "\n".join(lines)
 
@@ -85,6 +96,37 @@ def format_validation_error(
 def _message(error: Any) -> str:
     """Pydantic's message, less the "Value error, " that it puts before a validator's own."""
     return error["msg"].removeprefix("Value error, ")
+
+
+def known_fields(models: Sequence[type[BaseModel]], loc: Sequence[Any]) -> list[str]:
+    """The field names a mapping at `loc` (inside one of `models`) may hold; a part of `loc`
+    that is no field picks the models whose `type` it names (a tagged union's tag)."""
+    candidates = list(models)
+    for part in loc:
+        inner = [m for c in candidates if part in c.model_fields
+                 for m in _models_in(c.model_fields[part].annotation)]  # fmt: skip
+        candidates = inner or [c for c in candidates if part in _type_tags(c)]
+        if not candidates:
+            return []
+    return sorted({name for c in candidates for name in c.model_fields})
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _type_tags(model: type[BaseModel]) -> tuple[Any, ...]:
+    field = model.model_fields.get("type")
+    return get_args(field.annotation) if field is not None else ()
+
+
+def _suggestion(name: str, known: list[str]) -> str:
+    if not known:
+        return ""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; this section takes {', '.join(known)}"
 
 
 def make_space(config: SpaceConfig | dict[str, Any], schema: DatasetSchema) -> SearchSpace:

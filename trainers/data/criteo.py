@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from search_space.errors import RanknasError
+from search_space.files import looked_for
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.dataset import TabularData
@@ -110,7 +111,8 @@ def _file_stat(path: Path) -> os.stat_result:
     try:
         stat = path.stat()
     except OSError as exc:
-        raise RanknasError(f"{path}: cannot read the Criteo file ({exc.strerror})") from None
+        where = looked_for(path) if isinstance(exc, FileNotFoundError) else ""
+        raise RanknasError(f"{path}: cannot read the Criteo file ({exc.strerror}){where}") from None
     if not path.is_file():
         raise RanknasError(f"{path}: not a file; give the path of a Criteo TSV file")
     return stat

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from search_space.errors import RanknasError
+from search_space.files import looked_for
 from search_space.preprocessing import encode_value
 from trainers.data import criteo, tabular
 from trainers.data.compressed import damaged_as_user_error, open_data
@@ -200,7 +201,7 @@ def _parquet_files(path: Path) -> list[Path]:
             raise RanknasError(f"{path}: no .parquet files in this directory")
         return files
     if not path.exists():
-        raise RanknasError(f"{path}: no such file or directory")
+        raise RanknasError(f"{path}: no such file or directory{looked_for(path)}")
     if path.suffix.lower() not in PARQUET_SUFFIXES:
         raise RanknasError(
             f"{path}: streaming reads Parquet files (a directory of them, or one) or a "

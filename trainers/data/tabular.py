@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 
 from search_space.errors import RanknasError
-from search_space.files import read_data_file
+from search_space.files import looked_for, read_data_file
 from search_space.preprocessing import FIRST_ID, MISSING_NUMBERS, split_cell
 from search_space.schema import (
     READER_FIELDS,
@@ -449,7 +449,7 @@ def _header(path: Path) -> list[str]:
     if suffix not in TABULAR_SUFFIXES:
         raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}")
     if not path.is_file():
-        raise RanknasError(f"{path}: no such file")
+        raise RanknasError(f"{path}: no such file{looked_for(path)}")
     try:
         if suffix in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
@@ -554,7 +554,7 @@ def _convert(
     numbers = np.arange(first, first + len(frame))
     label, missing = _label(frame[spec.label])
     bad = missing | ~np.isin(label, (0.0, 1.0))
-    report.add(f"label not 0/1 ({spec.label})", numbers[bad])
+    report.add(f"label not 0/1, true/false or yes/no ({spec.label})", numbers[bad])
     dense = np.zeros((len(frame), len(spec.dense)), dtype=np.float32)
     for k, name in enumerate(spec.dense):
         values, missing = _numeric(frame[name])
