@@ -12,6 +12,7 @@ missing.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -98,7 +99,7 @@ def retrain(
                 record[key] = runs
                 study.set_user_attr(ATTR, record)
                 done += 1
-                progress(f"[{done}/{todo}] {label}: validation NE {runs[seed][0]:.4f}")
+                progress(f"[{done}/{todo}] {label}: {_outcome(result)}")
                 bar.update()
     return record
 
@@ -129,8 +130,7 @@ def best_baseline_by_seed_means(
     archs = {f"baseline:{key}": directory for key, directory in bases.items()}
     recipes = _baseline_recipes(study, list(bases))
     record = retrain(study, config, archs, choice.seeds, progress, data, recipes)
-    means = {key: statistics.fmean(record[f"baseline:{key}"][str(REEVAL_SEED + k)][0]
-                                   for k in range(choice.seeds)) for key in bases}  # fmt: skip
+    means = {key: _mean_val_ne(record[f"baseline:{key}"], choice.seeds) for key in bases}
     ranked = sorted(means, key=means.__getitem__)
     progress("best baseline by mean validation NE: "
              + ", ".join(f"{key} {means[key]:.4f}" for key in ranked))  # fmt: skip
@@ -151,15 +151,34 @@ def _label(key: str) -> str:
 
 
 def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> dict[str, Any]:
+    """One row of the re-evaluation: a run that failed has no NE and is not in the means
+    (`seeds` counts the runs that have one); with none, the row ranks last."""
     used = [runs[str(REEVAL_SEED + k)] for k in range(seeds)]
-    val = [v for v, _ in used]
+    val = [v for v, _ in used if v is not None]
     test = [t for _, t in used if t is not None]
     return {
         "trial": row["trial"],
         "recorded_val_ne": row["val_ne"],
-        "mean_val_ne": statistics.fmean(val),
+        "mean_val_ne": _mean_val_ne(runs, seeds),
         "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
         "mean_test_ne": statistics.fmean(test) if test else None,
         "mflops": row["mflops"],
-        "seeds": seeds,
+        "seeds": len(val),
     }
+
+
+def _mean_val_ne(runs: dict[str, list[float]], seeds: int) -> float:
+    """Mean validation NE of the first `seeds` fresh seeds' runs that have one (inf: none)."""
+    val = [runs[str(REEVAL_SEED + k)][0] for k in range(seeds)]
+    known = [v for v in val if v is not None]
+    return statistics.fmean(known) if known else math.inf
+
+
+def _outcome(result: Any) -> str:
+    """A re-evaluation run in words: its NE, and whether it failed or diverged."""
+    ne = result.validation.get("ne")
+    if ne is None:
+        return f"failed ({result.failure_reason}); left out of the mean"
+    if ne >= 1:
+        return f"validation NE {ne:.4f}, worse than the base rate (diverged)"
+    return f"validation NE {ne:.4f}"

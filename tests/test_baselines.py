@@ -313,3 +313,30 @@ def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
         config["objectives"] = {"max_mflops": wrong}
         with pytest.raises(RanknasError, match=f"max_mflops: got {wrong!r}: use a number of"):
             parse_config(config)
+
+
+def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeypatch):
+    """A retrain that fails (out of memory, say) used to end `reevaluate` on a TypeError
+    (its NE is None); it is said, and the mean is of the runs that have an NE."""
+    import math
+
+    from nas import reevaluate
+    from trainers.trainer import TrainResult
+
+    config = parse_config(_config(tmp_path, "flaky", budget={"trials": 1},
+                                  best_baseline={"seeds": 0}))  # fmt: skip
+    run_study(config, progress=lambda line: None)
+    real, calls = reevaluate.train_architecture, []
+
+    def second_run_fails(arch, data, config, seed, **options):
+        calls.append(seed)
+        if len(calls) == 2:
+            return TrainResult(status="failed", failure_reason="out of memory: test"), None
+        return real(arch, data, config, seed, **options)
+
+    monkeypatch.setattr(reevaluate, "train_architecture", second_run_fails)
+    lines = []
+    table = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
+    assert any(line.endswith("failed (out of memory: test); left out of the mean")
+               for line in lines), lines  # fmt: skip
+    assert table[0]["seeds"] == 1 and math.isfinite(table[0]["mean_val_ne"])
