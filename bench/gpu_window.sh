@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The next lent GPU window's one script (about 7 minutes of a 15-minute window, so that it
-# can run again): issue 37's study check and issue 41's dense step timed on the GPU.
+# The next lent GPU window's one script: issue 37's study check and issue 41's dense step
+# timed on the GPU, about 6 minutes expected and 8.5 at most (each half capped at 4), so
+# that a 15-minute window has room to rerun one half. Run it with timeout_s 600.
 # Carry .whl (bench/gpu_wheels.sh) and run from the repository root there:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
@@ -19,8 +20,8 @@ mkdir -p "$out"
 python3 -m compileall -q -j 0 /tmp/site nas search_space trainers cost_models mlflow_server \
     > /dev/null 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-timeout 300 python3 bench/bench_gpu.py --suite study --device cuda --parts study \
+timeout 240 python3 bench/bench_gpu.py --suite study --device cuda --parts study \
     --rows 200000 --workers 1,8 --study-trials 120 --mps --out "$out/study.json" \
     2>&1 | tail -n 40
-timeout 300 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
+timeout 240 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
     --archs 100 --device cuda --save "$out/dense_step_codesign_gpu.json" 2>&1 | tail -n 20

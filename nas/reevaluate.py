@@ -79,13 +79,13 @@ def retrain(
     recipes = recipes or {}
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
-    todo = sum(seed not in record.get(key, {}) for key in archs for seed in wanted)
+    todo = sum(not _has_ne(record.get(key, {}), seed) for key in archs for seed in wanted)
     done = 0
     # off a terminal the line after each run is the periodic line
     with bars.bar(todo, "reevaluate", "runs", lines=False) as bar:
         for key, directory in archs.items():
             runs = dict(record.get(key, {}))
-            missing = [seed for seed in wanted if seed not in runs]
+            missing = [seed for seed in wanted if not _has_ne(runs, seed)]  # failed: again
             if missing and data is None:
                 data = prepare_data(config)
                 check_protocol(study, config, data)
@@ -95,7 +95,7 @@ def retrain(
                 label = f"{_label(key)} seed {seed}"
                 result, _ = train_architecture(arch, data, config, int(seed), label=label,
                                                recipe=recipes.get(key))  # fmt: skip
-                runs[seed] = [result.validation.get("ne"), result.test.get("ne")]
+                runs[seed] = [_finite(result.validation.get("ne")), _finite(result.test.get("ne"))]
                 record[key] = runs
                 study.set_user_attr(ATTR, record)
                 done += 1
@@ -132,6 +132,9 @@ def best_baseline_by_seed_means(
     record = retrain(study, config, archs, choice.seeds, progress, data, recipes)
     means = {key: _mean_val_ne(record[f"baseline:{key}"], choice.seeds) for key in bases}
     ranked = sorted(means, key=means.__getitem__)
+    if not math.isfinite(means[ranked[0]]):
+        progress("best baseline: every retrain failed; the single runs decide")
+        return None
     progress("best baseline by mean validation NE: "
              + ", ".join(f"{key} {means[key]:.4f}" for key in ranked))  # fmt: skip
     return ranked[0]
@@ -174,11 +177,20 @@ def _mean_val_ne(runs: dict[str, list[float]], seeds: int) -> float:
     return statistics.fmean(known) if known else math.inf
 
 
+def _has_ne(runs: dict[str, list[float | None]], seed: str) -> bool:
+    """Whether the run of `seed` is recorded with a validation NE (a failed one is not)."""
+    return seed in runs and runs[seed][0] is not None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _outcome(result: Any) -> str:
     """A re-evaluation run in words: its NE, and whether it failed or diverged."""
-    ne = result.validation.get("ne")
+    ne = _finite(result.validation.get("ne"))
     if ne is None:
-        return f"failed ({result.failure_reason}); left out of the mean"
+        return f"failed ({result.failure_reason}); left out of the mean, retried by a rerun"
     if ne >= 1:
         return f"validation NE {ne:.4f}, worse than the base rate (diverged)"
     return f"validation NE {ne:.4f}"

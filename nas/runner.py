@@ -144,8 +144,10 @@ def open_study(
         study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
         study.set_user_attr(StudyAttr.SEARCHER, s.type)
-    # every run's: a study resumed with a larger budget (`--trials`) shows that one
-    study.set_user_attr(StudyAttr.BUDGET_TRIALS, config.budget.trials)
+    # the largest a run gave it: a study resumed with `--trials 50` shows 50, also after a
+    # worker joins with the config's own smaller budget
+    budget = max(config.budget.trials, study.user_attrs.get(StudyAttr.BUDGET_TRIALS, 0))
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, budget)
     return study
 
 

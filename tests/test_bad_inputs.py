@@ -291,6 +291,10 @@ CASES = {
         lambda p: ["search", _study(p, search_space=AROUND_TYPO)],
         "search_space.feature_dimz: Extra inputs are not permitted; did you mean 'feature_dims'?",
     ),
+    "a misspelt field whose name in a config is its alias": (
+        lambda p: ["search", _study(p, data={"shema": "schema.yaml"})],
+        "data.shema: Extra inputs are not permitted; did you mean 'schema'?",
+    ),
     "a field nothing is close to": (
         lambda p: ["search", _study(p, pruning={"zzz": 1})],
         "pruning.zzz: Extra inputs are not permitted; this section takes startup_trials, type",

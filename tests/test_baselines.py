@@ -337,6 +337,15 @@ def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeyp
     monkeypatch.setattr(reevaluate, "train_architecture", second_run_fails)
     lines = []
     table = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
-    assert any(line.endswith("failed (out of memory: test); left out of the mean")
-               for line in lines), lines  # fmt: skip
+    said = "failed (out of memory: test); left out of the mean, retried by a rerun"
+    assert any(line.endswith(said) for line in lines), lines
     assert table[0]["seeds"] == 1 and math.isfinite(table[0]["mean_val_ne"])
+    retrained = []
+
+    def counted_run(arch, data, config, seed, **options):
+        retrained.append(seed)
+        return real(arch, data, config, seed, **options)
+
+    monkeypatch.setattr(reevaluate, "train_architecture", counted_run)
+    again = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
+    assert again[0]["seeds"] == 2 and retrained == [calls[1]]  # only the failed seed again

@@ -159,21 +159,27 @@ def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
     state is read, so a trial that ends between the reading and the signal cannot turn the
     signal into one sent between trials (CI, 2026-11-27)."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    complete = _complete_so_far(config)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.3)
-        if not _training_after_the_first(config, complete, load_study):
-            continue
-        process.send_signal(signal.SIGSTOP)
-        # read again without the study lock, which the frozen study may hold; its tables exist
-        if _training_after_the_first(config, complete, _unlocked):
-            process.send_signal(sig)
-            process.send_signal(signal.SIGCONT)  # a stopped process takes SIGTERM when resumed
-            return process.wait(timeout=60)
-        process.send_signal(signal.SIGCONT)
-    # a trial shorter than the polling lets the study end first: then nothing was tested
-    raise AssertionError("the study ended before a trial after the first was seen training")
+    try:
+        complete = _complete_so_far(config)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.3)
+            if not _training_after_the_first(config, complete, load_study):
+                continue
+            process.send_signal(signal.SIGSTOP)
+            # read again without the study lock, which the frozen study may hold
+            if _training_after_the_first(config, complete, _unlocked):
+                process.send_signal(sig)
+                process.send_signal(signal.SIGCONT)  # a stopped process takes SIGTERM now
+                return process.wait(timeout=60)
+            process.send_signal(signal.SIGCONT)
+        # a trial shorter than the polling lets the study end first: then nothing was tested
+        raise AssertionError("the study ended before a trial after the first was seen training")
+    finally:
+        if process.poll() is None:  # failed on the way: neither left frozen nor running on
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
 
 
 def _unlocked(name: str, url: str) -> optuna.Study:

@@ -210,7 +210,27 @@ def _fingerprint(result: ExportResult, columns: _Columns) -> str:
 
 
 # what MLflow prints itself (not through its logger) as it registers a version
-MLFLOW_REGISTRY_LINES = ("Successfully registered model", "Created version")
+MLFLOW_REGISTRY_LINES = ("Successfully registered model", "Registered model ", "Created version")
+
+
+class _WithoutLines(io.TextIOBase):
+    """`stream` less the lines that start with `prefixes`; every other line passes at once."""
+
+    def __init__(self, stream: Any, prefixes: tuple[str, ...]) -> None:
+        self.stream, self.prefixes, self.pending = stream, prefixes, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if not line.startswith(self.prefixes):
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending and not self.pending.startswith(self.prefixes):
+            self.stream.write(self.pending)  # a progress bar's line, drawn in place
+        self.pending = ""
+        self.stream.flush()
 
 
 @contextlib.contextmanager
@@ -220,13 +240,12 @@ def _registry_lines_hidden() -> Iterator[None]:
     if logging.getLogger("mlflow").getEffectiveLevel() <= logging.INFO:
         yield
         return
-    caught = io.StringIO()
+    filtered = _WithoutLines(sys.stderr, MLFLOW_REGISTRY_LINES)
     try:
-        with contextlib.redirect_stderr(caught):
+        with contextlib.redirect_stderr(filtered):
             yield
     finally:
-        lines = caught.getvalue().splitlines(keepends=True)
-        sys.stderr.write("".join(x for x in lines if not x.startswith(MLFLOW_REGISTRY_LINES)))
+        filtered.flush()
 
 
 def _registered(client: Any, name: str, fingerprint: str) -> str | None:

@@ -103,12 +103,13 @@ def known_fields(models: Sequence[type[BaseModel]], loc: Sequence[Any]) -> list[
     that is no field picks the models whose `type` it names (a tagged union's tag)."""
     candidates = list(models)
     for part in loc:
-        inner = [m for c in candidates if part in c.model_fields
-                 for m in _models_in(c.model_fields[part].annotation)]  # fmt: skip
+        inner = [m for c in candidates for name, field in c.model_fields.items()
+                 if part in (name, field.alias) for m in _models_in(field.annotation)]  # fmt: skip
         candidates = inner or [c for c in candidates if part in _type_tags(c)]
         if not candidates:
             return []
-    return sorted({name for c in candidates for name in c.model_fields})
+    # as a config writes them: a field's alias where it has one (`data.schema`)
+    return sorted({f.alias or n for c in candidates for n, f in c.model_fields.items()})
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
