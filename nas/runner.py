@@ -398,11 +398,18 @@ def _run_study(
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
     try:  # every trial writes here: a wrong place must stop the study, not fail each trial
+        made = [d for d in (config.study_dir, *config.study_dir.parents) if not d.exists()]
         config.study_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RanknasError(f"output_dir: cannot create {config.study_dir} ({exc.strerror}); "
                            "choose a writable directory") from None  # fmt: skip
-    data = prepare_data(config)
+    try:
+        data = prepare_data(config)
+    except RanknasError:  # refused for its data: the start leaves no empty directory behind
+        for directory in made:  # deepest first; one that holds anything stays
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
     progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
              f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip
     # built before any training, so that a wrong space stops the study at once; a space

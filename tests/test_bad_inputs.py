@@ -382,3 +382,14 @@ def test_ctrl_c_offers_to_resume_only_what_resumes(args, handler, resumes, monke
     err = capsys.readouterr().err
     assert "interrupted" in err
     assert ("run the same command again to resume" in err) == resumes, err
+
+
+def test_a_study_refused_for_its_data_leaves_no_directory_behind(tmp_path, capsys):
+    out = tmp_path / "runs" / "studies" / "bad"
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("label: y\ndense: [price]\ncategorical: [shop]\n")
+    data = {"source": str(tmp_path / "absent.csv"), "schema": str(schema)}
+    path = _study(tmp_path, data=data, output_dir=str(out))
+    assert main(["search", path]) == 2
+    assert "absent.csv: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # it was made before the data was read
