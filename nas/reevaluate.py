@@ -156,9 +156,8 @@ def _label(key: str) -> str:
 def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> dict[str, Any]:
     """One row of the re-evaluation: a run that failed has no NE and is not in the means
     (`seeds` counts the runs that have one); with none, the row ranks last."""
-    used = [runs[str(REEVAL_SEED + k)] for k in range(seeds)]
-    val = [v for v, _ in used if v is not None]
-    test = [t for _, t in used if t is not None]
+    val = _known(runs, seeds, 0)
+    test = _known(runs, seeds, 1)
     return {
         "trial": row["trial"],
         "recorded_val_ne": row["val_ne"],
@@ -170,11 +169,17 @@ def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> d
     }
 
 
-def _mean_val_ne(runs: dict[str, list[float]], seeds: int) -> float:
-    """Mean validation NE of the first `seeds` fresh seeds' runs that have one (inf: none)."""
-    val = [runs[str(REEVAL_SEED + k)][0] for k in range(seeds)]
-    known = [v for v in val if v is not None]
-    return statistics.fmean(known) if known else math.inf
+def _known(runs: dict[str, list[float | None]], seeds: int, split: int) -> list[float]:
+    """The NEs (`split` 0: validation, 1: test) of the first `seeds` fresh seeds' runs that
+    have one (a failed run has none)."""
+    values = (runs[str(REEVAL_SEED + k)][split] for k in range(seeds))
+    return [v for v in values if v is not None]
+
+
+def _mean_val_ne(runs: dict[str, list[float | None]], seeds: int) -> float:
+    """Mean validation NE of the runs that have one (inf: none)."""
+    val = _known(runs, seeds, 0)
+    return statistics.fmean(val) if val else math.inf
 
 
 def _has_ne(runs: dict[str, list[float | None]], seed: str) -> bool:

@@ -11,10 +11,11 @@ import yaml
 from search_space.errors import RanknasError
 
 
-def looked_for(path: Path) -> str:
+def looked_for(path: Path, exc: OSError | None = None) -> str:
     """Where a missing file was looked for, when its path is relative: paths in a config are
-    read from the current directory, not the config's."""
-    if path.is_absolute():
+    read from the current directory, not the config's. `exc`: the error of reading it, which
+    says so only when the file is not there."""
+    if path.is_absolute() or not (exc is None or isinstance(exc, FileNotFoundError)):
         return ""
     return f"; looked for at {Path.cwd() / path} (relative paths are from the current directory)"
 
@@ -27,8 +28,7 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
     try:
         text = path.read_text()
     except OSError as exc:
-        where = looked_for(path) if isinstance(exc, FileNotFoundError) else ""
-        raise error(f"{path}: cannot read {what} ({exc.strerror}){where}") from None
+        raise error(f"{path}: cannot read {what} ({exc.strerror}){looked_for(path, exc)}") from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not a text file (byte {exc.start} is not UTF-8); give {what} as a "
                     "YAML or JSON file") from None  # fmt: skip

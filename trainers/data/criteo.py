@@ -111,7 +111,7 @@ def _file_stat(path: Path) -> os.stat_result:
     try:
         stat = path.stat()
     except OSError as exc:
-        where = looked_for(path) if isinstance(exc, FileNotFoundError) else ""
+        where = looked_for(path, exc)
         raise RanknasError(f"{path}: cannot read the Criteo file ({exc.strerror}){where}") from None
     if not path.is_file():
         raise RanknasError(f"{path}: not a file; give the path of a Criteo TSV file")
