@@ -3,8 +3,8 @@
     python -m mlflow_server.ui_check --experiment quickstart --out docs/
 
 Opens the experiment's runs table with the nested runs expanded, the study's view (the
-address `ranknas search` prints: its runs by validation NE, or by seed mean once
-re-evaluated, with the metric columns), one run's page and its architecture picture, and
+address `ranknas search` prints: its runs by validation NE, with the metric columns and,
+once re-evaluated, the seed means beside them), one run's page and its architecture picture, and
 the compare view of the nested runs; reads the run names and durations as the table shows
 them and takes a screenshot of each view. Playwright drives Debian's `chromium` (`make
 browser` installs both).
