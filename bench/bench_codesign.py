@@ -45,10 +45,10 @@ def main() -> None:
 
 
 def summarize(config_path: str, measure: int = 0) -> dict:
+    from cost_models.sharding.step import predict_step, topology
     from nas import leaderboard
     from nas.config import load_config
     from nas.protocol import prepare_data
-    from nas.sharding import predict_step, topology
     from nas.storage import load_study
     from nas.trial_record import StudyAttr, TrialAttr, read_architecture, read_step
     from search_space.spaces import make_space

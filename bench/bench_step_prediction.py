@@ -3,19 +3,22 @@ of real sharded runs: torchrun, DistributedModelParallel, gloo on this machine's
 
     .venv/bin/python bench/bench_step_prediction.py --processes 2 --steps 40 --out run1.json
     .venv/bin/python bench/bench_step_prediction.py --summarize run1.json run2.json run3.json
+    .venv/bin/python bench/bench_step_prediction.py --study runs/step-error   # a study's own
 
 For each architecture (the presets, and variants of DLRM with other embedding dims), the
-step is predicted as a study predicts it (`nas.sharding.predict_step`: the plan of the
-study's default sharder, the dense part measured alone in one thread) on `--processes`
-devices in one host, three ways: with the topology's default links (torchrec's
-NVLink-class constants, what a study uses); with this machine's links measured
+step is predicted as a study predicts it (`cost_models.sharding.step.predict_step`: the
+plan of the study's default sharder, the dense part measured alone in one thread) on
+`--processes` devices in one host, three ways: with the topology's default links
+(torchrec's NVLink-class constants); with this machine's links measured
 (`cost_models.sharding.links`: gloo over loopback); and with those plus the sharded
-runtime's fixed cost per step, measured once on a probe model that is not in the set
-(DLRM with 4-wide embeddings: its step is mostly runtime). Then each is measured:
-`trainers.distributed` trains the architecture with that plan (sparse SGD, the cost model's
-kernel) with a global batch of `--processes` x 512 and reports the slowest rank's median
-step. Prints one Markdown row per architecture and the median absolute errors; writes
-bench/results/step_prediction.json.
+runtime's fixed cost per step, measured on a probe model that is not in the set
+(`trainers.sharded.measure_runtime_ms`, what `ranknas shard links` writes for a study).
+Then each is measured as a study's sharded trial trains it (`trainers.sharded`, 512 rows
+a process a step): the slowest rank's median step. Prints one Markdown row per
+architecture and the median absolute errors; writes `--out`.
+
+`--study DIR`: a study that trained its trials sharded (`training.processes`) and predicted
+their steps (`objectives.cost: step_ms`), its trials' predicted against measured steps.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
 PER_DEVICE_BATCH = 512  # the shipped cost model's batch
@@ -36,25 +38,26 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/step_prediction.json")
     parser.add_argument("--summarize", nargs="+", metavar="JSON",
                         help="print the median over repeats saved in these files")  # fmt: skip
+    parser.add_argument("--study", metavar="DIR",
+                        help="a finished study's output_dir: its trials' predicted step "
+                        "against their measured one")  # fmt: skip
     args = parser.parse_args()
     if args.summarize:
         summarize([json.loads(Path(f).read_text()) for f in args.summarize])
         return
+    if args.study:
+        study_errors(Path(args.study))
+        return
     from cost_models.sharding.links import measure_links, measured_topology
-    from nas.sharding import topology
-    from search_space.presets import load_architecture
-    from search_space.schema import synthetic_schema
+    from cost_models.sharding.step import topology
+    from trainers.sharded import measure_runtime_ms, timing_splits
 
     links = measure_links(args.processes)
     clusters = {"constants": topology(args.processes), "links": measured_topology(links)}
-    probe = _one(
-        "logistic_regression",
-        load_architecture("logistic_regression", synthetic_schema()),
-        args,
-        clusters,
-    )
-    overhead = probe["measured_ms"] - probe["predicted"]["links"]["step_ms"]
-    rows = [_one(name, arch, args, clusters) for name, arch in _architectures()]
+    probe = measure_runtime_ms(clusters["links"], PER_DEVICE_BATCH, args.steps)
+    overhead = probe["runtime_ms"]
+    splits = timing_splits(args.steps, args.processes * PER_DEVICE_BATCH)
+    rows = [_one(name, arch, args, clusters, splits) for name, arch in _architectures()]
     for r in rows:
         r["predicted"]["links+overhead"] = r["predicted"]["links"]["step_ms"] + overhead
     errors = {how: statistics.median(abs(_error(r, how)) for r in rows)
@@ -64,8 +67,8 @@ def main() -> None:
               "median_abs_error": errors, "rows": rows}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"links: {json.dumps(links)}; runtime overhead from the probe (dlrm-dim4): "
-          f"{overhead:.2f} ms a step")  # fmt: skip
+    print(f"links: {json.dumps(links)}; runtime overhead from the probe "
+          f"({probe['runtime_probe']}): {overhead:.2f} ms a step")  # fmt: skip
     print("| architecture | measured ms | predicted: constants | links | links + overhead | "
           "dense | lookups | all-to-all (links) |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in rows:
@@ -77,6 +80,28 @@ def main() -> None:
             f"{q['dense_ms']:.2f} | {q['embedding_ms']:.2f} | {q['all_to_all_ms']:.2f} |"
         )
     print("\nmedian absolute error: " + ", ".join(f"{k} {v:.0%}" for k, v in errors.items()))
+
+
+def study_errors(directory: Path) -> None:
+    """Each finished trial of a study that trained sharded and predicted its steps: the
+    step it predicted (`step_time.json`) against the one it measured (`metrics.json`)."""
+    rows = []
+    for trial in sorted((directory / "trials").iterdir(), key=lambda d: int(d.name)):
+        step, metrics = trial / "step_time.json", trial / "metrics.json"
+        if not (step.exists() and metrics.exists()):
+            continue
+        predicted = json.loads(step.read_text())["step_ms"]
+        measured = json.loads(metrics.read_text()).get("measured_step_ms")
+        if measured:
+            rows.append((trial.name, predicted, measured, (predicted - measured) / measured))
+    if not rows:
+        raise SystemExit(f"{directory}: no trial with both a predicted and a measured step")
+    print("| trial | predicted ms | measured ms | error |\n|---|---|---|---|")
+    for name, predicted, measured, error in rows:
+        print(f"| {name} | {predicted:.2f} | {measured:.2f} | {error:+.0%} |")
+    errors = [abs(r[3]) for r in rows]
+    print(f"\n{len(rows)} trials: median absolute error {statistics.median(errors):.0%}, "
+          f"largest {max(errors):.0%}")  # fmt: skip
 
 
 def summarize(runs: list[dict]) -> None:
@@ -136,32 +161,23 @@ def _with_dim(arch, dim: int):
     return Architecture.from_dict(data).bind(synthetic_schema())
 
 
-def _one(name: str, arch, args: argparse.Namespace, clusters: dict) -> dict:
+def _one(name: str, arch, args: argparse.Namespace, clusters: dict, splits) -> dict:
     from cost_models.latency.model import measure_dense_step_ms
-    from cost_models.sharding.torchrun import torchrun
-    from nas.sharding import predict_step
+    from cost_models.sharding.plan import Plan
+    from cost_models.sharding.step import predict_step
     from search_space.architecture import analyze
+    from trainers.sharded import time_sharded_step
 
     dense_ms = measure_dense_step_ms(arch, PER_DEVICE_BATCH, "cpu", threads=1)
     predicted = {how: predict_step(arch, cluster, "size_lookup_greedy", "runs/sharding/model",
                                    PER_DEVICE_BATCH, dense_ms, analyze(arch).dense_params)
                  for how, cluster in clusters.items()}  # fmt: skip
-    rows = args.steps * args.processes * PER_DEVICE_BATCH  # every step a full batch
-    with tempfile.TemporaryDirectory() as tmp:
-        arch_file, plan_file, out = (Path(tmp) / n for n in ("a.json", "plan.json", "run.json"))
-        arch_file.write_text(arch.to_json())
-        plan_file.write_text(json.dumps(predicted["links"]["plan"]))
-        run = torchrun(args.processes, "trainers.distributed", [
-            "--arch-file", str(arch_file), "--plan", str(plan_file), "--steps", str(args.steps),
-            "--batch-size", str(args.processes * PER_DEVICE_BATCH), "--sparse-optimizer", "sgd",
-            "--rows", str(rows), "--out", str(out)])  # fmt: skip
-        if run.returncode:
-            raise SystemExit(f"{name}: torchrun failed:\n{run.stderr[-3000:]}")
-        measured = json.loads(out.read_text())
+    plan = Plan.from_dict(predicted["links"]["plan"])
+    measured = time_sharded_step(arch, splits, plan, PER_DEVICE_BATCH, args.steps)
     for p in predicted.values():
         p.pop("plan")
-    return {"name": name, "predicted": predicted, "measured_ms": measured["step_ms"],
-            "rank_ms": measured["rank_step_ms"]}  # fmt: skip
+    return {"name": name, "predicted": predicted, "measured_ms": measured.step_ms,
+            "rank_ms": measured.device_step_ms}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -442,11 +442,12 @@ class ShardingConfig(_Section):
         "for a model in every study; default: timed on the training device (in turn with "
         "the model max_step_ms names, where it names one)",
     )
-    runtime_ms: float = Field(
-        default=0.0,
+    runtime_ms: float | None = Field(
+        default=None,
         ge=0,
-        description="the sharded runtime's fixed cost per step, added to predicted steps "
-        "(bench/bench_step_prediction.py measures it: 7-9 ms on a 2-core CPU with gloo)",
+        description="the sharded runtime's fixed cost per step, added to predicted steps; "
+        "default: the one `ranknas shard links` measured into the links file, else 0 (7-9 ms "
+        "on a 2-core CPU with gloo)",
     )
 
     @model_validator(mode="after")

@@ -14,9 +14,10 @@ from typing import Any
 
 import optuna
 
+from cost_models.sharding.links import read_links
 from cost_models.sharding.plan import Plan
+from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
 from nas.config import DEFAULT_EXAMPLES, StudyConfig
-from nas.sharding import plan_trial_sharding, predict_step, topology
 from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
@@ -204,7 +205,7 @@ class Costs:
     mflops: float
     params: int
     latency_ms: float | None = None
-    step: dict[str, Any] | None = None  # `nas.sharding.predict_step`, where asked for
+    step: dict[str, Any] | None = None  # `cost_models.sharding.step.predict_step`, where asked for
 
     @property
     def step_ms(self) -> float | None:
@@ -264,26 +265,36 @@ def architecture_costs(
 def _step(
     arch: Architecture, analysis: Analysis, config: StudyConfig, pooling_factors: dict | None
 ) -> dict[str, Any]:
-    """The predicted training step on the study's cluster (`nas.sharding.predict_step`),
-    its dense part predicted by `sharding.dense_model`, else timed on the training device:
-    in turn with the model the step ceiling names, where it names one (`StepReference`)."""
+    """The predicted training step on the study's cluster (`predict_step`), each device
+    with a trial's rows of one process (`per_device_batch`); its dense part predicted by
+    `sharding.dense_model`, else timed on the training device: in turn with the model the
+    step ceiling names, where it names one (`StepReference`)."""
     from cost_models.latency.model import measure_dense_step_ms
 
     t, shard, reference = config.training, config.sharding, config.step_reference
-    device = resolve_device(t.device)
+    device, batch = resolve_device(t.device), per_device_batch(config)
     if shard.dense_model is not None:
-        predictor = dense_predictor(shard.dense_model, t.batch_size)
+        predictor = dense_predictor(shard.dense_model, batch)
         dense_ms = float(predictor.predict([arch])[0])
         source = f"predicted by {shard.dense_model}, fitted on {predictor.device}"
     elif reference is not None:
-        dense_ms, source = reference.dense_ms_of(arch, t.batch_size, device, t.threads)
+        dense_ms, source = reference.dense_ms_of(arch, batch, device, t.threads)
     else:
-        dense_ms = measure_dense_step_ms(arch, t.batch_size, device, threads=t.threads)
+        dense_ms = measure_dense_step_ms(arch, batch, device, threads=t.threads)
         source = f"measured on the training device, {device}"
+    runtime_ms = shard.runtime_ms
+    if runtime_ms is None:  # the links file's, where it has one
+        runtime_ms = read_links(shard.links)["runtime_ms"] if shard.links else 0.0
     cluster = topology(shard.devices, shard.hosts, shard.links)
-    step = predict_step(arch, cluster, shard.method, shard.model_dir, t.batch_size, dense_ms,
-                        analysis.dense_params, pooling_factors, shard.runtime_ms)  # fmt: skip
+    step = predict_step(arch, cluster, shard.method, shard.model_dir, batch, dense_ms,
+                        analysis.dense_params, pooling_factors, runtime_ms)  # fmt: skip
     return step | {"dense_source": source}
+
+
+def per_device_batch(config: StudyConfig) -> int:
+    """The rows a device takes a step: a trial's batch, split over `training.processes`
+    when it trains sharded (each of a predicted cluster's devices takes as many)."""
+    return config.training.batch_size // config.training.processes
 
 
 def plan_sharding(
@@ -294,7 +305,7 @@ def plan_sharding(
     shard = config.sharding
     if not shard.devices:
         return None
-    batch = config.training.batch_size
+    batch = per_device_batch(config)
     cluster = topology(shard.devices, shard.hosts, shard.links)
     made = Plan.from_dict(costs.step["plan"]) if costs.step is not None else None
     plan = plan_trial_sharding(arch, cluster, shard.method, shard.model_dir, batch,
@@ -347,8 +358,8 @@ def latency_predictor(path: str, batch_size: int) -> Any:
 
 def dense_predictor(path: str, batch_size: int) -> Any:
     """`sharding.dense_model`, loaded (and refitted) once per process."""
-    return _predictor(path, batch_size, "dense_step_ms",
-                      "sharding.dense_model", "training.batch_size")  # fmt: skip
+    return _predictor(path, batch_size, "dense_step_ms", "sharding.dense_model",
+                      "a device's batch (training.batch_size / processes)")  # fmt: skip
 
 
 @functools.cache
@@ -430,6 +441,8 @@ def _train_sharded(
 
     processes, shard = config.training.processes, config.sharding
     tables = tables_from_architecture(arch, data.pooling_factors)
-    per_device = config.training.batch_size // processes
-    plan = make_sharder(shard.method, shard.model_dir, per_device).plan(tables, topology(processes))
+    cluster = topology(processes, None, shard.links)  # one host, its links
+    plan = make_sharder(shard.method, shard.model_dir, per_device_batch(config)).plan(
+        tables, cluster
+    )
     return train_sharded(arch, (data.train, data.valid, data.test), train_config, plan, label)

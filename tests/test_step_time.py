@@ -8,12 +8,13 @@ import pytest
 from optuna.trial import TrialState
 
 from cost_models.latency.model import LatencyPredictor
+from cost_models.sharding.step import predict_step, topology
 from cost_models.sharding.topology import Topology
 from nas.cli import main
 from nas.config import parse_config
 from nas.leaderboard import format_table, rows
+from nas.protocol import architecture_costs
 from nas.runner import run_study
-from nas.sharding import predict_step, topology
 from nas.trial_record import STEP_FILE, TrialAttr
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
@@ -117,12 +118,18 @@ def test_an_unsharded_export_has_no_plan(tmp_path):
 
 
 def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
-    """`ranknas shard links` measures this machine's collectives; a study's `sharding.links`
-    and `runtime_ms` then predict a step as this machine runs it."""
+    """`ranknas shard links` measures this machine's collectives and the sharded runtime's
+    own cost a step (a probe model trained as a sharded trial trains); a study's
+    `sharding.links` then predicts a step as this machine runs it."""
     links = tmp_path / "links.json"
     assert main(["shard", "links", "--processes", "2", "--out", str(links)]) == 0
     measured = json.loads(links.read_text())
     assert measured["all_to_all_latency_ms"] > 0 and measured["all_to_all_bytes_per_ms"] > 0
+    # gloo's sharded step carries milliseconds of its own on CPU (6-9 ms on the 2-core VM)
+    assert measured["probe_measured_step_ms"] > measured["probe_predicted_step_ms"]
+    assert measured["runtime_ms"] == pytest.approx(
+        measured["probe_measured_step_ms"] - measured["probe_predicted_step_ms"]
+    )
     cluster = topology(2, links=str(links))
     assert cluster.intra_host_latency_ms == measured["all_to_all_latency_ms"]
     arch = load_architecture("dlrm", SCHEMA)
@@ -140,6 +147,27 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(RanknasError, match="not a file of `ranknas shard links`"):
         topology(2, links=str(tmp_path / "bad.json"))
+
+
+def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):
+    """`sharding.runtime_ms` defaults to the links file's; a number in the config wins, and
+    a file measured before the runtime was (no `runtime_ms`) adds none. A sharded study's
+    devices each take its batch split over the processes."""
+    links = {"all_to_all_latency_ms": 0.2, "all_to_all_bytes_per_ms": 1e6}
+    (tmp_path / "old.json").write_text(json.dumps(links))
+    (tmp_path / "new.json").write_text(json.dumps(links | {"runtime_ms": 6.5}))
+    arch = load_architecture("dlrm", SCHEMA)
+
+    def step(links: str, **sharding) -> dict:
+        config = tiny_config(tmp_path, "x", objectives={"cost": "step_ms"},
+                             sharding={"devices": 2, "links": str(tmp_path / links), **sharding},
+                             training={"batch_size": 256, "processes": 2})  # fmt: skip
+        return architecture_costs(arch, parse_config(config)).step
+
+    assert step("new.json")["runtime_ms"] == 6.5
+    assert step("new.json", runtime_ms=1.0)["runtime_ms"] == 1.0
+    assert step("old.json")["runtime_ms"] == 0.0
+    assert step("new.json")["batch_per_device"] == 128
 
 
 def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path, capsys):

@@ -34,9 +34,11 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from cost_models.sharding.plan import Plan
+from cost_models.sharding.topology import Topology
 from cost_models.sharding.torchrun import torchrun
 from search_space.architecture import Architecture
 from search_space.builder import RankingModel, build_model
+from search_space.errors import RanknasError
 from search_space.schema import DatasetSchema
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
@@ -47,6 +49,9 @@ from trainers.trainer import Parallel, TrainResult, train
 EVAL_BATCH = 8192
 TIMED_AFTER = 3  # steps left out of the step time (warm-up)
 SPLITS = ("train", "valid", "test")
+# the model whose sharded step measures the runtime's own cost: its layers and lookups are
+# a small share of its step, the rest is the runtime's (bench/bench_step_prediction.py)
+RUNTIME_PROBE = "logistic_regression"
 
 
 def train_sharded(
@@ -75,6 +80,59 @@ def train_sharded(
         if (job / "weights.safetensors").exists():
             model.load_state_dict(load_file(job / "weights.safetensors"))
     return result, model
+
+
+def measure_runtime_ms(
+    cluster: Topology, batch_per_device: int = 512, steps: int = 40
+) -> dict[str, Any]:
+    """The sharded runtime's fixed cost per step (the input and output distributions of the
+    ids, awaitables, DDP's hooks), which the parts of a predicted step leave out: a probe
+    model trained as a study's sharded trial trains, on `cluster.num_devices` local
+    processes with `batch_per_device` rows each, its measured step less its predicted one on
+    `cluster` (its measured links). `runtime_ms` is that difference, at least 0."""
+    from cost_models.latency.model import measure_dense_step_ms
+    from cost_models.sharding.cost_net import PACKAGED_MODEL
+    from cost_models.sharding.step import predict_step
+    from search_space.architecture import analyze
+    from search_space.presets import load_architecture
+    from trainers.trainer import resolve_device
+
+    splits = timing_splits(steps, cluster.num_devices * batch_per_device)
+    arch = load_architecture(RUNTIME_PROBE, splits[0].schema)
+    dense_ms = measure_dense_step_ms(arch, batch_per_device, resolve_device("auto"), threads=1)
+    predicted = predict_step(arch, cluster, "size_greedy", str(PACKAGED_MODEL),
+                             batch_per_device, dense_ms, analyze(arch).dense_params)  # fmt: skip
+    plan = Plan.from_dict(predicted["plan"])
+    measured = time_sharded_step(arch, splits, plan, batch_per_device, steps)
+    return {"runtime_ms": max(0.0, measured.step_ms - predicted["step_ms"]),
+            "runtime_probe": RUNTIME_PROBE, "runtime_batch_per_device": batch_per_device,
+            "probe_measured_step_ms": measured.step_ms,
+            "probe_predicted_step_ms": predicted["step_ms"]}  # fmt: skip
+
+
+def timing_splits(steps: int, batch_size: int) -> tuple[TabularData, TabularData, TabularData]:
+    """Synthetic rows (its default schema) whose training split is `steps` full batches."""
+    from trainers.data.synthetic import SyntheticConfig, generate_synthetic
+
+    rows = steps * batch_size * 10 // 8 + 10  # the training split is 0.8 of them
+    return generate_synthetic(SyntheticConfig(rows=rows, seed=0)).split((0.8, 0.1, 0.1), seed=0)
+
+
+def time_sharded_step(
+    arch: Architecture, splits: tuple, plan: Plan, batch_per_device: int, steps: int
+) -> TrainResult:
+    """`steps` steps of `arch` trained as a study's sharded trial trains it (the default
+    recipe), `batch_per_device` rows a step on each of `plan`'s devices: the result's
+    `step_ms` is the slowest rank's median."""
+    from trainers.trainer import resolve_device
+
+    batch_size = plan.num_devices * batch_per_device
+    config = TrainConfig(batch_size=batch_size, max_steps=steps, evals=1,
+                         early_stopping_patience=0, device=resolve_device("auto").type)  # fmt: skip
+    result, _ = train_sharded(arch, splits, config, plan, "timed")
+    if not result.step_ms:  # a run that diverged in these few steps was timed all the same
+        raise RanknasError(f"{arch.name}: the timed sharded run failed: {result.failure_reason}")
+    return result
 
 
 def _failed(reason: str) -> TrainResult:

@@ -92,6 +92,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     links.add_argument("--processes", type=int, default=2, metavar="N",
                        help="local processes to measure between (torchrun)")  # fmt: skip
+    links.add_argument("--batch-size", type=arguments.positive(int), default=512, metavar="N",
+                       help="rows a process takes a step when the runtime's cost is measured "
+                       "(a study's training.batch_size / training.processes)")  # fmt: skip
     links.add_argument("--out", type=Path, required=True, metavar="FILE",
                        help="JSON for `sharding: {links: FILE}` in a study")  # fmt: skip
     links.set_defaults(handler=_handler("cmd_links"))

@@ -258,16 +258,19 @@ def _override(
 
 
 def cmd_links(args: argparse.Namespace) -> int:
-    from cost_models.sharding.links import measure_links
+    from cost_models.sharding.links import measure_links, measured_topology
+    from trainers.sharded import measure_runtime_ms
 
     if args.processes < 2:
         raise RanknasError(
             f"--processes: at least 2 to measure links between, got {args.processes}"
         )
     links = measure_links(args.processes)
+    links |= measure_runtime_ms(measured_topology(links), args.batch_size)
     args.out.write_text(json.dumps(links, indent=2) + "\n")
     print(f"{args.out}: all-to-all {links['all_to_all_latency_ms']:.3f} ms latency, "
           f"{links['all_to_all_bytes_per_ms'] / 1e6:.2f} GB/s; all-reduce "
           f"{links['all_reduce_latency_ms']:.3f} ms, {links['all_reduce_bytes_per_ms'] / 1e6:.2f} "
-          f"GB/s, between {args.processes} processes")  # fmt: skip
+          f"GB/s, between {args.processes} processes; the sharded runtime's own cost "
+          f"{links['runtime_ms']:.2f} ms a step at {args.batch_size} rows a process")  # fmt: skip
     return 0

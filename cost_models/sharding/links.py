@@ -75,10 +75,12 @@ def measured_topology(
 
 
 def read_links(path: str) -> dict[str, float]:
-    """A file of `ranknas shard links`; a clear error if it is not one."""
+    """A file of `ranknas shard links`; a clear error if it is not one. `runtime_ms` (the
+    sharded runtime's fixed cost per step) is 0 in a file measured without it."""
     try:
         data = json.loads(Path(path).read_text())
-        return {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
+        links = {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
+        return links | {"runtime_ms": float(data.get("runtime_ms", 0.0))}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RanknasError(
             f"sharding.links {path}: not a file of `ranknas shard links` "

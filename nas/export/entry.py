@@ -54,7 +54,7 @@ def export_model(
     """Write the export directory (see the module docstring); register it if `register`.
 
     `step`: the trial's predicted training step on the study's cluster, with its plan
-    (`nas.sharding.predict_step`); the export then holds that plan as a torchrec
+    (`cost_models.sharding.step.predict_step`); the export then holds that plan as a torchrec
     `ShardingPlan` (`sharding_plan.json`) and the card says the prediction and its source.
 
     `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
