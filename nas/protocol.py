@@ -282,12 +282,14 @@ def _step(
     else:
         dense_ms = measure_dense_step_ms(arch, batch, device, threads=t.threads)
         source = f"measured on the training device, {device}"
-    runtime_ms = shard.runtime_ms
-    if runtime_ms is None:  # the links file's, where it has one
-        runtime_ms = read_links(shard.links)["runtime_ms"] if shard.links else 0.0
+    measured = read_links(shard.links) if shard.links else {}
+    runtime_ms = (
+        shard.runtime_ms if shard.runtime_ms is not None else measured.get("runtime_ms", 0.0)
+    )
     cluster = topology(shard.devices, shard.hosts, shard.links)
     step = predict_step(arch, cluster, shard.method, shard.model_dir, batch, dense_ms,
-                        analysis.dense_params, pooling_factors, runtime_ms)  # fmt: skip
+                        analysis.dense_params, pooling_factors, runtime_ms,
+                        measured.get("dense_factor", 1.0))  # fmt: skip
     return step | {"dense_source": source}
 
 

@@ -49,9 +49,11 @@ from trainers.trainer import Parallel, TrainResult, train
 EVAL_BATCH = 8192
 TIMED_AFTER = 3  # steps left out of the step time (warm-up)
 SPLITS = ("train", "valid", "test")
-# the model whose sharded step measures the runtime's own cost: its layers and lookups are
-# a small share of its step, the rest is the runtime's (bench/bench_step_prediction.py)
+# the models whose sharded steps measure the runtime's own cost: logistic regression, whose
+# layers and lookups are a small share of its step, and the same with a wide MLP on top,
+# whose dense part is most of it (bench/bench_step_prediction.py)
 RUNTIME_PROBE = "logistic_regression"
+PROBE_MLP = [512, 512]
 
 
 def train_sharded(
@@ -85,29 +87,46 @@ def train_sharded(
 def measure_runtime_ms(
     cluster: Topology, batch_per_device: int = 512, steps: int = 40
 ) -> dict[str, Any]:
-    """The sharded runtime's fixed cost per step (the input and output distributions of the
-    ids, awaitables, DDP's hooks), which the parts of a predicted step leave out: a probe
-    model trained as a study's sharded trial trains, on `cluster.num_devices` local
-    processes with `batch_per_device` rows each, its measured step less its predicted one on
-    `cluster` (its measured links). `runtime_ms` is that difference, at least 0."""
+    """What the parts of a predicted step leave out of a sharded one: the runtime's fixed
+    cost a step (the input and output distributions of the ids, awaitables, DDP's hooks,
+    `runtime_ms`) and the dense part's slowdown beside it (`dense_factor`; on a shared
+    CPU, gloo's threads take cores from the layers). Two probe models are trained as a
+    study's sharded trial trains, on `cluster.num_devices` local processes with
+    `batch_per_device` rows each: their measured steps less their predicted parts (on
+    `cluster`, its measured links) fit `runtime_ms + (dense_factor - 1) x dense part`."""
+    from search_space.architecture import Architecture
+    from search_space.presets import load_architecture
+
+    splits = timing_splits(steps, cluster.num_devices * batch_per_device)
+    small = load_architecture(RUNTIME_PROBE, splits[0].schema)
+    spec = small.to_dict()
+    spec["blocks"].append({"name": "mlp", "op": "mlp", "inputs": ["features"],
+                           "params": {"widths": PROBE_MLP}})  # fmt: skip
+    spec |= {"name": f"{RUNTIME_PROBE}+mlp", "output": "mlp"}
+    large = Architecture.from_dict(spec).bind(splits[0].schema)
+    probes = [_probe(a, cluster, splits, batch_per_device, steps) for a in (small, large)]
+    (dense, left), (dense_large, left_large) = [(p["dense_alone_ms"], p["left_out_ms"])
+                                                for p in probes]  # fmt: skip
+    slowdown = max(0.0, (left_large - left) / max(dense_large - dense, 1e-6))
+    return {"runtime_ms": max(0.0, left - slowdown * dense), "dense_factor": 1.0 + slowdown,
+            "runtime_batch_per_device": batch_per_device, "probes": probes}  # fmt: skip
+
+
+def _probe(arch: Architecture, cluster: Topology, splits, batch_per_device: int, steps: int):
     from cost_models.latency.model import measure_dense_step_ms
     from cost_models.sharding.cost_net import PACKAGED_MODEL
     from cost_models.sharding.step import predict_step
     from search_space.architecture import analyze
-    from search_space.presets import load_architecture
     from trainers.trainer import resolve_device
 
-    splits = timing_splits(steps, cluster.num_devices * batch_per_device)
-    arch = load_architecture(RUNTIME_PROBE, splits[0].schema)
     dense_ms = measure_dense_step_ms(arch, batch_per_device, resolve_device("auto"), threads=1)
     predicted = predict_step(arch, cluster, "size_greedy", str(PACKAGED_MODEL),
                              batch_per_device, dense_ms, analyze(arch).dense_params)  # fmt: skip
     plan = Plan.from_dict(predicted["plan"])
-    measured = time_sharded_step(arch, splits, plan, batch_per_device, steps)
-    return {"runtime_ms": max(0.0, measured.step_ms - predicted["step_ms"]),
-            "runtime_probe": RUNTIME_PROBE, "runtime_batch_per_device": batch_per_device,
-            "probe_measured_step_ms": measured.step_ms,
-            "probe_predicted_step_ms": predicted["step_ms"]}  # fmt: skip
+    measured = time_sharded_step(arch, splits, plan, batch_per_device, steps).step_ms
+    return {"probe": arch.name, "measured_step_ms": measured, "predicted_step_ms":
+            predicted["step_ms"], "dense_alone_ms": dense_ms,
+            "left_out_ms": measured - predicted["step_ms"]}  # fmt: skip
 
 
 def timing_splits(steps: int, batch_size: int) -> tuple[TabularData, TabularData, TabularData]:

@@ -67,6 +67,7 @@ def predict_step(
     dense_params: int,
     pooling_factors: dict[str, float] | None = None,
     runtime_ms: float = 0.0,
+    dense_factor: float = 1.0,
 ) -> dict[str, Any]:
     """The predicted training step (ms) of one device of `cluster`, each device with a batch
     of `batch_size`, and its parts: the dense part measured alone (`dense_ms`: blocks and
@@ -74,8 +75,9 @@ def predict_step(
     gradients (the topology's links), and the most loaded device's embedding lookups
     (forward, backward) and all-to-all traffic under the study's sharder's plan (the
     sharding cost model of `model_dir`, else the one shipped with ranknas), and
-    `runtime_ms`, the sharded runtime's fixed cost per step. The parts run one after
-    another: nothing overlaps."""
+    `runtime_ms`, the sharded runtime's fixed cost per step; `dense_factor`: the dense
+    part's time inside a sharded step over its time alone (`ranknas shard links` measures
+    both). The parts run one after another: nothing overlaps."""
     tables = tables_from_architecture(arch, pooling_factors)
     plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     cost_dir = model_dir if (Path(model_dir) / "cost_net.json").exists() else str(PACKAGED_MODEL)
@@ -86,9 +88,12 @@ def predict_step(
     allreduce_ms = cluster.allreduce_ms(4 * dense_params / 1e6)
     embedding_ms = float(per_device[busiest, :2].sum())
     comm_ms = float(per_device[busiest, 2])
+    in_step_ms = dense_ms * dense_factor
     return {
-        "step_ms": dense_ms + allreduce_ms + embedding_ms + comm_ms + runtime_ms,
-        "dense_ms": dense_ms,
+        "step_ms": in_step_ms + allreduce_ms + embedding_ms + comm_ms + runtime_ms,
+        "dense_ms": in_step_ms,
+        "dense_alone_ms": dense_ms,
+        "dense_factor": dense_factor,
         "runtime_ms": runtime_ms,
         "allreduce_ms": allreduce_ms,
         "embedding_ms": embedding_ms,

@@ -55,6 +55,7 @@ def _step_section(step: Mapping[str, Any]) -> str:
         (
             "dense blocks and head, forward and backward ("
             + step.get("dense_source", "measured on the training device")
+            + _slowdown(step.get("dense_factor", 1.0))
             + ")",
             step["dense_ms"],
         ),
@@ -65,7 +66,7 @@ def _step_section(step: Mapping[str, Any]) -> str:
             step["embedding_ms"],
         ),
         ("its all-to-all traffic (sharding cost model and topology)", step["all_to_all_ms"]),
-        ("the sharded runtime's fixed cost (`sharding.runtime_ms`)", step.get("runtime_ms", 0.0)),
+        ("the sharded runtime's fixed cost (`ranknas shard links`)", step.get("runtime_ms", 0.0)),
     ]
     rows = [(what, f"{ms:.3f}") for what, ms in parts] + [
         ("**step**", f"**{step['step_ms']:.3f}**")
@@ -78,6 +79,12 @@ def _step_section(step: Mapping[str, Any]) -> str:
         "the torchrec `ShardingPlan` it makes for `embedding_bags`). The parts run one "
         f"after another. Cost model: {step['cost_model']}.\n\n" + _table(["part", "ms"], rows)
     )
+
+
+def _slowdown(factor: float) -> str:
+    if factor == 1.0:
+        return ""
+    return f"; x{factor:.2f} inside a sharded step, as `ranknas shard links` measured"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
