@@ -336,12 +336,16 @@ def _study_commands(command, commands) -> None:
     export.add_argument("--register", metavar="NAME",
                         help="also register the model under NAME in the MLflow "
                         "registry")  # fmt: skip
+    export.add_argument("--alias", metavar="NAME",
+                        help="the registry alias --register points at the version (default: "
+                        "champion for the study's best trial, none for another)")  # fmt: skip
     export.add_argument("--tracking-uri", metavar="URI",
                         help="MLflow server for --register (default: the study config's, "
                         "else $MLFLOW_TRACKING_URI, else http://127.0.0.1:5000)")  # fmt: skip
     export.add_argument("--force", action="store_true",
                         help="export a diverged trial (validation NE >= 1) anyway, or into "
-                        "a directory that holds other files (never a study's own)")  # fmt: skip
+                        "a directory that holds other files or another model's export "
+                        "(never a study's own)")  # fmt: skip
 
 
 def _tool_commands(command, commands) -> None:

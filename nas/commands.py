@@ -414,13 +414,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     trial = leaderboard.best_trial(study, args.trial, force=args.force)
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     if not (trial_dir / WEIGHTS_FILE).exists():  # said before torch is loaded
-        raise RanknasError(f"trial {trial.number}: weights not found at {trial_dir / WEIGHTS_FILE}")
+        raise RanknasError(_weights_elsewhere(trial, trial_dir / WEIGHTS_FILE))
     from nas.export import check_out_dir, export_model  # torch from here on
     from search_space.schema import DatasetSchema
 
-    check_out_dir(Path(args.out), _study_dirs(study, config), args.force)
-    tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
     weights = _trial_weights(trial.number, trial_dir)
+    check_out_dir(Path(args.out), _study_dirs(study, config), args.force, weights)
+    tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
+    best = leaderboard.study_best(study)
+    is_best = best is not None and best["trial"] == trial.number
+    alias = args.alias or ("champion" if is_best else None)
     arch = read_architecture(trial_dir)
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
@@ -434,17 +437,34 @@ def cmd_export(args: argparse.Namespace) -> int:
         preprocessing=preprocessing,
         register=args.register,
         tracking_uri=tracking_uri,
+        alias=alias,
         provenance=_provenance(study, trial, metrics),
         source_run_id=_trial_run(tracking_uri, study.study_name, trial.number),
         step=read_step(trial_dir),
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if result.reused_version:
+        points = f"@{result.alias} points at it" if result.alias else "no alias moved"
         print(f"{result.model_name} version {result.model_version} holds this model already: "
-              f"no new version; @{result.alias} points at it")  # fmt: skip
-    elif args.register:
+              f"no new version; {points}")  # fmt: skip
+    elif args.register and result.alias:
         print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")
+    elif args.register:
+        print(f"registered {result.model_name} version {result.model_version}, no alias: trial "
+              f"{trial.number} is not the study's best (--alias NAME sets one); load it as "
+              f"{result.model_uri}")  # fmt: skip
     return 0
+
+
+def _weights_elsewhere(trial, path: Path) -> str:
+    """A trial's weights stay where its worker wrote them: say where, and what to do."""
+    from nas.trial_record import TrialAttr
+
+    worker = trial.user_attrs.get(TrialAttr.WORKER)  # host:pid
+    by = f" by worker {worker}" if worker else ""
+    return (f"trial {trial.number}: weights not found at {path} (trained{by}); export on "
+            "the machine that trained it, or give every worker an output_dir on a shared "
+            "file system")  # fmt: skip
 
 
 def _study_dirs(study, config) -> set[Path]:

@@ -446,7 +446,7 @@ class ShardingConfig(_Section):
         default=None,
         ge=0,
         description="the sharded runtime's fixed cost per step, added to predicted steps; "
-        "default: the one `ranknas shard links` measured into the links file, else 0 (7-9 ms "
+        "default: the one `ranknas shard links` measured into the links file, else 0 (4-7 ms "
         "on a 2-core CPU with gloo)",
     )
 

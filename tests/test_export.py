@@ -411,6 +411,14 @@ def test_registered_model_reproduces_predictions(
     assert int(changed.model_version) == int(result.model_version) + 1
     moved = client.get_model_version_by_alias("ranknas-mixed", "champion")
     assert moved.version == changed.model_version
+    third = {k: v + 2 if v.is_floating_point() else v for k, v in state.items()}
+    unaliased = export_model(case.arch, third, METRICS, tmp_path / "third", schema=SCHEMA,
+                             register="ranknas-mixed", tracking_uri=server.uri,
+                             alias=None)  # fmt: skip
+    assert unaliased.model_uri == f"models:/ranknas-mixed/{unaliased.model_version}"
+    kept = client.get_model_version_by_alias("ranknas-mixed", "champion")
+    assert kept.version == changed.model_version  # not the study's best: no alias moved
+    assert "without an alias" in (tmp_path / "third" / "model_card.md").read_text()
 
 
 def test_hostile_column_and_feature_names_cannot_break_the_generated_module(

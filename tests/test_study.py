@@ -687,7 +687,8 @@ def two_trials(tmp_path_factory):
 def test_export_never_writes_over_files_it_did_not_write_unless_forced(
     two_trials, tmp_path, capsys
 ):
-    """A person's own architecture.json was replaced by an export into its directory."""
+    """A person's own architecture.json was replaced by an export into its directory, and
+    an export of another trial replaced an earlier one without a word."""
     _, storage = two_trials
     own = tmp_path / "mine"
     own.mkdir()
@@ -701,7 +702,17 @@ def test_export_never_writes_over_files_it_did_not_write_unless_forced(
 
     fresh = tmp_path / "fresh"
     assert main(["export", "two", *storage, "--out", str(fresh)]) == 0
-    assert main(["export", "two", *storage, "--out", str(fresh), "--trial", "1"]) == 0  # its own
+    capsys.readouterr()
+    assert main(["export", "two", *storage, "--out", str(fresh)]) == 0  # the same model again
+    exported = {p.name: p.read_bytes() for p in fresh.iterdir()}
+    best = leaderboard.study_best(load_study("two", storage[1]))["trial"]
+    other = str(1 - best)
+    assert main(["export", "two", *storage, "--out", str(fresh), "--trial", other]) == 2
+    err = capsys.readouterr().err
+    assert "holds the export of another model" in err and "--force" in err, err
+    assert {p.name: p.read_bytes() for p in fresh.iterdir()} == exported
+    assert main(["export", "two", *storage, "--out", str(fresh), "--trial", other, "--force"]) == 0
+    assert (fresh / "model.safetensors").read_bytes() != exported["model.safetensors"]
 
 
 def test_export_never_writes_into_the_study_s_own_directories_even_forced(two_trials, capsys):

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from nas.diagram import diagram_png
@@ -45,7 +45,7 @@ def export_model(
     schema: DatasetSchema | None = None,
     register: str | None = None,
     tracking_uri: str | None = None,
-    alias: str = "champion",
+    alias: str | None = "champion",
     preprocessing: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
     source_run_id: str | None = None,
@@ -137,10 +137,13 @@ def sharding_export(arch: Architecture, step: Mapping[str, Any]) -> dict[str, An
     }
 
 
-def check_out_dir(out: Path, records: Iterable[Path], force: bool) -> None:
+def check_out_dir(
+    out: Path, records: Iterable[Path], force: bool, weights: Mapping[str, torch.Tensor]
+) -> None:
     """Refuse to export into `out` where that would overwrite files that are not an earlier
-    export's (a person's own: unless `force`), or a study's records (a directory in
-    `records`, or one that holds a trial's metrics: even with `force`)."""
+    export of these `weights` (another model's export, or a person's own files: unless
+    `force`), or a study's records (a directory in `records`, or one that holds a trial's
+    metrics: even with `force`)."""
     inside = next((r for r in records if _within(out, r)), None)
     if inside is not None or (out / METRICS_FILE).exists():
         where = f"inside the study's directory {inside}" if inside else "a trial's record"
@@ -155,6 +158,19 @@ def check_out_dir(out: Path, records: Iterable[Path], force: bool) -> None:
         raise RanknasError(f"--out {out} holds files that are not an earlier export ({shown}); "
                            "choose a new or empty directory, or pass --force to write over "
                            "them")  # fmt: skip
+    if (out / WEIGHTS_FILE).exists() and not _same_weights(out / WEIGHTS_FILE, weights):
+        raise RanknasError(f"--out {out} holds the export of another model (see its "
+                           f"{CARD_FILE}); choose a new directory, or pass --force to replace "
+                           "it")  # fmt: skip
+
+
+def _same_weights(path: Path, weights: Mapping[str, torch.Tensor]) -> bool:
+    try:
+        there = load_file(str(path))
+    except Exception:  # not readable as safetensors: not this export's
+        return False
+    mine = _storable(weights)
+    return there.keys() == mine.keys() and all(torch.equal(there[k], mine[k]) for k in mine)
 
 
 def _within(path: Path, directory: Path) -> bool:

@@ -24,7 +24,7 @@ def _model_card(
     columns: _Columns,
     arch_digest: str,
     register: str | None = None,
-    alias: str = "champion",
+    alias: str | None = "champion",
     provenance: Mapping[str, Any] | None = None,
     step: Mapping[str, Any] | None = None,
 ) -> str:
@@ -174,7 +174,7 @@ def _blocks_table(analysis: Analysis) -> str:
     )
 
 
-def _loading_section(register: str | None, alias: str) -> str:
+def _loading_section(register: str | None, alias: str | None) -> str:
     text = f"""
         - `{ARCHITECTURE_FILE}`: the architecture spec (`Architecture.load` in ranknas).
         - `{WEIGHTS_FILE}`: the weights, a state dict in safetensors format.
@@ -201,11 +201,19 @@ def _loading_section(register: str | None, alias: str) -> str:
         In ranknas: `nas.export.load_exported("path/to/this/directory")`.
     """
     text = textwrap.dedent(text).strip()
-    if register:
+    if register and alias:
         text += (
             f"\n\nRegistered in the MLflow Model Registry as `{register}` with the alias "
             f'`{alias}`: `mlflow.pyfunc.load_model("models:/{register}@{alias}").predict(df)` '
             "takes a DataFrame with the dense and categorical columns above and returns click "
             "probabilities."
+        )
+    elif register:
+        text += (
+            f"\n\nRegistered in the MLflow Model Registry as a version of `{register}`, "
+            "without an alias (not the study's best): "
+            f'`mlflow.pyfunc.load_model("models:/{register}/VERSION").predict(df)`, with the '
+            "version `ranknas export` printed, takes a DataFrame with the dense and "
+            "categorical columns above and returns click probabilities."
         )
     return text

@@ -163,12 +163,13 @@ def _register(
     columns: _Columns,
     name: str,
     tracking_uri: str | None,
-    alias: str,
+    alias: str | None,
     source_run_id: str | None = None,
 ) -> ExportResult:
     """Register the export as a version of `name` (a pyfunc model from code) and point the
-    alias at it; the same export registered again (architecture, weights and preprocessing
-    alike) reuses its version. The model card is the version's description."""
+    alias at it (None: no alias); the same export registered again (architecture, weights
+    and preprocessing alike) reuses its version. The model card is the version's
+    description."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -187,11 +188,13 @@ def _register(
             client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
             client.set_model_version_tag(name, version, FINGERPRINT_TAG, fingerprint)
             client.update_model_version(name, version, result.model_card.read_text())
-        client.set_registered_model_alias(name, alias, version)
+        if alias is not None:
+            client.set_registered_model_alias(name, alias, version)
     except MlflowException as exc:
         raise RanknasError(f"registering {name!r} at {uri} failed: {exc.message}") from exc
+    model_uri = f"models:/{name}@{alias}" if alias else f"models:/{name}/{version}"
     return replace(result, model_name=name, model_version=version, alias=alias,
-                   model_uri=f"models:/{name}@{alias}", reused_version=reused)  # fmt: skip
+                   model_uri=model_uri, reused_version=reused)  # fmt: skip
 
 
 FINGERPRINT_TAG = "ranknas_fingerprint"
