@@ -221,6 +221,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     paired = None
     if basis != "recorded runs":
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
+    same = best.get("digest") is not None and best.get("digest") == base.get("digest")
     return {
         "basis": basis,
         "paired": paired,
@@ -235,17 +236,22 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         if best.get("step_ms") and base.get("step_ms")
         else None,
         "step_devices": study.user_attrs.get(StudyAttr.STEP_DEVICES),
-        "search_wins": best["val_ne"] < base["val_ne"],
+        "search_wins": best["val_ne"] < base["val_ne"] and not same,
+        "same_architecture": same,
         "test_agrees": None
         if delta_test is None
         else (delta_test < 0) == (best["val_ne"] < base["val_ne"]),
         "not_compared": not_compared,
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
-        "dominated_baselines": [
-            b["baseline"] for b in bases if any(_dominates(r, b, cost_key(study)) for r in found)
-        ],
+        "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
     }
+
+
+def _dominated(base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study) -> bool:
+    """Whether a found architecture, other than the baseline's own, dominates it."""
+    key = cost_key(study)
+    return any(_dominates(r, base, key) and r["digest"] != base["digest"] for r in found)
 
 
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
@@ -289,8 +295,16 @@ def format_verdict(v: dict[str, Any]) -> str:
     the dominated baselines; on seed means, whether the difference is beyond the seeds'
     noise, on single runs, that they are single runs."""
     found, base = v["best_trial"], v["best_baseline"]
-    outcome = "the search wins" if v["search_wins"] else "the baseline wins"
-    if v.get("test_agrees") is False:
+    p = (v.get("paired") or {}).get("p_value", 0.0)
+    lower = "the search's" if v["delta_val_ne"] < 0 else "the baseline's"
+    if v.get("same_architecture"):
+        outcome = (f"no win: the search's best is baseline {base['baseline']}'s own "
+                   "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
+    elif v.get("paired") and (p is None or p >= SIGNIFICANCE):
+        outcome = f"a tie within seed noise ({lower} mean is lower)"
+    else:
+        outcome = "the search wins" if v["search_wins"] else "the baseline wins"
+    if v.get("test_agrees") is False and not v.get("same_architecture"):
         outcome += " on validation only (test NE disagrees)"
     test = ("" if v["delta_test_ne"] is None else
             f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "

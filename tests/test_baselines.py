@@ -118,6 +118,39 @@ def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
     assert ("reevaluate" in text) == (basis == "recorded runs")
 
 
+def _verdict_of(**fields) -> dict:
+    return {
+        "basis": "seed means over 3 fresh seeds",
+        "best_trial": {"trial": 4, "val_ne": 0.9168, "test_ne": 0.91, "mflops": 1.0},
+        "best_baseline": {"baseline": "dlrm", "val_ne": 0.9189, "test_ne": 0.92, "mflops": 1.0},
+        "delta_val_ne": -0.0021,
+        "delta_test_ne": -0.01,
+        "flops_ratio": 1.0,
+        "search_wins": True,
+        "test_agrees": True,
+        "not_compared": [],
+        "dominated_baselines": [],
+    } | fields  # fmt: skip
+
+
+def test_a_win_within_seed_noise_is_called_a_tie_in_the_headline():
+    """The headline said "the search wins" and the next line "p=0.78: within seed noise"."""
+    paired = {"seeds": 3, "found_better": 2, "delta_val_ne_sd": 0.01}
+    tie = format_verdict(_verdict_of(paired=paired | {"p_value": 0.78}))
+    assert "a tie within seed noise (the search's mean is lower): trial 4" in tie
+    assert "the search wins" not in tie
+    win = format_verdict(_verdict_of(paired=paired | {"p_value": 0.01}))
+    assert "the search wins: trial 4" in win and "beyond seed noise" in win
+
+
+def test_the_search_finding_the_baseline_itself_is_no_win():
+    """A trial of the baseline's own architecture "won" by a luckier seed, and dominated it."""
+    v = _verdict_of(same_architecture=True, search_wins=False)
+    text = format_verdict(v)
+    assert "no win: the search's best is baseline dlrm's own architecture" in text
+    assert "the search wins" not in text
+
+
 def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_path, capsys):
     config = _config(tmp_path, "later", baselines=(), budget={"trials": 2})
     path = write_config(tmp_path, config)
