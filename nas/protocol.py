@@ -17,7 +17,7 @@ import optuna
 from cost_models.sharding.links import read_links
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
-from nas.config import DEFAULT_EXAMPLES, StudyConfig
+from nas.config import DEFAULT_EXAMPLES, DataConfig, StudyConfig
 from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
@@ -63,6 +63,8 @@ def prepare_data(config: StudyConfig) -> StudyData:
     if d.stream.enabled:
         return _prepare_stream(config)
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
+    if d.source != "synthetic":
+        options |= _bad_row_limits(d)
     if d.source == "synthetic" and d.cardinalities:
         options["cardinalities"] = tuple(d.cardinalities)
     if d.split.column and d.source != "synthetic" and not d.source.startswith("criteo:"):
@@ -77,6 +79,10 @@ def prepare_data(config: StudyConfig) -> StudyData:
     return StudyData(train_part, valid, test, bayes, described, fitted)
 
 
+def _bad_row_limits(d: DataConfig) -> dict[str, Any]:
+    return {"max_bad_rows": d.max_bad_rows, "max_bad_fraction": d.max_bad_fraction}
+
+
 def fit_on_training(train: TabularData, setting: str, source: str) -> dict[str, Any]:
     """What the training split fits: the ids of categorical columns read by name always
     (validation and test values must not enter a vocabulary), the dense transforms where
@@ -89,7 +95,7 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     from trainers.data.stream import StreamOptions, open_stream
 
     d, s = config.data, config.data.stream
-    options = StreamOptions(**s.model_dump(exclude={"enabled"}))
+    options = StreamOptions(**s.model_dump(exclude={"enabled"}) | _bad_row_limits(d))
     dense = wants_preprocessing(d.preprocessing, d.source)
     data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
                        dense_preprocessing=dense)  # fmt: skip
@@ -174,7 +180,8 @@ def _prepare_files(config: StudyConfig) -> StudyData:
     """Train, validation and test from three files, as the user split them; the vocabularies
     (and with `preprocessing: auto` the dense transforms) come from the training file."""
     d = config.data
-    parts = [load_dataset(path, d.schema_path) for path in (d.train, d.valid, d.test)]
+    parts = [load_dataset(path, d.schema_path, **_bad_row_limits(d))
+             for path in (d.train, d.valid, d.test)]  # fmt: skip
     fitted = fit_preprocessing(parts[0], dense=d.preprocessing == "auto")
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     described = f"from files (train {d.train}, validation {d.valid}, test {d.test})"

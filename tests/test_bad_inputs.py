@@ -393,3 +393,24 @@ def test_a_study_refused_for_its_data_leaves_no_directory_behind(tmp_path, capsy
     assert main(["search", path]) == 2
     assert "absent.csv: no such file" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()  # it was made before the data was read
+
+
+def test_too_many_malformed_rows_name_the_settings_that_raise_the_limit(
+    tmp_path, capsys, caplog
+):
+    """The error said "raise the limits max_bad_rows / max_bad_fraction", which no config
+    or option had; they are `data:` settings of a study now."""
+    csv, schema = tmp_path / "clicks.csv", tmp_path / "schema.yaml"
+    rows = [f"{2 if i % 10 == 0 else int(i % 7 < 3)},{i}.5,s{i % 7}" for i in range(3000)]
+    csv.write_text("y,price,shop\n" + "\n".join(rows) + "\n")
+    schema.write_text("label: y\ndense: [price]\ncategorical: [shop]\n")
+    data = {"source": str(csv), "schema": str(schema), "split": {"method": "random"}}
+    budget = {"trials": 1, "epochs_per_trial": 1}
+    assert main(["search", _study(tmp_path, data=data, budget=budget)]) == 2
+    err = capsys.readouterr().err
+    assert "300 malformed lines of 3000 lines" in err and "Traceback" not in err
+    assert "data.max_bad_fraction, now 0.01" in err, err
+    tolerant = tiny_config(tmp_path, "tolerant", data=data | {"max_bad_fraction": 0.2},
+                           budget=budget)  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, tolerant)), "--no-mlflow"]) == 0
+    assert "skipped 300 malformed lines" in caplog.text

@@ -48,6 +48,9 @@ def load_dataset(
                 "`ranknas data schema FILE --label COLUMN` infers one"
             )
         return _call(load_tabular, spec, options, spec, schema_path)
+    if Path(spec).is_dir():
+        raise RanknasError(f"data set {spec!r} is a directory: give one file of it, or stream "
+                           "a directory of Parquet files (data.stream: true)")  # fmt: skip
     raise RanknasError(f"data set {spec!r}: unknown kind; {SPEC_HELP}")
 
 

@@ -103,6 +103,6 @@ class BadRowLimits:
         raise RanknasError(
             f"{report.source}: {report.bad} malformed {report.unit}s {where} "
             f"({report.describe()}); the load stopped. Fix the file, or raise the limits "
-            f"max_bad_rows (now {self.max_bad_rows}) / max_bad_fraction "
-            f"(now {self.max_bad_fraction})."
+            f"(a study config's data.max_bad_rows, now {self.max_bad_rows}, and "
+            f"data.max_bad_fraction, now {self.max_bad_fraction})."
         )
