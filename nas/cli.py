@@ -507,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like, which stopped reading
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
     except Exception as exc:
         if not _storage_failure(exc):
             raise
@@ -518,9 +521,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{interrupted(args)}", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stderr.close()
-        return 0
     finally:
         progress.configure(enabled=False)  # for callers that go on (tests)
 

@@ -27,6 +27,14 @@ def test_help_lists_the_commands():
         assert command in result.stdout
 
 
+def test_output_into_a_pipe_that_closes_early_is_no_error():
+    """`ranknas leaderboard STUDY | head -1` ended in a BrokenPipeError traceback, exit 1."""
+    piped = f"{sys.executable} -m nas.cli presets | true; echo rc=${{PIPESTATUS[0]}}"
+    result = subprocess.run(["bash", "-c", piped], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+    assert result.stdout.strip() == "rc=0"
+
+
 def every_parser(
     parser: argparse.ArgumentParser, path: str = "ranknas"
 ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
