@@ -110,12 +110,16 @@ class DataConfig(_Section):
     )
 
     max_bad_rows: int | None = Field(
-        default=1000, ge=0, description="malformed rows a load skips before it stops (null: "
+        default=1000,
+        ge=0,
+        description="malformed rows a load skips before it stops (null: "
         "no limit); each skipped row is named in a warning",
     )
     max_bad_fraction: float | None = Field(
-        default=0.01, ge=0, le=1, description="the share of malformed rows a load accepts "
-        "(null: no limit)",
+        default=0.01,
+        ge=0,
+        le=1,
+        description="the share of malformed rows a load accepts (null: no limit)",
     )
     stream: StreamConfig = Field(
         default=StreamConfig(),

@@ -27,7 +27,7 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
                     "failure_reason")  # fmt: skip
 
 
-def _state(trial: FrozenTrial) -> str:
+def trial_state(trial: FrozenTrial) -> str:
     """Optuna's state, `skipped` (over a constraint, told as pruned without training) or
     `repeat` (an architecture trained before, told with that trial's result)."""
     if trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
@@ -39,7 +39,7 @@ def _state(trial: FrozenTrial) -> str:
 
 def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
-    row = {"trial": trial.number, "state": _state(trial)}
+    row = {"trial": trial.number, "state": trial_state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
     if row["state"] == "complete" and row["runs"] is None:
         row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
@@ -57,7 +57,7 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
                     key=lambda r: r["mean_val_ne"])  # fmt: skip
     rest = [r for r in complete if r["mean_val_ne"] is None and r not in first]
     trials = study.get_trials(deepcopy=False)
-    others = [trial_row(t) for t in trials if _state(t) != "complete"] if include_all else []
+    others = [trial_row(t) for t in trials if trial_state(t) != "complete"] if include_all else []
     return [*first, *meaned, *rest, *others]
 
 
@@ -65,7 +65,7 @@ def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Complete trials by the first objective (an architecture proposed again is listed
     once, as first trained), with their seed means once re-evaluated."""
     means = _seed_means(study)
-    complete = sorted((t for t in study.get_trials(deepcopy=False) if _state(t) == "complete"),
+    complete = sorted((t for t in study.get_trials(deepcopy=False) if trial_state(t) == "complete"),
                       key=lambda t: t.values[0])  # fmt: skip
     table = []
     for t in complete:
@@ -371,7 +371,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0}
     for t in trials:
-        counts[_state(t)] += 1
+        counts[trial_state(t)] += 1
     best = study_best(study)
     return {
         "study": study.study_name,
@@ -398,8 +398,10 @@ def status(study: optuna.Study) -> dict[str, Any]:
 
 
 def _devices(trials: list[FrozenTrial]) -> dict[str, int]:
-    """Trials trained on each device (workers pinned to GPUs: one entry per GPU)."""
-    devices = [t.user_attrs[TrialAttr.DEVICE] for t in trials if TrialAttr.DEVICE in t.user_attrs]
+    """Trials trained on each device (workers pinned to GPUs: one entry per GPU); not the
+    ones skipped untrained or told a repeat's result."""
+    trained = [t for t in trials if trial_state(t) not in ("skipped", "repeat")]
+    devices = [t.user_attrs[TrialAttr.DEVICE] for t in trained if TrialAttr.DEVICE in t.user_attrs]
     return dict(sorted(collections.Counter(devices).items()))
 
 

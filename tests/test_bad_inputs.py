@@ -395,9 +395,7 @@ def test_a_study_refused_for_its_data_leaves_no_directory_behind(tmp_path, capsy
     assert not (tmp_path / "runs").exists()  # it was made before the data was read
 
 
-def test_too_many_malformed_rows_name_the_settings_that_raise_the_limit(
-    tmp_path, capsys, caplog
-):
+def test_too_many_malformed_rows_name_the_settings_that_raise_the_limit(tmp_path, capsys, caplog):
     """The error said "raise the limits max_bad_rows / max_bad_fraction", which no config
     or option had; they are `data:` settings of a study now."""
     csv, schema = tmp_path / "clicks.csv", tmp_path / "schema.yaml"

@@ -49,6 +49,31 @@ def _search(path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def test_the_display_and_status_tell_a_skipped_trial_from_a_trained_one():
+    """The one display said "trial 2 pruned on cpu" of a trial skipped untrained for its
+    FLOPs, and `status` counted it as trained on cpu."""
+    from optuna.trial import create_trial
+
+    from nas.launch import _line
+    from nas.leaderboard import _devices
+    from nas.trial_record import TrialAttr
+
+    why = "0.544 MFLOPs exceeds objectives.max_mflops (0.3)"
+    skipped = create_trial(
+        state=TrialState.PRUNED,
+        user_attrs={
+            TrialAttr.OVER_CONSTRAINT: True,
+            TrialAttr.FAILURE_REASON: why,
+            TrialAttr.DEVICE: "cpu",
+        },
+    )
+    trained = create_trial(value=0.9, user_attrs={TrialAttr.DEVICE: "cpu", "val_ne": 0.9})
+    skipped.number, trained.number = 2, 3
+    assert _line(skipped) == f"trial 2 skipped untrained: {why}"
+    assert _line(trained) == "trial 3 complete val NE 0.9000 on cpu"
+    assert _devices([skipped, trained]) == {"cpu": 1}
+
+
 def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     trials = 5
     config = tiny_config(tmp_path, "two", budget={"trials": trials},
