@@ -247,7 +247,11 @@ class _Writer:
 
     def _study(self, record: dict[str, Any]) -> None:
         run_id = self._parent_run(record)
-        self._log_batch(run_id, record)
+        # a worker that joins from another directory names the data by another path: the
+        # first worker's params stand (MLflow refuses to change a param's value)
+        logged = self._client.get_run(run_id).data.params
+        fresh = {k: v for k, v in record["params"].items() if k not in logged}
+        self._log_batch(run_id, record | {"params": fresh})
         self._client.update_run(run_id, status="RUNNING")
         view = study_view(record["study"], record.get("reevaluated", False))
         self._client.set_experiment_tag(self._experiment_id(record["experiment"]),

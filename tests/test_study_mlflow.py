@@ -142,6 +142,23 @@ def test_a_study_logs_a_parent_run_and_a_nested_run_per_trial(tmp_path, server):
     assert study.trials[int(summary_tags["best_trial"])].values[0] == best
 
 
+def test_a_worker_joining_from_another_directory_is_logged_without_a_refusal(
+    tmp_path, server, caplog
+):
+    """A worker whose config named the data by another path had its study record refused
+    ("Changing param values is not allowed"): the first worker's params stand."""
+    first = StudyLogger(server.uri, tmp_path / "a" / "outbox", request_timeout_s=5)
+    second = StudyLogger(server.uri, tmp_path / "b" / "outbox", request_timeout_s=5)
+    first.start_study("joined", params={"data": {"source": "clicks.csv"}, "seed": 0})
+    assert first.flush(timeout_s=30) == 0
+    second.start_study("joined", params={"data": {"source": "/m2/clicks.csv"}, "seed": 0},
+                       tags={"joined_by": "m2"})  # fmt: skip
+    assert second.flush(timeout_s=30) == 0 and "refused" not in caplog.text, caplog.text
+    parent, _ = _runs(MlflowClient(tracking_uri=server.uri), "joined")
+    assert parent.data.params["data.source"] == "clicks.csv"
+    assert parent.data.tags["joined_by"] == "m2"  # the rest of its record was delivered
+
+
 def test_mlflow_stopped_in_the_middle_of_a_study_loses_no_record(tmp_path, server, server_config):
     config, logger = _study(tmp_path, server, "outage", trials=4)
     seen = []
