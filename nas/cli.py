@@ -262,8 +262,9 @@ def _study_commands(command, commands) -> None:
             help="a study name (looked up in --storage), or the study's YAML (.yaml/.yml: its "
             "name and storage)",
         )  # fmt: skip
-        sub.add_argument("--storage", metavar="URL", default=DEFAULT_STORAGE,
-                         help="Optuna storage URL that holds a study given by name")  # fmt: skip
+        sub.add_argument("--storage", metavar="URL",
+                         help="Optuna storage URL that holds the study (default: the YAML's, "
+                         f"else {DEFAULT_STORAGE})")  # fmt: skip
 
     status = command("status", handlers.cmd_status, "trials done / running / failed, best so far")
     study_args(status)

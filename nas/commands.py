@@ -204,13 +204,15 @@ def _study_config(args: argparse.Namespace):
 
 def _study(args: argparse.Namespace, config=None):
     """The study named by `args.study`: a study name (in `--storage`), or a study YAML
-    (`config`, if already parsed), whose name and storage are then used."""
+    (`config`, if already parsed), whose name and storage (unless `--storage` is given)
+    are then used."""
+    from nas.defaults import DEFAULT_STORAGE
     from nas.storage import load_study
 
     config = config or _study_config(args)
     if config is not None:
-        return load_study(config.name, config.storage)
-    return load_study(args.study, args.storage)
+        return load_study(config.name, args.storage or config.storage)
+    return load_study(args.study, args.storage or DEFAULT_STORAGE)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

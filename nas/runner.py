@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import signal
 import socket
@@ -984,7 +985,8 @@ def _progress_line(
         )
     line = (
         f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
-        f"(best {best:.4f})  {record['metrics'].get('mflops', 0):.3f} MFLOPs  "
+        f"(best {f'{best:.4f}' if math.isfinite(best) else '-'})  "
+        f"{record['metrics'].get('mflops', 0):.3f} MFLOPs  "
         f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"
     )
     return line, done, best

@@ -100,8 +100,20 @@ def _tables(tmp_path, entry: str) -> list[str]:
             "--method", "random"]  # fmt: skip
 
 
+def _empty_data(tmp_path) -> list[str]:
+    (tmp_path / "empty.csv").write_text("")
+    return ["data", "schema", str(tmp_path / "empty.csv"), "--label", "y"]
+
+
+def _directory_as_data(tmp_path) -> list[str]:
+    (tmp_path / "logs").mkdir()
+    return ["train", "--arch", "dlrm", "--data", str(tmp_path / "logs")]
+
+
 CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
+    "an empty data file": (_empty_data, "empty.csv: the file is empty; give a file with a header"),
+    "a directory as the data": (_directory_as_data, "is a directory: give one file of it"),
     "true as the number of trials (read as 1)": (
         lambda p: ["search", _study(p, budget={"trials": True})],
         "budget.trials: true is not a number",

@@ -715,6 +715,15 @@ def test_export_never_writes_over_files_it_did_not_write_unless_forced(
     assert (fresh / "model.safetensors").read_bytes() != exported["model.safetensors"]
 
 
+def test_storage_given_with_a_config_is_the_one_read(two_trials, tmp_path, capsys):
+    """`status CONFIG --storage URL` read the config's storage and ignored the flag."""
+    config, storage = two_trials
+    elsewhere = config | {"storage": f"sqlite:///{tmp_path / 'empty.db'}"}
+    path = str(write_config(tmp_path, elsewhere))
+    assert main(["status", path, *storage]) == 0
+    assert "study two: 2 complete" in capsys.readouterr().out
+
+
 def test_export_never_writes_into_the_study_s_own_directories_even_forced(two_trials, capsys):
     """An export into another trial's directory overwrote that trial's weights: its digest
     then no longer matched the leaderboard's."""

@@ -377,7 +377,8 @@ def _check_diverged(result: TrainResult) -> None:
     elif not ne < 1.0:
         result.status = "failed"
         result.failure_reason = (
-            f"diverged: validation NE {ne:.4f} >= 1.0 (worse than predicting the base rate)"
+            f"diverged: validation NE {ne:.4f} >= 1.0 (worse than predicting the base rate: "
+            "the run diverged or overfit; fewer epochs or a lower learning rate may help)"
         )
 
 

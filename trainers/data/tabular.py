@@ -482,6 +482,9 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
         fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
         return RanknasError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8 (pandas: {fix})")
+    if path.is_file() and path.stat().st_size == 0:
+        return RanknasError(f"{path}: the file is empty; give a file with a header line of "
+                            "column names and rows below it")  # fmt: skip
     return RanknasError(f"{path}: cannot read the file ({exc})")
 
 
