@@ -476,6 +476,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _interrupt_once(signum: int, frame: object) -> None:
+    """A launch's worker stops at the first SIGINT or SIGTERM and ignores the rest: a
+    terminal's Ctrl-C reaches it and the launcher then sends its own (`launch._stop`), and
+    that second one cut the recording of the interrupted trial short (left RUNNING, failed
+    later as "died") or landed in the interpreter's exit (a KeyboardInterrupt traceback in
+    an atexit callback). The launcher kills a worker that does not end in time."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _profiled(handler, args: argparse.Namespace) -> int:
     """The command, under cProfile where RANKNAS_PROFILE names a folder: each process (a
     study's workers too) writes its own `COMMAND-PID.prof` there, for `pstats`."""
@@ -500,8 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # a `kill` stops as cleanly as Ctrl-C
     if getattr(args, "one_worker", False):
         # the launcher stops its workers with SIGINT, also when it was itself started with
-        # SIGINT ignored (a shell's background job, which its children inherit)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGINT ignored (a shell's background job, which its children inherit); only the
+        # first signal counts (`_interrupt_once`)
+        signal.signal(signal.SIGINT, _interrupt_once)
+        signal.signal(signal.SIGTERM, _interrupt_once)
     try:
         progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
         return _profiled(args.handler, args)

@@ -151,6 +151,8 @@ def _line(trial) -> str:
     device = attrs.get(TrialAttr.DEVICE, "")
     value = f" val NE {attrs['val_ne']:.4f}" if isinstance(attrs.get("val_ne"), float) else ""
     note = " (a repeat)" if state == "repeat" else ""
+    if state == "interrupted":  # not a failure: retried on resume
+        return f"trial {trial.number} interrupted on {device or '-'} (retried on resume)"
     reason = attrs.get(TrialAttr.FAILURE_REASON)
     why = f": {reason}" if reason and trial.state.name == "FAIL" else ""
     return f"trial {trial.number} {trial.state.name.lower()}{value} on {device or '-'}{note}{why}"

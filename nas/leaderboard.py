@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.trial_record import StudyAttr, TrialAttr, recorded
+from nas.trial_record import INTERRUPTED, StudyAttr, TrialAttr, interrupted, recorded
 from search_space.errors import RanknasError
 
 # mean_val_ne, seeds: the mean over `reevaluate`'s fresh seeds, on re-evaluated trials
@@ -28,12 +28,15 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
 
 
 def trial_state(trial: FrozenTrial) -> str:
-    """Optuna's state, `skipped` (over a constraint, told as pruned without training) or
-    `repeat` (an architecture trained before, told with that trial's result)."""
+    """Optuna's state, `skipped` (over a constraint, told as pruned without training),
+    `repeat` (an architecture trained before, told with that trial's result) or
+    `interrupted` (failed by Ctrl-C or SIGTERM, retried on resume: not a failure)."""
     if trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
         return "skipped"
     if TrialAttr.REUSED_FROM in trial.user_attrs:
         return "repeat"
+    if interrupted(trial):
+        return INTERRUPTED
     return trial.state.name.lower()
 
 
@@ -369,7 +372,7 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
 
 def status(study: optuna.Study) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
-    counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0}
+    counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0, INTERRUPTED: 0}
     for t in trials:
         counts[trial_state(t)] += 1
     best = study_best(study)
@@ -399,8 +402,8 @@ def status(study: optuna.Study) -> dict[str, Any]:
 
 def _devices(trials: list[FrozenTrial]) -> dict[str, int]:
     """Trials trained on each device (workers pinned to GPUs: one entry per GPU); not the
-    ones skipped untrained or told a repeat's result."""
-    trained = [t for t in trials if trial_state(t) not in ("skipped", "repeat")]
+    ones skipped untrained, told a repeat's result, or interrupted (retried)."""
+    trained = [t for t in trials if trial_state(t) not in ("skipped", "repeat", "interrupted")]
     devices = [t.user_attrs[TrialAttr.DEVICE] for t in trained if TrialAttr.DEVICE in t.user_attrs]
     return dict(sorted(collections.Counter(devices).items()))
 

@@ -58,6 +58,7 @@ from nas.storage import beating, fail_stale_trials, open_storage, redact, study_
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     DIAGRAM_FILE,
+    INTERRUPTED,
     METRIC_ATTRS,
     OWNER_FILE,
     SHARDING_FILE,
@@ -84,7 +85,6 @@ from trainers import progress as bars
 from trainers.trainer import TrainResult, device_label
 
 Progress = Callable[[str], None]
-INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM: retried on resume, not counted as a failure
 DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
@@ -473,16 +473,23 @@ def _run_study(
                         trial, space, data, config, worker
                     )
             except KeyboardInterrupt:
-                _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
-                with study_lock(config.storage, config.name):  # no worker pops the queue now
-                    retry_first(study, trial.params)  # the next run retries this architecture
+                # a second signal (a launch's workers get the terminal's and the launcher's)
+                # would leave the trial RUNNING, failed later as "died": held until recorded
+                with _interrupts_held():
+                    _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
+                    with study_lock(config.storage, config.name):  # no worker pops the queue
+                        retry_first(study, trial.params)  # the next run retries this architecture
                 raise
             except RanknasError:
                 _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)
                 raise
             except Exception as exc:  # a broken trial is a recorded result, not the study's end
                 outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
-            _finish(study, trial, outcome, logger)
+            # trained: a Ctrl-C now (drawing the diagram, queueing and delivering the MLflow
+            # run) waits until the result is told, then stops the study; it never leaves
+            # the trial RUNNING, to be failed on resume as "the worker died"
+            with _interrupts_held():
+                _finish(study, trial, outcome, logger)
             line, done, best = _progress_line(study, config, outcome.record, started)
             progress(line)
             bar.show(f"best {config.objectives.metric}", best)
@@ -653,7 +660,8 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
 def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outcome:
     trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
     tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
-    summary = {"status": "failed", "failure_reason": reason}
+    status = INTERRUPTED if reason == INTERRUPTED else "failed"  # its MLflow run: KILLED
+    summary = {"status": status, "failure_reason": reason}
     record = mlflow_record(space_params(trial.params), summary, {}, tags, {})
     return Outcome(TrialState.FAIL, None, record)
 

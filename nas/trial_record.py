@@ -28,6 +28,9 @@ SHARDING_FILE = "sharding_plan.json"
 TRAINED_PLAN_FILE = "trained_plan.json"  # `training.processes`: the plan it trained with
 STEP_FILE = "step_time.json"  # the predicted step and its parts (`step.predict_step`)
 DIAGRAM_FILE = "architecture.png"  # in MLflow runs and exports: `nas.diagram`
+# a trial's failure_reason after Ctrl-C or SIGTERM: retried on resume, not counted as a
+# failure; shown as its own state (`trial_state`), its MLflow run KILLED
+INTERRUPTED = "interrupted"
 OWNER_FILE = "study.json"  # in a study's output_dir: which study writes its trials there
 PREPROCESSING_FILE = "preprocessing.json"  # in an export: the dense transforms to serve with
 
@@ -74,8 +77,9 @@ class StudyAttr(StrEnum):
 METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne", "test_logloss",
                 "test_auc", "test_calibration", "throughput", "runs")  # fmt: skip
 # A TrainResult's status, as the MLflow run status: a pruned trial ended as planned (its
-# `status` tag says pruned); KILLED would show it as crashed.
-RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED"}
+# `status` tag says pruned); KILLED would show it as crashed. An interrupted trial was
+# stopped by its user: KILLED, MLflow's own status for that, not FAILED.
+RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED", INTERRUPTED: "KILLED"}
 
 
 # A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`).
@@ -97,6 +101,12 @@ def counted(trial: FrozenTrial) -> bool:
     return trial.state.name in ("COMPLETE", "PRUNED") and not (
         attrs.get(TrialAttr.OVER_CONSTRAINT) or TrialAttr.REUSED_FROM in attrs
     )
+
+
+def interrupted(trial: FrozenTrial) -> bool:
+    """Failed by Ctrl-C or SIGTERM: not a failure (`budget.max_failures`), retried on resume."""
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)
+    return trial.state.name == "FAIL" and reason == INTERRUPTED
 
 
 def counted_trials(trials: list[FrozenTrial]) -> int:

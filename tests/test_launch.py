@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -72,6 +73,33 @@ def test_the_display_and_status_tell_a_skipped_trial_from_a_trained_one():
     assert _line(skipped) == f"trial 2 skipped untrained: {why}"
     assert _line(trained) == "trial 3 complete val NE 0.9000 on cpu"
     assert _devices([skipped, trained]) == {"cpu": 1}
+
+
+def test_an_interrupted_trial_is_neither_a_failure_nor_trained_on_any_surface(tmp_path):
+    """README: a trial stopped by Ctrl-C "is marked interrupted ... and not counted as a
+    failure"; `status` said "5 complete, 2 fail" and the display "trial 2 fail".
+    """
+    from optuna.trial import create_trial
+
+    from nas import leaderboard
+    from nas.launch import _line
+    from nas.trial_record import TrialAttr, mlflow_record
+
+    attrs = {TrialAttr.FAILURE_REASON: "interrupted", TrialAttr.DEVICE: "cpu"}
+    study = optuna.create_study(study_name="i", storage=f"sqlite:///{tmp_path / 's.db'}")
+    study.add_trial(create_trial(value=0.9, user_attrs={TrialAttr.DEVICE: "cpu"}))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=attrs))
+    oom = {TrialAttr.FAILURE_REASON: "OOM"}
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs=oom))
+    stopped = study.trials[1]
+    assert _line(stopped) == "trial 1 interrupted on cpu (retried on resume)"
+    state = leaderboard.status(study)
+    assert (state["trials"]["interrupted"], state["trials"]["fail"]) == (1, 1)
+    assert state["devices"] == {"cpu": 1}
+    assert [r["state"] for r in leaderboard.rows(study, include_all=True)][1:] == [
+        "interrupted", "fail"]  # fmt: skip
+    summary = {"status": "interrupted", "failure_reason": "interrupted"}
+    assert mlflow_record({}, summary, {}, {}, {})["status"] == "KILLED"
 
 
 def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):

@@ -151,13 +151,17 @@ def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path)
     reader.join()
 
 
-def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
+def _signal_inside_a_trial(
+    command: list[str], config: dict, sig: int, again: list[str] | None = None
+) -> int:
     """Start `command` and send `sig` in the middle of a trial after the first (training:
     all its parameters drawn, its directory set); its exit code. A trial is RUNNING from the
     moment it is asked, before the sampler has drawn its parameters: a kill then would leave
     a trial whose parameters no retry can match. The study is frozen (SIGSTOP) while its
     state is read, so a trial that ends between the reading and the signal cannot turn the
-    signal into one sent between trials (CI, 2026-11-27)."""
+    signal into one sent between trials (CI, 2026-11-27). With `again` (a list), `sig` is
+    sent on every 10 ms until the process ends, as a launch's workers get the terminal's
+    Ctrl-C and then the launcher's own, and its output is put in the list."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         complete = _complete_so_far(config)
@@ -171,6 +175,12 @@ def _signal_inside_a_trial(command: list[str], config: dict, sig: int) -> int:
             if _training_after_the_first(config, complete, _unlocked):
                 process.send_signal(sig)
                 process.send_signal(signal.SIGCONT)  # a stopped process takes SIGTERM now
+                if again is None:
+                    return process.wait(timeout=60)
+                while process.poll() is None and time.monotonic() < deadline + 60:
+                    process.send_signal(sig)
+                    time.sleep(0.01)
+                again.append(process.communicate(timeout=60)[0])
                 return process.wait(timeout=60)
             process.send_signal(signal.SIGCONT)
         # a trial shorter than the polling lets the study end first: then nothing was tested
@@ -217,9 +227,56 @@ def test_interrupts_are_not_failures_and_the_study_resumes(tmp_path):
     interrupted = [t for t in stopped.trials if t.state == TrialState.FAIL]
     assert len(interrupted) == 1
     assert interrupted[0].user_attrs["failure_reason"] == "interrupted"
+    counts = leaderboard.status(stopped)["trials"]
+    assert counts["interrupted"] == 1 and counts["fail"] == 0  # as README says
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(counted(load_study("stopped", config["storage"]))) == 2
+
+
+def test_a_launched_worker_stops_at_the_first_signal_and_ignores_the_rest(tmp_path):
+    """A launch's worker gets the terminal's SIGINT and then the launcher's: the second cut
+    the recording of the interrupted trial short (left RUNNING, failed on resume as "died")
+    or landed in the interpreter's exit (a KeyboardInterrupt traceback in an atexit
+    callback). A worker stops at the first signal and ignores the rest."""
+    config = tiny_config(tmp_path, "twice", budget={"trials": 2, "epochs_per_trial": 2},
+                         data={"rows": 48_000}, training={"batch_size": 32})  # fmt: skip
+    path = write_config(tmp_path, config)
+    command = [sys.executable, "-m", "nas.cli", "search", str(path), "--one-worker"]
+    output: list[str] = []
+    assert _signal_inside_a_trial(command, config, signal.SIGINT, again=output) == 130
+    assert "Traceback" not in output[0], output[0]
+    study = load_study("twice", config["storage"])
+    assert _states(study)["RUNNING"] == 0
+    stopped = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
+    assert len(stopped) == 1
+    assert _states(study)["WAITING"] == 1  # queued again: the next run retries it
+
+
+def test_an_interrupt_after_training_waits_until_the_result_is_recorded(tmp_path, monkeypatch):
+    """A Ctrl-C after a trial trained, while its result was recorded (its diagram drawn, its
+    MLflow run delivered, here inside `tell`), left it RUNNING: failed on resume as "the
+    worker died". The result is recorded, then the study stops."""
+    tell = optuna.Study.tell
+    told = []
+
+    def interrupted_tell(study, trial, *args, **kwargs):
+        if not told:
+            signal.raise_signal(signal.SIGINT)
+        told.append(trial)
+        return tell(study, trial, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "tell", interrupted_tell)
+    config = parse_config(tiny_config(tmp_path, "told", budget={"trials": 3, "max_failures": 50}))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study(config, progress=print)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    study = load_study("told", config.storage)
+    assert _states(study)["RUNNING"] == 0 and len(study.trials) == 1
+    assert study.trials[0].user_attrs.get("failure_reason") != "interrupted"  # its own result
 
 
 def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, monkeypatch):
