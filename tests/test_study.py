@@ -253,6 +253,18 @@ def test_a_launched_worker_stops_at_the_first_signal_and_ignores_the_rest(tmp_pa
     assert _states(study)["WAITING"] == 1  # queued again: the next run retries it
 
 
+def _run_until_interrupted(config) -> None:
+    """The study, which a SIGINT raised inside it stops: with Python's own Ctrl-C handler,
+    even where the suite was started in the background (a shell starts background jobs
+    with SIGINT ignored, and Python then keeps it ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study(config, progress=print)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_an_interrupt_after_training_waits_until_the_result_is_recorded(tmp_path, monkeypatch):
     """A Ctrl-C after a trial trained, while its result was recorded (its diagram drawn, its
     MLflow run delivered, here inside `tell`), left it RUNNING: failed on resume as "the
@@ -268,12 +280,7 @@ def test_an_interrupt_after_training_waits_until_the_result_is_recorded(tmp_path
 
     monkeypatch.setattr(optuna.Study, "tell", interrupted_tell)
     config = parse_config(tiny_config(tmp_path, "told", budget={"trials": 3, "max_failures": 50}))
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_study(config, progress=print)
-    finally:
-        signal.signal(signal.SIGINT, before)
+    _run_until_interrupted(config)
     study = load_study("told", config.storage)
     assert _states(study)["RUNNING"] == 0 and len(study.trials) == 1
     assert study.trials[0].user_attrs.get("failure_reason") != "interrupted"  # its own result
@@ -295,14 +302,7 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
 
     monkeypatch.setattr(optuna.Study, "ask", interrupted_ask)
     config = parse_config(tiny_config(tmp_path, "asked", budget={"trials": 3, "max_failures": 50}))
-    # Python's own Ctrl-C handler, even where the suite was started in the background (a
-    # shell starts background jobs with SIGINT ignored, and Python then keeps it ignored)
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_study(config, progress=print)
-    finally:
-        signal.signal(signal.SIGINT, before)
+    _run_until_interrupted(config)
     states = _states(load_study("asked", config.storage))
     assert states["RUNNING"] == 0 and states["COMPLETE"] == 1 and states["WAITING"] == 1
     interrupted = load_study("asked", config.storage).trials[calls[1]]
