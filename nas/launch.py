@@ -143,16 +143,16 @@ def _opened(config: StudyConfig):
 
 def _line(trial) -> str:
     from nas.leaderboard import trial_state
-    from nas.trial_record import TrialAttr
+    from nas.trial_record import INTERRUPTED, TrialAttr
 
     attrs, state = trial.user_attrs, trial_state(trial)
     if state == "skipped":  # told as pruned, never trained
         return f"trial {trial.number} skipped untrained: {attrs.get(TrialAttr.FAILURE_REASON)}"
     device = attrs.get(TrialAttr.DEVICE, "")
+    if state == INTERRUPTED:  # not a failure: retried on resume
+        return f"trial {trial.number} interrupted on {device or '-'} (retried on resume)"
     value = f" val NE {attrs['val_ne']:.4f}" if isinstance(attrs.get("val_ne"), float) else ""
     note = " (a repeat)" if state == "repeat" else ""
-    if state == "interrupted":  # not a failure: retried on resume
-        return f"trial {trial.number} interrupted on {device or '-'} (retried on resume)"
     reason = attrs.get(TrialAttr.FAILURE_REASON)
     why = f": {reason}" if reason and trial.state.name == "FAIL" else ""
     return f"trial {trial.number} {trial.state.name.lower()}{value} on {device or '-'}{note}{why}"

@@ -128,6 +128,13 @@ def _best(
 def _tie(study: optuna.Study, a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two re-evaluated trials' seed means are within seed noise of each other."""
     paired = paired_seeds(study, str(a["trial"]), str(b["trial"]))
+    return within_seed_noise(paired)
+
+
+def within_seed_noise(paired: dict[str, Any] | None) -> bool:
+    """Whether paired runs (`paired_seeds`) differ by no more than their seeds' noise: a
+    paired t-test's p >= `SIGNIFICANCE`, or no p at all (no spread to test); False
+    without pairs."""
     return paired is not None and (paired["p_value"] is None or paired["p_value"] >= SIGNIFICANCE)
 
 
@@ -298,12 +305,11 @@ def format_verdict(v: dict[str, Any]) -> str:
     the dominated baselines; on seed means, whether the difference is beyond the seeds'
     noise, on single runs, that they are single runs."""
     found, base = v["best_trial"], v["best_baseline"]
-    p = (v.get("paired") or {}).get("p_value", 0.0)
     lower = "the search's" if v["delta_val_ne"] < 0 else "the baseline's"
     if v.get("same_architecture"):
         outcome = (f"no win: the search's best is baseline {base['baseline']}'s own "
                    "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
-    elif v.get("paired") and (p is None or p >= SIGNIFICANCE):
+    elif within_seed_noise(v.get("paired")):
         outcome = f"a tie within seed noise ({lower} mean is lower)"
     else:
         outcome = "the search wins" if v["search_wins"] else "the baseline wins"
@@ -344,7 +350,7 @@ def _paired_words(v: dict[str, Any]) -> str:
     if not paired:
         return ""
     p = paired["p_value"]
-    noise = "within seed noise" if p is None or p >= SIGNIFICANCE else "beyond seed noise"
+    noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
     test = "" if p is None else f", paired t-test p={p:.2g}"
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
             f"{paired['found_better']} of {paired['seeds']} seeds (the differences' sd "
@@ -403,7 +409,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
 def _devices(trials: list[FrozenTrial]) -> dict[str, int]:
     """Trials trained on each device (workers pinned to GPUs: one entry per GPU); not the
     ones skipped untrained, told a repeat's result, or interrupted (retried)."""
-    trained = [t for t in trials if trial_state(t) not in ("skipped", "repeat", "interrupted")]
+    trained = [t for t in trials if trial_state(t) not in ("skipped", "repeat", INTERRUPTED)]
     devices = [t.user_attrs[TrialAttr.DEVICE] for t in trained if TrialAttr.DEVICE in t.user_attrs]
     return dict(sorted(collections.Counter(devices).items()))
 
