@@ -19,9 +19,13 @@ from search_space.errors import RanknasError
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
            "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "step_ms",
            "throughput", "digest", "worker", "recipe", "failure_reason")  # fmt: skip
-# a paired t-test's p-value under which a difference is beyond seed noise (a verdict, or
-# two finalists that are then no tie)
+# a paired t-test's p-value under which a difference is beyond seed noise (the verdict),
+# and the level of the two one-sided tests that show two finalists equivalent (a tie)
 SIGNIFICANCE = 0.05
+# two finalists tie when their seed means are shown to differ by less than this share of
+# the lower one (0.1% NE, about the smallest gain ranking work reports as a win): seeds that
+# merely fail to tell them apart are no tie, or the cheaper would win at any NE
+TIE_MARGIN = 0.001
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "step_ms", "digest", "recipe",
                     "failure_reason")  # fmt: skip
@@ -83,11 +87,11 @@ def study_best(study: optuna.Study) -> dict[str, Any] | None:
     complete trial.
 
     Once `reevaluate` has retrained finalists: the lowest mean validation NE over their
-    fresh seeds, unless a finalist within seed noise of it (paired by seed, a paired t-test's
-    p >= `SIGNIFICANCE`: a tie) costs less (`cost_key`: the study's cost objective, else
+    fresh seeds, unless a finalist shown equivalent to it (paired by seed, `equivalent`
+    within `TIE_MARGIN`: a tie) costs less (`cost_key`: the study's cost objective, else
     MFLOPs); then the cheapest of the tie. Before: the lowest recorded first objective (one
     run each, or a confirmed trial's seeds). `basis` names which; `lowest` is the trial of
-    the lowest value, `ties` the finalists within seed noise of it."""
+    the lowest value, `ties` the finalists equivalent to it."""
     return _choose_best(study, _complete_rows(study))
 
 
@@ -125,10 +129,27 @@ def _best(
                       "step_ms": r.get("step_ms")} for r in ties]}  # fmt: skip
 
 
-def _tie(study: optuna.Study, a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two re-evaluated trials' seed means are within seed noise of each other."""
-    paired = paired_seeds(study, str(a["trial"]), str(b["trial"]))
-    return within_seed_noise(paired)
+def _tie(study: optuna.Study, lowest: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether a re-evaluated trial is shown equivalent to the lowest seed mean."""
+    paired = paired_seeds(study, str(other["trial"]), str(lowest["trial"]))
+    return equivalent(paired, TIE_MARGIN * lowest["mean_val_ne"])
+
+
+def equivalent(paired: dict[str, Any] | None, margin: float) -> bool:
+    """Whether paired runs (`paired_seeds`) are shown to differ by less than `margin` NE:
+    two one-sided paired t-tests, each at `SIGNIFICANCE` (the differences' 90% confidence
+    interval inside +-margin). Few or noisy seeds show no equivalence, whatever their p."""
+    if paired is None:
+        return False
+    mean, sd, n = paired["delta_val_ne_mean"], paired["delta_val_ne_sd"], paired["seeds"]
+    if sd == 0:
+        return abs(mean) < margin
+    from scipy.special import stdtr  # Student's t CDF (see `paired_seeds`)
+
+    error = sd / math.sqrt(n)
+    above = stdtr(n - 1, -(mean + margin) / error)  # p of "the difference is <= -margin"
+    below = stdtr(n - 1, (mean - margin) / error)  # p of "the difference is >= +margin"
+    return bool(max(above, below) < SIGNIFICANCE)
 
 
 def within_seed_noise(paired: dict[str, Any] | None) -> bool:
@@ -152,7 +173,7 @@ def describe_best(best: dict[str, Any]) -> str:
     others = [lowest, *best["ties"]]
     tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {_costs(r)}"
                      for r in others if r["trial"] != best["trial"])  # fmt: skip
-    line += (f"; a tie, within seed noise (paired t-test p >= {SIGNIFICANCE}), with {tied}: "
+    line += (f"; a tie, equivalent within {TIE_MARGIN:.1%} NE (paired by seed), with {tied}: "
              "the tie goes to the cheaper")  # fmt: skip
     if lowest["trial"] != best["trial"]:
         line += f" (trial {lowest['trial']} has the lowest mean)"
@@ -267,9 +288,9 @@ def _dominated(base: dict[str, Any], found: list[dict[str, Any]], study: optuna.
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
     """The re-evaluation runs of `found` and `base` (keys of the record) paired by seed:
     how many seeds, on how many the found architecture has the lower validation NE, the
-    per-seed differences' standard deviation and a two-sided paired t-test's p-value (None
-    for fewer than two seeds). One run's NE moves with its seed by about as much as the
-    search's margins, so a mean difference alone does not say whether it would hold."""
+    per-seed differences' mean and standard deviation and a two-sided paired t-test's
+    p-value (None for fewer than two seeds). One run's NE moves with its seed by about as
+    much as the search's margins, so a mean difference alone does not say whether it holds."""
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     a, b = record.get(found, {}), record.get(base, {})
     seeds = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
@@ -285,7 +306,7 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
     else:  # the same difference on every seed
         p_value = 0.0 if mean else None
     return {"seeds": len(seeds), "found_better": sum(d < 0 for d in diffs),
-            "delta_val_ne_sd": sd, "p_value": p_value}  # fmt: skip
+            "delta_val_ne_mean": mean, "delta_val_ne_sd": sd, "p_value": p_value}  # fmt: skip
 
 
 def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:

@@ -117,11 +117,20 @@ def test_an_unsharded_export_has_no_plan(tmp_path):
     assert "Training step" not in (out / "model_card.md").read_text()
 
 
+@pytest.mark.parametrize("out", ["", "a-file/links.json"])
+def test_links_refuses_an_unwritable_out_before_measuring(tmp_path, capsys, out):
+    (tmp_path / "a-file").write_text("")
+    assert main(["shard", "links", "--processes", "2", "--out", str(tmp_path / out)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --out ") and "Traceback" not in error
+
+
 def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     """`ranknas shard links` measures this machine's collectives and the sharded runtime's
     own cost a step (a probe model trained as a sharded trial trains); a study's
-    `sharding.links` then predicts a step as this machine runs it."""
-    links = tmp_path / "links.json"
+    `sharding.links` then predicts a step as this machine runs it. `--out`'s folder need
+    not exist."""
+    links = tmp_path / "not-yet" / "links.json"
     assert main(["shard", "links", "--processes", "2", "--out", str(links)]) == 0
     measured = json.loads(links.read_text())
     assert measured["all_to_all_latency_ms"] > 0 and measured["all_to_all_bytes_per_ms"] > 0

@@ -257,6 +257,17 @@ def _override(
     return replace(config, rounds=rounds or config.rounds, rl=rl)
 
 
+def _check_writable(out: Path) -> None:
+    """`--out`'s folder made where missing; a clear error where the file cannot be written."""
+    if out.is_dir():
+        raise RanknasError(f"--out {out}: a directory; give a file name, e.g. {out / 'links.json'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RanknasError(f"--out {out}: cannot create {out.parent} ({exc.strerror}); "
+                           "choose a writable path") from None  # fmt: skip
+
+
 def cmd_links(args: argparse.Namespace) -> int:
     from cost_models.sharding.links import measure_links, measured_topology
     from trainers.sharded import measure_runtime_ms
@@ -265,6 +276,7 @@ def cmd_links(args: argparse.Namespace) -> int:
         raise RanknasError(
             f"--processes: at least 2 to measure links between, got {args.processes}"
         )
+    _check_writable(args.out)  # before a minute of measuring, not after
     links = measure_links(args.processes)
     links |= measure_runtime_ms(measured_topology(links), args.batch_size)
     args.out.write_text(json.dumps(links, indent=2) + "\n")
