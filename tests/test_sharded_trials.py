@@ -3,6 +3,7 @@ plan, through the one training loop; as good as one process, with each rank's st
 
 import json
 import statistics
+import subprocess
 
 import pytest
 
@@ -15,7 +16,7 @@ from search_space.presets import load_architecture
 from study_helpers import tiny_config
 from trainers.config import TrainConfig
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
-from trainers.sharded import train_sharded
+from trainers.sharded import _why, train_sharded
 from trainers.trainer import train
 
 
@@ -62,3 +63,14 @@ def test_pruning_uneven_batches_and_compile_are_refused_for_sharded_training():
         parse_config(base | {"training": {"processes": 3, "batch_size": 512}})
     with pytest.raises(Exception, match=r"training\.compile compiles the one-process step"):
         parse_config(base | {"training": {"processes": 2, "compile": True}})
+
+
+def test_a_failed_torchrun_is_told_by_its_ranks_own_error():
+    """torchrun ends with "ChildFailedError:" and a table; the cause is the rank's line."""
+    stderr = ("[rank1]: Traceback (most recent call last):\n"
+              "[rank1]: RuntimeError: Connection reset by peer\n"
+              "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+              "=====\ntrainers.sharded FAILED\n")  # fmt: skip
+    run = subprocess.CompletedProcess([], 1, "", stderr)
+    assert _why(run) == "[rank1]: RuntimeError: Connection reset by peer"
+    assert _why(subprocess.CompletedProcess([], 1, "", "killed\n")) == "torchrun exited 1"

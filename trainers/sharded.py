@@ -19,6 +19,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +52,8 @@ TIMED_AFTER = 3  # steps left out of the step time (warm-up)
 SPLITS = ("train", "valid", "test")
 # the models whose sharded steps measure the runtime's own cost: logistic regression, whose
 # layers and lookups are a small share of its step, and the same with a wide MLP on top,
-# whose dense part is most of it (bench/bench_step_prediction.py)
+# whose dense part is most of it (bench/bench_step_prediction.py). Their embedding dim (1)
+# matters little: at dim 16 a study's predictions erred as much (BENCHMARKS.md)
 RUNTIME_PROBE = "logistic_regression"
 PROBE_MLP = [512, 512]
 
@@ -73,9 +75,7 @@ def train_sharded(
         threads = max(1, torch.get_num_threads() // plan.num_devices)  # the cores, shared
         run = torchrun(plan.num_devices, "trainers.sharded", [str(job)], threads)
         if run.returncode or not (job / "result.json").exists():
-            lines = [line for line in run.stderr.splitlines() if "Error" in line]
-            why = lines[-1] if lines else f"torchrun exited {run.returncode}"
-            return _failed(f"sharded training failed: {why}"), model
+            return _failed(f"sharded training failed: {_why(run)}"), model
         fields = json.loads((job / "result.json").read_text())
         fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
         result = TrainResult(**fields | {"plan": plan.to_dict()})
@@ -152,6 +152,14 @@ def time_sharded_step(
     if not result.step_ms:  # a run that diverged in these few steps was timed all the same
         raise RanknasError(f"{arch.name}: the timed sharded run failed: {result.failure_reason}")
     return result
+
+
+def _why(run: subprocess.CompletedProcess) -> str:
+    """A failed torchrun's cause: its ranks' own last error, not torchrun's summary of it
+    ("ChildFailedError:", whose text is a table of the ranks)."""
+    errors = [line.strip() for line in run.stderr.splitlines() if "Error" in line]
+    own = [line for line in errors if "ChildFailedError" not in line]
+    return (own or errors or [f"torchrun exited {run.returncode}"])[-1]
 
 
 def _failed(reason: str) -> TrainResult:
