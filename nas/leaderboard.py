@@ -504,19 +504,25 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
         return "\n".join("| " + " | ".join(cells) + " |"
                          for cells in [header, ["---"] * len(header), *lines])  # fmt: skip
 
+    seeds = _seed_means(study)  # after `reevaluate`: a column of seed means beside the runs
+    mean = ["mean val NE"] if seeds else []
+
+    def mean_of(key: str) -> list[str]:
+        return [_num(seeds.get(key, {}).get("val_ne"))] if seeds else []
+
     parts = [f"## {study.study_name}: the best {min(top, len(table))} trials", rows(
-        ["trial", "val NE", "test NE", "MFLOPs", "digest"],
-        [[str(r["trial"]), _num(r["val_ne"]), _num(r["test_ne"]), _num(r["mflops"], 3),
-          r["digest"] or "-"] for r in table[:top]],
+        ["trial", "val NE", *mean, "test NE", "MFLOPs", "digest"],
+        [[str(r["trial"]), _num(r["val_ne"]), *mean_of(str(r["trial"])), _num(r["test_ne"]),
+          _num(r["mflops"], 3), r["digest"] or "-"] for r in table[:top]],
     )]  # fmt: skip
     best = study_best(study)
     if best:
         parts.append(f"**Best: {describe_best(best)}**")
     bases = baseline_rows(study)
     if bases:
-        parts += ["## Baselines", rows(["baseline", "val NE", "test NE", "MFLOPs"], [
-            [b["baseline"], _num(b["val_ne"]), _num(b["test_ne"]), _num(b["mflops"], 3)]
-            for b in bases])]  # fmt: skip
+        parts += ["## Baselines", rows(["baseline", "val NE", *mean, "test NE", "MFLOPs"], [
+            [b["baseline"], _num(b["val_ne"]), *mean_of(f"baseline:{b['baseline']}"),
+             _num(b["test_ne"]), _num(b["mflops"], 3)] for b in bases])]  # fmt: skip
     v = verdict(study)
     if v:
         parts.append(format_verdict(v).replace("\n", "\n\n"))

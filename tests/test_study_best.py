@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nas.cli import main
-from nas.leaderboard import SIGNIFICANCE, best_trial, paired_seeds, study_best
+from nas.leaderboard import SIGNIFICANCE, best_trial, markdown, paired_seeds, rows, study_best
 from study_helpers import recorded_study
 
 # trial 0: the lowest recorded NE, costly; trial 1: cheaper; trial 2: never re-evaluated
@@ -76,3 +76,17 @@ def test_seed_means_beyond_noise_are_no_tie(tmp_path, capsys):
     assert main(["leaderboard", "recorded", "--storage", url]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "mean val NE" in lines[0] and [line.split()[0] for line in lines[1:4]] == ["0", "1", "2"]
+
+
+def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
+    """The parent run's note (`leaderboard.markdown`) puts each re-evaluated trial's and
+    baseline's seed mean beside its single run, as the leaderboard does."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
+    note = markdown(study, rows(study))
+    trials, baselines = note.split("## Baselines")
+    assert "| trial | val NE | mean val NE | test NE |" in trials
+    assert "| 1 | 0.8560 | 0.8516 |" in trials and "| 2 | 0.8580 | - |" in trials
+    assert "| dlrm | 0.8550 | 0.8552 |" in baselines  # mean 0.85525
+    plain = markdown(recorded_study(f"sqlite:///{tmp_path / 'plain.db'}", TRIALS), rows(study))
+    assert "mean val NE" not in plain
