@@ -55,7 +55,7 @@ def summarize(config_path: str, measure: int = 0) -> dict:
 
     config = load_config(config_path)
     study = load_study(config.name, config.storage)
-    means = leaderboard._seed_means(study)
+    means = leaderboard.seed_means(study)
     base_key = Path(study.user_attrs[StudyAttr.AROUND_BASE]).stem
     base = leaderboard.recorded(study)[base_key]
     base_step = read_step(base["dir"])

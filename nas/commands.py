@@ -519,11 +519,15 @@ def _provenance(study, trial, metrics: dict) -> dict:
     verdict = leaderboard.verdict(study)
     if verdict:
         out["verdict"] = leaderboard.format_verdict(verdict).splitlines()[0]
+    means = leaderboard.seed_means(study)
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:
-            out[f"baseline {base['baseline']} val / test NE"] = (
-                f"{base['val_ne']:.4f} / {base['test_ne']:.4f}"
-            )
+            value = f"{base['val_ne']:.4f} / {base['test_ne']:.4f} (its recorded run)"
+            mean = means.get(f"baseline:{base['baseline']}")
+            if mean and mean["test_ne"] is not None:
+                value += (f"; mean over {mean['seeds']} seeds {mean['val_ne']:.4f} / "
+                          f"{mean['test_ne']:.4f}")  # fmt: skip
+            out[f"baseline {base['baseline']} val / test NE"] = value
     return out
 
 

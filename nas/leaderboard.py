@@ -71,7 +71,7 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
 def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Complete trials by the first objective (an architecture proposed again is listed
     once, as first trained), with their seed means once re-evaluated."""
-    means = _seed_means(study)
+    means = seed_means(study)
     complete = sorted((t for t in study.get_trials(deepcopy=False) if trial_state(t) == "complete"),
                       key=lambda t: t.values[0])  # fmt: skip
     table = []
@@ -106,7 +106,7 @@ def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[st
     ties = [r for r in finalists if r is not lowest and _tie(study, lowest, r)]
     key = cost_key(study)
     chosen = min([lowest, *ties], key=lambda r: (_cost(r, key), r["mean_val_ne"]))
-    means = _seed_means(study)[str(chosen["trial"])]
+    means = seed_means(study)[str(chosen["trial"])]
     basis = f"seed means over {min(r['seeds'] for r in finalists)} fresh seeds"
     return _best(chosen, basis, means["val_ne"], means["test_ne"], lowest, ties)
 
@@ -237,7 +237,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         return None
     failed = [r["baseline"] for r in recorded_bases if r not in bases]
     basis, not_compared = "recorded runs", []
-    means = _seed_means(study)
+    means = seed_means(study)
     meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
     if meaned and any(str(r["trial"]) in means for r in found):
         found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
@@ -309,7 +309,7 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
             "delta_val_ne_mean": mean, "delta_val_ne_sd": sd, "p_value": p_value}  # fmt: skip
 
 
-def _seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
+def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """Mean validation and test NE of each re-evaluated trial and baseline."""
     out = {}
     for key, runs in study.user_attrs.get(StudyAttr.REEVALUATION, {}).items():
@@ -504,7 +504,7 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
         return "\n".join("| " + " | ".join(cells) + " |"
                          for cells in [header, ["---"] * len(header), *lines])  # fmt: skip
 
-    seeds = _seed_means(study)  # after `reevaluate`: a column of seed means beside the runs
+    seeds = seed_means(study)  # after `reevaluate`: a column of seed means beside the runs
     mean = ["mean val NE"] if seeds else []
 
     def mean_of(key: str) -> list[str]:

@@ -90,3 +90,13 @@ def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
     assert "| dlrm | 0.8550 | 0.8552 |" in baselines  # mean 0.85525
     plain = markdown(recorded_study(f"sqlite:///{tmp_path / 'plain.db'}", TRIALS), rows(study))
     assert "mean val NE" not in plain
+
+
+def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_path):
+    from nas.commands import _provenance
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
+    card = _provenance(study, best_trial(study), {})
+    assert card["baseline dlrm val / test NE"].startswith("0.8550 / ")
+    assert "(its recorded run); mean over 4 seeds 0.8552 / " in card["baseline dlrm val / test NE"]

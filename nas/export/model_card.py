@@ -40,7 +40,7 @@ def _model_card(
         f"{analysis.flops:,} FLOPs per example; {analysis.params_total:,} parameters "
         f"({analysis.dense_params:,} dense, {analysis.embedding_params:,} in embeddings).",
         *(["## Provenance\n\n" + _metrics_table(provenance)] if provenance else []),
-        "## Metrics\n\n" + _metrics_table(metrics),
+        "## Metrics of its recorded training run (one seed)\n\n" + _metrics_table(metrics),
         "## Inputs\n\n" + _inputs_section(arch, columns),
         "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
         *([_step_section(step)] if step else []),
@@ -206,7 +206,7 @@ def _loading_section(register: str | None, alias: str | None) -> str:
             f"\n\nRegistered in the MLflow Model Registry as `{register}` with the alias "
             f'`{alias}`: `mlflow.pyfunc.load_model("models:/{register}@{alias}").predict(df)` '
             "takes a DataFrame with the dense and categorical columns above and returns click "
-            "probabilities."
+            "probabilities (with `MLFLOW_TRACKING_URI` set to the server it is registered on)."
         )
     elif register:
         text += (
@@ -214,6 +214,7 @@ def _loading_section(register: str | None, alias: str | None) -> str:
             "without an alias (not the study's best): "
             f'`mlflow.pyfunc.load_model("models:/{register}/VERSION").predict(df)`, with the '
             "version `ranknas export` printed, takes a DataFrame with the dense and "
-            "categorical columns above and returns click probabilities."
+            "categorical columns above and returns click probabilities (with "
+            "`MLFLOW_TRACKING_URI` set to the server it is registered on)."
         )
     return text

@@ -71,8 +71,9 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         m = self.module
         missing = [c for c in (*m.DENSE_COLUMNS, *m.FEATURES) if c not in model_input.columns]
         if missing:
-            raise _bad_request(f"input is missing column(s) {missing}; expected "
-                               f"{list(m.DENSE_COLUMNS) + list(m.FEATURES)}")  # fmt: skip
+            every = ", ".join((*m.DENSE_COLUMNS, *m.FEATURES))
+            raise _bad_request(f"input is missing column(s) {', '.join(missing)}: send every "
+                               f"column of {every}")  # fmt: skip
         fitted = m._preprocessing(self.directory)
         problems = []
         dense = _dense(model_input, m, bool(fitted.get("dense")), problems)
@@ -102,9 +103,15 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
     if not all(pd.api.types.is_numeric_dtype(t) for t in block.dtypes):
         block = block.copy()
         for name in m.DENSE_COLUMNS:
-            block[name] = [_number(value, name, row, m, problems)
+            block[name] = [_number(value, name, row, m, fills, problems)
                            for row, value in enumerate(block[name].tolist())]  # fmt: skip
-    values = np.ascontiguousarray(block.to_numpy(np.float32))
+    with np.errstate(over="ignore"):  # a value beyond float32's range is told below
+        values = np.ascontiguousarray(block.to_numpy(np.float32))
+    for row, column in zip(*np.nonzero(np.isinf(values)), strict=True):
+        name, given = m.DENSE_COLUMNS[column], frame[m.DENSE_COLUMNS[column]].iloc[row]
+        given = given.item() if isinstance(given, np.generic) else given  # -inf, not np.float64
+        problems.append(f"dense column {name!r}, row {row}: {given!r} is not a finite number "
+                        "within float32's range (3.4e38): give one")  # fmt: skip
     if not fills:
         for row, column in zip(*np.nonzero(np.isnan(values)), strict=True):
             name = m.DENSE_COLUMNS[column]
@@ -114,12 +121,13 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
     return torch.tensor(values)
 
 
-def _number(value, name: str, row: int, m, problems: list) -> float:
+def _number(value, name: str, row: int, m, fills: bool, problems: list) -> float:
     try:
         return m.dense_value(value)
     except (TypeError, ValueError):
+        missing = " (blank, N/A or null for missing)" if fills else ""
         problems.append(f"dense column {name!r}, row {row}: {value!r} is not a number; give a "
-                        "number (blank, N/A or null for missing)")  # fmt: skip
+                        f"number{missing}")  # fmt: skip
         return 0.0
 
 
@@ -343,7 +351,9 @@ def _signature(columns: _Columns) -> Any:
     from mlflow.types import ColSpec, Schema, TensorSpec
     from mlflow.types.schema import AnyType
 
-    inputs = [ColSpec(AnyType(), c) for c in (*columns.dense, *columns.features)]
+    # not required, so that a missing column reaches `predict`, which names it in one line
+    # (MLflow's own check put it after two printouts of the request and the schema)
+    inputs = [ColSpec(AnyType(), c, required=False) for c in (*columns.dense, *columns.features)]
     outputs = Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability")])
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 
