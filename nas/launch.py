@@ -13,6 +13,7 @@ and retried, as with `ranknas worker`.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def launch(
     workers = [_start(config_path, place, logs / f"worker-{i}.log", extra_args)
                for i, place in enumerate(places)]  # fmt: skip
     try:
-        _watch(config, workers)
+        _watch(config, workers, _Relay([logs / f"worker-{i}.log" for i in range(count)]))
     except KeyboardInterrupt:
         _stop(workers)
         raise
@@ -109,8 +110,37 @@ def _start(config_path: str, place: Placement, log: Path, extra_args: list[str])
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
-    """One progress display for all workers, from the storage: a line per finished trial."""
+class _Relay:
+    """What the workers print besides their trials (the data summary, warnings, baselines),
+    each line once: every worker loads the same data and says so."""
+
+    def __init__(self, logs: list[Path]) -> None:
+        self.read = {log: 0 for log in logs}  # bytes of each log relayed or skipped so far
+        self.said: set[str] = set()
+
+    def lines(self) -> list[str]:
+        new = []
+        for log, done in self.read.items():
+            try:
+                text = log.read_bytes()[done:]
+            except OSError:  # not yet created by its worker
+                continue
+            whole = text[: text.rfind(b"\n") + 1]  # a line still being written waits
+            self.read[log] = done + len(whole)
+            for line in whole.decode(errors="replace").splitlines():
+                if line.strip() and line not in self.said and not _TRIAL_LINE.match(line):
+                    self.said.add(line)
+                    new.append(line)
+        return new
+
+
+# a worker's own trial lines, its banner and its MLflow address: the launcher prints those
+_TRIAL_LINE = re.compile(r"\[\d+/\d+\] |trial \d+: \d+%|study '|MLflow: |compare them in MLflow")
+
+
+def _watch(config: StudyConfig, workers: list[subprocess.Popen], relay: _Relay) -> None:
+    """One progress display for all workers, from the storage: a line per finished trial,
+    and the workers' other lines (`_Relay`)."""
     from nas.trial_record import counted_trials
 
     seen: set[int] = set()
@@ -119,6 +149,8 @@ def _watch(config: StudyConfig, workers: list[subprocess.Popen]) -> None:
         while True:
             running = any(w.poll() is None for w in workers)
             study = study or _opened(config)
+            for line in relay.lines():
+                bars.write(line)
             trials = study.get_trials(deepcopy=False) if study is not None else []
             for trial in trials:
                 if trial.number not in seen and trial.state.is_finished():

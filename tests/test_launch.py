@@ -120,6 +120,9 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     assert f"trial {trained[0].number} complete" in output  # one display, from the storage
     assert "export the best" in output  # the leaderboard and summary, once
     assert "launcher loaded torchrec: False" in output
+    # what the workers say besides their trials reaches the one display, once
+    assert sum(line.startswith("data: ") for line in output.splitlines()) == 1, output
+    assert not any(line.startswith("[1/") for line in output.splitlines()), output
     logs = sorted((tmp_path / "two" / "workers").glob("worker-*.log"))
     assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
 
