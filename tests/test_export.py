@@ -36,7 +36,8 @@ SCHEMA = DatasetSchema(
     name="small",
 )
 BATCH = 16
-METRICS = {"val_ne": 0.8123, "test_auc": 0.7345, "throughput": 12345.6, "steps": 300}
+METRICS = {"val_ne": 0.8123, "test_auc": 0.7345, "throughput": 12345.6, "steps": 300,
+           "params": 4321}  # fmt: skip
 ALL_OPS = ["mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen"]
 
 
@@ -309,6 +310,7 @@ def test_architecture_json_and_model_card(cases: dict[str, Case]) -> None:
     for text in (case.result.digest, f"{analysis.flops:,}", f"{analysis.params_total:,}"):
         assert text in card
     assert "| val_ne | 0.8123 |" in card and "| steps | 300 |" in card
+    assert "| dense params | 4,321 |" in card  # the header gives dense and embedding params
     assert "| `c1` | one id | 27 | 4 |" in card  # feature, ids per row, num_embeddings, dim
     assert all(f"| `{name}` | " in card for name in analysis.order)
     assert "`d0`, `d1`, `d2`, `d3`" in card

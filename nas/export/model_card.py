@@ -40,7 +40,8 @@ def _model_card(
         f"{analysis.flops:,} FLOPs per example; {analysis.params_total:,} parameters "
         f"({analysis.dense_params:,} dense, {analysis.embedding_params:,} in embeddings).",
         *(["## Provenance\n\n" + _metrics_table(provenance)] if provenance else []),
-        "## Metrics of its recorded training run (one seed)\n\n" + _metrics_table(metrics),
+        "## Metrics of its recorded training run (one seed)\n\n"
+        + _metrics_table({("dense params" if k == "params" else k): v for k, v in metrics.items()}),
         "## Inputs\n\n" + _inputs_section(arch, columns),
         "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
         *([_step_section(step)] if step else []),
