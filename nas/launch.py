@@ -122,7 +122,9 @@ class _Relay:
         new = []
         for log, done in self.read.items():
             try:
-                text = log.read_bytes()[done:]
+                with log.open("rb") as read:  # from where the last poll stopped, not whole
+                    read.seek(done)
+                    text = read.read()
             except OSError:  # not yet created by its worker
                 continue
             whole = text[: text.rfind(b"\n") + 1]  # a line still being written waits

@@ -88,8 +88,8 @@ def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
     assert "| trial | val NE | mean val NE | test NE |" in trials
     assert "| 1 | 0.8560 | 0.8516 |" in trials and "| 2 | 0.8580 | - |" in trials
     assert "| dlrm | 0.8550 | 0.8552 |" in baselines  # mean 0.85525
-    plain = markdown(recorded_study(f"sqlite:///{tmp_path / 'plain.db'}", TRIALS), rows(study))
-    assert "mean val NE" not in plain
+    plain = recorded_study(f"sqlite:///{tmp_path / 'plain.db'}", TRIALS)
+    assert "mean val NE" not in markdown(plain, rows(plain))
 
 
 def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_path):

@@ -108,7 +108,8 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
     with np.errstate(over="ignore"):  # a value beyond float32's range is told below
         values = np.ascontiguousarray(block.to_numpy(np.float32))
     for row, column in zip(*np.nonzero(np.isinf(values)), strict=True):
-        name, given = m.DENSE_COLUMNS[column], frame[m.DENSE_COLUMNS[column]].iloc[row]
+        name = m.DENSE_COLUMNS[column]
+        given = frame[name].iloc[row]
         given = given.item() if isinstance(given, np.generic) else given  # -inf, not np.float64
         problems.append(f"dense column {name!r}, row {row}: {given!r} is not a finite number "
                         "within float32's range (3.4e38): give one")  # fmt: skip
