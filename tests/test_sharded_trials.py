@@ -74,3 +74,13 @@ def test_a_failed_torchrun_is_told_by_its_ranks_own_error():
     run = subprocess.CompletedProcess([], 1, "", stderr)
     assert _why(run) == "[rank1]: RuntimeError: Connection reset by peer"
     assert _why(subprocess.CompletedProcess([], 1, "", "killed\n")) == "torchrun exited 1"
+    aborted = ("terminate called without an active exception\n"
+               "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+               "Failures:\n  rank      : 0 (local_rank: 0)\n"
+               "  traceback : Signal 15 (SIGTERM) received by PID 6528\n"
+               "Root Cause (first observed failure):\n  rank      : 1 (local_rank: 1)\n"
+               "  traceback : Signal 6 (SIGABRT) received by PID 6529\n")  # fmt: skip
+    assert _why(subprocess.CompletedProcess([], 1, "", aborted)) == (
+        "a rank died: Signal 6 (SIGABRT) received by PID 6529; "
+        "terminate called without an active exception"
+    )

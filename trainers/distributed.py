@@ -19,7 +19,6 @@ the same steps: the test compares the two.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -40,6 +39,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.tables import TableSpec, tables_from_architecture
 from cost_models.sharding.torchrec_adapter import to_sharding_plan
+from cost_models.sharding.torchrun import process_group
 from search_space.architecture import Architecture
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
@@ -185,17 +185,10 @@ def main() -> None:
     parser.add_argument("--cuda", action="store_true", help="nccl on GPUs instead of gloo")
     parser.add_argument("--out", type=Path, help="rank 0 writes the losses here as JSON")
     args = parser.parse_args()
-    dist.init_process_group("nccl" if args.cuda else "gloo")
-    try:
+    with process_group("nccl" if args.cuda else "gloo"):
         result = train_distributed(args)
-        # Free the sharded model (and its communication threads) while the group is alive:
-        # left to interpreter exit, a joinable thread can abort the process.
-        gc.collect()
-        dist.barrier()
         if dist.get_rank() == 0 and args.out:
             args.out.write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__" and "RANK" in os.environ:

@@ -36,7 +36,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.topology import Topology
-from cost_models.sharding.torchrun import torchrun
+from cost_models.sharding.torchrun import process_group, torchrun
 from search_space.architecture import Architecture
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
@@ -156,10 +156,18 @@ def time_sharded_step(
 
 def _why(run: subprocess.CompletedProcess) -> str:
     """A failed torchrun's cause: its ranks' own last error, not torchrun's summary of it
-    ("ChildFailedError:", whose text is a table of the ranks)."""
-    errors = [line.strip() for line in run.stderr.splitlines() if "Error" in line]
-    own = [line for line in errors if "ChildFailedError" not in line]
-    return (own or errors or [f"torchrun exited {run.returncode}"])[-1]
+    ("ChildFailedError:", whose text is a table of the ranks); for a rank killed by a
+    signal, the signal and what the C++ runtime said before it."""
+    lines = [line.strip() for line in run.stderr.splitlines()]
+    errors = [line for line in lines if "Error" in line and "ChildFailedError" not in line]
+    if errors:
+        return errors[-1]
+    signals = [line.split(":", 1)[1].strip() for line in lines
+               if line.startswith("traceback") and "Signal" in line]  # fmt: skip
+    said = [line for line in lines if line.startswith("terminate called")]
+    if signals:  # torchrun's table ends with the root cause
+        return "; ".join(["a rank died: " + signals[-1], *said[-1:]])
+    return f"torchrun exited {run.returncode}"
 
 
 def _failed(reason: str) -> TrainResult:
@@ -316,13 +324,8 @@ def run_rank(job: Path) -> None:
 
 
 def main() -> None:
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
-    try:
+    with process_group():
         run_rank(Path(sys.argv[1]))
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__" and "RANK" in os.environ:

@@ -11,7 +11,6 @@ prints one line; the exit code is 0 when all of that worked.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import sys
@@ -27,6 +26,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.tables import TableSpec, load_tables
 from cost_models.sharding.torchrec_adapter import build_ebc, to_sharding_plan
+from cost_models.sharding.torchrun import process_group
 from search_space.errors import RanknasError
 
 
@@ -53,10 +53,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables = load_tables(args.tables)
     with open(args.plan) as f:
         plan = Plan.from_dict(json.load(f))
-    dist.init_process_group("gloo")
+    with process_group("gloo"):
+        if plan.num_devices != dist.get_world_size():
+            raise RanknasError(f"{args.plan}: the plan is for {plan.num_devices} devices, "
+                               f"not {dist.get_world_size()}")  # fmt: skip
+        check(tables, plan, args.batch_size)
+    return 0
+
+
+def check(tables: Sequence[TableSpec], plan: Plan, batch_size: int) -> None:
+    """This rank's forward and backward through the plan's DMP, and its line."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    if plan.num_devices != world:
-        raise RanknasError(f"{args.plan}: the plan is for {plan.num_devices} devices, not {world}")
     ebc = build_ebc(tables)
     model = DistributedModelParallel(
         ebc,
@@ -65,15 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sharders=[EmbeddingBagCollectionSharder()],
         device=torch.device("cpu"),
     )
-    pooled = model(random_batch(tables, args.batch_size, seed=rank)).values()
+    pooled = model(random_batch(tables, batch_size, seed=rank)).values()
     pooled.sum().backward()
     local = sorted(name for name, r in plan.assignment.items() if r == rank)
     print(f"rank {rank}/{world}: ok, output {tuple(pooled.shape)}, tables {local}", flush=True)
-    del model, pooled  # free the sharded module while the group lives (see trainers.distributed)
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from cost_models.sharding.topology import Topology
-from cost_models.sharding.torchrun import torchrun
+from cost_models.sharding.torchrun import process_group, torchrun
 from search_space.errors import RanknasError
 
 SMALL, LARGE = 8, 1 << 20  # float32 elements per rank: latency, then bandwidth
@@ -104,13 +104,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    try:
+    with process_group():
         result = measure()
         if dist.get_rank() == 0:
             args.out.write_text(json.dumps(result, indent=2))
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__" and "RANK" in os.environ:

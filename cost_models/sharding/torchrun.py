@@ -1,5 +1,6 @@
 """A module run on local processes by torchrun, on a free port (sharded training, the link
-measurements, the step-prediction benchmark)."""
+measurements, the step-prediction benchmark), and the process group each of its ranks runs
+in (`process_group`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
 
 
 def torchrun(
@@ -25,3 +30,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def process_group(backend: str | None = None) -> Iterator[None]:
+    """One rank's process group (nccl where there is a GPU, gloo otherwise) around its work;
+    when the work ends well every rank waits for the others, and the process then exits 0
+    at once. Its results are written by then, and the interpreter's own teardown is where
+    gloo's threads, still held by torchrec's and DDP's objects, now and then abort the
+    process ("terminate called without an active exception", SIGABRT, after `atexit`:
+    about 1 run in 20 with the cores busy), failing a run that had finished."""
+    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+    try:
+        yield
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
