@@ -57,7 +57,7 @@ def main() -> None:
     probe = measure_runtime_ms(clusters["links"], PER_DEVICE_BATCH, args.steps)
     overhead = probe["runtime_ms"]
     splits = timing_splits(args.steps, args.processes * PER_DEVICE_BATCH)
-    runtime = {"runtime_ms": overhead, "dense_factor": probe["dense_factor"]}
+    runtime = {k: probe[k] for k in ("runtime_ms", "dense_factor", "ms_per_pooled_mb")}
     rows = [_one(name, arch, args, clusters, splits, runtime) for name, arch in _architectures()]
     errors = {how: statistics.median(abs(_error(r, how)) for r in rows)
               for how in ("constants", "links", "links+overhead")}  # fmt: skip
@@ -67,7 +67,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"links: {json.dumps(links)}; from the probes: the runtime's own "
-          f"{overhead:.2f} ms a step, the dense part x{probe['dense_factor']:.2f}")  # fmt: skip
+          f"{overhead:.2f} ms a step, the dense part x{probe['dense_factor']:.2f}, "
+          f"{probe['ms_per_pooled_mb']:.2f} ms per MB of pooled embeddings")  # fmt: skip
     print("| architecture | measured ms | predicted: constants | links | links + overhead | "
           "dense | lookups | all-to-all (links) |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
     for r in rows:

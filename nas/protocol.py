@@ -296,7 +296,8 @@ def _step(
     cluster = topology(shard.devices, shard.hosts, shard.links)
     step = predict_step(arch, cluster, shard.method, shard.model_dir, batch, dense_ms,
                         analysis.dense_params, pooling_factors, runtime_ms,
-                        measured.get("dense_factor", 1.0))  # fmt: skip
+                        measured.get("dense_factor", 1.0),
+                        measured.get("ms_per_pooled_mb", 0.0))  # fmt: skip
     return step | {"dense_source": source}
 
 

@@ -51,11 +51,13 @@ EVAL_BATCH = 8192
 TIMED_AFTER = 3  # steps left out of the step time (warm-up)
 SPLITS = ("train", "valid", "test")
 # the models whose sharded steps measure the runtime's own cost: logistic regression, whose
-# layers and lookups are a small share of its step, and the same with a wide MLP on top,
-# whose dense part is most of it (bench/bench_step_prediction.py). Their embedding dim (1)
-# matters little: at dim 16 a study's predictions erred as much (BENCHMARKS.md)
+# layers and lookups are a small share of its step, the same with a wide MLP on top, whose
+# dense part is most of it, and the same with wide embeddings, whose pooled vectors are
+# (bench/bench_step_prediction.py). The first two at dim 1: at dim 16 a study's
+# predictions erred as much (BENCHMARKS.md)
 RUNTIME_PROBE = "logistic_regression"
 PROBE_MLP = [512, 512]
+PROBE_WIDE_DIM = 64
 
 
 def train_sharded(
@@ -88,34 +90,49 @@ def measure_runtime_ms(
     cluster: Topology, batch_per_device: int = 512, steps: int = 40
 ) -> dict[str, Any]:
     """What the parts of a predicted step leave out of a sharded one: the runtime's fixed
-    cost a step (the input and output distributions of the ids, awaitables, DDP's hooks,
-    `runtime_ms`) and the dense part's slowdown beside it (`dense_factor`; on a shared
-    CPU, gloo's threads take cores from the layers). Two probe models are trained as a
-    study's sharded trial trains, on `cluster.num_devices` local processes with
-    `batch_per_device` rows each: their measured steps less their predicted parts (on
-    `cluster`, its measured links) fit `runtime_ms + (dense_factor - 1) x dense part`."""
-    from search_space.architecture import Architecture
+    cost a step (the input distribution of the ids, awaitables, DDP's hooks: `runtime_ms`),
+    the dense part's slowdown beside it (`dense_factor`; on a shared CPU, gloo's threads
+    take cores from the layers) and the cost of each MB of pooled embeddings a device takes
+    (`ms_per_pooled_mb`: their copies and regrouping, beyond the all-to-all's bytes). Three
+    probe models are trained as a study's sharded trial trains, on `cluster.num_devices`
+    local processes with `batch_per_device` rows each: their measured steps less their
+    predicted parts (on `cluster`, its measured links) fit
+    `runtime_ms + (dense_factor - 1) x dense part + ms_per_pooled_mb x pooled MB`."""
+    splits = timing_splits(steps, cluster.num_devices * batch_per_device)
+    probes = [_probe(a, cluster, splits, batch_per_device, steps)
+              for a in probe_architectures(splits[0].schema)]  # fmt: skip
+    small, large, wide = probes
+    slowdown = max(0.0, (large["left_out_ms"] - small["left_out_ms"])
+                   / max(large["dense_alone_ms"] - small["dense_alone_ms"], 1e-6))  # fmt: skip
+    beyond = wide["left_out_ms"] - small["left_out_ms"] - slowdown * (
+        wide["dense_alone_ms"] - small["dense_alone_ms"])  # fmt: skip
+    per_mb = max(0.0, beyond / max(wide["pooled_mb"] - small["pooled_mb"], 1e-6))
+    runtime = small["left_out_ms"] - slowdown * small["dense_alone_ms"]
+    return {"runtime_ms": max(0.0, runtime - per_mb * small["pooled_mb"]),
+            "dense_factor": 1.0 + slowdown, "ms_per_pooled_mb": per_mb,
+            "runtime_batch_per_device": batch_per_device, "probes": probes}  # fmt: skip
+
+
+def probe_architectures(schema: DatasetSchema) -> list[Architecture]:
+    """The three probes of `measure_runtime_ms`: logistic regression (dim 1), with a wide
+    MLP on top, and at `PROBE_WIDE_DIM`."""
     from search_space.presets import load_architecture
 
-    splits = timing_splits(steps, cluster.num_devices * batch_per_device)
-    small = load_architecture(RUNTIME_PROBE, splits[0].schema)
+    small = load_architecture(RUNTIME_PROBE, schema)
     spec = small.to_dict()
-    spec["blocks"].append({"name": "mlp", "op": "mlp", "inputs": ["features"],
-                           "params": {"widths": PROBE_MLP}})  # fmt: skip
-    spec |= {"name": f"{RUNTIME_PROBE}+mlp", "output": "mlp"}
-    large = Architecture.from_dict(spec).bind(splits[0].schema)
-    probes = [_probe(a, cluster, splits, batch_per_device, steps) for a in (small, large)]
-    (dense, left), (dense_large, left_large) = [(p["dense_alone_ms"], p["left_out_ms"])
-                                                for p in probes]  # fmt: skip
-    slowdown = max(0.0, (left_large - left) / max(dense_large - dense, 1e-6))
-    return {"runtime_ms": max(0.0, left - slowdown * dense), "dense_factor": 1.0 + slowdown,
-            "runtime_batch_per_device": batch_per_device, "probes": probes}  # fmt: skip
+    mlp = spec | {"name": f"{RUNTIME_PROBE}+mlp", "output": "mlp", "blocks": [
+        *spec["blocks"], {"name": "mlp", "op": "mlp", "inputs": ["features"],
+                          "params": {"widths": PROBE_MLP}}]}  # fmt: skip
+    wide = spec | {"name": f"{RUNTIME_PROBE}@{PROBE_WIDE_DIM}",
+                   "embedding": spec["embedding"] | {"dim": PROBE_WIDE_DIM}}  # fmt: skip
+    return [small, *(Architecture.from_dict(s).bind(schema) for s in (mlp, wide))]
 
 
 def _probe(arch: Architecture, cluster: Topology, splits, batch_per_device: int, steps: int):
     from cost_models.latency.model import measure_dense_step_ms
     from cost_models.sharding.cost_net import PACKAGED_MODEL
-    from cost_models.sharding.step import predict_step
+    from cost_models.sharding.step import pooled_mb, predict_step
+    from cost_models.sharding.tables import tables_from_architecture
     from search_space.architecture import analyze
     from trainers.trainer import resolve_device
 
@@ -126,6 +143,7 @@ def _probe(arch: Architecture, cluster: Topology, splits, batch_per_device: int,
     measured = time_sharded_step(arch, splits, plan, batch_per_device, steps).step_ms
     return {"probe": arch.name, "measured_step_ms": measured, "predicted_step_ms":
             predicted["step_ms"], "dense_alone_ms": dense_ms,
+            "pooled_mb": pooled_mb(tables_from_architecture(arch), batch_per_device),
             "left_out_ms": measured - predicted["step_ms"]}  # fmt: skip
 
 

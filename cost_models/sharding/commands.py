@@ -285,5 +285,6 @@ def cmd_links(args: argparse.Namespace) -> int:
           f"{links['all_reduce_latency_ms']:.3f} ms, {links['all_reduce_bytes_per_ms'] / 1e6:.2f} "
           f"GB/s, between {args.processes} processes; the sharded runtime's own cost "
           f"{links['runtime_ms']:.2f} ms a step at {args.batch_size} rows a process, the "
-          f"dense part x{links['dense_factor']:.2f} beside it")  # fmt: skip
+          f"dense part x{links['dense_factor']:.2f} beside it, "
+          f"{links['ms_per_pooled_mb']:.2f} ms per MB of pooled embeddings")  # fmt: skip
     return 0

@@ -76,13 +76,15 @@ def measured_topology(
 
 def read_links(path: str) -> dict[str, float]:
     """A file of `ranknas shard links`; a clear error if it is not one. In a file measured
-    without them, `runtime_ms` (the sharded runtime's fixed cost a step) is 0 and
-    `dense_factor` (the dense part's slowdown inside a sharded step) 1."""
+    without them, `runtime_ms` (the sharded runtime's fixed cost a step) and
+    `ms_per_pooled_mb` (its cost per MB of pooled embeddings) are 0 and `dense_factor`
+    (the dense part's slowdown inside a sharded step) 1."""
     try:
         data = json.loads(Path(path).read_text())
         links = {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
         return links | {"runtime_ms": float(data.get("runtime_ms", 0.0)),
-                        "dense_factor": float(data.get("dense_factor", 1.0))}  # fmt: skip
+                        "dense_factor": float(data.get("dense_factor", 1.0)),
+                        "ms_per_pooled_mb": float(data.get("ms_per_pooled_mb", 0.0))}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RanknasError(
             f"sharding.links {path}: not a file of `ranknas shard links` "

@@ -19,7 +19,7 @@ from cost_models.sharding.cost_net import PACKAGED_MODEL, CostNet, load_cost_net
 from cost_models.sharding.links import measured_topology, read_links
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import make_sharder
-from cost_models.sharding.tables import tables_from_architecture
+from cost_models.sharding.tables import DTYPE_BYTES, TableSpec, tables_from_architecture
 from cost_models.sharding.topology import Topology
 from search_space.architecture import Architecture
 
@@ -68,6 +68,7 @@ def predict_step(
     pooling_factors: dict[str, float] | None = None,
     runtime_ms: float = 0.0,
     dense_factor: float = 1.0,
+    ms_per_pooled_mb: float = 0.0,
 ) -> dict[str, Any]:
     """The predicted training step (ms) of one device of `cluster`, each device with a batch
     of `batch_size`, and its parts: the dense part measured alone (`dense_ms`: blocks and
@@ -77,7 +78,9 @@ def predict_step(
     sharding cost model of `model_dir`, else the one shipped with ranknas), and
     `runtime_ms`, the sharded runtime's fixed cost per step; `dense_factor`: the dense
     part's time inside a sharded step over its time alone (`ranknas shard links` measures
-    both). The parts run one after another: nothing overlaps."""
+    both), and `ms_per_pooled_mb`, what the runtime adds for each MB of pooled embeddings a
+    device takes a step (its batch's every feature, whichever device looked it up). The
+    parts run one after another: nothing overlaps."""
     tables = tables_from_architecture(arch, pooling_factors)
     plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     cost_dir = model_dir if (Path(model_dir) / "cost_net.json").exists() else str(PACKAGED_MODEL)
@@ -89,12 +92,14 @@ def predict_step(
     embedding_ms = float(per_device[busiest, :2].sum())
     comm_ms = float(per_device[busiest, 2])
     in_step_ms = dense_ms * dense_factor
+    pooled_ms = ms_per_pooled_mb * pooled_mb(tables, batch_size)
     return {
-        "step_ms": in_step_ms + allreduce_ms + embedding_ms + comm_ms + runtime_ms,
+        "step_ms": in_step_ms + allreduce_ms + embedding_ms + comm_ms + runtime_ms + pooled_ms,
         "dense_ms": in_step_ms,
         "dense_alone_ms": dense_ms,
         "dense_factor": dense_factor,
         "runtime_ms": runtime_ms,
+        "pooled_ms": pooled_ms,
         "allreduce_ms": allreduce_ms,
         "embedding_ms": embedding_ms,
         "all_to_all_ms": comm_ms,
@@ -106,6 +111,11 @@ def predict_step(
         "cost_model": f"{source} ({net.config.device}, {net.config.kernel})",
         "plan": plan.to_dict(),
     }
+
+
+def pooled_mb(tables: list[TableSpec], batch_size: int) -> float:
+    """The pooled embeddings one device takes a step (MB): a vector per feature per row."""
+    return batch_size * sum(t.embedding_dim * DTYPE_BYTES[t.dtype] for t in tables) / 1e6
 
 
 @functools.cache

@@ -68,6 +68,10 @@ def _step_section(step: Mapping[str, Any]) -> str:
         ),
         ("its all-to-all traffic (sharding cost model and topology)", step["all_to_all_ms"]),
         ("the sharded runtime's fixed cost (`ranknas shard links`)", step.get("runtime_ms", 0.0)),
+        (
+            "the runtime's cost of the pooled embeddings (`ranknas shard links`)",
+            step.get("pooled_ms", 0.0),
+        ),
     ]
     rows = [(what, f"{ms:.3f}") for what, ms in parts] + [
         ("**step**", f"**{step['step_ms']:.3f}**")
