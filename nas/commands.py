@@ -518,7 +518,8 @@ def _provenance(study, trial, metrics: dict) -> dict:
         out["the study's best"] = leaderboard.describe_best(best)
     verdict = leaderboard.verdict(study)
     if verdict:
-        out["verdict"] = leaderboard.format_verdict(verdict).splitlines()[0]
+        # every line `status` prints: who wins, the baselines' recipes, the seeds' test
+        out["verdict"] = "; ".join(leaderboard.format_verdict(verdict).splitlines())
     means = leaderboard.seed_means(study)
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:
