@@ -63,7 +63,7 @@ def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
     model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
     frame = pd.DataFrame({"d0": [1.5, "cheap", None, 0.5, 0.5, "inf", 1e300],
                           "c0": ["shop-3", "shop-1", "shop-2", None, "shop-4", "shop-1", "shop-1"],
-                          "c1": [1, 2, 3, "shop-3", 7, 1, 1]})  # fmt: skip
+                          "c1": [1, 2, 3, "shop-3", 7, 1, None]})  # fmt: skip
     with pytest.raises(MlflowException) as raised:
         model.predict(frame)
     assert raised.value.error_code == "INVALID_PARAMETER_VALUE"  # HTTP 400 when served
@@ -80,10 +80,14 @@ def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
         "on c1's ids (no vocabulary, no missing value): give a whole number 0..4",
         "categorical column 'c1', row 4: 7 is not an id of this model; it was trained on c1's "
         "ids (no vocabulary, no missing value): give a whole number 0..4",
+        "categorical column 'c1', row 6: a missing value (null) is not an id of this model; it "
+        "was trained on c1's ids (no vocabulary, no missing value): give a whole number 0..4",
     ]
     with pytest.raises(MlflowException) as raised:  # numbers only: no text to convert
         model.predict(pd.DataFrame({"d0": [-np.inf], "c0": ["shop-1"], "c1": [1]}))
     assert raised.value.message.startswith("dense column 'd0', row 0: -inf is not a finite")
+    with pytest.raises(MlflowException, match=r"row 1: a missing value \(null\) is not an id"):
+        model.predict(pd.DataFrame({"d0": [0.5, 0.5], "c0": ["shop-1"] * 2, "c1": [1, np.nan]}))
     with pytest.raises(MlflowException) as raised:
         model.predict(frame[["d0", "c1"]])
     assert raised.value.message == "input is missing column(s) c0: send every column of d0, c0, c1"

@@ -142,7 +142,9 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
     for row, value in enumerate(values):
         number = _whole(value)
         if number is None or not 0 <= number < rows:
-            problems.append(f"categorical column {feature!r}, row {row}: {value!r} is not an id "
+            null = value is None or (isinstance(value, float) and np.isnan(value))
+            given = "a missing value (null)" if null else repr(value)
+            problems.append(f"categorical column {feature!r}, row {row}: {given} is not an id "
                             f"of this model; it was trained on {feature}'s ids (no vocabulary, "
                             f"no missing value): give a whole number 0..{rows - 1}")  # fmt: skip
             number = 0
