@@ -384,7 +384,8 @@ def _tool_commands(command, commands) -> None:
                        help="rows to generate for --data synthetic")  # fmt: skip
     size = train.add_mutually_exclusive_group()  # one run's size, as a study's budget
     size.add_argument("--examples", type=positive(int), metavar="N",
-                      help="budget: training examples")  # fmt: skip
+                      help="budget: training examples, in whole batches (rounded down to "
+                      "a multiple of the batch size, at least one batch)")  # fmt: skip
     size.add_argument("--epochs", type=positive(float), metavar="E",
                       help="budget: passes over the training split (may be fractional; "
                       "instead of --examples)")  # fmt: skip
