@@ -168,6 +168,13 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(RanknasError, match="not a file of `ranknas shard links`"):
         topology(2, links=str(tmp_path / "bad.json"))
+    for key, value, bound in [("ms_per_pooled_mb", -3, "0 or more"),
+                              ("all_to_all_bytes_per_ms", 0, "above 0"),
+                              ("runtime_ms", "nan", "0 or more")]:  # fmt: skip
+        (tmp_path / "bad.json").write_text(json.dumps(measured | {key: value}))
+        with pytest.raises(RanknasError, match=f"{key} is {value!r}; a measured one is a "
+                                               f"number {bound}"):  # fmt: skip
+            topology(2, links=str(tmp_path / "bad.json"))
 
 
 def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):

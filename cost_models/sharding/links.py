@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -74,22 +75,33 @@ def measured_topology(
     )
 
 
+# what a study reads of a links file: its default where an older file lacks it, and whether
+# it must be above 0 (a rate or a factor) or may be 0 (a latency or a cost)
+READ_FIELDS = {"all_to_all_bytes_per_ms": (None, True), "all_to_all_latency_ms": (None, False),
+               "runtime_ms": (0.0, False), "dense_factor": (1.0, True),
+               "ms_per_pooled_mb": (0.0, False)}  # fmt: skip
+
+
 def read_links(path: str) -> dict[str, float]:
-    """A file of `ranknas shard links`; a clear error if it is not one. In a file measured
-    without them, `runtime_ms` (the sharded runtime's fixed cost a step) and
-    `ms_per_pooled_mb` (its cost per MB of pooled embeddings) are 0 and `dense_factor`
-    (the dense part's slowdown inside a sharded step) 1."""
+    """A file of `ranknas shard links`; a clear error if it is not one, or holds a value no
+    measurement gives. In a file measured without them, `runtime_ms` (the sharded runtime's
+    fixed cost a step) and `ms_per_pooled_mb` (its cost per MB of pooled embeddings) are 0
+    and `dense_factor` (the dense part's slowdown inside a sharded step) 1."""
+    remeasure = "measure with `ranknas shard links --out FILE`"
     try:
         data = json.loads(Path(path).read_text())
-        links = {k: float(data[k]) for k in ("all_to_all_bytes_per_ms", "all_to_all_latency_ms")}
-        return links | {"runtime_ms": float(data.get("runtime_ms", 0.0)),
-                        "dense_factor": float(data.get("dense_factor", 1.0)),
-                        "ms_per_pooled_mb": float(data.get("ms_per_pooled_mb", 0.0))}  # fmt: skip
+        links = {k: float(data[k] if default is None else data.get(k, default))
+                 for k, (default, _) in READ_FIELDS.items()}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RanknasError(
-            f"sharding.links {path}: not a file of `ranknas shard links` "
-            f"({type(exc).__name__}: {exc}); measure with `ranknas shard links --out FILE`"
-        ) from None
+        raise RanknasError(f"sharding.links {path}: not a file of `ranknas shard links` "
+                           f"({type(exc).__name__}: {exc}); {remeasure}") from None  # fmt: skip
+    for key, value in links.items():
+        positive = READ_FIELDS[key][1]
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "above 0" if positive else "0 or more"
+            raise RanknasError(f"sharding.links {path}: {key} is {data[key]!r}; a measured "
+                               f"one is a number {bound}: {remeasure}")  # fmt: skip
+    return links
 
 
 def measure_links(processes: int) -> dict[str, float]:
