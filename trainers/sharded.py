@@ -95,12 +95,15 @@ def measure_runtime_ms(
     take cores from the layers) and the cost of each MB of pooled embeddings a device takes
     (`ms_per_pooled_mb`: their copies and regrouping, beyond the all-to-all's bytes). Three
     probe models are trained as a study's sharded trial trains, on `cluster.num_devices`
-    local processes with `batch_per_device` rows each: their measured steps less their
-    predicted parts (on `cluster`, its measured links) fit
+    local processes with `batch_per_device` rows each, twice each in mirrored order: their
+    mean measured steps less their predicted parts (on `cluster`, its measured links) fit
     `runtime_ms + (dense_factor - 1) x dense part + ms_per_pooled_mb x pooled MB`."""
     splits = timing_splits(steps, cluster.num_devices * batch_per_device)
-    probes = [_probe(a, cluster, splits, batch_per_device, steps)
-              for a in probe_architectures(splits[0].schema)]  # fmt: skip
+    archs = probe_architectures(splits[0].schema)
+    timed: dict[int, list[dict]] = {}
+    for i in (0, 1, 2, 2, 1, 0):  # mirrored: the machine's drift weighs on each probe alike
+        timed.setdefault(i, []).append(_probe(archs[i], cluster, splits, batch_per_device, steps))
+    probes = [_mean(timed[i]) for i in range(len(archs))]
     small, large, wide = probes
     slowdown = max(0.0, (large["left_out_ms"] - small["left_out_ms"])
                    / max(large["dense_alone_ms"] - small["dense_alone_ms"], 1e-6))  # fmt: skip
@@ -111,6 +114,12 @@ def measure_runtime_ms(
     return {"runtime_ms": max(0.0, runtime - per_mb * small["pooled_mb"]),
             "dense_factor": 1.0 + slowdown, "ms_per_pooled_mb": per_mb,
             "runtime_batch_per_device": batch_per_device, "probes": probes}  # fmt: skip
+
+
+def _mean(runs: list[dict]) -> dict:
+    """A probe's timings, averaged over its runs."""
+    return runs[0] | {k: statistics.mean(r[k] for r in runs) for k, v in runs[0].items()
+                      if isinstance(v, float)} | {"runs": len(runs)}  # fmt: skip
 
 
 def probe_architectures(schema: DatasetSchema) -> list[Architecture]:

@@ -79,7 +79,8 @@ def _step_section(step: Mapping[str, Any]) -> str:
     return (
         f"## Training step on the study's cluster\n\nPredicted before training: "
         f"{step['step_ms']:.3f} ms a step on {step['devices']} devices over "
-        f"{step['hosts']} hosts, {step['batch_per_device']} examples per device, tables "
+        f"{step['hosts']} host{'s' if step['hosts'] != 1 else ''}, "
+        f"{step['batch_per_device']} examples per device, tables "
         f"placed by the {step['sharder']} sharder (`sharding_plan.json`: the plan, and "
         "the torchrec `ShardingPlan` it makes for `embedding_bags`). The parts run one "
         f"after another. Cost model: {step['cost_model']}.\n\n" + _table(["part", "ms"], rows)
