@@ -138,6 +138,7 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     assert measured["all_to_all_latency_ms"] > 0 and measured["all_to_all_bytes_per_ms"] > 0
     # gloo's sharded step carries milliseconds of its own on CPU (4-7 ms on the 2-core VM)
     small, large, wide = measured["probes"]
+    assert [p["runs"] for p in measured["probes"]] == [2, 2, 2]  # mirrored, then averaged
     assert small["measured_step_ms"] > small["predicted_step_ms"]
     assert large["dense_alone_ms"] > small["dense_alone_ms"]
     assert wide["pooled_mb"] == pytest.approx(64 * small["pooled_mb"]) and wide["pooled_mb"] > 1
