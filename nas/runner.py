@@ -422,6 +422,10 @@ def _run_study(
         latency_predictor(config.objectives.latency_model, config.objectives.latency_batch_size)
     if config.sharding.dense_model:  # validated: only with a step objective
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
+    if config.sharding.links:  # and a links file no measurement wrote
+        from cost_models.sharding.links import read_links
+
+        read_links(config.sharding.links)
     claim_output_dir(config)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)

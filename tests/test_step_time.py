@@ -4,6 +4,7 @@ predicted before it trains, as a constraint and an objective, and shipped with t
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -198,6 +199,16 @@ def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):
 
     assert step("new.json")["runtime_ms"] == 6.5 and step("new.json")["dense_factor"] == 1.0
     assert step("new.json", runtime_ms=1.0)["runtime_ms"] == 1.0
+    (tmp_path / "negative.json").write_text(json.dumps(links | {"ms_per_pooled_mb": -1}))
+    config = tiny_config(
+        tmp_path,
+        "refused",
+        objectives={"cost": "step_ms"},
+        sharding={"devices": 2, "links": str(tmp_path / "negative.json")},
+    )
+    with pytest.raises(RanknasError, match="ms_per_pooled_mb is -1; a measured one"):
+        run_study(parse_config(config), progress=lambda line: None)
+    assert "refused" not in optuna.get_all_study_names(config["storage"])  # before it exists
     assert step("old.json")["runtime_ms"] == 0.0 == step("old.json")["pooled_ms"]
     pooled_mb = 128 * 16 * 4 * len(SCHEMA.categorical) / 1e6  # a device's rows, dim 16, fp32
     assert step("wide.json")["pooled_ms"] == pytest.approx(3.0 * pooled_mb)
