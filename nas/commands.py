@@ -289,7 +289,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         print(leaderboard.to_csv(leaderboard.with_baselines(table, bases)), end="")
     else:
         print(leaderboard.format_table(table))
-        print("\nPareto front (validation NE vs MFLOPs):")
+        cost = leaderboard.COST_UNITS[leaderboard.cost_key(study)]
+        print(f"\nPareto front (validation NE vs {cost}):")
         print(leaderboard.format_table(front))
         print_comparison(study)
     return 0
@@ -519,7 +520,9 @@ def _provenance(study, trial, metrics: dict) -> dict:
     verdict = leaderboard.verdict(study)
     if verdict:
         # every line `status` prints: who wins, the baselines' recipes, the seeds' test
-        out["verdict"] = "; ".join(leaderboard.format_verdict(verdict).splitlines())
+        out["verdict"] = "; ".join(leaderboard.format_verdict(verdict).splitlines()).removeprefix(
+            "verdict "
+        )
     means = leaderboard.seed_means(study)
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:

@@ -624,10 +624,15 @@ def _resolve_ceiling(
 
 
 def _dense_part(arch: Architecture, step: dict | None) -> dict:
-    """What a step ceiling keeps of its model: the architecture and its dense part's time."""
+    """What a step ceiling keeps of its model: the architecture and its dense part's time
+    alone (a candidate's, scaled from it, is then slowed by the links file's dense_factor
+    once, as the ceiling's own was)."""
     if step is None:
         return {}
-    return {"architecture": arch.to_dict(), "dense_ms": step["dense_ms"]}
+    return {
+        "architecture": arch.to_dict(),
+        "dense_ms": step.get("dense_alone_ms", step["dense_ms"]),
+    }
 
 
 def _trials_bar(study: optuna.Study, config: StudyConfig) -> bars.Bar:

@@ -97,6 +97,8 @@ def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_pa
     assert "step ms" in format_table(rows(study)).splitlines()[0]
 
     storage = config["storage"]
+    assert main(["leaderboard", "steps", "--storage", storage]) == 0
+    assert "Pareto front (validation NE vs ms a step):" in capsys.readouterr().out
     assert main(["status", "steps", "--storage", storage]) == 0
     assert "step time ceiling:" in capsys.readouterr().out
     out = tmp_path / "winner"
@@ -278,3 +280,14 @@ def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_
         assert source.startswith("timed in turn with base dlrm")
         ratio = float(source.split(": ")[1].split("x")[0])
         assert step["dense_ms"] == pytest.approx(ceiling["dense_ms"] * ratio, rel=1e-3)
+
+
+def test_a_step_ceiling_keeps_its_model_s_dense_part_alone():
+    """A links file's dense_factor slows a candidate's dense part once: the ceiling keeps
+    its model's time alone, not the slowed one (else every candidate paid it twice)."""
+    from nas.runner import _dense_part
+
+    arch = load_architecture("dlrm", SCHEMA)
+    step = {"dense_ms": 3.8, "dense_alone_ms": 2.0, "dense_factor": 1.9}
+    assert _dense_part(arch, step)["dense_ms"] == 2.0
+    assert _dense_part(arch, {"dense_ms": 2.5})["dense_ms"] == 2.5  # a step recorded before

@@ -101,6 +101,6 @@ def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_pa
     assert card["baseline dlrm val / test NE"].startswith("0.8550 / ")
     assert "(its recorded run); mean over 4 seeds 0.8552 / " in card["baseline dlrm val / test NE"]
     # the verdict as `status` tells it, each of its lines: the baselines' recipe, the seeds
-    assert card["verdict"].startswith("verdict (seed means")
+    assert card["verdict"].startswith("(seed means")  # the row's name says "verdict"
     assert "; baselines untuned, at the study's recipe" in card["verdict"]
     assert "; by seed: trial 1 has the lower validation NE on 4 of 4 seeds" in card["verdict"]
