@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from collections.abc import Sequence
 
 import torch
@@ -43,7 +42,7 @@ def random_batch(tables: Sequence[TableSpec], batch_size: int, seed: int) -> Key
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tables", required=True, help="table file (YAML or JSON)")
     parser.add_argument("--plan", required=True, help="plan JSON, as `ranknas shard plan --json`")
@@ -57,8 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if plan.num_devices != dist.get_world_size():
             raise RanknasError(f"{args.plan}: the plan is for {plan.num_devices} devices, "
                                f"not {dist.get_world_size()}")  # fmt: skip
-        check(tables, plan, args.batch_size)
-    return 0
+        check(tables, plan, args.batch_size)  # then the rank exits 0 (`process_group`)
 
 
 def check(tables: Sequence[TableSpec], plan: Plan, batch_size: int) -> None:
@@ -79,4 +77,4 @@ def check(tables: Sequence[TableSpec], plan: Plan, batch_size: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
