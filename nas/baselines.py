@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
+from nas.leaderboard import costs_text
 from nas.protocol import (
     StudyData,
     architecture_costs,
@@ -258,7 +259,7 @@ def _stamp(study: optuna.Study, key: str, worker: str) -> None:
 def _line(key: str, attrs: dict[str, Any]) -> str:
     ne = attrs.get("val_ne")
     shown = f"validation NE {ne:.4f}" if ne is not None else attrs.get("failure_reason", "")
-    line = f"baseline {key}: {attrs['status']}, {shown}, {attrs['mflops']:.3f} MFLOPs"
+    line = f"baseline {key}: {attrs['status']}, {shown}, {costs_text(attrs)}"
     if attrs.get("recipe"):  # tuned: the recipe it is compared at
         recipe = ", ".join(f"{k} {v}" for k, v in attrs["recipe"].items())
         line += f", at its best of {attrs['tuned']} recipes ({recipe})"

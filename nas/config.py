@@ -458,8 +458,8 @@ class ShardingConfig(_Section):
         default=None,
         ge=0,
         description="the sharded runtime's fixed cost per step, added to predicted steps; "
-        "default: the one `ranknas shard links` measured into the links file, else 0 (4-7 ms "
-        "on a 2-core CPU with gloo)",
+        "default: the one `ranknas shard links` measured into the links file, else 0 (7.5-10.5 "
+        "ms measured on a 2-core CPU with gloo)",
     )
 
     @model_validator(mode="after")

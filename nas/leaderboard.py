@@ -166,12 +166,12 @@ def _cost(row: dict[str, Any], key: str) -> float:
 def describe_best(best: dict[str, Any]) -> str:
     """One line: the best trial, its basis and value, and, in a tie, why it was chosen."""
     line = (f"trial {best['trial']} ({best['basis']}): validation NE {_num(best['val_ne'], 5)}, "
-            f"{_costs(best)}")  # fmt: skip
+            f"{costs_text(best)}")  # fmt: skip
     if not best["ties"]:
         return line
     lowest = best["lowest"]
     others = [lowest, *best["ties"]]
-    tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {_costs(r)}"
+    tied = ", ".join(f"trial {r['trial']} {_num(r['val_ne'], 5)} at {costs_text(r)}"
                      for r in others if r["trial"] != best["trial"])  # fmt: skip
     line += (f"; a tie, equivalent within {TIE_MARGIN:.1%} NE (paired by seed), with {tied}: "
              "the tie goes to the cheaper")  # fmt: skip
@@ -180,7 +180,7 @@ def describe_best(best: dict[str, Any]) -> str:
     return line
 
 
-def _costs(row: dict[str, Any]) -> str:
+def costs_text(row: dict[str, Any]) -> str:
     """MFLOPs, and the predicted step where the study has one (then the tie rule's cost)."""
     text = f"{_num(row['mflops'], 3)} MFLOPs"
     return text if row.get("step_ms") is None else f"{text} and {row['step_ms']:.3f} ms a step"

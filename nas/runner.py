@@ -35,6 +35,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
+from nas.leaderboard import costs_text
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
     Costs,
@@ -423,9 +424,7 @@ def _run_study(
     if config.sharding.dense_model:  # validated: only with a step objective
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
     if config.sharding.links:  # and a links file no measurement wrote
-        from cost_models.sharding.links import read_links
-
-        read_links(config.sharding.links)
+        _check_links(config.sharding.links, config.sharding.runtime_ms, progress)
     claim_output_dir(config)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
@@ -968,6 +967,21 @@ def _outcome(
     return TrialState.COMPLETE, [metric] if cost is None else [metric, cost]
 
 
+def _check_links(path: str, runtime_ms: float | None, progress: Callable[[str], None]) -> None:
+    """A links file no measurement wrote stops the study; one measured before the runtime's
+    own cost was (an older `ranknas shard links`) is used as it is, and told."""
+    from cost_models.sharding.links import read_links, unmeasured_fields
+
+    read_links(path)
+    missing = unmeasured_fields(path)
+    if runtime_ms is not None:
+        missing = [f for f in missing if f != "runtime_ms"]
+    if missing:
+        progress(f"warning: sharding.links {path} has no {', '.join(missing)} (measured by an "
+                 "older `ranknas shard links`): predicted steps leave that out and come out "
+                 "low; measure again with `ranknas shard links --out FILE`")  # fmt: skip
+
+
 def _progress_line(
     study: optuna.Study, config: StudyConfig, record: dict, started: float
 ) -> tuple[str, int, float]:
@@ -1003,7 +1017,7 @@ def _progress_line(
     line = (
         f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
         f"(best {f'{best:.4f}' if math.isfinite(best) else '-'})  "
-        f"{record['metrics'].get('mflops', 0):.3f} MFLOPs  "
+        f"{costs_text({'mflops': 0} | record['metrics'])}  "
         f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"
     )
     return line, done, best

@@ -2,6 +2,7 @@
 predicted before it trains, as a constraint and an objective, and shipped with the export."""
 
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -15,7 +16,7 @@ from nas.cli import main
 from nas.config import parse_config
 from nas.leaderboard import format_table, rows
 from nas.protocol import architecture_costs
-from nas.runner import run_study
+from nas.runner import _check_links, run_study
 from nas.trial_record import STEP_FILE, TrialAttr
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
@@ -128,6 +129,8 @@ def test_links_refuses_an_unwritable_out_before_measuring(tmp_path, capsys, out)
     assert main(["shard", "links", "--processes", "2", "--out", str(tmp_path / out)]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: --out ") and "Traceback" not in error
+    if out:
+        assert f"{tmp_path / 'a-file'} is a file, not a folder" in error
 
 
 def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
@@ -169,16 +172,34 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     pooled = 512 * 16 * 4 * len(SCHEMA.categorical) / 1e6
     assert with_links["pooled_ms"] == pytest.approx(2.0 * pooled)
     assert with_links["step_ms"] == pytest.approx(sum(with_links[k] for k in parts))
-    (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(RanknasError, match="not a file of `ranknas shard links`"):
-        topology(2, links=str(tmp_path / "bad.json"))
+    for text in ("{}", "[1, 2]", json.dumps({"all_to_all_latency_ms": 0.2})):
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(RanknasError, match=r"not a file of `ranknas shard links` \(no "
+                                               r".*all_to_all_bytes_per_ms"):  # fmt: skip
+            topology(2, links=str(tmp_path / "bad.json"))
+    # values no measurement gives, a string or a boolean that looks like a number among them
     for key, value, bound in [("ms_per_pooled_mb", -3, "0 or more"),
                               ("all_to_all_bytes_per_ms", 0, "above 0"),
-                              ("runtime_ms", "nan", "0 or more")]:  # fmt: skip
+                              ("runtime_ms", float("nan"), "0 or more"),
+                              ("dense_factor", "4.0", "above 0"),
+                              ("all_to_all_latency_ms", True, "0 or more"),
+                              ("ms_per_pooled_mb", None, "0 or more")]:  # fmt: skip
         (tmp_path / "bad.json").write_text(json.dumps(measured | {key: value}))
-        with pytest.raises(RanknasError, match=f"{key} is {value!r}; a measured one is a "
-                                               f"number {bound}"):  # fmt: skip
+        with pytest.raises(
+            RanknasError,
+            match=re.escape(f"{key} is {json.dumps(value)}; a measured one is a number {bound}"),
+        ):
             topology(2, links=str(tmp_path / "bad.json"))
+
+
+def test_a_noisy_latency_does_not_make_a_bandwidth_up():
+    """Where the tiny buffer's median came out as slow as the 4 MB one's, the bandwidth is
+    the large buffer's at half its time, not bytes over a difference of about nothing."""
+    from cost_models.sharding.links import _transfer_ms
+
+    assert _transfer_ms(0.2, 1.8) == pytest.approx(1.6)
+    assert _transfer_ms(2.0, 1.9) == pytest.approx(0.95)
+    assert _transfer_ms(1.0, 1.0) == pytest.approx(0.5)
 
 
 def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):
@@ -211,6 +232,18 @@ def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):
     with pytest.raises(RanknasError, match="ms_per_pooled_mb is -1; a measured one"):
         run_study(parse_config(config), progress=lambda line: None)
     assert "refused" not in optuna.get_all_study_names(config["storage"])  # before it exists
+    told = []
+    _check_links(str(tmp_path / "old.json"), None, told.append)
+    assert len(told) == 1 and "has no runtime_ms, dense_factor, ms_per_pooled_mb" in told[0]
+    _check_links(str(tmp_path / "old.json"), 1.0, told.append)  # runtime_ms given: not missed
+    assert "has no dense_factor, ms_per_pooled_mb" in told[1]
+    complete = json.loads((tmp_path / "new.json").read_text()) | {
+        "dense_factor": 1.5,
+        "ms_per_pooled_mb": 2.0,
+    }
+    (tmp_path / "complete.json").write_text(json.dumps(complete))
+    _check_links(str(tmp_path / "complete.json"), None, told.append)
+    assert len(told) == 2
     assert step("old.json")["runtime_ms"] == 0.0 == step("old.json")["pooled_ms"]
     pooled_mb = 128 * 16 * 4 * len(SCHEMA.categorical) / 1e6  # a device's rows, dim 16, fp32
     assert step("wide.json")["pooled_ms"] == pytest.approx(3.0 * pooled_mb)
@@ -263,7 +296,10 @@ def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_
     each candidate, and the candidate's dense part is the ceiling's time scaled by their
     ratio: the load of the machine between the two timings no longer moves the comparison."""
     config = _held_to_dlrm(tmp_path, "paired", trials=3)
-    study = run_study(parse_config(config), progress=lambda line: None)
+    lines = []
+    study = run_study(parse_config(config), progress=lines.append)
+    trained = [line for line in lines if line.startswith("[") and "complete" in line]
+    assert trained and all(re.search(r"MFLOPs and \d+\.\d{3} ms a step", t) for t in trained)
     ceiling = study.user_attrs["step_ms_ceiling"]
     base = load_architecture("dlrm", SCHEMA)
     assert ceiling["of"] == "base dlrm" and ceiling["dense_ms"] > 0
@@ -291,3 +327,12 @@ def test_a_step_ceiling_keeps_its_model_s_dense_part_alone():
     step = {"dense_ms": 3.8, "dense_alone_ms": 2.0, "dense_factor": 1.9}
     assert _dense_part(arch, step)["dense_ms"] == 2.0
     assert _dense_part(arch, {"dense_ms": 2.5})["dense_ms"] == 2.5  # a step recorded before
+
+
+def test_a_baseline_s_line_names_its_predicted_step():
+    from nas.baselines import _line
+
+    attrs = {"status": "complete", "val_ne": 0.9, "mflops": 0.068}
+    assert _line("dlrm", attrs).endswith("validation NE 0.9000, 0.068 MFLOPs")
+    stepped = _line("dlrm", attrs | {"step_ms": 7.28})
+    assert stepped.endswith("0.068 MFLOPs and 7.280 ms a step")

@@ -41,6 +41,13 @@ def _median_ms(run, repeats: int = 20, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def _transfer_ms(small_ms: float, large_ms: float) -> float:
+    """The large buffer's time less the latency, but at least half its time: where the tiny
+    buffer's median came out as slow as the large one's (a noisy latency), the difference
+    would imply any bandwidth at all (4,194,304 GB/s was recorded once)."""
+    return max(large_ms - small_ms, large_ms / 2)
+
+
 def measure() -> dict[str, float]:
     """On every rank: each collective's median time for a tiny and a 4 MB buffer, and the
     latency and bandwidth (bytes per ms that leave a rank) they imply."""
@@ -58,7 +65,7 @@ def measure() -> dict[str, float]:
         # a ring all-reduce
         moved = LARGE * 4 * (world - 1) / world * (2 if name == "all_reduce" else 1)
         out[f"{name}_latency_ms"] = ms[SMALL]
-        out[f"{name}_bytes_per_ms"] = moved / max(ms[LARGE] - ms[SMALL], 1e-6)
+        out[f"{name}_bytes_per_ms"] = moved / _transfer_ms(ms[SMALL], ms[LARGE])
     return out
 
 
@@ -87,21 +94,42 @@ def read_links(path: str) -> dict[str, float]:
     measurement gives. In a file measured without them, `runtime_ms` (the sharded runtime's
     fixed cost a step) and `ms_per_pooled_mb` (its cost per MB of pooled embeddings) are 0
     and `dense_factor` (the dense part's slowdown inside a sharded step) 1."""
-    remeasure = "measure with `ranknas shard links --out FILE`"
+    data = _links_json(path)
+    links = {}
+    for key, (default, positive) in READ_FIELDS.items():
+        value = data.get(key, default)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
+            bound = "above 0" if positive else "0 or more"
+            raise RanknasError(f"sharding.links {path}: {key} is {json.dumps(value)}; a "
+                               f"measured one is a number {bound}: {REMEASURE}")  # fmt: skip
+        links[key] = float(value)
+    return links
+
+
+def unmeasured_fields(path: str) -> list[str]:
+    """What a links file lacks that `ranknas shard links` measures now: a file written before
+    them predicts a sharded step without the runtime's own cost, far too low."""
+    data = _links_json(path)
+    return [k for k, (default, _) in READ_FIELDS.items() if default is not None and k not in data]
+
+
+REMEASURE = "measure with `ranknas shard links --out FILE`"
+
+
+def _links_json(path: str) -> dict:
     try:
         data = json.loads(Path(path).read_text())
-        links = {k: float(data[k] if default is None else data.get(k, default))
-                 for k, (default, _) in READ_FIELDS.items()}  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         raise RanknasError(f"sharding.links {path}: not a file of `ranknas shard links` "
-                           f"({type(exc).__name__}: {exc}); {remeasure}") from None  # fmt: skip
-    for key, value in links.items():
-        positive = READ_FIELDS[key][1]
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            bound = "above 0" if positive else "0 or more"
-            raise RanknasError(f"sharding.links {path}: {key} is {data[key]!r}; a measured "
-                               f"one is a number {bound}: {remeasure}")  # fmt: skip
-    return links
+                           f"({type(exc).__name__}: {exc}); {REMEASURE}") from None  # fmt: skip
+    missing = [k for k, (default, _) in READ_FIELDS.items() if default is None]
+    if isinstance(data, dict):
+        missing = [k for k in missing if k not in data]
+    if missing:
+        raise RanknasError(f"sharding.links {path}: not a file of `ranknas shard links` (no "
+                           f"{' or '.join(missing)}); {REMEASURE}")  # fmt: skip
+    return data
 
 
 def measure_links(processes: int) -> dict[str, float]:
