@@ -336,3 +336,18 @@ def test_a_baseline_s_line_names_its_predicted_step():
     assert _line("dlrm", attrs).endswith("validation NE 0.9000, 0.068 MFLOPs")
     stepped = _line("dlrm", attrs | {"step_ms": 7.28})
     assert stepped.endswith("0.068 MFLOPs and 7.280 ms a step")
+
+
+def test_the_card_sets_a_sharded_run_s_measured_step_beside_the_prediction():
+    from nas.export.model_card import _step_section
+
+    step = {"dense_ms": 4.0, "allreduce_ms": 0.5, "busiest_device": 1, "embedding_ms": 0.2,
+            "all_to_all_ms": 1.0, "runtime_ms": 8.0, "pooled_ms": 1.3, "step_ms": 15.0,
+            "devices": 2, "hosts": 1, "batch_per_device": 256, "sharder": "rl",
+            "cost_model": "packaged"}  # fmt: skip
+    assert "Measured in" not in _step_section(step, {"val_ne": 0.9})
+    measured = {"measured_step_ms": 18.0, "rank0_step_ms": 17.0, "rank1_step_ms": 18.0}
+    assert ("18.000 ms a step, the slowest of 2 processes on the machine that trained it "
+            "(1.20x the prediction above)") in _step_section(step, measured)  # fmt: skip
+    elsewhere = _step_section(step | {"devices": 16, "hosts": 2}, measured)
+    assert "(the prediction above is for 16 devices)" in elsewhere

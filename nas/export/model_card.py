@@ -44,14 +44,15 @@ def _model_card(
         + _metrics_table({("dense params" if k == "params" else k): v for k, v in metrics.items()}),
         "## Inputs\n\n" + _inputs_section(arch, columns),
         "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
-        *([_step_section(step)] if step else []),
+        *([_step_section(step, metrics)] if step else []),
         "## Files and loading\n\n" + _loading_section(register, alias),
     ]
     return "\n\n".join(sections) + "\n"
 
 
-def _step_section(step: Mapping[str, Any]) -> str:
-    """The predicted training step on the study's cluster, its parts and their source."""
+def _step_section(step: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """The predicted training step on the study's cluster, its parts and their source; and
+    the step its own sharded training run measured, where it trained sharded."""
     parts = [
         (
             "dense blocks and head, forward and backward ("
@@ -83,8 +84,22 @@ def _step_section(step: Mapping[str, Any]) -> str:
         f"{step['batch_per_device']} examples per device, tables "
         f"placed by the {step['sharder']} sharder (`sharding_plan.json`: the plan, and "
         "the torchrec `ShardingPlan` it makes for `embedding_bags`). The parts run one "
-        f"after another. Cost model: {step['cost_model']}.\n\n" + _table(["part", "ms"], rows)
+        f"after another. Cost model: {step['cost_model']}.\n\n"
+        + _table(["part", "ms"], rows)
+        + _measured_step(step, metrics)
     )
+
+
+def _measured_step(step: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    measured = metrics.get("measured_step_ms")
+    if measured is None:
+        return ""
+    processes = sum(name.startswith("rank") and name.endswith("_step_ms") for name in metrics)
+    text = (f"\n\nMeasured in its recorded training run: {measured:.3f} ms a step, the slowest "
+            f"of {processes} processes on the machine that trained it")  # fmt: skip
+    if processes != step["devices"]:
+        return text + f" (the prediction above is for {step['devices']} devices)."
+    return text + f" ({measured / step['step_ms']:.2f}x the prediction above)."
 
 
 def _slowdown(factor: float) -> str:
