@@ -135,3 +135,19 @@ def test_dot_product_is_the_upper_triangle_of_inner_products():
         [(x[:, 0] * x[:, 1]).sum(-1), (x[:, 0] * x[:, 2]).sum(-1), (x[:, 1] * x[:, 2]).sum(-1)], 1
     )
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("self_interaction", [False, True])
+def test_dot_product_and_its_gradient_match_the_pairs_one_by_one(self_interaction):
+    """The flat index_select of the products gives each pair's inner product in row order,
+    and the gradient of the pairs computed one by one."""
+    x = torch.randn(4, 6, 3, requires_grad=True)
+    out = OPS["dot"](Sparse(6, 3), self_interaction=self_interaction)(x)
+    start = 0 if self_interaction else 1
+    pairs = [(i, j) for i in range(6) for j in range(i + start, 6)]
+    expected = torch.stack([(x[:, i] * x[:, j]).sum(-1) for i, j in pairs], 1)
+    torch.testing.assert_close(out, expected)
+    weights = torch.randn_like(out)
+    (grad,) = torch.autograd.grad((out * weights).sum(), x)
+    (grad_expected,) = torch.autograd.grad((expected * weights).sum(), x)
+    torch.testing.assert_close(grad, grad_expected)
