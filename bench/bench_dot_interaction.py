@@ -93,7 +93,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     schemas = [
         SyntheticConfig(rows=10).schema,
-        SyntheticConfig(rows=10, num_dense=13, cardinalities=CODESIGN_CARDINALITIES).schema,
+        SyntheticConfig(rows=10, cardinalities=CODESIGN_CARDINALITIES).schema,
     ]
     for schema in schemas:
         for row in dense_steps(schema, args.repeats, args.steps):
