@@ -239,7 +239,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"step time ceiling: {c['step_ms']:.3f} ms predicted ({c['of']}'s); skipped "
               "trials were above it and not trained")  # fmt: skip
     if state["devices"]:
-        print("trained on: " + ", ".join(f"{d} {n}" for d, n in state["devices"].items()))
+        print("trained on: " + ", ".join(f"{d}: {n} trial{'s' if n != 1 else ''}"
+                                         for d, n in state["devices"].items()))  # fmt: skip
     if state["running"]:
         print("running: " + ", ".join(f"trial {r['trial']} on {r['device'] or '?'}"
                                       for r in state["running"]))  # fmt: skip
@@ -290,7 +291,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     else:
         print(leaderboard.format_table(table))
         cost = leaderboard.COST_UNITS[leaderboard.cost_key(study)]
-        print(f"\nPareto front (validation NE vs {cost}):")
+        meaned = any(r["mean_val_ne"] is not None for r in front)
+        ne = "validation NE, seed means where re-evaluated," if meaned else "validation NE"
+        print(f"\nPareto front ({ne} vs {cost}):")
         print(leaderboard.format_table(front))
         print_comparison(study)
     return 0

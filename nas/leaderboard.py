@@ -187,12 +187,21 @@ def costs_text(row: dict[str, Any]) -> str:
 
 
 def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """The study's baselines (`nas.baselines`), in the order the config lists them."""
-    table = []
+    """The study's baselines (`nas.baselines`), in the order the config lists them, with
+    their seed means where they were retrained (`best_baseline.seeds`, `reevaluate`)."""
+    table, means = [], seed_means(study)
     for key, record in recorded(study).items():
         row = {"baseline": key, "state": record.get("status")}
-        table.append(row | {c: record.get(c) for c in BASELINE_COLUMNS if c not in row})
+        row |= {c: record.get(c) for c in BASELINE_COLUMNS if c not in row}
+        mean = means.get(f"baseline:{key}", {})
+        table.append(row | {"mean_val_ne": mean.get("val_ne"), "seeds": mean.get("seeds")})
     return table
+
+
+def estimated_ne(row: dict[str, Any]) -> float | None:
+    """A trial's or baseline's validation NE as the study knows it best: its seed mean once
+    retrained, else its recorded run."""
+    return row["mean_val_ne"] if row.get("mean_val_ne") is not None else row["val_ne"]
 
 
 COST_UNITS = {"mflops": "MFLOPs", "params": "params", "latency_ms": "ms forward",
@@ -206,19 +215,21 @@ def cost_key(study: optuna.Study) -> str:
 
 
 def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
-    """Complete trials that no other beats on both validation NE and the study's cost."""
+    """Complete trials that no other beats on both validation NE (`estimated_ne`: seed means
+    where re-evaluated) and the study's cost."""
     key = cost_key(study)
-    points = [r for r in rows(study) if r["val_ne"] is not None and r.get(key) is not None]
+    points = [r for r in rows(study) if estimated_ne(r) is not None and r.get(key) is not None]
     front = [p for p in points if not any(_dominates(q, p, key) for q in points)]
     return sorted(front, key=lambda r: r[key])
 
 
 def _dominates(q: dict[str, Any], p: dict[str, Any], key: str = "mflops") -> bool:
-    """`q` is no worse than `p` on validation NE and the cost `key`, and better on one."""
+    """`q` is no worse than `p` on validation NE (`estimated_ne`) and the cost `key`, and
+    better on one."""
     if q.get(key) is None or p.get(key) is None:
         return False
-    return (q["val_ne"] <= p["val_ne"] and q[key] <= p[key]
-            and (q["val_ne"], q[key]) != (p["val_ne"], p[key]))  # fmt: skip
+    q_ne, p_ne = estimated_ne(q), estimated_ne(p)
+    return q_ne <= p_ne and q[key] <= p[key] and (q_ne, q[key]) != (p_ne, p[key])
 
 
 def verdict(study: optuna.Study) -> dict[str, Any] | None:
@@ -226,9 +237,11 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
 
     By validation NE of the recorded runs, or of seed means once `reevaluate` has retrained
     the finalists and the baselines with the same fresh seeds: then only the trials and
-    baselines that have seed means are compared (`not_compared` lists the other baselines),
-    never one run against a mean. A baseline whose run failed or diverged is not compared.
-    Test NE is reported beside it.
+    baselines that have seed means are compared (`not_compared` lists the other baselines).
+    Before that, where the study picked its best baseline by seed means
+    (`best_baseline.seeds`), the trials' recorded runs meet those means: the baseline the
+    study calls best, at its mean, not one lucky or unlucky run of it. A baseline whose run
+    failed or diverged is not compared. Test NE is reported beside it.
     """
     found = [r for r in rows(study) if r["val_ne"] is not None]
     recorded_bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
@@ -239,18 +252,22 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     basis, not_compared = "recorded runs", []
     means = seed_means(study)
     meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
-    if meaned and any(str(r["trial"]) in means for r in found):
-        found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
+    if meaned:
+        trials_meaned = any(str(r["trial"]) in means for r in found)
+        if trials_meaned:
+            found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
-        basis = f"seed means over {min(m['seeds'] for m in means.values())} fresh seeds"
+        seeds = min(means[f"baseline:{r['baseline']}"]["seeds"] for r in meaned)
+        basis = (f"seed means over {seeds} fresh seeds" if trials_meaned else
+                 f"recorded runs against the baselines' seed means over {seeds} seeds")  # fmt: skip
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     paired = None
-    if basis != "recorded runs":
+    if basis.startswith("seed means"):
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     same = best.get("digest") is not None and best.get("digest") == base.get("digest")
     return {
@@ -261,6 +278,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
             k: base.get(k) for k in ("baseline", "val_ne", "test_ne", "mflops", "step_ms")
         },
         "delta_val_ne": best["val_ne"] - base["val_ne"],
+        "equivalent": equivalent(paired, TIE_MARGIN * min(best["val_ne"], base["val_ne"])),
         "delta_test_ne": delta_test,
         "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
         "step_ratio": best["step_ms"] / base["step_ms"]
@@ -330,8 +348,11 @@ def format_verdict(v: dict[str, Any]) -> str:
     if v.get("same_architecture"):
         outcome = (f"no win: the search's best is baseline {base['baseline']}'s own "
                    "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
+    elif v.get("equivalent"):
+        outcome = (f"a tie: shown within {TIE_MARGIN:.1%} NE of each other by seed "
+                   f"({lower} mean is lower)")  # fmt: skip
     elif within_seed_noise(v.get("paired")):
-        outcome = f"a tie within seed noise ({lower} mean is lower)"
+        outcome = f"undecided: within seed noise, not shown equal ({lower} mean is lower)"
     else:
         outcome = "the search wins" if v["search_wins"] else "the baseline wins"
     if v.get("test_agrees") is False and not v.get("same_architecture"):
@@ -359,9 +380,9 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"baselines Pareto-dominated by found architectures: {dominated}; baselines "
             f"{recipe}"
             + _paired_words(v)
-            + ("" if v["basis"] != "recorded runs" else
-               "\none run each: seeds move NE by a few 0.001; `ranknas reevaluate CONFIG` "
-               "compares seed means"))  # fmt: skip
+            + ("" if v["basis"].startswith("seed means") else
+               "\nthe trials' single runs: seeds move NE by a few 0.001; `ranknas reevaluate "
+               "CONFIG` compares seed means"))  # fmt: skip
 
 
 def _paired_words(v: dict[str, Any]) -> str:
@@ -485,15 +506,17 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
-    header = ["baseline", "state", "val NE", "test NE", "val AUC", "test AUC", "MFLOPs",
-              "params", "step ms", "digest"]  # fmt: skip
-    lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r["test_ne"]),
-              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
-              str(r["params"] or "-"), _num(r.get("step_ms"), 3), r["digest"] or "-"]
-             for r in table]  # fmt: skip
-    if all(r.get("step_ms") is None for r in table):
-        header.remove("step ms")
-        lines = [line[:-2] + line[-1:] for line in lines]
+    header = ["baseline", "state", "val NE", "mean val NE", "seeds", "test NE", "val AUC",
+              "test AUC", "MFLOPs", "params", "step ms", "digest"]  # fmt: skip
+    lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r.get("mean_val_ne")),
+              str(r.get("seeds") or "-"), _num(r["test_ne"]), _num(r["val_auc"]),
+              _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
+              _num(r.get("step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
+    for key, names in (("mean_val_ne", ("mean val NE", "seeds")), ("step_ms", ("step ms",))):
+        if all(r.get(key) is None for r in table):
+            keep = [i for i, name in enumerate(header) if name not in names]
+            header = [header[i] for i in keep]
+            lines = [[line[i] for i in keep] for line in lines]
     return align(header, lines)
 
 
@@ -585,24 +608,25 @@ def pareto_figure(study: optuna.Study) -> Any:
     key = cost_key(study)
     points = [r for r in rows(study) if r["val_ne"] is not None and r.get(key)]
     bases = [b for b in baseline_rows(study) if b["val_ne"] is not None and b.get(key)]
+    ne = estimated_ne  # every point at its seed mean where retrained, as the front is
     low, high = cost_range([p[key] for p in [*points, *bases]])
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    axes.scatter([_clip(p[key], low, high) for p in points], [p["val_ne"] for p in points],
+    axes.scatter([_clip(p[key], low, high) for p in points], [ne(p) for p in points],
                  s=14, color="0.6", label="trials")  # fmt: skip
     front = [p for p in pareto_front(study) if p[key]]
-    axes.plot([_clip(p[key], low, high) for p in front], [p["val_ne"] for p in front], "o-",
+    axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
               color="tab:red", label="Pareto front")  # fmt: skip
-    labels = [(str(p["trial"]), p[key], p["val_ne"], "0.2") for p in front]
+    labels = [(str(p["trial"]), p[key], ne(p), "0.2") for p in front]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
-    if mark:  # at its recorded run, as the other points
-        axes.scatter([_clip(mark[key], low, high)], [mark["val_ne"]], marker="D", s=60,
+    if mark:
+        axes.scatter([_clip(mark[key], low, high)], [ne(mark)], marker="D", s=60,
                      zorder=4, facecolors="none", edgecolors="black",
                      label=f"best: trial {mark['trial']}")  # fmt: skip
     if bases:
-        axes.scatter([_clip(b[key], low, high) for b in bases], [b["val_ne"] for b in bases],
+        axes.scatter([_clip(b[key], low, high) for b in bases], [ne(b) for b in bases],
                      marker="*", s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
-        labels += [(b["baseline"], b[key], b["val_ne"], "tab:blue") for b in bases]
+        labels += [(b["baseline"], b[key], ne(b), "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         axes.axhline(

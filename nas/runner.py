@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
-from nas.leaderboard import costs_text
+from nas.leaderboard import costs_text, study_best
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
     Costs,
@@ -982,14 +981,31 @@ def _check_links(path: str, runtime_ms: float | None, progress: Callable[[str], 
                  "low; measure again with `ranknas shard links --out FILE`")  # fmt: skip
 
 
+def _best_so_far(
+    study: optuna.Study, config: StudyConfig, trials: list[FrozenTrial]
+) -> tuple[float, str]:
+    """The best value so far and its words: by NE, the trial every surface names as the
+    study's best (`study_best`: seed means once re-evaluated), else the lowest run."""
+    if config.objectives.metric == "ne":
+        best = study_best(study)
+        if best is None:
+            return float("nan"), "best -"
+        basis = "" if best["basis"] == "recorded runs" else f", {best['basis']}"
+        return best["val_ne"], f"best: trial {best['trial']} {best['val_ne']:.4f}{basis}"
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return float("nan"), "best -"
+    top = min(complete, key=lambda t: t.values[0])
+    return top.values[0], f"best: trial {top.number} {top.values[0]:.4f}"
+
+
 def _progress_line(
     study: optuna.Study, config: StudyConfig, record: dict, started: float
 ) -> tuple[str, int, float]:
     """The line printed after a trial, with the study's done trials and best value."""
     trials = study.get_trials(deepcopy=False)
     done = counted_trials(trials)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    best = min((t.values[0] for t in complete), default=float("nan"))
+    best, best_words = _best_so_far(study, config, trials)
     metric = config.objectives.metric
     value = record["metrics"].get(f"val_{metric}")
     elapsed = time.monotonic() - started
@@ -1016,7 +1032,7 @@ def _progress_line(
         )
     line = (
         f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
-        f"(best {f'{best:.4f}' if math.isfinite(best) else '-'})  "
+        f"({best_words})  "
         f"{costs_text({'mflops': 0} | record['metrics'])}  "
         f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"
     )

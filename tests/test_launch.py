@@ -102,6 +102,21 @@ def test_an_interrupted_trial_is_neither_a_failure_nor_trained_on_any_surface(tm
     assert mlflow_record({}, summary, {}, {}, {})["status"] == "KILLED"
 
 
+def test_status_says_how_many_trials_each_device_trained(tmp_path, capsys):
+    """`status` printed "trained on: cpu (1 threads) 4": the 4 was a count of trials."""
+    from optuna.trial import create_trial
+
+    from nas.cli import main
+    from nas.trial_record import TrialAttr
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="d", storage=url)
+    for device in ("cpu (1 threads)", "cpu (1 threads)", "cuda:1"):
+        study.add_trial(create_trial(value=0.9, user_attrs={TrialAttr.DEVICE: device}))
+    assert main(["status", "d", "--storage", url]) == 0
+    assert "trained on: cpu (1 threads): 2 trials, cuda:1: 1 trial" in capsys.readouterr().out
+
+
 def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     trials = 5
     config = tiny_config(tmp_path, "two", budget={"trials": trials},

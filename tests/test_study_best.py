@@ -1,11 +1,23 @@
 """One study's best on every surface: status, leaderboard, verdict, export's choice."""
 
+import io
 import json
+from csv import DictReader
 
 import pytest
 
 from nas.cli import main
-from nas.leaderboard import SIGNIFICANCE, best_trial, markdown, paired_seeds, rows, study_best
+from nas.leaderboard import (
+    SIGNIFICANCE,
+    best_trial,
+    format_verdict,
+    markdown,
+    paired_seeds,
+    pareto_front,
+    rows,
+    study_best,
+    verdict,
+)
 from study_helpers import recorded_study
 
 # trial 0: the lowest recorded NE, costly; trial 1: cheaper; trial 2: never re-evaluated
@@ -104,3 +116,59 @@ def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_pa
     assert card["verdict"].startswith("(seed means")  # the row's name says "verdict"
     assert "; baselines untuned, at the study's recipe" in card["verdict"]
     assert "; by seed: trial 1 has the lower validation NE on 4 of 4 seeds" in card["verdict"]
+
+
+def test_before_reevaluate_the_verdict_meets_the_baseline_the_study_called_best(tmp_path, capsys):
+    """A study that picked its best baseline by seed means (`best_baseline.seeds`) said
+    "best baseline by mean validation NE: dcnv2 0.8480, dlrm 0.8600", then "the search
+    wins ... vs baseline dlrm" on dlrm's one lucky run, and "Pareto-dominated: dcnv2" on
+    dcnv2's one unlucky run."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"baseline:dlrm": [0.860, 0.861, 0.859], "baseline:dcnv2": [0.848, 0.847, 0.849]}
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.853, 0.5), "dcnv2": (0.862, 2.0)},
+                           reevaluation=means)  # fmt: skip
+    v = verdict(study)
+    assert v["basis"] == "recorded runs against the baselines' seed means over 3 seeds"
+    assert v["best_baseline"]["baseline"] == "dcnv2"
+    assert v["best_baseline"]["val_ne"] == pytest.approx(0.848)
+    assert not v["search_wins"] and v["dominated_baselines"] == ["dlrm"]
+    assert "the baseline wins: trial 0 validation NE 0.8500 vs baseline dcnv2 0.8480" in (
+        format_verdict(v)
+    )
+    assert main(["leaderboard", "recorded", "--storage", url, "--json"]) == 0
+    bases = {b["baseline"]: b for b in json.loads(capsys.readouterr().out)["baselines"]}
+    assert bases["dcnv2"]["mean_val_ne"] == pytest.approx(0.848) and bases["dcnv2"]["seeds"] == 3
+    assert main(["leaderboard", "recorded", "--storage", url, "--csv"]) == 0
+    csv_rows = list(DictReader(io.StringIO(capsys.readouterr().out)))
+    dcnv2 = next(r for r in csv_rows if r["baseline"] == "dcnv2")
+    assert float(dcnv2["mean_val_ne"]) == pytest.approx(0.848) and dcnv2["seeds"] == "3"
+
+
+def test_the_pareto_front_takes_seed_means_where_trials_have_them(tmp_path, capsys):
+    """After `reevaluate`, trial 0 (costly) stayed on the front on its recorded run though
+    trial 1, cheaper, had the lower seed mean."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.8600, 0.8610, 0.8590], "1": [0.8500, 0.8510, 0.8490]}
+    study = recorded_study(url, TRIALS, reevaluation=means)
+    assert [r["trial"] for r in pareto_front(study)] == [2, 1]
+    assert main(["leaderboard", "recorded", "--storage", url]) == 0
+    assert "Pareto front (validation NE, seed means where re-evaluated, vs MFLOPs)" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_progress_line_names_the_best_that_status_names(tmp_path):
+    """A resumed study printed "(best 0.9155)", the lowest run, while `status` named trial 1
+    by its seed mean, 0.9239."""
+    from nas.config import parse_config
+    from nas.runner import _progress_line
+    from study_helpers import tiny_config
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, reevaluation=TIED)
+    config = parse_config(tiny_config(tmp_path, "recorded") | {"storage": url})
+    record = {"metrics": {"val_ne": 0.858, "mflops": 0.3},
+              "tags": {"status": "complete", "worker": "w"}}  # fmt: skip
+    line, _, best = _progress_line(study, config, record, started=0.0)
+    assert "(best: trial 1 0.8516, seed means over 4 fresh seeds)" in line
+    assert best == pytest.approx(study_best(study)["val_ne"])
