@@ -633,3 +633,28 @@ def test_the_synthetic_true_probability_is_never_a_feature(tmp_path, capsys):
     assert main(train) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "leak.yaml: true_prob is the synthetic data's" in err
+
+
+def test_schema_inference_of_a_few_bad_cells_a_count_and_no_rows(tmp_path, caplog):
+    """3 cells "abc" in 600 prices made `price` categorical with 500 ids, silently; a
+    whole-number count with few values is categorical, now said; a file of a header alone
+    gave an empty schema and exit 0."""
+    from trainers.data.tabular import infer_schema
+
+    rng = np.random.default_rng(0)
+    prices = [f"{p:.2f}" for p in rng.gamma(2.0, 30.0, 600)]
+    prices[5] = prices[77] = prices[300] = "abc"
+    user_ids = [str(i) for i in rng.integers(0, 400, 600)]
+    user_ids[9] = "unknown"  # named as ids: stays categorical, a word among them or not
+    pairs = enumerate(zip(prices, user_ids, strict=True))
+    lines = [f"{i % 2},{p},{u},{i % 7}" for i, (p, u) in pairs]
+    (tmp_path / "log.csv").write_text("clicked,price,user_id,views\n" + "\n".join(lines))
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(tmp_path / "log.csv", "clicked")
+    assert schema["dense"] == ["price"]
+    assert [c["name"] for c in schema["categorical"]] == ["user_id", "views"]
+    assert "price taken as dense: 3 of 600 values are not numbers (e.g. 'abc')" in caplog.text
+    assert "whole numbers with few values: views (7 values)" in caplog.text
+    (tmp_path / "header.csv").write_text("clicked,price,user_id\n")
+    with pytest.raises(RanknasError, match=r"header\.csv: no schema to infer: it holds no rows"):
+        infer_schema(tmp_path / "header.csv", "clicked")

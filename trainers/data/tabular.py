@@ -661,6 +661,9 @@ def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
 
 
 DENSE_MIN_DISTINCT = 50  # a numeric column with fewer distinct whole values is categorical
+# a column of numbers but for this share of its values (or fewer) is dense with bad cells,
+# not a column of words
+STRAY_WORDS_SHARE = 0.01
 # A column named as ids ("id", "city_id", "user-id", "userId", "item_ids") or as the thing
 # that ranking logs key by ("user", "item", "ad", ...: Taobao's logs name them so): whole
 # numbers in it are ids, however many, not a quantity.
@@ -713,11 +716,15 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
+    if not len(frame):
+        why = "every line is malformed" if report.unit == "line" and wrong.any() else (
+            "it holds no rows below its header")  # fmt: skip
+        raise RanknasError(f"{path}: no schema to infer: {why}")
     _check_label(path, frame[label])
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
-    dense, categorical, row_keys, constant = [], [], [], []
+    dense, categorical, row_keys, constant, counts = [], [], [], [], []
     for column in frame.columns:
         if column in (label, time):
             continue
@@ -733,10 +740,20 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             categorical.append(lists | {"name": str(column)})
             continue
         values, blank = _numeric(frame[column])
-        numeric = not np.isnan(values[~blank]).any()
+        words = np.isnan(values[~blank])
         distinct = frame[column][~blank].nunique()
+        named_ids = ID_NAME.search(str(column)) is not None
+        if (words.any() and words.mean() <= STRAY_WORDS_SHARE and not named_ids
+                and distinct >= DENSE_MIN_DISTINCT):  # fmt: skip
+            stray = frame[column][~blank][words]
+            logger.warning("%s: %s taken as dense: %d of %d values are not numbers (e.g. %r); "
+                           "training skips their rows under the bad-row limits", path, column,
+                           len(stray), int((~blank).sum()), stray.iloc[0])  # fmt: skip
+            dense.append(str(column))
+            continue
+        numeric = not words.any()
         whole = numeric and bool(np.all(values[~blank] == np.floor(values[~blank])))
-        ids = not numeric or (whole and ID_NAME.search(str(column)) is not None)
+        ids = not numeric or (whole and named_ids)
         if ids and distinct >= ROW_KEY_SHARE * (~blank).sum() > DENSE_MIN_DISTINCT:
             row_keys.append(str(column))
         elif not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):  # numbers, not ids
@@ -745,6 +762,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             categorical.append(  # ids from a training-split vocabulary, whatever the values
                 {"name": str(column), "cardinality": int(distinct) + 2, "min_count": 1}
             )
+            if numeric and not ids:
+                counts.append(f"{column} ({distinct} values)")
     if row_keys:
         logger.warning("%s: left out %s: a different value on (nearly) every row names the row, "
                        "not a feature that new rows share; add it under categorical if it "
@@ -752,6 +771,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     if constant:
         logger.warning("%s: left out %s: the same value on every row tells no row from another",
                        path, ", ".join(constant))  # fmt: skip
+    if counts:
+        logger.warning("%s: taken as categorical, whole numbers with few values: %s; move a "
+                       "count or a measure under dense", path, ", ".join(counts))  # fmt: skip
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
