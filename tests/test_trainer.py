@@ -121,6 +121,20 @@ def test_a_run_worse_than_the_base_rate_is_a_failure(splits):
     result = _train(splits, max_steps=5, start_at_base_rate=False)
     assert result.status == "failed" and result.validation["ne"] >= 1.0
     assert result.failure_reason.startswith("diverged: validation NE")
+    # five steps: no divergence, too few (was: "fewer epochs ... may help")
+    assert "still learning after 5 steps" in result.failure_reason
+
+
+def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
+    from trainers.trainer import TrainResult, _why_no_better
+
+    def told(losses: list[float], ne: list[float]) -> str:
+        curves = {"train_loss": list(enumerate(losses)), "val_ne": list(enumerate(ne))}
+        return _why_no_better(TrainResult("failed", curves=curves, steps=40, examples=20_480))
+
+    assert "diverged; a lower learning rate" in told([0.5, 0.5, 0.9, 3.0], [1.2, 1.5])
+    assert "overfit; fewer epochs" in told([0.5, 0.4, 0.3, 0.2], [0.99, 0.98, 1.01])
+    assert "still learning after 40 steps (20,480 examples)" in told([0.6, 0.5], [1.05, 1.01])
 
 
 def test_cli_train_prints_json_with_the_bayes_floor(capsys):

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import resource
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -377,9 +378,29 @@ def _check_diverged(result: TrainResult) -> None:
     elif not ne < 1.0:
         result.status = "failed"
         result.failure_reason = (
-            f"diverged: validation NE {ne:.4f} >= 1.0 (worse than predicting the base rate: "
-            "the run diverged or overfit; fewer epochs or a lower learning rate may help)"
+            f"diverged: validation NE {ne:.4f} >= 1.0 (worse than predicting the base rate; "
+            f"{_why_no_better(result)})"
         )
+
+
+def _why_no_better(result: TrainResult) -> str:
+    """What a run worse than the base rate most likely lacked, read off its curves: a
+    training loss that rose diverged; one that fell while validation NE kept falling was
+    stopped too soon (at 1 epoch, 3 steps: "fewer epochs" was the wrong advice); validation
+    NE that turned back up overfit."""
+    losses = [loss for _, loss in result.curves.get("train_loss", [])]
+    ne = [value for _, value in result.curves.get("val_ne", [])]
+    quarter = max(1, len(losses) // 4)
+    if len(losses) >= 2 and statistics.fmean(losses[-quarter:]) > statistics.fmean(
+        losses[:quarter]
+    ):
+        return "its training loss rose: it diverged; a lower learning rate may help"
+    if len(ne) >= 2 and ne[-1] > min(ne):
+        return "its validation NE turned back up: it overfit; fewer epochs may help"
+    return (
+        f"still learning after {result.steps} steps ({result.examples:,} examples): more "
+        "examples or epochs, or a higher learning rate, may help"
+    )
 
 
 def _loop(
