@@ -55,6 +55,8 @@ def dense_value(value: Any) -> float:
         return float("nan")
     if isinstance(value, str) and value.strip().lower() in MISSING_NUMBERS:
         return float("nan")
+    if isinstance(value, bool):  # float(True) is 1.0: a flag is no measure
+        raise ValueError(f"{value!r} is a boolean, not a number")
     return float(value)
 
 

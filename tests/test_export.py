@@ -236,6 +236,19 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     dense[2, 1] = float("nan")
     with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 2, column 1"):
         module.prepare_dense(dense, directory)
+    # rows as a CSV reader gives them: texts are numbers, a blank or None is missing
+    rows = [[str(float(v)) for v in row] for row in case.dense.tolist()]
+    assert torch.equal(
+        module.prepare_dense(rows, directory), module.prepare_dense(case.dense, directory)
+    )
+    rows[1][0] = ""
+    with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 1, column 0"):
+        module.prepare_dense(rows, directory)  # nothing fitted fills one in this model
+    for bad in ("abc", True):
+        rows[1][0] = bad
+        with pytest.raises(ValueError, match=f"dense value {bad!r} in row 1, column 0 is not a "
+                                             "number"):  # fmt: skip
+            module.prepare_dense(rows, directory)
 
 
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:

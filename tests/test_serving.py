@@ -88,6 +88,9 @@ def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
     assert raised.value.message.startswith("dense column 'd0', row 0: -inf is not a finite")
     with pytest.raises(MlflowException, match=r"row 1: a missing value \(null\) is not an id"):
         model.predict(pd.DataFrame({"d0": [0.5, 0.5], "c0": ["shop-1"] * 2, "c1": [1, np.nan]}))
+    for flags in ([True, 0.5], [True, False]):  # among numbers, or a column of booleans
+        with pytest.raises(MlflowException, match=r"row 0: True is not a number"):
+            model.predict(pd.DataFrame({"d0": flags, "c0": ["shop-1"] * 2, "c1": [1, 1]}))
     with pytest.raises(MlflowException) as raised:
         model.predict(frame[["d0", "c1"]])
     assert raised.value.message == "input is missing column(s) c0: send every column of d0, c0, c1"

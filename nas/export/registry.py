@@ -100,7 +100,8 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
     last bit); texts as training read them (`dense_value`: "N/A", "null"... missing), a
     missing value only where the fitted transforms fill it (`fills`)."""
     block = frame[list(m.DENSE_COLUMNS)]
-    if not all(pd.api.types.is_numeric_dtype(t) for t in block.dtypes):
+    if not all(pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t)
+               for t in block.dtypes):  # fmt: skip
         block = block.copy()
         for name in m.DENSE_COLUMNS:
             block[name] = [_number(value, name, row, m, fills, problems)

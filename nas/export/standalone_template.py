@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from search_space.preprocessing import (
+    dense_value,
     encode_value,
     split_cell,
     transform_dense,
@@ -104,11 +105,15 @@ def load_weights(model: nn.Module, path: str | Path, device: str = "cpu") -> nn.
     return model.to(device).eval()
 
 
-def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Tensor:
+def prepare_dense(
+    dense: torch.Tensor | Sequence[Sequence[object]], directory: str | Path = "."
+) -> torch.Tensor:
     """Raw dense values `[B, len(DENSE_COLUMNS)]` -> the model's dense input: the transforms
-    fitted on the training data (`preprocessing.json` in `directory`; none: as they are)."""
+    fitted on the training data (`preprocessing.json` in `directory`; none: as they are).
+    Rows as a file gives them may hold texts: "3.5" is 3.5, a blank, "N/A", "null" or None
+    is missing, as in training."""
     transforms = _preprocessing(directory).get("dense", [])
-    values = torch.as_tensor(dense, dtype=torch.float32)
+    values = _dense_tensor(dense)
     if not transforms and values.isnan().any():  # nothing fitted to fill a missing value
         row, column = (int(i) for i in values.isnan().nonzero()[0])
         raise ValueError(
@@ -116,6 +121,28 @@ def prepare_dense(dense: torch.Tensor, directory: str | Path = ".") -> torch.Ten
             "data had no missing dense values, so nothing was fitted to fill one; give a number"
         )
     return transform_dense(values, transforms)
+
+
+def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Tensor:
+    if isinstance(dense, torch.Tensor):
+        return dense.to(torch.float32)
+    try:
+        return torch.as_tensor(dense, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError):  # texts or None among the numbers
+        pass
+    rows = []
+    for row, cells in enumerate(dense):
+        values = []
+        for column, value in enumerate(cells):
+            try:
+                values.append(dense_value(value))
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"dense value {value!r} in row {row}, column {column} is not a number; "
+                    "give a number (blank, N/A or None for a missing one)"
+                ) from None
+        rows.append(values)
+    return torch.tensor(rows, dtype=torch.float32)
 
 
 def encode_ids(
