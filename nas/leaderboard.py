@@ -400,7 +400,8 @@ def _paired_words(v: dict[str, Any]) -> str:
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:
-    """`best` (`study_best`) or a trial number."""
+    """`best` (`study_best`) or a trial number; a repeat (an architecture proposed again,
+    told the earlier trial's result) stands for that earlier trial, whose model it is."""
     trials = study.get_trials(deepcopy=False)
     if which == "best":
         best = study_best(study)
@@ -410,11 +411,16 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     if not which.isdigit() or int(which) >= len(trials):
         raise RanknasError(f"--trial must be 'best' or a trial number below {len(trials)}")
     trial = trials[int(which)]
+    if trial_state(trial) == "repeat":
+        trial = trials[int(trial.user_attrs[TrialAttr.REUSED_FROM])]
+        which = str(trial.number)
     reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON) or ""
     if reason.startswith("diverged") and not force:
         raise RanknasError(f"trial {which} {reason}; pass --force to export it anyway")
     if trial.state != TrialState.COMPLETE and not reason.startswith("diverged"):
-        raise RanknasError(f"trial {which} is {trial.state.name.lower()}, not complete")
+        state = trial_state(trial)
+        why = f" ({reason})" if reason and state != INTERRUPTED else ""
+        raise RanknasError(f"trial {which} is {state}{why}, not complete: nothing to export")
     return trial
 
 

@@ -4,6 +4,7 @@ import io
 import json
 from csv import DictReader
 
+import optuna
 import pytest
 
 from nas.cli import main
@@ -172,3 +173,22 @@ def test_the_progress_line_names_the_best_that_status_names(tmp_path):
     line, _, best = _progress_line(study, config, record, started=0.0)
     assert "(best: trial 1 0.8516, seed means over 4 fresh seeds)" in line
     assert best == pytest.approx(study_best(study)["val_ne"])
+
+
+def test_export_of_a_repeat_is_its_original_and_a_skipped_trial_says_why(tmp_path):
+    """`export --trial 2` of a repeat exported it as "trial 2" (the card never said whose
+    model it was); a trial `status` called skipped was "pruned, not complete"."""
+    from optuna.trial import TrialState, create_trial
+
+    from nas.trial_record import TrialAttr
+    from search_space.errors import RanknasError
+
+    study = optuna.create_study(study_name="r", storage=f"sqlite:///{tmp_path / 's.db'}")
+    study.add_trial(create_trial(value=0.9))
+    study.add_trial(create_trial(value=0.9, user_attrs={TrialAttr.REUSED_FROM: 0}))
+    why = "0.544 MFLOPs exceeds objectives.max_mflops=0.3"
+    study.add_trial(create_trial(state=TrialState.PRUNED, user_attrs={
+        TrialAttr.OVER_CONSTRAINT: True, TrialAttr.FAILURE_REASON: why}))  # fmt: skip
+    assert best_trial(study, "1").number == 0
+    with pytest.raises(RanknasError, match=rf"trial 2 is skipped \({why}\), not complete"):
+        best_trial(study, "2")
