@@ -741,8 +741,10 @@ def _study_schema(path: str) -> int:
     from nas.protocol import prepare_data
 
     schema = prepare_data(load_config(path)).train.schema
-    print(f"# schema of the training data of the study in {path}, after its preprocessing: "
-          "save it and pass it with --schema")  # fmt: skip
+    print(f"# schema of the training data of the study in {path}, after its preprocessing "
+          "(the model's inputs: ids already encoded): save it and pass it with --schema to "
+          "`ranknas latency` or `ranknas arch`; it does not read the raw file (for that: "
+          "`ranknas data schema FILE --label COLUMN`)")  # fmt: skip
     print(yaml.safe_dump(schema.to_dict(), sort_keys=False), end="")
     return 0
 

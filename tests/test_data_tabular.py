@@ -248,7 +248,10 @@ def test_data_schema_of_a_study_is_its_trials_schema_and_a_data_file_needs_its_l
     }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     assert main(["data", "schema", str(tmp_path / "study.yaml")]) == 0
-    (tmp_path / "schema.yaml").write_text(capsys.readouterr().out)
+    said = capsys.readouterr().out
+    # it was passed to `train --data FILE --schema` and read the raw file as ids
+    assert "it does not read the raw file (for that: `ranknas data schema FILE" in said
+    (tmp_path / "schema.yaml").write_text(said)
     schema = DatasetSchema.from_yaml(tmp_path / "schema.yaml")
     assert [f.cardinality for f in schema.categorical][:3] == [50, 7, 3000]
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "schema.yaml")]) == 0
