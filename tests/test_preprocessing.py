@@ -2,7 +2,10 @@
 the exported model, and what keeps raw columns such as a year from wrecking a model."""
 
 import json
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +18,8 @@ from search_space.builder import build_model
 from search_space.presets import preset
 from trainers.data import load_tabular
 from trainers.data.preprocess import apply_dense, fit_dense
+
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.fixture
@@ -200,7 +205,8 @@ def test_a_study_on_a_list_column_exports_a_model_that_serves_lists(tmp_path, ca
     assert written["multi_valued"] == {"genres": {"separator": "|"}}
     exported = load_exported(out)
     module = sys.modules[type(exported).__module__]
-    lines = csv.read_text().splitlines()[1:]
+    lines_all = csv.read_text().splitlines()
+    lines = lines_all[1:]
     test_rows = [line.split(",") for line in lines[1800:]]  # the time split's last 10%
     dense = module.prepare_dense(torch.tensor([[float(r[1])] for r in test_rows]), out)
     raw = {"shop": [r[3] for r in test_rows], "genres": [r[2] for r in test_rows]}
@@ -211,6 +217,15 @@ def test_a_study_on_a_list_column_exports_a_model_that_serves_lists(tmp_path, ca
     trial = optuna.load_study(study_name="lists", storage=config["storage"]).trials[0]
     served = ranking_metrics(probabilities, labels)["ne"]
     assert served == pytest.approx(trial.user_attrs["test_ne"], abs=1e-6)
+    # the README's standalone example, as written, on these rows
+    snippet = re.search(r"```python\n(import csv\n.*?)```", README.read_text(), re.DOTALL)
+    assert snippet, "README.md has no standalone example reading new_rows.csv"
+    (tmp_path / "new_rows.csv").write_text("\n".join([lines_all[0], *lines[1800:]]) + "\n")
+    (tmp_path / "example.py").write_text(snippet.group(1).replace('"winner"', repr(str(out))))
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert np.allclose(json.loads(run.stdout), probabilities, atol=1e-6)
 
 
 def test_describe_groups_hashed_columns_by_their_buckets():
