@@ -660,3 +660,15 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     np.testing.assert_allclose(loaded.predict(as_in_the_file), probabilities, rtol=1e-6)
     with pytest.raises(ValueError, match="feature 'genres', row 1: an empty item"):
         module.encode_ids([["s1", "s2"], ["g1", "g2||g3"]], module.FEATURES, out)
+    # every bad cell of a request is told, a malformed list beside a bad number included
+    bad = as_in_the_file.head(2).assign(price=["abc", 0.5], genres=["g1", "g2||g3"])
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException) as raised:
+        loaded.predict(bad)
+    assert raised.value.message.splitlines() == [
+        "dense column 'price', row 0: 'abc' is not a number; give a number (blank, N/A or "
+        "null for missing)",
+        "categorical column 'genres', row 1: 'g2||g3' holds an empty item (separator '|'): "
+        "give its items",
+    ]

@@ -77,7 +77,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         fitted = m._preprocessing(self.directory)
         problems = []
         dense = _dense(model_input, m, bool(fitted.get("dense")), problems)
-        raw = [_categorical(model_input[f].tolist(), f, n, fitted, problems)
+        raw = [_categorical(model_input[f].tolist(), f, n, fitted, problems, m)
                for f, n in zip(m.FEATURES, m.NUM_EMBEDDINGS, strict=True)]  # fmt: skip
         if problems:
             raise _bad_request("\\n".join(problems))
@@ -133,11 +133,21 @@ def _number(value, name: str, row: int, m, fills: bool, problems: list) -> float
         return 0.0
 
 
-def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: list) -> list:
+def _categorical(
+    values: list, feature: str, rows: int, fitted: dict, problems: list, m
+) -> list:
     """A categorical column's values for `encode_ids`: as they are where the model maps raw
-    values (a vocabulary or hashing: a null is missing, an unseen value out of vocabulary);
-    else they must be ids, whole numbers in [0, rows) (3.0 or "3" is 3)."""
+    values (a vocabulary or hashing: a null is missing, an unseen value out of vocabulary;
+    a multi-valued cell must split into items); else they must be ids, whole numbers in
+    [0, rows) (3.0 or "3" is 3)."""
     if feature in fitted.get("vocabulary", {}) or feature in fitted.get("hashing", {}):
+        lists = fitted.get("multi_valued", {}).get(feature)
+        for row, cell in enumerate(values if lists else ()):
+            try:
+                m.split_cell(cell, lists["separator"])
+            except ValueError as exc:
+                problems.append(f"categorical column {feature!r}, row {row}: {cell!r} holds "
+                                f"{exc}: give its items")  # fmt: skip
         return values
     ids = []
     for row, value in enumerate(values):
