@@ -66,6 +66,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(f"presets on dataset {schema.name!r} (FLOPs and params per example):")
         header = ["name", "FLOPs", "params", "emb.params", "description"]
         print(align(header, [[str(c) for c in r] for r in rows]))
+        print("emb.params: tables sized by the schema's cardinalities; a study sizes a "
+              "vocabulary column's table by its training split's values (fewer)")  # fmt: skip
     return 0
 
 
