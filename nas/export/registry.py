@@ -133,9 +133,7 @@ def _number(value, name: str, row: int, m, fills: bool, problems: list) -> float
         return 0.0
 
 
-def _categorical(
-    values: list, feature: str, rows: int, fitted: dict, problems: list, m
-) -> list:
+def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: list, m) -> list:
     """A categorical column's values for `encode_ids`: as they are where the model maps raw
     values (a vocabulary or hashing: a null is missing, an unseen value out of vocabulary;
     a multi-valued cell must split into items); else they must be ids, whole numbers in
