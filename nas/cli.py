@@ -121,7 +121,7 @@ def _arch_table(arch, report: dict[str, Any], name: str) -> str:
     header = ["block", "op", "inputs", "output", "FLOPs", "params"]
     return "\n".join([
         f"architecture {arch.name or name}  digest {report['digest']}",
-        f"inputs: dense[{arch.num_dense}], {len(emb.features)} features x dim {emb.dim}",
+        f"inputs: dense[{arch.num_dense}], {len(emb.used)} features x dim {emb.dim}",
         align(header, rows),
         f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
         f"dense params, {_human(report['embedding_params'])} embedding params "

@@ -63,7 +63,7 @@ def labels_of(arch: Architecture, analysis: Analysis) -> dict[str, list[str]]:
     used = {s for n in analysis.order for s in arch.block(n).inputs}
     labels = {name: [name, _shape(analysis.shapes[name])] for name in RAW_INPUTS if name in used}
     if "sparse" in labels:
-        tables = f"{len(arch.embedding.features)} tables, dim {arch.embedding.dim}"
+        tables = f"{len(arch.embedding.used)} tables, dim {arch.embedding.dim}"
         labels["sparse"].insert(1, tables)
     for name in analysis.order:
         params = analysis.params[name].items()

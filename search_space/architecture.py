@@ -53,7 +53,7 @@ class Feature:
 
     name: str
     num_embeddings: int
-    dim: int | None = None  # None: the shared embedding dim
+    dim: int | None = None  # None: the shared embedding dim; 0: the model does not use it
     pooling: str = "sum"  # of a multi-valued feature's ids: sum or mean
 
 
@@ -63,7 +63,13 @@ class EmbeddingConfig:
     features: tuple[Feature, ...] = ()
 
     def feature_dim(self, feature: Feature) -> int:
-        return feature.dim or self.dim
+        return self.dim if feature.dim is None else feature.dim
+
+    @property
+    def used(self) -> tuple[Feature, ...]:
+        """The features the model looks up: all but those of dim 0 (left out, e.g. by an
+        `around` search that found them of no use: no table, no lookup, no traffic)."""
+        return tuple(f for f in self.features if f.dim != 0)
 
 
 @dataclass(frozen=True)
@@ -237,8 +243,9 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
             raise SpecError(f"{at} ({entry['name']}): pooling must be one of {POOLINGS}")
         if not _is_int(rows) or rows < 1:
             raise SpecError(f"{at} ({entry['name']}): num_embeddings must be an integer >= 1")
-        if fdim is not None and (not _is_int(fdim) or not 1 <= fdim <= 4096):
-            raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [1, 4096]")
+        if fdim is not None and (not _is_int(fdim) or not 0 <= fdim <= 4096):
+            raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [0, 4096] (0: "
+                            "the model does not use the feature)")  # fmt: skip
         features.append(Feature(entry["name"], rows, fdim, pooling))
     names = [f.name for f in features]
     if len(set(names)) != len(names):
@@ -321,7 +328,7 @@ def analyze(arch: Architecture) -> Analysis:
     emb = arch.embedding
     shapes: dict[str, Shape] = {
         "dense": Dense(arch.num_dense or 0),
-        "sparse": Sparse(len(emb.features), emb.dim),
+        "sparse": Sparse(len(emb.used), emb.dim),
     }
     normalized, input_shapes, flops, nparams = {}, {}, {}, {}
     projections: list[MergeProjection] = []
@@ -349,7 +356,7 @@ def analyze(arch: Architecture) -> Analysis:
     head_in = shapes[arch.output_block].numel
     extra_flops = 2 * head_in + sum(2 * p.width * emb.dim for p in projections)
     extra_params = head_in + 1 + sum(p.width * emb.dim + emb.dim for p in projections)
-    for feature in emb.features:
+    for feature in emb.used:
         if emb.feature_dim(feature) != emb.dim:
             extra_flops += 2 * emb.feature_dim(feature) * emb.dim
             extra_params += emb.feature_dim(feature) * emb.dim
@@ -416,8 +423,10 @@ def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> li
                     f"{where}: inputs names {source!r}, which is neither a block nor a raw input "
                     "(dense, sparse)"
                 )
-            if source == "sparse" and not arch.embedding.features:
-                problems.append(f"{where}: reads 'sparse' but the data has no categorical feature")
+            if source == "sparse" and not arch.embedding.used:
+                none = "uses none (every dim 0)" if arch.embedding.features else "has none"
+                problems.append(f"{where}: reads 'sparse' but the model {none} of the "
+                                "categorical features")  # fmt: skip
             if source == "dense" and arch.num_dense == 0:
                 problems.append(f"{where}: reads 'dense' but the data has no dense column")
         if len(set(block.inputs)) != len(block.inputs):

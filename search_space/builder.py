@@ -22,8 +22,9 @@ from search_space.schema import DatasetSchema
 def embedding_bag_collection(
     emb: EmbeddingConfig, device: torch.device | str | None = None
 ) -> EmbeddingBagCollection:
-    """One table `t_<feature>` per feature, as every ranknas model has, pooled by the
-    feature's pooling (a single id per row: sum, which is the id's embedding)."""
+    """One table `t_<feature>` per feature the model uses (`EmbeddingConfig.used`), as every
+    ranknas model has, pooled by the feature's pooling (a single id per row: sum, which is
+    the id's embedding)."""
     return EmbeddingBagCollection(
         tables=[
             EmbeddingBagConfig(
@@ -33,7 +34,7 @@ def embedding_bag_collection(
                 feature_names=[f.name],
                 pooling=PoolingType[f.pooling.upper()],
             )
-            for f in emb.features
+            for f in emb.used
         ],
         device=torch.device(device) if device is not None else None,
     )
@@ -51,12 +52,12 @@ class RankingModel(nn.Module):
         self.inputs = {name: arch.block(name).inputs for name in self.order}
         self.output_name = arch.output_block
         self.embedding_dim = emb.dim
-        self.feature_names = [f.name for f in emb.features]
+        self.feature_names = [f.name for f in emb.used]  # the lookups read these of a batch
         self.embedding_bags = embedding_bag_collection(emb, device)
         self.feature_projections = nn.ModuleDict(
             {
                 f.name: nn.Linear(emb.feature_dim(f), emb.dim, bias=False)
-                for f in emb.features
+                for f in emb.used
                 if emb.feature_dim(f) != emb.dim
             }
         )
@@ -168,10 +169,10 @@ def build_model(
 def example_batch(
     arch: Architecture, batch_size: int, seed: int = 0
 ) -> tuple[torch.Tensor, KeyedJaggedTensor]:
-    """Random inputs that fit a bound architecture: one id per feature per example."""
+    """Random inputs that fit a bound architecture: one id per used feature per example."""
     generator = torch.Generator().manual_seed(seed)
     dense = torch.randn(batch_size, arch.num_dense or 0, generator=generator)
-    features = arch.embedding.features
+    features = arch.embedding.used
     ids = [torch.randint(0, f.num_embeddings, (batch_size,), generator=generator) for f in features]
     sparse = KeyedJaggedTensor(
         keys=[f.name for f in features],

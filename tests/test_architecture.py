@@ -231,3 +231,21 @@ def test_embedding_bag_collection_is_fed_by_a_keyed_jagged_tensor(small_schema):
     assert isinstance(sparse, KeyedJaggedTensor)
     table = model.embedding_bags.embedding_bags["t_c1"].weight
     assert model.embed(sparse)[:, 1].equal(table[sparse["c1"].values()])
+
+
+def test_a_feature_of_dim_0_is_left_out_and_a_model_needs_one_it_reads(small_schema):
+    spec = preset("dlrm", small_schema).to_dict()
+    for feature in spec["embedding"]["features"][:2]:
+        feature["dim"] = 0
+    arch = Architecture.from_dict(spec)
+    assert Architecture.from_json(arch.to_json()) == arch  # the 0 is written, not dropped
+    assert len(arch.embedding.used) == len(small_schema.categorical) - 2
+    assert analyze(arch).shapes["sparse"].count == len(arch.embedding.used)
+    check_costs_and_training_step(arch)
+    for feature in spec["embedding"]["features"]:
+        feature["dim"] = 0
+    with pytest.raises(SpecError, match=r"reads 'sparse' but the model uses none \(every dim 0\)"):
+        analyze(Architecture.from_dict(spec))
+    spec["embedding"]["features"][0]["dim"] = -1
+    with pytest.raises(SpecError, match=r"dim must be an integer in \[0, 4096\] \(0: the model"):
+        Architecture.from_dict(spec)

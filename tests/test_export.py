@@ -81,6 +81,10 @@ def _architectures() -> dict[str, Architecture]:
     archs["wukong-space"] = make_space({"type": "wukong", "feature_dims": [4, 8]}, SCHEMA).sample(1)
     archs["dhen-space"] = make_space({"type": "dhen"}, SCHEMA).sample(2)
     archs["mixed"] = _mixed()
+    around = make_space({"type": "around", "base": "dlrm", "feature_dims": [0, 4, 8]}, SCHEMA)
+    names = [f.name for f in SCHEMA.categorical]
+    left_out = {f"dim.{n}": 0 for n in names[1::3]} | {f"dim.{names[2]}": 4}
+    archs["around-left-out"] = around.decode(around.base_values() | left_out)
     return archs
 
 
@@ -100,7 +104,7 @@ class Case:
 
 def id_matrix(sparse: KeyedJaggedTensor, arch: Architecture) -> torch.Tensor:
     """The `[B, F]` id matrix of a one-id-per-feature KeyedJaggedTensor."""
-    return sparse.values().view(len(arch.embedding.features), -1).t().contiguous()
+    return sparse.values().view(len(arch.embedding.used), -1).t().contiguous()
 
 
 def to_kjt(ids: torch.Tensor, features) -> KeyedJaggedTensor:
@@ -672,3 +676,23 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
         "categorical column 'genres', row 1: 'g2||g3' holds an empty item (separator '|'): "
         "give its items",
     ]
+
+
+def test_an_export_without_its_left_out_features_reads_only_the_used_ones(cases):
+    """Features an around search left out (dim 0) have no table: the module's id matrix and
+    the served columns are the used features only; the card names the others."""
+    case = cases["around-left-out"]
+    used = [f.name for f in case.arch.embedding.used]
+    left_out = [f.name for f in case.arch.embedding.features if f.name not in used]
+    assert left_out and len(used) + len(left_out) == len(SCHEMA.categorical)
+    model = load_exported(case.result.out_dir)
+    module = sys.modules[type(model).__module__]
+    assert list(module.FEATURES) == used
+    with torch.no_grad():
+        torch.testing.assert_close(model(case.dense, case.ids), case.expected)
+    card = (case.result.out_dir / "model_card.md").read_text()
+    assert (
+        "Left out by the search (dim 0: no table, the model never reads them): "
+        + ", ".join(f"`{n}`" for n in left_out)
+        in card
+    )

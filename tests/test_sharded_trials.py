@@ -84,3 +84,25 @@ def test_a_failed_torchrun_is_told_by_its_ranks_own_error():
         "a rank died: Signal 6 (SIGABRT) received by PID 6529; "
         "terminate called without an active exception"
     )
+
+
+def test_a_model_that_leaves_features_out_trains_on_the_whole_log_and_sharded():
+    """The batches hold every column of the data; a model an around search left features out
+    of (dim 0: no table) reads its own: in one process (fbgemm's fused tables) and under
+    torchrun with its plan, which has no table for them."""
+    from dataclasses import replace
+
+    data = generate_synthetic(SyntheticConfig(rows=6_000, seed=0))
+    splits = data.split((0.8, 0.1, 0.1), seed=0)
+    arch = load_architecture("dlrm", data.schema)
+    features = tuple(replace(f, dim=0) if i % 3 == 0 else f
+                     for i, f in enumerate(arch.embedding.features))  # fmt: skip
+    arch = replace(arch, embedding=replace(arch.embedding, features=features))
+    tables = tables_from_architecture(arch)
+    assert len(tables) == len(arch.embedding.used) < len(features)
+    plan = make_plan({t.name: i % 2 for i, t in enumerate(tables)}, tables, 2, "round_robin")
+    config = TrainConfig(batch_size=256, max_epochs=1, seed=0, device="cpu")
+    alone = train(build_model(arch, seed=0), *splits, config)
+    sharded, _ = train_sharded(arch, splits, config, plan)
+    assert alone.status == sharded.status == "complete", sharded.failure_reason
+    assert alone.validation["ne"] < 1 and sharded.validation["ne"] < 1

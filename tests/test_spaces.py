@@ -43,14 +43,14 @@ WIDE_CONFIGS = {
         "embedding_dims": [4, 8],
     },
     # Around DHEN's preset (mlp, dhen, dhen, mlp): every kind of swap, insertions before
-    # every block, per-feature dims.
+    # every block, per-feature dims, features left out (dim 0).
     "around": {
         "type": "around",
         "base": "dhen",
         "embedding_dims": [4, 8],
         "width_multipliers": [0.25, 0.5],
         "insert_at": ["bottom", "dhen1", "dhen2", "top"],
-        "feature_dims": [2, 4],
+        "feature_dims": [0, 2, 4],
     },
 }
 
@@ -214,3 +214,23 @@ def test_bad_space_configs_name_the_field(tmp_path, small_schema, yaml_text, exp
     with pytest.raises(SpecError) as info:
         load_space(path, small_schema)
     assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def test_around_leaves_features_out_at_dim_0_and_other_spaces_refuse_it(small_schema):
+    """A feature that carries nothing costs a step all the same (its lookup, its traffic,
+    its share of the interaction): `feature_dims` with 0 lets the around space leave it out
+    of the model; never all of them."""
+    space = make_space({"type": "around", "base": "dlrm", "feature_dims": [0, 8, 16]},
+                       small_schema)  # fmt: skip
+    names = [f.name for f in small_schema.categorical]
+    values = space.base_values()
+    assert all(values[f"dim.{n}"] == 16 for n in names)  # the base uses every feature
+    dropped = space.decode(values | {f"dim.{n}": 0 for n in names[:3]})
+    assert [f.name for f in dropped.embedding.used] == names[3:]
+    full, fewer = analyze(space.decode(values)), analyze(dropped)
+    assert fewer.shapes["sparse"].count == len(names) - 3 < full.shapes["sparse"].count
+    assert fewer.flops < full.flops and fewer.embedding_params < full.embedding_params
+    none = space.decode(values | {f"dim.{n}": 0 for n in names})
+    assert none.embedding.used == none.embedding.features  # a model keeps its features
+    with pytest.raises(Exception, match=r"searched by the around space only"):
+        make_space({"type": "dag", "feature_dims": [0, 8]}, small_schema)

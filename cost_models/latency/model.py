@@ -248,9 +248,9 @@ def arch_features(arch: Architecture) -> tuple[list[str], np.ndarray]:
         "head_inputs": analysis.shapes[arch.output_block].numel,
         "num_dense": arch.num_dense or 0,
         "embedding_dim": emb.dim,
-        "embedding_features": len(emb.features),
-        "embedding_width": sum(emb.feature_dim(f) for f in emb.features),
-        "projected_features": sum(emb.feature_dim(f) != emb.dim for f in emb.features),
+        "embedding_features": len(emb.used),
+        "embedding_width": sum(emb.feature_dim(f) for f in emb.used),
+        "projected_features": sum(emb.feature_dim(f) != emb.dim for f in emb.used),
     }
     for op in OPS:
         features[f"{op}_blocks"] = sum(o == op for o in ops.values())

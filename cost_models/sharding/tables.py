@@ -330,7 +330,7 @@ def tables_from_architecture(
             embedding_dim=arch.embedding.feature_dim(f),
             pooling_factor=float(pooling_factors.get(f.name, 1.0)),
         )
-        for f in arch.embedding.features
+        for f in arch.embedding.used
     ]
 
 

@@ -188,9 +188,9 @@ def _constants(analysis: Analysis, columns: _Columns, arch_digest: str) -> str:
         ("DIGEST", arch_digest, "ranknas's hash of the architecture"),
         ("DENSE_COLUMNS", columns.dense, "the columns of `dense`, in order"),
         ("FEATURES", columns.features, "the columns of `ids`, the id matrix"),
-        ("NUM_EMBEDDINGS", tuple(f.num_embeddings for f in emb.features), "rows of each table"),
-        ("FEATURE_DIMS", tuple(emb.feature_dim(f) for f in emb.features), "dim of each table"),
-        ("POOLINGS", tuple(f.pooling for f in emb.features), "of each table's ids per row"),
+        ("NUM_EMBEDDINGS", tuple(f.num_embeddings for f in emb.used), "rows of each table"),
+        ("FEATURE_DIMS", tuple(emb.feature_dim(f) for f in emb.used), "dim of each table"),
+        ("POOLINGS", tuple(f.pooling for f in emb.used), "of each table's ids per row"),
         ("EMBEDDING_DIM", emb.dim, "the dim of the embeddings that the blocks see"),
         ("WEIGHTS_FILE", WEIGHTS_FILE, "the weights, next to this file"),
     ]
@@ -239,7 +239,7 @@ def _feature_projections(arch: Architecture) -> _Expr:
     emb = arch.embedding
     entries = {
         f.name: _call("nn.Linear", [str(emb.feature_dim(f)), str(emb.dim), "bias=False"])
-        for f in emb.features
+        for f in emb.used
         if emb.feature_dim(f) != emb.dim
     }
     return _module_dict(entries)
@@ -282,11 +282,11 @@ def _embed_method(arch: Architecture) -> str:
     emb = arch.embedding
     lines = [
         "    def embed(self, ids: torch.Tensor) -> torch.Tensor:",
-        f'        """Pooled embeddings [B, {len(emb.features)}, {emb.dim}], in FEATURES order."""',
+        f'        """Pooled embeddings [B, {len(emb.used)}, {emb.dim}], in FEATURES order."""',
         "        pooled = self.embedding_bags(ids)",
     ]
     columns = []
-    for f in emb.features:
+    for f in emb.used:
         column = f"pooled[{_str_literal(f.name)}]"
         projected = emb.feature_dim(f) != emb.dim
         columns.append(

@@ -51,7 +51,7 @@ class _Columns:
     @classmethod
     def of(cls, arch: Architecture, schema: DatasetSchema | None) -> _Columns:
         dense = schema.dense if schema else tuple(f"dense_{i}" for i in range(arch.num_dense or 0))
-        features = tuple(f.name for f in arch.embedding.features)
+        features = tuple(f.name for f in arch.embedding.used)  # what `ids` holds
         columns = cls(tuple(dense), features, schema.name if schema else None)
         if len(set(columns.dense + columns.features)) != len(columns.dense + columns.features):
             raise RanknasError(

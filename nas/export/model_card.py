@@ -137,7 +137,7 @@ def _inputs_section(arch: Architecture, columns: _Columns) -> str:
     emb = arch.embedding
     dense = ", ".join(f"`{c}`" for c in columns.dense) or "none"
     rows = [(f"`{f.name}`", _values_per_example(f.name, f.pooling, columns),
-             f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.features]  # fmt: skip
+             f"{f.num_embeddings:,}", emb.feature_dim(f)) for f in emb.used]  # fmt: skip
     dataset = f"Dataset `{columns.dataset}`. " if columns.dataset else ""
     raw = (
         " Raw values (as the data file holds them) go through `encode_ids`, which maps them "
@@ -150,8 +150,16 @@ def _inputs_section(arch: Architecture, columns: _Columns) -> str:
         f"columns of the id matrix).{raw}\n\n"
         + _table(["feature", "per example", "num_embeddings", "embedding dim"], rows)
         + f"\n\nThe blocks see every embedding at dim {emb.dim}; a feature of another dim is "
-        "projected to it by a linear layer."
+        "projected to it by a linear layer." + _left_out(emb)
     )
+
+
+def _left_out(emb) -> str:
+    names = [f"`{f.name}`" for f in emb.features if f not in emb.used]
+    if not names:
+        return ""
+    return (f" Left out by the search (dim 0: no table, the model never reads them): "
+            f"{', '.join(names)}.")  # fmt: skip
 
 
 def _values_per_example(feature: str, pooling: str, columns: _Columns) -> str:

@@ -16,7 +16,9 @@ the production model"):
 - `insert.<block>`: an interaction block (`insert_ops`) inserted before `<block>`, reading the
   block's inputs and feeding it (at `insert_at`, by default the output block);
 - `embedding_dim` (default: half, the same, and twice the base's) and, with `feature_dims`,
-  one dim per feature.
+  one dim per feature; a 0 among them leaves the feature out of the model (no table, no
+  lookup, no traffic: a feature that carries nothing costs a step all the same), unless
+  every feature would be left out.
 The values that leave everything as it is decode to the base (`base_values`). Every point is
 valid by construction; FLOPs are exact because `analyze` computes them from the spec.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -62,6 +64,7 @@ class AroundConfig(SpaceConfig):
     connections: bool = Field(default=True, description="search adding/removing inputs")
     insert_ops: list[str] = Field(default=list(INSERT_OPS))
     insert_at: list[str] | None = Field(default=None, description="default: the output block")
+    DROPS_FEATURES: ClassVar[bool] = True  # feature_dims may hold 0: a feature left out
 
     @field_validator("base")
     @classmethod
@@ -151,7 +154,10 @@ class AroundSpace(SearchSpace):
             dims = self.config.feature_dims
             for f in self.base.embedding.features:
                 dim = self.base.embedding.feature_dim(f)
-                values[f"dim.{f.name}"] = dim if dim in dims else dims[0]
+                kept = [d for d in dims if d] or dims  # the base uses every feature
+                values[f"dim.{f.name}"] = (
+                    dim if dim in dims else min(kept, key=lambda d: abs(d - dim))
+                )
         blocks = {b.name: b for b in self.base.blocks}
         for name, p in self._parameters.items():
             block, _, knob = name.partition(".")

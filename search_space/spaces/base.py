@@ -12,9 +12,9 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from search_space.architecture import (
     Architecture,
@@ -63,12 +63,18 @@ class SpaceConfig(Section):
     feature_dims: list[int] | None = Field(
         default=None, description="per-feature dims to search; null: one shared dim"
     )
+    # whether `feature_dims` may hold 0: the feature left out of the model (`around` only)
+    DROPS_FEATURES: ClassVar[bool] = False
 
     @field_validator("embedding_dims", "feature_dims")
     @classmethod
-    def _dims(cls, value: list[int] | None) -> list[int] | None:
-        if value is not None and any(v < 1 or v > 1024 for v in value):
-            raise ValueError("every dim must be in [1, 1024]")
+    def _dims(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        low = 0 if cls.DROPS_FEATURES and info.field_name == "feature_dims" else 1
+        if value is not None and any(v < low or v > 1024 for v in value):
+            if low == 0 or 0 not in value:
+                raise ValueError(f"every dim must be in [{low}, 1024]")
+            raise ValueError("every dim must be in [1, 1024] (0, a feature left out, is "
+                             "searched by the around space only)")  # fmt: skip
         return value
 
 
@@ -120,9 +126,12 @@ class SearchSpace(ABC):
     def decode(self, values: dict[str, Any]) -> Architecture:
         self.check_values(values)
         blocks, output = self._decode_blocks(values, values["embedding_dim"])
+        dims = [self._feature_dim(values, f.name) for f in self.schema.categorical]
+        if dims and all(d == 0 for d in dims):  # a model left with no feature keeps them all
+            dims = [None] * len(dims)
         features = tuple(
-            Feature(f.name, f.cardinality, self._feature_dim(values, f.name), f.pooling)
-            for f in self.schema.categorical
+            Feature(f.name, f.cardinality, dim, f.pooling)
+            for f, dim in zip(self.schema.categorical, dims, strict=True)
         )
         embedding = EmbeddingConfig(values["embedding_dim"], features)
         return Architecture(
