@@ -211,7 +211,7 @@ def _tuned_recipe(
         recipe = recipe_of(base, trial.params)
         trial.set_user_attr("recipe", recipe)
         started = time.time()
-        label = f"baseline {key} recipe {trial.number}"
+        label = f"baseline {key} recipe {trial.number + 1}"  # counted from 1, as the log
         result, model = train_architecture(arch, data, config, config.seed, recipe=recipe,
                                            label=label)  # fmt: skip
         ne = result.validation.get("ne") if result.status == "complete" else None
@@ -223,7 +223,7 @@ def _tuned_recipe(
             summary = result.summary()
             logger.log_baseline_tuning(key, trial.number, **mlflow_record(
                 params, summary, result.curves, {"baseline": key}, {},
-                f"baseline-{key} recipe-{trial.number}", started))  # fmt: skip
+                f"baseline-{key} recipe-{trial.number + 1}", started))  # fmt: skip
         shown = f"validation NE {ne:.4f}" if ne is not None else result.failure_reason
         done = sum(not t.user_attrs.get("interrupted") for t in _finished(tuning))
         progress(f"baseline {key} recipe {done}/{count}: {shown} "

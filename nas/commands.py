@@ -165,7 +165,7 @@ def log_summary(logger, study, table) -> None:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
         if verdict["paired"] and verdict["paired"]["p_value"] is not None:
             metrics["verdict_p_value"] = verdict["paired"]["p_value"]
-        tags["verdict"] = leaderboard.format_verdict(verdict)
+        tags["verdict"] = leaderboard.verdict_line(verdict)
     logger.log_study_summary(
         metrics=metrics,
         artifacts={
@@ -523,9 +523,7 @@ def _provenance(study, trial, metrics: dict) -> dict:
     verdict = leaderboard.verdict(study)
     if verdict:
         # every line `status` prints: who wins, the baselines' recipes, the seeds' test
-        out["verdict"] = "; ".join(leaderboard.format_verdict(verdict).splitlines()).removeprefix(
-            "verdict "
-        )
+        out["verdict"] = leaderboard.verdict_line(verdict)
     means = leaderboard.seed_means(study)
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:

@@ -385,6 +385,12 @@ def format_verdict(v: dict[str, Any]) -> str:
                "CONFIG` compares seed means"))  # fmt: skip
 
 
+def verdict_line(v: dict[str, Any]) -> str:
+    """`format_verdict`'s lines as one, for a field already named verdict (an MLflow tag,
+    the model card's row): "(basis): outcome ...; baselines ...; by seed ..."."""
+    return "; ".join(format_verdict(v).splitlines()).removeprefix("verdict ")
+
+
 def _paired_words(v: dict[str, Any]) -> str:
     """One line: on how many seeds the trial beat the baseline and whether that is beyond
     the seeds' noise (a paired t-test's p < `SIGNIFICANCE`); empty without pairs."""

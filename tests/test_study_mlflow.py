@@ -57,9 +57,11 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
               str(tmp_path / "winner"), "--register", "wb",
               "--tracking-uri", server.uri]  # fmt: skip
     capfd.readouterr()
+    experiments = {e.name for e in client.search_experiments()}
     assert main(export) == 0
     shown = "".join(capfd.readouterr())
     assert "registered wb version 1" in shown
+    assert {e.name for e in client.search_experiments()} == experiments  # no empty one made
     assert "View run" not in shown and "INFO mlflow" not in shown  # MLflow's noise: -v only
     version = client.get_model_version("wb", "1")
     assert version.run_id == trial_run.info.run_id
@@ -203,7 +205,7 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     assert f"trial {best} (seed means" in parent.data.tags["mlflow.note.content"]
     if board["verdict"]:
         assert str(board["verdict"]["best_trial"]["trial"]) == best
-        assert parent.data.tags["verdict"].startswith("verdict (seed means")
+        assert parent.data.tags["verdict"].startswith("(seed means")  # the tag says verdict
     assert main(["status", str(path), "--json"]) == 0
     assert str(json.loads(capsys.readouterr().out)["best_trial"]) == best
     assert main(["export", str(path), "--out", str(tmp_path / "winner")]) == 0

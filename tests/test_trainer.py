@@ -108,6 +108,8 @@ def test_the_run_ends_with_the_best_evaluations_weights(splits):
     result = train(model, train_part, valid, test, config)  # overfits 4,800 rows for 8 epochs
     best_step, best_ne = min(result.curves["val_ne"], key=lambda point: point[1])
     assert result.restored_step == best_step < 300
+    # the curve ends with the evaluation the restore was decided on (it stopped a step short)
+    assert result.curves["val_ne"][-1][0] == 300 and result.curves["val_ne"][-1][1] > best_ne
     # the validation split (600 rows) is within eval_examples: the curve saw all of it
     assert result.validation["ne"] == pytest.approx(best_ne, abs=1e-6)
     assert evaluate(model, valid)["ne"] == pytest.approx(result.validation["ne"], abs=1e-6)

@@ -310,10 +310,15 @@ class _Best:
 
 
 def _restore_best(model, valid_data, config, best: _Best, result: TrainResult, ops) -> None:
-    """Load the best evaluation's weights if the final ones are worse on the same rows."""
+    """Load the best evaluation's weights if the final ones are worse on the same rows; that
+    last evaluation joins the curves (it is what the restore was decided on)."""
     if best.state is None:
         return
-    if ops.evaluate(model, valid_data, config.eval_examples)["ne"] <= best.ne:
+    final = ops.evaluate(model, valid_data, config.eval_examples)
+    if result.curves["val_ne"] and result.curves["val_ne"][-1][0] != result.steps:
+        result.curves["val_ne"].append((result.steps, final["ne"]))
+        result.curves["val_auc"].append((result.steps, final["auc"]))
+    if final["ne"] <= best.ne:
         return
     ops.restore(model, best.state)
     result.restored_step = best.step

@@ -304,15 +304,13 @@ def _log_model_version(
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
     client = mlflow.MlflowClient(uri)
-    experiment = client.get_experiment_by_name(EXPERIMENT)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
     run = client.get_run(source_run_id).info if source_run_id else None
     with (
         tempfile.TemporaryDirectory() as tmp,
         _use_tracking_uri(uri),
         mlflow.start_run(run_id=source_run_id)
         if source_run_id
-        else mlflow.start_run(experiment_id=experiment_id, run_name=f"export {name}"),
+        else mlflow.start_run(experiment_id=_export_experiment(client), run_name=f"export {name}"),
     ):
         if not source_run_id:  # a trial's run has its params and metrics already
             mlflow.log_params({"digest": result.digest, "flops": flops})
@@ -323,6 +321,13 @@ def _log_model_version(
     if source_run_id:  # leaving start_run ended the trial's run now: give back its own end
         client.set_terminated(source_run_id, status=run.status, end_time=run.end_time)
     return str(info.registered_model_version)
+
+
+def _export_experiment(client) -> str:
+    """The EXPERIMENT experiment's id, made where missing: only for a model that has no
+    trial run to log into (an empty experiment was left on every server otherwise)."""
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
 
 
 def save_pyfunc(result: ExportResult, columns: _Columns, path: Path) -> None:
