@@ -231,6 +231,13 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     features = list(module.FEATURES)
     with pytest.raises(ValueError, match=f"feature '{features[1]}', row 1: 'shop-3' is not an id"):
         module.encode_ids([[1, 2]] + [[1, "shop-3"]] * (len(features) - 1), features, directory)
+    for bad in (7.5, True):  # the served model refuses these too
+        with pytest.raises(ValueError, match=f"feature '{features[1]}', row 1: {bad!r} is not"):
+            module.encode_ids([[1, 2]] + [[1, bad]] * (len(features) - 1), features, directory)
+    given = module.encode_ids([[1, 2]] + [["3", 4.0]] * (len(features) - 1), features, directory)
+    assert given[:, 1].tolist() == [3, 4]  # a whole number as a text or a float is its id
+    with torch.no_grad(), pytest.raises(ValueError, match=r"expected dense of shape \[B, "):
+        model(case.dense[:, 1:], case.ids)
     ids = case.ids.clone()
     ids[3, 2] = 10**9
     with torch.no_grad(), pytest.raises(ValueError, match=rf"feature '{features[2]}': id "

@@ -303,6 +303,11 @@ def _forward_method(analysis: Analysis) -> str:
     lines = [
         "    def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:",
         '        """Logits [B] from `dense` [B, len(DENSE_COLUMNS)], `ids` [B, len(FEATURES)]."""',
+        "        if dense.dim() != 2 or dense.shape[1] != len(DENSE_COLUMNS):",
+        "            raise ValueError(",
+        '                f"expected dense of shape [B, {len(DENSE_COLUMNS)}] (DENSE_COLUMNS: "',
+        "                f\"{', '.join(DENSE_COLUMNS)}), got {list(dense.shape)}\"",
+        "            )",
     ]
     if _reads_sparse(analysis):
         lines.append("        embedded = self.embed(ids)")

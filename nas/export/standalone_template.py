@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -186,13 +187,16 @@ def _given_ids(feature: str, values: Sequence[object]) -> list[int]:
     """A feature trained on ids (no vocabulary, no hashing): its values as they are."""
     ids = []
     for row, value in enumerate(values):
-        try:
-            ids.append(int(value))  # type: ignore[call-overload]
+        try:  # 3, 3.0 and "3" are id 3, as the served model reads them; 3.5 and True no id
+            number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not number.is_integer():
             raise ValueError(
                 f"feature {feature!r}, row {row}: {value!r} is not an id; this model was "
                 "trained on this feature's integer ids (no vocabulary), so give those"
-            ) from None
+            )
+        ids.append(int(number))
     return ids
 
 
