@@ -627,7 +627,7 @@ def pareto_figure(study: optuna.Study) -> Any:
                  s=14, color="0.6", label="trials")  # fmt: skip
     front = [p for p in pareto_front(study) if p[key]]
     axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
-              color="tab:red", label="Pareto front")  # fmt: skip
+              color="tab:red", label="Pareto front of the trials")  # fmt: skip
     labels = [(str(p["trial"]), p[key], ne(p), "0.2") for p in front]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
