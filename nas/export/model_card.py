@@ -209,8 +209,12 @@ def _loading_section(register: str | None, alias: str | None) -> str:
         - `{WEIGHTS_FILE}`: the weights, a state dict in safetensors format.
         - `{MODULE_FILE}`: a standalone module that rebuilds the model with torch and
           safetensors only (no ranknas or torchrec needed) and loads the weights without pickle.
+        - `preprocessing.json`: the transforms, vocabularies and hashing fitted on the
+          training split (empty where nothing was fitted), which `prepare_dense` and
+          `encode_ids` apply to raw values; `architecture.png` and this card.
 
         ```python
+        import csv
         import sys
         import torch
 
@@ -218,14 +222,14 @@ def _loading_section(register: str | None, alias: str | None) -> str:
         import ranknas_model as m
 
         model = m.load("path/to/this/directory")
+        rows = list(csv.DictReader(open("new_rows.csv")))  # raw rows, columns as in training
+        dense = m.prepare_dense([[r[c] for c in m.DENSE_COLUMNS] for r in rows],
+                                "path/to/this/directory")
+        ids = m.encode_ids([[r[f] for r in rows] for f in m.FEATURES], m.FEATURES,
+                           "path/to/this/directory")
         with torch.no_grad():
-            logits = model(dense, ids)  # dense [B, D] float, ids [B, F] int64
-        probabilities = torch.sigmoid(logits)
+            probabilities = torch.sigmoid(model(dense, ids))
         ```
-
-        From raw rows (a list per multi-valued feature, or its file's text):
-        `dense = m.prepare_dense(raw_dense, directory)` applies the fitted transforms and
-        `ids = m.encode_ids([column_values, ...], m.FEATURES, directory)` makes the ids.
 
         In ranknas: `nas.export.load_exported("path/to/this/directory")`.
     """
