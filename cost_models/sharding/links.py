@@ -123,9 +123,8 @@ def _links_json(path: str) -> dict:
     except (OSError, ValueError) as exc:
         raise RanknasError(f"sharding.links {path}: not a file of `ranknas shard links` "
                            f"({type(exc).__name__}: {exc}); {REMEASURE}") from None  # fmt: skip
-    missing = [k for k, (default, _) in READ_FIELDS.items() if default is None]
-    if isinstance(data, dict):
-        missing = [k for k in missing if k not in data]
+    missing = [k for k, (default, _) in READ_FIELDS.items()
+               if default is None and (not isinstance(data, dict) or k not in data)]  # fmt: skip
     if missing:
         raise RanknasError(f"sharding.links {path}: not a file of `ranknas shard links` (no "
                            f"{' or '.join(missing)}); {REMEASURE}")  # fmt: skip

@@ -149,7 +149,7 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
         return values
     ids = []
     for row, value in enumerate(values):
-        number = _whole(value)
+        number = m.whole_number(value)
         if number is None or not 0 <= number < rows:
             null = value is None or (isinstance(value, float) and np.isnan(value))
             given = "a missing value (null)" if null else repr(value)
@@ -159,17 +159,6 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
             number = 0
         ids.append(number)
     return ids
-
-
-def _whole(value) -> int | None:
-    """`value` as a whole number (an int, a whole float, or a text of one); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(number) if number.is_integer() else None
 
 
 mlflow.models.set_model(ExportedRankingModel())

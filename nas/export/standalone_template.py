@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -187,17 +186,26 @@ def _given_ids(feature: str, values: Sequence[object]) -> list[int]:
     """A feature trained on ids (no vocabulary, no hashing): its values as they are."""
     ids = []
     for row, value in enumerate(values):
-        try:  # 3, 3.0 and "3" are id 3, as the served model reads them; 3.5 and True no id
-            number = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            number = math.nan
-        if isinstance(value, bool) or not number.is_integer():
+        number = whole_number(value)
+        if number is None:
             raise ValueError(
                 f"feature {feature!r}, row {row}: {value!r} is not an id; this model was "
                 "trained on this feature's integer ids (no vocabulary), so give those"
             )
-        ids.append(int(number))
+        ids.append(number)
     return ids
+
+
+def whole_number(value: object) -> int | None:
+    """`value` as a whole number (an int, a whole float, or a text of one: 3, 3.0 and "3"
+    are id 3); None otherwise (3.5, True, "shop-3", None)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
 
 
 def _preprocessing(directory: str | Path) -> dict:

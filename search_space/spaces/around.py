@@ -152,12 +152,10 @@ class AroundSpace(SearchSpace):
         values: dict[str, Any] = {"embedding_dim": self.base.embedding.dim}
         if self.config.feature_dims:
             dims = self.config.feature_dims
+            kept = [d for d in dims if d] or dims  # the base uses every feature: not 0
             for f in self.base.embedding.features:
                 dim = self.base.embedding.feature_dim(f)
-                kept = [d for d in dims if d] or dims  # the base uses every feature
-                values[f"dim.{f.name}"] = (
-                    dim if dim in dims else min(kept, key=lambda d: abs(d - dim))
-                )
+                values[f"dim.{f.name}"] = dim if dim in dims else kept[0]
         blocks = {b.name: b for b in self.base.blocks}
         for name, p in self._parameters.items():
             block, _, knob = name.partition(".")

@@ -69,12 +69,12 @@ class SpaceConfig(Section):
     @field_validator("embedding_dims", "feature_dims")
     @classmethod
     def _dims(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
-        low = 0 if cls.DROPS_FEATURES and info.field_name == "feature_dims" else 1
+        per_feature = info.field_name == "feature_dims"
+        low = 0 if cls.DROPS_FEATURES and per_feature else 1
         if value is not None and any(v < low or v > 1024 for v in value):
-            if low == 0 or 0 not in value:
-                raise ValueError(f"every dim must be in [{low}, 1024]")
-            raise ValueError("every dim must be in [1, 1024] (0, a feature left out, is "
-                             "searched by the around space only)")  # fmt: skip
+            hint = (" (0, a feature left out, is searched by the around space only)"
+                    if per_feature and low and 0 in value else "")  # fmt: skip
+            raise ValueError(f"every dim must be in [{low}, 1024]{hint}")
         return value
 
 
