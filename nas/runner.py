@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
+from nas.feature_screen import screen
 from nas.leaderboard import costs_text, study_best
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
@@ -111,10 +112,15 @@ def objective_names(config: StudyConfig) -> list[str]:
 
 
 def open_study(
-    config: StudyConfig, space: SearchSpace, storage: RDBStorage, worker: str = ""
+    config: StudyConfig,
+    space: SearchSpace,
+    storage: RDBStorage,
+    worker: str = "",
+    first: list[dict[str, Any]] | None = None,
 ) -> optuna.Study:
     """Create the study, or load it to resume; a changed search space is refused. A new
-    study is given its space's starting points within `objectives`' constraints."""
+    study is given `first`, then its space's starting points, those within `objectives`'
+    constraints."""
     o, s = config.objectives, config.searcher
     sampler = make_sampler(
         s.type,
@@ -140,7 +146,8 @@ def open_study(
 
     if _check_search_space(study, config):
         study.set_metric_names(objective_names(config))  # how dashboards name the values
-        for values in space.starting_points(s.startup_trials, config.seed, admits):
+        for values in [*filter(admits, first or []),
+                       *space.starting_points(s.startup_trials, config.seed, admits)]:  # fmt: skip
             study.enqueue_trial(values)
         study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
@@ -453,8 +460,10 @@ def _run_study(
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
         space = with_recipe(space, config.training)
     config = _with_ceilings(study, config, space, best, data, progress)  # before the startup
+    first = [] if StudyAttr.SEARCH_SPACE in study.user_attrs else screen(
+        study, space, data, config.seed, progress)  # fmt: skip
     with study_lock(config.storage, config.name):
-        study = open_study(config, space, storage, worker)
+        study = open_study(config, space, storage, worker, first)
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes

@@ -70,6 +70,7 @@ class StudyAttr(StrEnum):
     STEP_MS_CEILING = "step_ms_ceiling"  # objectives.max_step_ms: best_baseline | base, same
     STEP_DEVICES = "step_devices"  # sharding.devices that step_ms is predicted for
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
+    FEATURE_IMPORTANCE = "feature_importance"  # the around base's (`nas.feature_screen`)
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard (runs:
