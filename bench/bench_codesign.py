@@ -4,8 +4,9 @@ that trains faster on the study's cluster, and what did it change?
 
     .venv/bin/python bench/bench_codesign.py --config bench/codesign.yaml --seeds 5
 
-Runs `ranknas search` and `ranknas reevaluate --top 3` on the config (resumable: a second
-run trains nothing new), then prints, for each re-evaluated trial against the best
+Runs `ranknas search` and `ranknas reevaluate --top 3 --front` on the config (the top 3
+by recorded NE and the Pareto front's trials cheaper than the best baseline; resumable: a
+second run trains nothing new), then prints, for each re-evaluated trial against the best
 baseline: seed-mean validation NE and its paired t-test, predicted step time on the
 study's cluster and on 128 devices (16 hosts), and what differs from the base. Writes
 the figures to bench/results/codesign.json.
@@ -37,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     subprocess.run([*RANKNAS, "search", args.config], check=True)
     subprocess.run([*RANKNAS, "reevaluate", args.config, "--top", str(args.top),
-                    "--seeds", str(args.seeds)], check=True)  # fmt: skip
+                    "--seeds", str(args.seeds), "--front"], check=True)  # fmt: skip
     report = summarize(args.config, args.measure)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))

@@ -297,6 +297,10 @@ def _study_commands(command, commands) -> None:
     again.add_argument("--baselines", type=arguments.number(int, minimum=0), metavar="K",
                        help="best baselines to retrain (default: all; the verdict compares "
                        "only those with seed means)")  # fmt: skip
+    again.add_argument("--front", action="store_true",
+                       help="also retrain the Pareto front's trials cheaper than the best "
+                       "baseline (its cost, up to 1%% worse NE): the verdict then names the "
+                       "cheapest at its NE within seed noise")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
                        help="do not log the retrains to MLflow")  # fmt: skip
     board = command(

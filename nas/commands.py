@@ -384,9 +384,11 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
     which = "every baseline" if args.baselines is None else f"the top {args.baselines} baselines"
-    print(f"study {config.name!r}: retraining the top {args.top} trials and {which} with "
-          f"{args.seeds} fresh seeds each")  # fmt: skip
-    table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines)
+    front = ", the Pareto front's trials cheaper than the best baseline" if args.front else ""
+    print(f"study {config.name!r}: retraining the top {args.top} trials{front} and {which} "
+          f"with {args.seeds} fresh seeds each")  # fmt: skip
+    table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines,
+                             args.front)  # fmt: skip
     print()
     print(leaderboard.format_reevaluation(table))
     study = load_study(config.name, config.storage)

@@ -26,6 +26,9 @@ SIGNIFICANCE = 0.05
 # the lower one (0.1% NE; the wins over baselines in BENCHMARKS.md are 0.3-0.4%): seeds
 # that merely fail to tell them apart are no tie, or the cheaper would win at any NE
 TIE_MARGIN = 0.001
+# `reevaluate --front` retrains the cheaper front trials up to this share worse in NE than
+# the best baseline: one run's NE moves by ~0.5% with its seed, so 1% is rarely noise
+FRONT_SLACK = 0.01
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
                     "val_auc", "test_auc", "mflops", "params", "step_ms", "digest", "recipe",
                     "failure_reason")  # fmt: skip
@@ -223,6 +226,19 @@ def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
     return sorted(front, key=lambda r: r[key])
 
 
+def cheap_front(study: optuna.Study) -> list[dict[str, Any]]:
+    """The Pareto front's trials cheaper than the best baseline (by `estimated_ne`) and at
+    most `FRONT_SLACK` worse in NE: where a model as good at a lower cost may be, once
+    their seeds are known (`reevaluate --front`)."""
+    key = cost_key(study)
+    bases = [b for b in baseline_rows(study) if b["state"] == "complete" and b.get(key)]
+    if not bases:
+        return []
+    base = min(bases, key=estimated_ne)
+    bound = estimated_ne(base) * (1 + FRONT_SLACK)
+    return [r for r in pareto_front(study) if r[key] < base[key] and estimated_ne(r) <= bound]
+
+
 def _dominates(q: dict[str, Any], p: dict[str, Any], key: str = "mflops") -> bool:
     """`q` is no worse than `p` on validation NE (`estimated_ne`) and the cost `key`, and
     better on one."""
@@ -294,7 +310,27 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
+        "cheapest_within_noise": _cheapest_within_noise(study, found, base) if paired else None,
+        "cost": cost_key(study),
     }
+
+
+def _cheapest_within_noise(
+    study: optuna.Study, found: list[dict[str, Any]], base: dict[str, Any]
+) -> dict[str, Any]:
+    """Of the re-evaluated trials cheaper than `base` (the study's cost), the cheapest whose
+    seed mean is lower or within seed noise of the baseline's (paired seeds): what a study
+    held to a baseline's cost asks. `trial` is None where there is none."""
+    key, name = cost_key(study), f"baseline:{base['baseline']}"
+    cheaper = sorted((r for r in found if _cost(r, key) < _cost(base, key)),
+                     key=lambda r: r[key])  # fmt: skip
+    for row in cheaper:
+        paired = paired_seeds(study, str(row["trial"]), name)
+        if paired and (paired["delta_val_ne_mean"] < 0 or within_seed_noise(paired)):
+            return {"trial": row["trial"], "val_ne": row["val_ne"], "paired": paired,
+                    "delta_val_ne": row["val_ne"] - base["val_ne"],
+                    "cost_ratio": row[key] / base[key]}  # fmt: skip
+    return {"trial": None, "cheaper": len(cheaper)}
 
 
 def _dominated(base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study) -> bool:
@@ -380,6 +416,7 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"baselines Pareto-dominated by found architectures: {dominated}; baselines "
             f"{recipe}"
             + _paired_words(v)
+            + _cheapest_words(v)
             + ("" if v["basis"].startswith("seed means") else
                "\nthe trials' single runs: seeds move NE by a few 0.001; `ranknas reevaluate "
                "CONFIG` compares seed means"))  # fmt: skip
@@ -403,6 +440,25 @@ def _paired_words(v: dict[str, Any]) -> str:
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
             f"{paired['found_better']} of {paired['seeds']} seeds (the differences' sd "
             f"{paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
+
+
+def _cheapest_words(v: dict[str, Any]) -> str:
+    """One line: the cheapest re-evaluated trial at the baseline's NE (`cheapest_within_noise`);
+    empty without seed means."""
+    cheapest, base = v.get("cheapest_within_noise"), v["best_baseline"]["baseline"]
+    if not cheapest:
+        return ""
+    cost = {"step_ms": f"predicted step time on {v.get('step_devices')} devices",
+            "latency_ms": "predicted latency"}.get(v["cost"], COST_UNITS[v["cost"]])  # fmt: skip
+    if cheapest["trial"] is None:
+        return (f"\nat baseline {base}'s NE: none of the {cheapest['cheaper']} re-evaluated "
+                f"trials cheaper than it (its {cost}) is within seed noise or lower")  # fmt: skip
+    paired, p = cheapest["paired"], cheapest["paired"]["p_value"]
+    test = "" if p is None else f", p={p:.2g}"
+    return (f"\nat baseline {base}'s NE (within seed noise or lower): cheapest trial "
+            f"{cheapest['trial']} at {cheapest['cost_ratio']:.2f}x its {cost}, validation NE "
+            f"{_num(cheapest['val_ne'])} ({cheapest['delta_val_ne']:+.4f}; lower on "
+            f"{paired['found_better']} of {paired['seeds']} seeds{test})")  # fmt: skip
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:
@@ -579,6 +635,10 @@ def format_reevaluation(table: list[dict[str, Any]]) -> str:
     lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
               _num(r["sd_val_ne"]), _num(r["mean_test_ne"]), _num(r["mflops"], 3),
               str(r["seeds"])] for r in table]  # fmt: skip
+    if any(r.get("step_ms") is not None for r in table):
+        header.insert(-1, "step ms")
+        for line, r in zip(lines, table, strict=True):
+            line.insert(-1, _num(r.get("step_ms"), 3))
     return align(header, lines)
 
 

@@ -22,7 +22,7 @@ import torch
 
 from nas.baselines import recorded
 from nas.config import StudyConfig
-from nas.leaderboard import baseline_rows, rows
+from nas.leaderboard import baseline_rows, cheap_front, rows
 from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
@@ -39,16 +39,21 @@ def reevaluate_study(
     seeds: int,
     progress: Callable[[str], None] = print,
     baselines: int | None = None,
+    front: bool = False,
 ) -> list[dict[str, Any]]:
-    """Retrain the `top` complete trials and the `baselines` best complete baselines (None:
-    all) of `config`'s study with the same `seeds` fresh seeds each; returns one row per
-    trial or baseline (`trial` is then `baseline:<key>`), best mean validation NE first."""
+    """Retrain the `top` complete trials (with `front`, also `cheap_front`'s: the Pareto
+    front's trials cheaper than the best baseline) and the `baselines` best complete
+    baselines (None: all) of `config`'s study with the same `seeds` fresh seeds each;
+    returns one row per trial or baseline (`trial` is then `baseline:<key>`), best mean
+    validation NE first."""
     if top < 1 or seeds < 1 or (baselines is not None and baselines < 0):
         raise RanknasError(f"--top and --seeds must be at least 1, --baselines at least 0 "
                            f"(got {top}, {seeds} and {baselines})")  # fmt: skip
     study = load_study(config.name, config.storage)
     torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
+    if front:
+        chosen += [r for r in cheap_front(study) if r["trial"] not in {c["trial"] for c in chosen}]
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -165,6 +170,7 @@ def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> d
         "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
         "mean_test_ne": statistics.fmean(test) if test else None,
         "mflops": row["mflops"],
+        "step_ms": row.get("step_ms"),
         "seeds": len(val),
     }
 

@@ -192,3 +192,58 @@ def test_export_of_a_repeat_is_its_original_and_a_skipped_trial_says_why(tmp_pat
     assert best_trial(study, "1").number == 0
     with pytest.raises(RanknasError, match=rf"trial 2 is skipped \({why}\), not complete"):
         best_trial(study, "2")
+
+
+# the baseline at 0.8 MFLOPs: trial 0 beats it beyond noise at a higher cost; trials 1 and 2
+# are cheaper, 1 within seed noise of it (p = 0.64), 2 worse on every seed by 0.003-0.005
+BASE_AT_08 = {"dlrm": (0.855, 0.8)}
+NEAR = {
+    "0": [0.8500, 0.8510, 0.8500, 0.8510],
+    "1": [0.8560, 0.8550, 0.8540, 0.8570],
+    "2": [0.8590, 0.8600, 0.8580, 0.8610],
+    "baseline:dlrm": [0.855, 0.856, 0.854, 0.856],
+}
+
+
+def test_the_verdict_names_the_cheapest_trial_at_the_baselines_ne(tmp_path):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines=BASE_AT_08, reevaluation=NEAR)
+    v = verdict(study)
+    cheapest = v["cheapest_within_noise"]
+    assert cheapest["trial"] == 1 and cheapest["cost_ratio"] == pytest.approx(0.5 / 0.8)
+    assert cheapest["paired"]["p_value"] >= SIGNIFICANCE
+    assert paired_seeds(study, "2", "baseline:dlrm")["p_value"] < SIGNIFICANCE  # 2: worse
+    text = format_verdict(v)
+    assert (
+        "at baseline dlrm's NE (within seed noise or lower): cheapest trial 1 at 0.62x its "
+        "MFLOPs, validation NE 0.8555 (+0.0002; lower on 1 of 4 seeds, p=0.64)"
+    ) in text
+
+    # trial 2 lower than the baseline on its seeds: the cheapest, though beyond noise better
+    better = NEAR | {"2": [0.8540, 0.8550, 0.8530, 0.8550]}
+    study = recorded_study(url.replace("studies", "better"), TRIALS, BASE_AT_08, better)
+    assert verdict(study)["cheapest_within_noise"]["trial"] == 2
+
+    # nothing cheaper holds the baseline's NE
+    worse = {"0": NEAR["0"], "2": NEAR["2"], "baseline:dlrm": NEAR["baseline:dlrm"]}
+    study = recorded_study(url.replace("studies", "worse"), TRIALS, BASE_AT_08, worse)
+    assert verdict(study)["cheapest_within_noise"] == {"trial": None, "cheaper": 1}
+    assert ("at baseline dlrm's NE: none of the 1 re-evaluated trials cheaper than it (its "
+            "MFLOPs) is within seed noise or lower") in format_verdict(verdict(study))  # fmt: skip
+
+
+def test_before_reevaluate_the_verdict_names_no_cheapest(tmp_path):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    v = verdict(recorded_study(url, TRIALS, baselines=BASE_AT_08))
+    assert v["cheapest_within_noise"] is None and "cheapest" not in format_verdict(v)
+
+
+def test_the_cheap_front_is_the_front_below_the_baselines_cost_and_near_its_ne(tmp_path):
+    from nas.leaderboard import FRONT_SLACK, cheap_front
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    far = 0.855 * (1 + FRONT_SLACK) + 0.001  # on the front, too far from the baseline's NE
+    study = recorded_study(url, [*TRIALS, (far, 0.1)], baselines=BASE_AT_08)
+    assert [r["trial"] for r in pareto_front(study)] == [3, 2, 1, 0]
+    assert [r["trial"] for r in cheap_front(study)] == [2, 1]
+    assert cheap_front(recorded_study(url.replace("studies", "none"), TRIALS)) == []

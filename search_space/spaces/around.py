@@ -148,8 +148,13 @@ class AroundSpace(SearchSpace):
         return list(self.config.insert_at or [self.base.output_block])
 
     def base_values(self) -> dict[str, Any]:
-        """The values that decode to the base architecture itself."""
-        values: dict[str, Any] = {"embedding_dim": self.base.embedding.dim}
+        """The values that decode to the base architecture itself (where `embedding_dims`
+        leaves out the base's dim: the nearest listed; where `feature_dims` does: its first
+        nonzero)."""
+        dim = self.base.embedding.dim
+        values: dict[str, Any] = {
+            "embedding_dim": min(self.config.embedding_dims, key=lambda d: (abs(d - dim), d))
+        }
         if self.config.feature_dims:
             dims = self.config.feature_dims
             kept = [d for d in dims if d] or dims  # the base uses every feature: not 0
