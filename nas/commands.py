@@ -174,9 +174,17 @@ def log_summary(logger, study, table) -> None:
             ),
             "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),
             "pareto_front.png": leaderboard.pareto_png(study),
-        },
+        } | _importance_artifact(study),
         tags=tags,
     )
+
+
+def _importance_artifact(study) -> dict[str, str]:
+    """The around base's feature importance (`nas.feature_screen`), where it was measured."""
+    from nas.trial_record import StudyAttr
+
+    found = study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE)
+    return {"feature_importance.json": json.dumps(found, indent=2)} if found else {}
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -230,6 +238,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
     if state["around_base"]:
         print(f"searched around the best baseline: {state['around_base']}")
+    if state["feature_importance"]:
+        from nas.feature_screen import describe
+
+        print(f"features: {describe(state['feature_importance'])}")
     if state["mflops_ceiling"]:
         c = state["mflops_ceiling"]
         print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "

@@ -136,10 +136,18 @@ def screen(
         found = {"baseline": key, "margin": TIE_MARGIN * record["val_ne"],
                  "features": importance}  # fmt: skip
         study.set_user_attr(StudyAttr.FEATURE_IMPORTANCE, found)
+    progress(f"features: {describe(found)}")
+    return screened_points(space, worth_least(found["features"], found["margin"]))
+
+
+def describe(found: dict[str, Any]) -> str:
+    """The study's `feature_importance` in one line: how many features the base reads, and
+    which the search started without."""
     free = worth_least(found["features"], found["margin"])
-    progress(f"features: baseline {found['baseline']} reads {len(found['features']) - len(free)}"
-             f" of its {len(found['features'])} categorical features for {found['margin']:.4f}"
-             f" NE or more (shuffled on validation rows); the search starts with "
-             f"{', '.join(free) or 'none'} left out" + (", then halves of them" if len(free) > 1
-                                                        else ""))  # fmt: skip
-    return screened_points(space, free)
+    rises = ", ".join(f"{name} {found['features'][name]['mean']:+.4f}" for name in free)
+    return (f"baseline {found['baseline']} reads {len(found['features']) - len(free)} of its "
+            f"{len(found['features'])} categorical features for {found['margin']:.4f} NE or "
+            f"more (each shuffled on validation rows); the search started with "
+            + (f"{', '.join(free)} left out" if free else "every feature")
+            + (", then halves of them" if len(free) > 1 else "")
+            + (f" (their NE rises: {rises})" if free else ""))  # fmt: skip

@@ -505,6 +505,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
         "step_ms_ceiling": study.user_attrs.get(StudyAttr.STEP_MS_CEILING),
         "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),
+        "feature_importance": study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
         "devices": _devices(trials),

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from nas.cli import main
 from nas.config import parse_config
 from nas.feature_screen import _read_from, feature_importance, screened_points, worth_least
 from nas.runner import run_study
@@ -78,7 +79,7 @@ def test_worth_least_and_the_ladder_of_points():
 
 @pytest.mark.parametrize("listed", [True, False])
 def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_out(
-    tmp_path, listed
+    tmp_path, capsys, listed
 ):
     from helpers import write_genre_log
 
@@ -100,7 +101,10 @@ def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_o
     assert importance["genres"]["mean"] > 0.02 > 10 * importance["shop"]["mean"]
     free = worth_least(importance, found["margin"])
     assert free == ["shop"]
-    assert any("the search starts with shop left out" in line for line in lines)
+    said = "the search started with shop left out (their NE rises: shop "
+    assert any(said in line for line in lines)
+    assert main(["status", "screen", "--storage", config["storage"]]) == 0
+    assert said in capsys.readouterr().out
     first = study.trials[0]
     assert first.params["dim.shop"] == 0 and first.params["dim.genres"] == 4
     arch = read_architecture(first.user_attrs[TrialAttr.DIR])
