@@ -174,7 +174,8 @@ def log_summary(logger, study, table) -> None:
             ),
             "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),
             "pareto_front.png": leaderboard.pareto_png(study),
-        } | _importance_artifact(study),
+        }
+        | _importance_artifact(study),
         tags=tags,
     )
 
