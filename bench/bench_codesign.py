@@ -52,7 +52,6 @@ def summarize(config_path: str, measure: int = 0) -> dict:
     from nas.protocol import prepare_data
     from nas.storage import load_study
     from nas.trial_record import StudyAttr, TrialAttr, read_architecture, read_step
-    from search_space.spaces import make_space
 
     config = load_config(config_path)
     study = load_study(config.name, config.storage)
@@ -62,10 +61,7 @@ def summarize(config_path: str, measure: int = 0) -> dict:
     base_step = read_step(base["dir"])
     data = prepare_data(config)
     pooling = data.pooling_factors
-    around = config.search_space.model_copy(
-        update={"base": study.user_attrs[StudyAttr.AROUND_BASE]}
-    )
-    base_values = make_space(around, data.train.schema).base_values()
+    base_arch = read_architecture(base["dir"])
 
     def at_128(directory: str, step: dict) -> float:
         arch = read_architecture(directory)
@@ -91,7 +87,7 @@ def summarize(config_path: str, measure: int = 0) -> dict:
             "step_ratio_16": step["step_ms"] / base_step["step_ms"],
             "step_ratio_128": at_128(trial.user_attrs[TrialAttr.DIR], step) / base_128,
             "mflops": trial.user_attrs.get("mflops"),
-            "changes": _changes(trial.params, base_values),
+            "changes": changes(read_architecture(trial.user_attrs[TrialAttr.DIR]), base_arch),
             "parts": {k: step[k] for k in PARTS},
         })  # fmt: skip
         if measure:
@@ -134,9 +130,16 @@ def _dense_params(arch) -> int:
     return analyze(arch).dense_params
 
 
-def _changes(params: dict, base_values: dict) -> list[str]:
-    """The searched values that differ from the base's (the around space's `base_values`)."""
-    return [f"{k}={v}" for k, v in sorted(params.items()) if base_values.get(k, v) != v]
+def changes(arch, base) -> list[str]:
+    """What differs from the base in the architecture itself (`architecture_params`, as
+    MLflow shows it), not in the searcher's raw values: a dropped connection that the
+    around space restores (it would cut the sparse features off) is no change."""
+    from nas.trial_record import architecture_params
+
+    mine, theirs = architecture_params(arch), architecture_params(base)
+    return [f"{k}={v}" for k, v in sorted(mine.items()) if theirs.get(k) != v] + [
+        f"{k} (base {v}): gone" for k, v in sorted(theirs.items()) if k not in mine
+    ]
 
 
 def markdown(report: dict) -> str:
