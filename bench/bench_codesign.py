@@ -98,6 +98,7 @@ def summarize(config_path: str, measure: int = 0) -> dict:
                           "step_ms": base_step["step_ms"], "step_ms_128": base_128,
                           "parts": {k: base_step[k] for k in PARTS}},
         "trials": rows,
+        "feature_importance": study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE),
         "best": leaderboard.describe_best(leaderboard.study_best(study)),
         "verdict": leaderboard.format_verdict(leaderboard.verdict(study)),
     }  # fmt: skip

@@ -14,24 +14,33 @@ only: test data selects nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import optuna
-import torch
-from safetensors.torch import load_file
 
 from nas.leaderboard import TIE_MARGIN
-from nas.trial_record import WEIGHTS_FILE, StudyAttr, recorded
-from search_space.architecture import Architecture, digest
-from search_space.builder import build_model
-from trainers.data.dataset import TabularData
-from trainers.trainer import evaluate
+from nas.trial_record import WEIGHTS_FILE, recorded
+
+if TYPE_CHECKING:  # torch and the model only where importance is measured: `status` is light
+    import optuna
+    import torch
+
+    from search_space.architecture import Architecture
+    from trainers.data.dataset import TabularData
 
 SCREEN_ROWS = 20_000  # validation rows scored per shuffle: ~0.1 s a forward on 2 cores
 REPEATS = 5
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What a new study starts from: the base's `feature_importance` record and the points
+    with the features worth least left out."""
+
+    record: dict[str, Any]
+    points: list[dict[str, Any]]
 
 
 class _Trained:
@@ -47,6 +56,8 @@ class _Trained:
         return self  # trained already: the baseline's weights
 
     def ne(self, X: np.ndarray) -> float:
+        from trainers.trainer import evaluate
+
         return evaluate(self.model, _read_from(self.data, self.features, X))["ne"]
 
 
@@ -54,8 +65,9 @@ def _read_from(data: TabularData, features: list[str], rows: np.ndarray) -> Tabu
     """`data` with feature `features[j]` of row i read from row `rows[i, j]`."""
     index = {f.name: k for k, f in enumerate(data.schema.categorical)}
     categorical, multi_hot = data.categorical.copy(), dict(data.multi_hot)
+    unmoved = np.arange(len(data))
     for j, name in enumerate(features):
-        if np.array_equal(rows[:, j], np.arange(len(data))):
+        if np.array_equal(rows[:, j], unmoved):
             continue
         k = index[name]
         categorical[:, k] = data.categorical[rows[:, j], k]
@@ -76,9 +88,11 @@ def feature_importance(
     feature's column is shuffled; `weights` is the trained state dict."""
     from sklearn.inspection import permutation_importance  # 1 s to import: not at start-up
 
+    from search_space.builder import build_model
+
     model = build_model(arch, seed=seed)
     model.load_state_dict(weights)
-    data = valid.head(min(SCREEN_ROWS, len(valid)))
+    data = valid.head(SCREEN_ROWS)
     features = [f.name for f in arch.embedding.used]
     rows = np.tile(np.arange(len(data))[:, None], (1, len(features)))
     result = permutation_importance(
@@ -97,12 +111,19 @@ def worth_least(importance: dict[str, dict[str, float]], margin: float) -> list[
     return [name for name in order if importance[name]["mean"] < margin]
 
 
+def screens(search_space: Any) -> bool:
+    """Whether a study in this space screens its base's features: a 0 among `feature_dims`
+    (which only the around space takes)."""
+    return 0 in (getattr(search_space, "feature_dims", None) or ())
+
+
 def screened_points(space: Any, free: list[str]) -> list[dict[str, Any]]:
     """The around space's base with `free`'s first k features left out, for k = all of
-    them, then half as many, down to one (a recipe searched beside it: the study's)."""
-    inner = getattr(space, "inner", space)  # a RecipeSpace's around space
-    base = inner.base_values() | (space.base_values() if inner is not space else {})
-    points, k = [], len(free)
+    them (one kept, if they are all the base reads), then half as many, down to one (a
+    recipe searched beside it: at the study's)."""
+    around = getattr(space, "inner", space)  # a RecipeSpace's around space
+    base = around.base_values() | (space.base_values() if around is not space else {})
+    points, k = [], min(len(free), len(around.base.embedding.used) - 1)
     while k >= 1:
         points.append(base | {f"dim.{name}": 0 for name in free[:k]})
         k //= 2
@@ -111,33 +132,46 @@ def screened_points(space: Any, free: list[str]) -> list[dict[str, Any]]:
 
 def screen(
     study: optuna.Study, space: Any, data: Any, seed: int, progress: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    """For a new study around a base whose features it may leave out: the base's feature
-    importance (recorded as the study's `feature_importance`) and `screened_points` of the
-    features worth less than `TIE_MARGIN` of its NE; [] for any other space, or without
-    the base's weights (the base is not one of the study's trained baselines)."""
-    inner = getattr(space, "inner", space)
-    if not getattr(inner.config, "DROPS_FEATURES", False) or 0 not in (
-        inner.config.feature_dims or ()
-    ):
-        return []
-    found = study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE)
-    if found is None:
-        key, record = next(((k, r) for k, r in recorded(study).items()
-                            if r.get("digest") == digest(inner.base)
-                            and r.get("status") == "complete"), (None, None))  # fmt: skip
-        if record is None:
-            progress("features: the base is not among the study's trained baselines, so the "
-                     "search starts without knowing which features it reads; list it under "
-                     "baselines")  # fmt: skip
-            return []
-        weights = load_file(str(Path(record["dir"]) / WEIGHTS_FILE))
-        importance = feature_importance(inner.base, weights, data.valid, seed=seed)
-        found = {"baseline": key, "margin": TIE_MARGIN * record["val_ne"],
-                 "features": importance}  # fmt: skip
-        study.set_user_attr(StudyAttr.FEATURE_IMPORTANCE, found)
-    progress(f"features: {describe(found)}")
-    return screened_points(space, worth_least(found["features"], found["margin"]))
+) -> Screen | None:
+    """The base's feature importance on `data`'s validation rows and `screened_points` of
+    the features worth less than `TIE_MARGIN` of its NE, for a study around a base whose
+    features it may leave out; None for any other space, or, said in a progress line,
+    without the base's trained weights."""
+    from search_space.architecture import digest
+
+    around = getattr(space, "inner", space)
+    if not screens(around.config):
+        return None
+    found = [(k, r) for k, r in recorded(study).items() if r.get("digest") == digest(around.base)]
+    trained = [(k, r) for k, r in found if r.get("status") == "complete"]
+    if not trained:
+        why = (f"baseline {found[0][0]} is {found[0][1].get('status')}" if found else
+               "the base is not among the study's baselines (list it under baselines)")  # fmt: skip
+        progress(f"features: {why}; the search starts without a screen of its features")
+        return None
+    key, record = trained[0]
+    weights = _weights(Path(record["dir"]) / WEIGHTS_FILE, key, progress)
+    if weights is None:
+        return None
+    importance = feature_importance(around.base, weights, data.valid, seed=seed)
+    found_record = {"baseline": key, "margin": TIE_MARGIN * record["val_ne"],
+                    "features": importance}  # fmt: skip
+    free = worth_least(importance, found_record["margin"])
+    return Screen(found_record, screened_points(space, free))
+
+
+def _weights(path: Path, key: str, progress: Callable[[str], None]) -> dict | None:
+    """The baseline's trained weights; None, said, where they cannot be read here (trained
+    by a worker on another machine, or damaged)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError) as exc:
+        progress(f"features: baseline {key}'s weights {path} cannot be read here ({exc}); the "
+                 "search starts without a screen of its features")  # fmt: skip
+        return None
 
 
 def describe(found: dict[str, Any]) -> str:

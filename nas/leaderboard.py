@@ -231,10 +231,11 @@ def cheap_front(study: optuna.Study) -> list[dict[str, Any]]:
     most `FRONT_SLACK` worse in NE: where a model as good at a lower cost may be, once
     their seeds are known (`reevaluate --front`)."""
     key = cost_key(study)
-    bases = [b for b in baseline_rows(study) if b["state"] == "complete" and b.get(key)]
-    if not bases:
+    bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
+    meaned = [b for b in bases if b["mean_val_ne"] is not None]  # the verdict's choice too
+    base = min(meaned or bases, key=estimated_ne, default=None)
+    if base is None or base.get(key) is None:
         return []
-    base = min(bases, key=estimated_ne)
     bound = estimated_ne(base) * (1 + FRONT_SLACK)
     return [r for r in pareto_front(study) if r[key] < base[key] and estimated_ne(r) <= bound]
 
@@ -310,27 +311,37 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
-        "cheapest_within_noise": _cheapest_within_noise(study, found, base) if paired else None,
+        "cheapest_within_noise": _cheapest_within_noise(study, found, base)
+        if basis.startswith("seed means")
+        else None,
         "cost": cost_key(study),
     }
 
 
 def _cheapest_within_noise(
     study: optuna.Study, found: list[dict[str, Any]], base: dict[str, Any]
-) -> dict[str, Any]:
-    """Of the re-evaluated trials cheaper than `base` (the study's cost), the cheapest whose
-    seed mean is lower or within seed noise of the baseline's (paired seeds): what a study
-    held to a baseline's cost asks. `trial` is None where there is none."""
+) -> dict[str, Any] | None:
+    """Of the re-evaluated trials cheaper than `base` (the study's cost), the cheapest at
+    its NE: a seed mean lower, or at most `TIE_MARGIN` higher and within seed noise (paired
+    seeds; a mean 1% worse that five seeds cannot tell apart does not count). What a study
+    held to a baseline's cost asks. `trial` is None where there is none; None without the
+    baseline's cost."""
     key, name = cost_key(study), f"baseline:{base['baseline']}"
-    cheaper = sorted((r for r in found if _cost(r, key) < _cost(base, key)),
-                     key=lambda r: r[key])  # fmt: skip
+    if base.get(key) is None:
+        return None
+    cheaper = sorted((r for r in found if _cost(r, key) < base[key]), key=lambda r: r[key])
     for row in cheaper:
         paired = paired_seeds(study, str(row["trial"]), name)
-        if paired and (paired["delta_val_ne_mean"] < 0 or within_seed_noise(paired)):
+        if paired and _holds_ne(paired, base["val_ne"]):
             return {"trial": row["trial"], "val_ne": row["val_ne"], "paired": paired,
                     "delta_val_ne": row["val_ne"] - base["val_ne"],
                     "cost_ratio": row[key] / base[key]}  # fmt: skip
     return {"trial": None, "cheaper": len(cheaper)}
+
+
+def _holds_ne(paired: dict[str, Any], base_ne: float) -> bool:
+    mean = paired["delta_val_ne_mean"]
+    return mean < 0 or (mean <= TIE_MARGIN * base_ne and within_seed_noise(paired))
 
 
 def _dominated(base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study) -> bool:
@@ -452,10 +463,12 @@ def _cheapest_words(v: dict[str, Any]) -> str:
             "latency_ms": "predicted latency"}.get(v["cost"], COST_UNITS[v["cost"]])  # fmt: skip
     if cheapest["trial"] is None:
         return (f"\nat baseline {base}'s NE: none of the {cheapest['cheaper']} re-evaluated "
-                f"trials cheaper than it (its {cost}) is within seed noise or lower")  # fmt: skip
+                f"trials cheaper than it (its {cost}) has a lower seed mean, or one at most "
+                f"{TIE_MARGIN:.1%} higher within seed noise")  # fmt: skip
     paired, p = cheapest["paired"], cheapest["paired"]["p_value"]
     test = "" if p is None else f", p={p:.2g}"
-    return (f"\nat baseline {base}'s NE (within seed noise or lower): cheapest trial "
+    return (f"\nat baseline {base}'s NE (a lower seed mean, or at most {TIE_MARGIN:.1%} higher "
+            f"within seed noise): cheapest trial "
             f"{cheapest['trial']} at {cheapest['cost_ratio']:.2f}x its {cost}, validation NE "
             f"{_num(cheapest['val_ne'])} ({cheapest['delta_val_ne']:+.4f}; lower on "
             f"{paired['found_better']} of {paired['seeds']} seeds{test})")  # fmt: skip

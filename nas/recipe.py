@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from search_space.architecture import Architecture, digest
-from search_space.spaces.base import Categorical, Parameter, SearchSpace
+from search_space.spaces.base import Categorical, Parameter, SearchSpace, nearest
 
 PREFIX = "train."
 LOG_SEARCHED = ("dense_lr", "sparse_lr")
@@ -139,18 +139,12 @@ def base_recipe(training: Any) -> dict[str, Any]:
 
 def nearest_values(searched: dict[str, Parameter], base: dict[str, Any]) -> dict[str, Any]:
     """The grid points of `searched` nearest to `base`'s values."""
-    return {n: _nearest(p.choices, base[n[len(PREFIX) :]]) for n, p in searched.items()}
+    return {n: nearest(p.choices, base[n[len(PREFIX) :]]) for n, p in searched.items()}
 
 
 def recipe_key(recipe: dict[str, Any] | None) -> str:
     """A stable text of a recipe, for telling trials of one architecture apart."""
     return "" if not recipe else json.dumps(recipe, sort_keys=True)
-
-
-def _nearest(choices: tuple, value: float) -> Any:
-    positive = value > 0 and all(c > 0 for c in choices)
-    distance = (lambda c: abs(math.log(c / value))) if positive else (lambda c: abs(c - value))
-    return min(choices, key=distance)
 
 
 def with_recipe(space: SearchSpace, training: Any) -> SearchSpace:

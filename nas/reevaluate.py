@@ -53,7 +53,8 @@ def reevaluate_study(
     torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
     if front:
-        chosen += [r for r in cheap_front(study) if r["trial"] not in {c["trial"] for c in chosen}]
+        top_trials = {r["trial"] for r in chosen}
+        chosen += [r for r in cheap_front(study) if r["trial"] not in top_trials]
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}

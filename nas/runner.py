@@ -34,7 +34,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
-from nas.feature_screen import screen
+from nas.feature_screen import Screen, describe, screen, screens
 from nas.leaderboard import costs_text, study_best
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
@@ -116,11 +116,11 @@ def open_study(
     space: SearchSpace,
     storage: RDBStorage,
     worker: str = "",
-    first: list[dict[str, Any]] | None = None,
+    first: Screen | None = None,
 ) -> optuna.Study:
     """Create the study, or load it to resume; a changed search space is refused. A new
-    study is given `first`, then its space's starting points, those within `objectives`'
-    constraints."""
+    study is given `first`'s points (its record kept as `feature_importance`), then its
+    space's starting points, those within `objectives`' constraints."""
     o, s = config.objectives, config.searcher
     sampler = make_sampler(
         s.type,
@@ -146,9 +146,11 @@ def open_study(
 
     if _check_search_space(study, config):
         study.set_metric_names(objective_names(config))  # how dashboards name the values
-        for values in [*filter(admits, first or []),
+        for values in [*filter(admits, first.points if first else []),
                        *space.starting_points(s.startup_trials, config.seed, admits)]:  # fmt: skip
             study.enqueue_trial(values)
+        if first is not None:
+            study.set_user_attr(StudyAttr.FEATURE_IMPORTANCE, first.record)
         study.set_user_attr(StudyAttr.SEARCH_SPACE, config.search_space.model_dump(mode="json"))
         study.set_user_attr(StudyAttr.OBJECTIVES, objective_names(config))
         study.set_user_attr(StudyAttr.SEARCHER, s.type)
@@ -451,8 +453,10 @@ def _run_study(
             tags={"searcher": config.searcher.type},
         )
     if config.baselines:
-        needed = (
-            _around_best_baseline(config) or BEST_BASELINE in config.objectives.ceilings().values()
+        needed = (  # the study waits for these baselines (the screen: for the base's weights)
+            _around_best_baseline(config)
+            or BEST_BASELINE in config.objectives.ceilings().values()
+            or screens(config.search_space)
         )
         train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
     best = _best_baseline(study, config, data, progress)
@@ -460,10 +464,13 @@ def _run_study(
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
         space = with_recipe(space, config.training)
     config = _with_ceilings(study, config, space, best, data, progress)  # before the startup
-    first = [] if StudyAttr.SEARCH_SPACE in study.user_attrs else screen(
+    first = None if StudyAttr.SEARCH_SPACE in study.user_attrs else screen(
         study, space, data, config.seed, progress)  # fmt: skip
     with study_lock(config.storage, config.name):
         study = open_study(config, space, storage, worker, first)
+    screened = study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE)
+    if first is not None and screened is not None:  # this worker's or the one that created it
+        progress(f"features: {describe(screened)}")
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
     deadline = (
         time.monotonic() + 60 * config.budget.time_limit_minutes

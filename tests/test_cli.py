@@ -208,7 +208,9 @@ def test_reading_a_study_back_imports_neither_torch_nor_torchrec(command, tmp_pa
     before it loads weights (here there are none): torch and torchrec, seconds of CPU to
     import, are not loaded for that."""
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    recorded_study(url, [(0.86, 0.6), (0.85, 1.0)], baselines={"dlrm": (0.855, 0.5)})
+    study = recorded_study(url, [(0.86, 0.6), (0.85, 1.0)], baselines={"dlrm": (0.855, 0.5)})
+    screened = {"baseline": "dlrm", "margin": 0.001, "features": {"c0": {"mean": 0.0, "sd": 0.0}}}
+    study.set_user_attr("feature_importance", screened)  # `status` describes it
     argv = [*command.split(), "recorded", "--storage", url]
     if command == "export":
         argv += ["--out", str(tmp_path / "out")]

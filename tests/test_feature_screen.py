@@ -65,42 +65,62 @@ def test_worth_least_and_the_ladder_of_points():
     importance = {"a": {"mean": 0.02, "sd": 0.0}, "b": {"mean": -0.001, "sd": 0.0},
                   "c": {"mean": 0.0005, "sd": 0.0}, "d": {"mean": 0.0001, "sd": 0.0}}  # fmt: skip
     assert worth_least(importance, 0.001) == ["b", "d", "c"]
-    data = generate_synthetic(SyntheticConfig(rows=200, seed=0))
-    space = make_space(AroundConfig(base="dlrm", feature_dims=[0, 4, 16]), data.schema)
-    free = [f.name for f in space.base.embedding.features][:5]
+    space = _around([0, 4, 16])
+    names = [f.name for f in space.base.embedding.features]
+    free = names[:5]
     points = screened_points(space, free)
-    left_out = [[n for n, v in p.items() if n.startswith("dim.") and v == 0] for p in points]
-    assert left_out == [[f"dim.{n}" for n in free[:k]] for k in (5, 2, 1)]
+    assert _left_out(points) == [free[:k] for k in (5, 2, 1)]
     for point in points:
         used = [f.name for f in space.decode(point).embedding.used]
-        assert used == [f.name for f in space.base.embedding.features if f"dim.{f.name}"
-                        not in [n for n, v in point.items() if v == 0]]  # fmt: skip
+        assert used == [n for n in names if n not in _left_out([point])[0]]
+    # every feature under the margin: one is kept (all at 0 would decode to all of them)
+    assert set(_left_out(screened_points(space, names[::-1]))[0]) == set(names[1:])
 
 
-@pytest.mark.parametrize("listed", [True, False])
-def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_out(
-    tmp_path, capsys, listed
-):
+def test_the_points_with_a_recipe_searched_beside_them_train_at_the_studys():
+    from nas.config import TrainingConfig
+    from nas.recipe import with_recipe
+
+    training = TrainingConfig(search={"dense_lr": {"low": 0.001, "high": 0.01}, "grid": 3})
+    space = with_recipe(_around([0, 4, 16]), training)
+    points = screened_points(space, ["c0"])
+    assert _left_out(points) == [["c0"]]
+    assert points[0]["train.dense_lr"] == space.base_values()["train.dense_lr"]
+    space.check_values(points[0])
+
+
+def _around(feature_dims: list[int]):
+    data = generate_synthetic(SyntheticConfig(rows=200, seed=0))
+    return make_space(AroundConfig(base="dlrm", feature_dims=feature_dims), data.schema)
+
+
+def _left_out(points: list[dict]) -> list[list[str]]:
+    return [[n.removeprefix("dim.") for n, v in p.items() if n.startswith("dim.") and v == 0]
+            for p in points]  # fmt: skip
+
+
+def _screen_study(tmp_path, baselines: list[str], trials: int = 1):
     from helpers import write_genre_log
 
     csv, schema = write_genre_log(tmp_path, rows=3000)
     data = {"source": str(csv), "schema": str(schema)}
     space = {"type": "around", "base": "dlrm", "feature_dims": [0, 4], "insert_ops": []}
-    config = tiny_config(tmp_path, "screen", data=data, baselines=["dlrm"] if listed else [],
-                         budget={"trials": 1}) | {"search_space": space}  # fmt: skip
+    return tiny_config(tmp_path, "screen", data=data, baselines=baselines,
+                       budget={"trials": trials}) | {"search_space": space}  # fmt: skip
+
+
+def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_out(
+    tmp_path, capsys
+):
+    config = _screen_study(tmp_path, ["dlrm"])
     lines: list[str] = []
     study = run_study(parse_config(config), progress=lines.append)
-    found = study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE)
-    if not listed:
-        assert found is None
-        assert any("not among the study's trained baselines" in line for line in lines)
-        return
+    found = study.user_attrs[StudyAttr.FEATURE_IMPORTANCE]
     importance = found["features"]
     assert found["baseline"] == "dlrm" and set(importance) == {"shop", "genres"}
     # the clicks follow the genres alone
     assert importance["genres"]["mean"] > 0.02 > 10 * importance["shop"]["mean"]
-    free = worth_least(importance, found["margin"])
-    assert free == ["shop"]
+    assert worth_least(importance, found["margin"]) == ["shop"]
     said = "the search started with shop left out (their NE rises: shop "
     assert any(said in line for line in lines)
     assert main(["status", "screen", "--storage", config["storage"]]) == 0
@@ -109,3 +129,28 @@ def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_o
     assert first.params["dim.shop"] == 0 and first.params["dim.genres"] == 4
     arch = read_architecture(first.user_attrs[TrialAttr.DIR])
     assert [f.name for f in arch.embedding.used] == ["genres"]
+
+    # resumed: the screen is not measured again, nor queued again
+    lines.clear()
+    config["budget"] = config["budget"] | {"trials": 2}
+    study = run_study(parse_config(config), progress=lines.append)
+    assert not any(line.startswith("features:") for line in lines)
+    assert study.user_attrs[StudyAttr.FEATURE_IMPORTANCE] == found
+    assert study.trials[1].params != first.params
+
+
+@pytest.mark.parametrize("case", ["not a baseline", "weights unreadable"])
+def test_without_the_bases_weights_the_study_starts_unscreened(tmp_path, monkeypatch, case):
+    import nas.feature_screen
+
+    if case == "weights unreadable":  # trained by a worker elsewhere, or damaged
+        monkeypatch.setattr(nas.feature_screen, "WEIGHTS_FILE", "elsewhere.safetensors")
+    config = _screen_study(tmp_path, [] if case == "not a baseline" else ["dlrm"])
+    lines: list[str] = []
+    study = run_study(parse_config(config), progress=lines.append)
+    assert StudyAttr.FEATURE_IMPORTANCE not in study.user_attrs
+    said = {"not a baseline": "the base is not among the study's baselines (list it under "
+                              "baselines); the search starts without a screen of its features",
+            "weights unreadable": "cannot be read here"}[case]  # fmt: skip
+    assert any(line.startswith("features:") and said in line for line in lines), lines
+    assert study.trials[0].state.is_finished()  # the search ran all the same

@@ -234,3 +234,18 @@ def test_around_leaves_features_out_at_dim_0_and_other_spaces_refuse_it(small_sc
     assert none.embedding.used == none.embedding.features  # a model keeps its features
     with pytest.raises(Exception, match=r"searched by the around space only"):
         make_space({"type": "dag", "feature_dims": [0, 8]}, small_schema)
+
+
+def test_an_around_space_without_the_bases_embedding_dim_starts_from_the_nearest():
+    """`embedding_dims` that leave out the base's dim: the study's starting points (which
+    begin at `base_values`) were refused as "embedding_dim: 16 is not one of 2, 4"."""
+    from search_space.schema import synthetic_schema
+    from search_space.spaces.around import AroundConfig
+
+    space = make_space(AroundConfig(base="dlrm", embedding_dims=[2, 4]), synthetic_schema())
+    assert space.base.embedding.dim == 16
+    base = space.base_values()
+    assert base["embedding_dim"] == 4  # the nearest listed, by ratio
+    assert space.decode(base).embedding.dim == 4
+    points = space.starting_points(4, seed=0)
+    assert len(points) == 4 and all(space.decode(p).embedding.dim in (2, 4) for p in points)

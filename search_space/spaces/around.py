@@ -19,8 +19,10 @@ the production model"):
   one dim per feature; a 0 among them leaves the feature out of the model (no table, no
   lookup, no traffic: a feature that carries nothing costs a step all the same), unless
   every feature would be left out.
-The values that leave everything as it is decode to the base (`base_values`). Every point is
-valid by construction; FLOPs are exact because `analyze` computes them from the spec.
+The values that leave everything as it is decode to the base (`base_values`; where
+`embedding_dims` leaves out the base's dim, the nearest listed one; where `feature_dims`
+does, its first nonzero). Every point is valid by construction; FLOPs are exact because
+`analyze` computes them from the spec.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from search_space.architecture import Architecture, BlockSpec, digest
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
-from search_space.spaces.base import Categorical, Integer, Parameter, SearchSpace, SpaceConfig
+from search_space.spaces.base import (
+    Categorical,
+    Integer,
+    Parameter,
+    SearchSpace,
+    SpaceConfig,
+    nearest,
+)
 from search_space.spaces.dag import _output_count
 
 KEEP = "none"
@@ -151,9 +160,8 @@ class AroundSpace(SearchSpace):
         """The values that decode to the base architecture itself (where `embedding_dims`
         leaves out the base's dim: the nearest listed; where `feature_dims` does: its first
         nonzero)."""
-        dim = self.base.embedding.dim
         values: dict[str, Any] = {
-            "embedding_dim": min(self.config.embedding_dims, key=lambda d: (abs(d - dim), d))
+            "embedding_dim": nearest(self.config.embedding_dims, self.base.embedding.dim)
         }
         if self.config.feature_dims:
             dims = self.config.feature_dims

@@ -8,6 +8,7 @@ decoded architecture does not use is simply ignored by `decode`.
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -227,3 +228,10 @@ class SearchSpace(ABC):
             return None
         dim = values[f"dim.{name}"]
         return None if dim == values["embedding_dim"] else dim
+
+
+def nearest(choices: tuple | list, value: float) -> Any:
+    """The choice nearest to `value`: by ratio where all are positive, else by difference."""
+    positive = value > 0 and all(c > 0 for c in choices)
+    distance = (lambda c: abs(math.log(c / value))) if positive else (lambda c: abs(c - value))
+    return min(choices, key=distance)
