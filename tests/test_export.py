@@ -432,6 +432,8 @@ def test_registered_model_reproduces_predictions(
     assert again.model_version == result.model_version and again.reused_version  # same model
     assert "## Provenance" not in version.description
     assert "## Metrics of its recorded training run (one seed)" in version.description
+    assert "](architecture.png)" not in version.description  # a broken image in the registry
+    assert "The diagram is `architecture.png`" in version.description
     other = {k: v + 1 if v.is_floating_point() else v for k, v in state.items()}
     changed = export_model(case.arch, other, METRICS, tmp_path / "changed", schema=SCHEMA,
                            register="ranknas-mixed", tracking_uri=server.uri)  # fmt: skip

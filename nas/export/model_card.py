@@ -17,6 +17,18 @@ from search_space.architecture import Analysis, Architecture
 
 # ---------------------------------------------------------------------- model card
 
+DIAGRAM_LINK = "![architecture](architecture.png)"  # beside the card in the export directory
+
+
+def registry_description(card: str) -> str:
+    """The card as a registered version's description: the registry shows no file beside
+    it, so the diagram's link (broken there) says where the diagram is instead."""
+    return card.replace(
+        DIAGRAM_LINK,
+        "The diagram is `architecture.png`, beside this card in "
+        "the export directory and in this version's `export` artifact.",
+    )
+
 
 def _model_card(
     analysis: Analysis,
@@ -43,7 +55,7 @@ def _model_card(
         "## Metrics of its recorded training run (one seed)\n\n"
         + _metrics_table({("dense params" if k == "params" else k): v for k, v in metrics.items()}),
         "## Inputs\n\n" + _inputs_section(arch, columns),
-        "## Architecture\n\n![architecture](architecture.png)\n\n" + _blocks_table(analysis),
+        f"## Architecture\n\n{DIAGRAM_LINK}\n\n" + _blocks_table(analysis),
         *([_step_section(step, metrics)] if step else []),
         "## Files and loading\n\n" + _loading_section(register, alias),
     ]

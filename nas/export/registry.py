@@ -25,6 +25,7 @@ from nas.export.layout import (
     ExportResult,
     _Columns,
 )
+from nas.export.model_card import registry_description
 from nas.trial_record import PREPROCESSING_FILE
 from search_space.architecture import Analysis
 from search_space.errors import RanknasError
@@ -196,7 +197,8 @@ def _register(
                                          source_run_id)  # fmt: skip
             client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
             client.set_model_version_tag(name, version, FINGERPRINT_TAG, fingerprint)
-            client.update_model_version(name, version, result.model_card.read_text())
+            description = registry_description(result.model_card.read_text())
+            client.update_model_version(name, version, description)
         if alias is not None:
             client.set_registered_model_alias(name, alias, version)
     except MlflowException as exc:
