@@ -266,17 +266,17 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     if not found or not bases:
         return None
     failed = [r["baseline"] for r in recorded_bases if r not in bases]
-    basis, not_compared = "recorded runs", []
+    basis, not_compared, on_means = "recorded runs", [], False
     means = seed_means(study)
     meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
     if meaned:
-        trials_meaned = any(str(r["trial"]) in means for r in found)
-        if trials_meaned:
+        on_means = any(str(r["trial"]) in means for r in found)  # trials' and baselines'
+        if on_means:
             found = [r | means[str(r["trial"])] for r in found if str(r["trial"]) in means]
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         seeds = min(means[f"baseline:{r['baseline']}"]["seeds"] for r in meaned)
-        basis = (f"seed means over {seeds} fresh seeds" if trials_meaned else
+        basis = (f"seed means over {seeds} fresh seeds" if on_means else
                  f"recorded runs against the baselines' seed means over {seeds} seeds")  # fmt: skip
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
@@ -284,11 +284,12 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     paired = None
-    if basis.startswith("seed means"):
+    if on_means:
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     same = best.get("digest") is not None and best.get("digest") == base.get("digest")
     return {
         "basis": basis,
+        "seed_means": on_means,
         "paired": paired,
         "best_trial": {k: best.get(k) for k in ("trial", "val_ne", "test_ne", "mflops", "step_ms")},
         "best_baseline": {
@@ -311,9 +312,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
-        "cheapest_within_noise": _cheapest_within_noise(study, found, base)
-        if basis.startswith("seed means")
-        else None,
+        "cheapest_within_noise": _cheapest_within_noise(study, found, base) if on_means else None,
         "cost": cost_key(study),
     }
 
@@ -428,7 +427,7 @@ def format_verdict(v: dict[str, Any]) -> str:
             f"{recipe}"
             + _paired_words(v)
             + _cheapest_words(v)
-            + ("" if v["basis"].startswith("seed means") else
+            + ("" if v.get("seed_means") else
                "\nthe trials' single runs: seeds move NE by a few 0.001; `ranknas reevaluate "
                "CONFIG` compares seed means"))  # fmt: skip
 

@@ -102,6 +102,7 @@ def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
 ):
     v = {
         "basis": basis,
+        "seed_means": basis.startswith("seed means"),
         "best_trial": {"trial": 3, "val_ne": 0.9039, "test_ne": 0.9091 + delta_test,
                        "mflops": 1.58},
         "best_baseline": {"baseline": "dlrm", "val_ne": 0.9047, "test_ne": 0.9091, "mflops": 1},
@@ -121,6 +122,7 @@ def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
 def _verdict_of(**fields) -> dict:
     return {
         "basis": "seed means over 3 fresh seeds",
+        "seed_means": True,
         "best_trial": {"trial": 4, "val_ne": 0.9168, "test_ne": 0.91, "mflops": 1.0},
         "best_baseline": {"baseline": "dlrm", "val_ne": 0.9189, "test_ne": 0.92, "mflops": 1.0},
         "delta_val_ne": -0.0021,
