@@ -17,14 +17,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.config import StudyConfig
+from nas.config import StudyConfig, baseline_key
 from nas.diagram import diagram_png
 from nas.leaderboard import costs_text
 from nas.protocol import (
@@ -52,11 +51,6 @@ from search_space.presets import load_architecture
 from search_space.schema import DatasetSchema
 
 CLAIM_PREFIX = "baseline-claim:"
-
-
-def baseline_key(name_or_file: str) -> str:
-    """`dlrm` for a preset, the file's stem for an architecture file."""
-    return Path(name_or_file).stem if name_or_file.endswith(".json") else name_or_file
 
 
 def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:

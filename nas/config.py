@@ -510,6 +510,11 @@ class MlflowConfig(_Section):
         return uri
 
 
+def baseline_key(name_or_file: str) -> str:
+    """`dlrm` for a preset, the file's stem for an architecture file."""
+    return Path(name_or_file).stem if name_or_file.endswith(".json") else name_or_file
+
+
 class StudyConfig(_Section):
     # the model a named step ceiling is of (`runner._with_ceilings`), not a setting: a
     # candidate's dense part is timed in turn with it (`protocol._step`)
@@ -587,6 +592,15 @@ class StudyConfig(_Section):
                              "objectives.cost: step_ms or max_step_ms")  # fmt: skip
         if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
             raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
+        base = getattr(self.search_space, "base", None)
+        if (0 in (getattr(self.search_space, "feature_dims", None) or ())
+                and base != "best_baseline"
+                and baseline_key(base) not in map(baseline_key, self.baselines)):  # fmt: skip
+            raise ValueError(
+                "search_space.feature_dims holds 0: the study first measures what each feature "
+                f"is worth to its base, trained as a baseline: add {base} to `baselines:` (or "
+                "set search_space.base: best_baseline)"
+            )
         if self.training.processes > 1 and self.pruning.type != "none":
             raise ValueError("training.processes > 1 trains in other processes, which cannot "
                              "report to a pruner: set pruning.type: none")  # fmt: skip

@@ -155,6 +155,7 @@ def screen(
         return None
     importance = feature_importance(around.base, weights, data.valid, seed=seed)
     found_record = {"baseline": key, "margin": TIE_MARGIN * record["val_ne"],
+                    "rows": min(SCREEN_ROWS, len(data.valid)), "repeats": REPEATS,
                     "features": importance}  # fmt: skip
     free = worth_least(importance, found_record["margin"])
     return Screen(found_record, screened_points(space, free))
@@ -175,13 +176,28 @@ def _weights(path: Path, key: str, progress: Callable[[str], None]) -> dict | No
 
 
 def describe(found: dict[str, Any]) -> str:
-    """The study's `feature_importance` in one line: how many features the base reads, and
-    which the search started without."""
+    """The study's `feature_importance` in one line: how many features the base reads,
+    which the search started without, and whether the shuffles could tell."""
     free = worth_least(found["features"], found["margin"])
     rises = ", ".join(f"{name} {found['features'][name]['mean']:+.4f}" for name in free)
-    return (f"baseline {found['baseline']} reads {len(found['features']) - len(free)} of its "
-            f"{len(found['features'])} categorical features for {found['margin']:.4f} NE or "
-            f"more (each shuffled on validation rows); the search started with "
+    text = (f"baseline {found['baseline']} reads {len(found['features']) - len(free)} of its "
+            f"{len(found['features'])} categorical features for {found['margin']:.4f} NE (0.1% "
+            "of its NE) or more, each shuffled on validation rows; the search started with "
             + (f"{', '.join(free)} left out" if free else "every feature")
             + (", then halves of them" if len(free) > 1 else "")
-            + (f" (their NE rises: {rises})" if free else ""))  # fmt: skip
+            + (f" ({'their NE rises' if len(free) > 1 else 'its NE rise'}: {rises})"
+               if free else ""))  # fmt: skip
+    spread = noise(found)
+    if spread >= found["margin"]:
+        rows = f" on {found['rows']:,} validation rows" if "rows" in found else ""
+        text += (f"; but the shuffles' spread{rows} (median ±{spread:.4f}) is as large as the "
+                 "margin: which features look worthless is partly chance (more rows, a longer "
+                 "log, would tell)")  # fmt: skip
+    return text
+
+
+def noise(found: dict[str, Any]) -> float:
+    """The median standard error of the features' mean NE rise over their shuffles."""
+    repeats = found.get("repeats", REPEATS)
+    errors = sorted(v["sd"] / (repeats - 1) ** 0.5 for v in found["features"].values())
+    return errors[len(errors) // 2] if errors else 0.0

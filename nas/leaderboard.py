@@ -230,14 +230,23 @@ def cheap_front(study: optuna.Study) -> list[dict[str, Any]]:
     """The Pareto front's trials cheaper than the best baseline (by `estimated_ne`) and at
     most `FRONT_SLACK` worse in NE: where a model as good at a lower cost may be, once
     their seeds are known (`reevaluate --front`)."""
+    return front_below_baseline(study)[0]
+
+
+def front_below_baseline(study: optuna.Study) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Pareto front's trials cheaper than the best baseline (the verdict's: by seed
+    means where it has them), split into those at most `FRONT_SLACK` worse in NE and the
+    others; two empty lists without a baseline that has a cost."""
     key = cost_key(study)
     bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
-    meaned = [b for b in bases if b["mean_val_ne"] is not None]  # the verdict's choice too
+    meaned = [b for b in bases if b["mean_val_ne"] is not None]
     base = min(meaned or bases, key=estimated_ne, default=None)
     if base is None or base.get(key) is None:
-        return []
+        return [], []
     bound = estimated_ne(base) * (1 + FRONT_SLACK)
-    return [r for r in pareto_front(study) if r[key] < base[key] and estimated_ne(r) <= bound]
+    cheaper = [r for r in pareto_front(study) if r[key] < base[key]]
+    return ([r for r in cheaper if estimated_ne(r) <= bound],
+            [r for r in cheaper if estimated_ne(r) > bound])  # fmt: skip
 
 
 def _dominates(q: dict[str, Any], p: dict[str, Any], key: str = "mflops") -> bool:
@@ -332,8 +341,10 @@ def _cheapest_within_noise(
     for row in cheaper:
         paired = paired_seeds(study, str(row["trial"]), name)
         if paired and _holds_ne(paired, base["val_ne"]):
+            tests = (row.get("test_ne"), base.get("test_ne"))
             return {"trial": row["trial"], "val_ne": row["val_ne"], "paired": paired,
                     "delta_val_ne": row["val_ne"] - base["val_ne"],
+                    "delta_test_ne": None if None in tests else tests[0] - tests[1],
                     "cost_ratio": row[key] / base[key]}  # fmt: skip
     return {"trial": None, "cheaper": len(cheaper)}
 
@@ -470,7 +481,9 @@ def _cheapest_words(v: dict[str, Any]) -> str:
             f"within seed noise): cheapest trial "
             f"{cheapest['trial']} at {cheapest['cost_ratio']:.2f}x its {cost}, validation NE "
             f"{_num(cheapest['val_ne'])} ({cheapest['delta_val_ne']:+.4f}; lower on "
-            f"{paired['found_better']} of {paired['seeds']} seeds{test})")  # fmt: skip
+            f"{paired['found_better']} of {paired['seeds']} seeds{test})"
+            + ("" if cheapest.get("delta_test_ne") is None else
+               f", test NE {cheapest['delta_test_ne']:+.4f}"))  # fmt: skip
 
 
 def best_trial(study: optuna.Study, which: str = "best", force: bool = False) -> FrozenTrial:

@@ -20,9 +20,10 @@ from typing import Any
 import optuna
 import torch
 
+from nas import leaderboard
 from nas.baselines import recorded
 from nas.config import StudyConfig
-from nas.leaderboard import baseline_rows, cheap_front, rows
+from nas.leaderboard import baseline_rows, front_below_baseline, rows
 from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
@@ -53,8 +54,10 @@ def reevaluate_study(
     torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
     if front:
+        near, far = front_below_baseline(study)
         top_trials = {r["trial"] for r in chosen}
-        chosen += [r for r in cheap_front(study) if r["trial"] not in top_trials]
+        chosen += [r for r in near if r["trial"] not in top_trials]
+        progress(_front_line(near, far))
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -67,6 +70,21 @@ def reevaluate_study(
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
     return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
                   key=lambda r: r["mean_val_ne"])  # fmt: skip
+
+
+def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
+    """`--front` in words: which of the front's cheaper trials it retrains, which not."""
+
+    def names(rows: list[dict[str, Any]]) -> str:
+        return ", ".join(str(r["trial"]) for r in rows)
+
+    slack = f"{leaderboard.FRONT_SLACK:.0%}"
+    line = (f"front: {len(near) + len(far)} of the Pareto front's trials are cheaper than the "
+            f"best baseline; retraining {len(near)} within {slack} of its NE"
+            + (f" (trials {names(near)})" if near else ""))  # fmt: skip
+    if far:
+        line += f"; not {names(far)}, more than {slack} worse on their recorded runs"
+    return line
 
 
 def retrain(

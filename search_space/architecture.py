@@ -207,7 +207,12 @@ def _parse(data: Any, source: str) -> Architecture:
     allowed = {"schema_version", "name", "num_dense", "embedding", "blocks", "output"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise SpecError(f"{source}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+        wrapped = ""
+        if isinstance(data.get("architecture"), dict):
+            wrapped = " (`arch show --json` puts the spec under 'architecture': save it alone)"
+        raise SpecError(
+            f"{source}: unknown field(s) {unknown}; allowed: {sorted(allowed)}{wrapped}"
+        )
     num_dense = data.get("num_dense")
     if num_dense is not None and (not _is_int(num_dense) or num_dense < 0):
         raise SpecError(f"{source}: num_dense must be an integer >= 0, got {num_dense!r}")

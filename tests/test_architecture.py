@@ -249,3 +249,18 @@ def test_a_feature_of_dim_0_is_left_out_and_a_model_needs_one_it_reads(small_sch
     spec["embedding"]["features"][0]["dim"] = -1
     with pytest.raises(SpecError, match=r"dim must be an integer in \[0, 4096\] \(0: the model"):
         Architecture.from_dict(spec)
+
+
+def test_the_output_of_arch_show_json_as_a_spec_is_told_which_field_to_keep(tmp_path):
+    import json
+
+    from search_space.architecture import Architecture
+    from search_space.errors import SpecError
+    from search_space.presets import preset
+    from search_space.schema import synthetic_schema
+
+    shown = {"architecture": preset("dlrm", synthetic_schema()).to_dict(), "flops": 1}
+    path = tmp_path / "dlrm.json"
+    path.write_text(json.dumps(shown))
+    with pytest.raises(SpecError, match="puts the spec under 'architecture': save it alone"):
+        Architecture.load(path)

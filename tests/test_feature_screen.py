@@ -77,6 +77,26 @@ def test_worth_least_and_the_ladder_of_points():
     assert set(_left_out(screened_points(space, names[::-1]))[0]) == set(names[1:])
 
 
+def test_the_screen_says_when_its_shuffles_cannot_tell_the_margin():
+    from nas.feature_screen import describe
+
+    quiet = {"baseline": "dlrm", "margin": 0.0009, "rows": 10_000, "repeats": 5,
+             "features": {"a": {"mean": 0.02, "sd": 0.0004}, "b": {"mean": -0.0002, "sd": 0.0002},
+                          "c": {"mean": 0.0001, "sd": 0.0003}}}  # fmt: skip
+    said = describe(quiet)
+    assert said.startswith("baseline dlrm reads 1 of its 3 categorical features for 0.0009 NE")
+    assert "b, c left out, then halves of them (their NE rises: b -0.0002, c +0.0001)" in said
+    assert "partly chance" not in said
+    noisy = quiet | {
+        "rows": 500,
+        "features": {name: v | {"sd": 0.007} for name, v in quiet["features"].items()},
+    }
+    assert (
+        "but the shuffles' spread on 500 validation rows (median ±0.0035) is as large as "
+        "the margin: which features look worthless is partly chance"
+    ) in describe(noisy)
+
+
 def test_the_points_with_a_recipe_searched_beside_them_train_at_the_studys():
     from nas.config import TrainingConfig
     from nas.recipe import with_recipe
@@ -121,7 +141,7 @@ def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_o
     # the clicks follow the genres alone
     assert importance["genres"]["mean"] > 0.02 > 10 * importance["shop"]["mean"]
     assert worth_least(importance, found["margin"]) == ["shop"]
-    said = "the search started with shop left out (their NE rises: shop "
+    said = "the search started with shop left out (its NE rise: shop "
     assert any(said in line for line in lines)
     assert main(["status", "screen", "--storage", config["storage"]]) == 0
     assert said in capsys.readouterr().out
@@ -139,18 +159,28 @@ def test_a_study_around_its_baseline_starts_with_the_features_worth_least_left_o
     assert study.trials[1].params != first.params
 
 
-@pytest.mark.parametrize("case", ["not a baseline", "weights unreadable"])
-def test_without_the_bases_weights_the_study_starts_unscreened(tmp_path, monkeypatch, case):
+def test_without_the_bases_weights_the_study_starts_unscreened(tmp_path, monkeypatch):
     import nas.feature_screen
 
-    if case == "weights unreadable":  # trained by a worker elsewhere, or damaged
-        monkeypatch.setattr(nas.feature_screen, "WEIGHTS_FILE", "elsewhere.safetensors")
-    config = _screen_study(tmp_path, [] if case == "not a baseline" else ["dlrm"])
+    # trained by a worker on another machine, or damaged
+    monkeypatch.setattr(nas.feature_screen, "WEIGHTS_FILE", "elsewhere.safetensors")
     lines: list[str] = []
-    study = run_study(parse_config(config), progress=lines.append)
+    study = run_study(parse_config(_screen_study(tmp_path, ["dlrm"])), progress=lines.append)
     assert StudyAttr.FEATURE_IMPORTANCE not in study.user_attrs
-    said = {"not a baseline": "the base is not among the study's baselines (list it under "
-                              "baselines); the search starts without a screen of its features",
-            "weights unreadable": "cannot be read here"}[case]  # fmt: skip
-    assert any(line.startswith("features:") and said in line for line in lines), lines
+    said = "features: baseline dlrm's weights"
+    assert any(line.startswith(said) and "cannot be read here" in line for line in lines), lines
     assert study.trials[0].state.is_finished()  # the search ran all the same
+
+
+@pytest.mark.parametrize("baselines", [[], ["dcnv2"]])
+def test_a_screen_without_its_base_among_the_baselines_is_refused(tmp_path, capsys, baselines):
+    from study_helpers import write_config
+
+    path = write_config(tmp_path, _screen_study(tmp_path, baselines))
+    assert main(["search", str(path), "--no-mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "search_space.feature_dims holds 0: the study first measures what each feature is "
+        "worth to its base, trained as a baseline: add dlrm to `baselines:`"
+    ) in err
+    assert "Traceback" not in err

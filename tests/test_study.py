@@ -911,9 +911,12 @@ def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(
     top = leaderboard.rows(study)[0]["trial"]
     assert set(front) - {top}, "no cheaper front trial beside the best to retrain"
     assert main(["reevaluate", str(path), "--top", "1", "--seeds", "2", "--front"]) == 0
-    out = capsys.readouterr().out
+    said = capsys.readouterr()
+    out = said.out
     record = load_study("front", config["storage"]).user_attrs["reevaluation"]
     assert set(record) == {str(top), *map(str, front), "baseline:dlrm"}
+    assert (f"of the Pareto front's trials are cheaper than the best baseline; retraining "
+            f"{len(front)} within 3% of its NE") in said.out + said.err  # fmt: skip
     assert "the Pareto front's trials cheaper than the best baseline" in out
     cheapest = leaderboard.verdict(load_study("front", config["storage"]))["cheapest_within_noise"]
     said = "none of the"

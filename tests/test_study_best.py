@@ -216,7 +216,7 @@ def test_the_verdict_names_the_cheapest_trial_at_the_baselines_ne(tmp_path):
     text = format_verdict(v)
     assert ("at baseline dlrm's NE (a lower seed mean, or at most 0.1% higher within seed "
             "noise): cheapest trial 1 at 0.62x its MFLOPs, validation NE 0.8555 (+0.0002; "
-            "lower on 1 of 4 seeds, p=0.64)") in text  # fmt: skip
+            "lower on 1 of 4 seeds, p=0.64), test NE +0.0003") in text  # fmt: skip
 
     # 0.7% worse on the mean, yet 4 seeds cannot tell it apart: not at the baseline's NE
     loose = NEAR | {"1": [0.8600, 0.8700, 0.8500, 0.8650]}
@@ -250,11 +250,13 @@ def test_before_reevaluate_the_verdict_names_no_cheapest(tmp_path):
 
 
 def test_the_cheap_front_is_the_front_below_the_baselines_cost_and_near_its_ne(tmp_path):
-    from nas.leaderboard import FRONT_SLACK, cheap_front
+    from nas.leaderboard import FRONT_SLACK, cheap_front, front_below_baseline
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     far = 0.855 * (1 + FRONT_SLACK) + 0.001  # on the front, too far from the baseline's NE
     study = recorded_study(url, [*TRIALS, (far, 0.1)], baselines=BASE_AT_08)
     assert [r["trial"] for r in pareto_front(study)] == [3, 2, 1, 0]
     assert [r["trial"] for r in cheap_front(study)] == [2, 1]
+    near, far = front_below_baseline(study)
+    assert near == cheap_front(study) and [r["trial"] for r in far] == [3]
     assert cheap_front(recorded_study(url.replace("studies", "none"), TRIALS)) == []
