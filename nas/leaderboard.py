@@ -15,10 +15,11 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.trial_record import INTERRUPTED, StudyAttr, TrialAttr, interrupted, recorded
 from search_space.errors import RanknasError
 
-# mean_val_ne, seeds: the mean over `reevaluate`'s fresh seeds, on re-evaluated trials
+# mean_val_ne, mean_test_ne, seeds: the means over `reevaluate`'s fresh seeds, on
+# re-evaluated trials
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
-           "runs", "mean_val_ne", "seeds", "mflops", "params", "latency_ms", "step_ms",
-           "throughput", "digest", "worker", "recipe", "failure_reason")  # fmt: skip
+           "runs", "mean_val_ne", "mean_test_ne", "seeds", "mflops", "params", "latency_ms",
+           "step_ms", "throughput", "digest", "worker", "recipe", "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (the verdict),
 # and the level of the two one-sided tests that show two finalists equivalent (a tie)
 SIGNIFICANCE = 0.05
@@ -80,7 +81,9 @@ def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
     table = []
     for t in complete:
         mean = means.get(str(t.number), {})
-        table.append(trial_row(t) | {"mean_val_ne": mean.get("val_ne"), "seeds": mean.get("seeds")})
+        table.append(trial_row(t) | {"mean_val_ne": mean.get("val_ne"),
+                                     "mean_test_ne": mean.get("test_ne"),
+                                     "seeds": mean.get("seeds")})  # fmt: skip
     return table
 
 
@@ -197,7 +200,8 @@ def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
         row = {"baseline": key, "state": record.get("status")}
         row |= {c: record.get(c) for c in BASELINE_COLUMNS if c not in row}
         mean = means.get(f"baseline:{key}", {})
-        table.append(row | {"mean_val_ne": mean.get("val_ne"), "seeds": mean.get("seeds")})
+        table.append(row | {"mean_val_ne": mean.get("val_ne"), "mean_test_ne": mean.get("test_ne"),
+                            "seeds": mean.get("seeds")})  # fmt: skip
     return table
 
 
@@ -576,11 +580,12 @@ def _short_recipe(recipe: dict[str, Any] | None) -> str:
 
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the seed-mean and latency columns only when some trial has one."""
-    header = ["trial", "state", "val NE", "mean val NE", "test NE", "val AUC", "test AUC",
-              "MFLOPs", "params", "latency ms", "step ms", "digest"]  # fmt: skip
+    header = ["trial", "state", "val NE", "mean val NE", "test NE", "mean test NE", "val AUC",
+              "test AUC", "MFLOPs", "params", "latency ms", "step ms", "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
-              _num(r["test_ne"]), _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
-              str(r["params"] or "-"), _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
+              _num(r["test_ne"]), _num(r.get("mean_test_ne")), _num(r["val_auc"]),
+              _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
+              _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
               r["digest"] or "-"] for r in table]  # fmt: skip
     if any(r.get("recipe") for r in table):  # training.search: what each trial trained with
         header.append("recipe")
@@ -590,8 +595,8 @@ def format_table(table: list[dict[str, Any]]) -> str:
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):
             line.append(r["failure_reason"] or "")
-    for key, name in (("mean_val_ne", "mean val NE"), ("latency_ms", "latency ms"),
-                      ("step_ms", "step ms")):  # fmt: skip
+    for key, name in (("mean_val_ne", "mean val NE"), ("mean_test_ne", "mean test NE"),
+                      ("latency_ms", "latency ms"), ("step_ms", "step ms")):  # fmt: skip
         if all(r.get(key) is None for r in table):
             drop = header.index(name)
             header = header[:drop] + header[drop + 1 :]
@@ -600,13 +605,15 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
-    header = ["baseline", "state", "val NE", "mean val NE", "seeds", "test NE", "val AUC",
-              "test AUC", "MFLOPs", "params", "step ms", "digest"]  # fmt: skip
+    header = ["baseline", "state", "val NE", "mean val NE", "seeds", "test NE", "mean test NE",
+              "val AUC", "test AUC", "MFLOPs", "params", "step ms", "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r.get("mean_val_ne")),
-              str(r.get("seeds") or "-"), _num(r["test_ne"]), _num(r["val_auc"]),
-              _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
-              _num(r.get("step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
-    for key, names in (("mean_val_ne", ("mean val NE", "seeds")), ("step_ms", ("step ms",))):
+              str(r.get("seeds") or "-"), _num(r["test_ne"]), _num(r.get("mean_test_ne")),
+              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
+              str(r["params"] or "-"), _num(r.get("step_ms"), 3),
+              r["digest"] or "-"] for r in table]  # fmt: skip
+    mean_columns = ("mean val NE", "seeds", "mean test NE")
+    for key, names in (("mean_val_ne", mean_columns), ("step_ms", ("step ms",))):
         if all(r.get(key) is None for r in table):
             keep = [i for i, name in enumerate(header) if name not in names]
             header = [header[i] for i in keep]

@@ -143,6 +143,25 @@ def test_before_reevaluate_the_verdict_meets_the_baseline_the_study_called_best(
     csv_rows = list(DictReader(io.StringIO(capsys.readouterr().out)))
     dcnv2 = next(r for r in csv_rows if r["baseline"] == "dcnv2")
     assert float(dcnv2["mean_val_ne"]) == pytest.approx(0.848) and dcnv2["seeds"] == "3"
+    assert float(dcnv2["mean_test_ne"]) == pytest.approx(0.849)  # the verdict's test NE
+    assert main(["leaderboard", "recorded", "--storage", url]) == 0
+    text = capsys.readouterr().out
+    header = next(line for line in text.splitlines() if line.startswith("baseline "))
+    assert "test NE  mean test NE" in header
+
+
+def test_the_leaderboard_shows_the_seed_mean_test_ne_the_verdict_reads(tmp_path, capsys):
+    """After `reevaluate` the leaderboard's test NE was the recorded run's while the verdict
+    quoted the seed mean's: both are columns now."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
+    assert main(["leaderboard", "recorded", "--storage", url, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    first = board["leaderboard"][0]
+    assert first["trial"] == 1 and first["mean_test_ne"] == pytest.approx(0.8516 + 0.001)
+    assert board["verdict"]["best_trial"]["test_ne"] == pytest.approx(first["mean_test_ne"])
+    assert main(["leaderboard", "recorded", "--storage", url]) == 0
+    assert "mean test NE" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_the_pareto_front_takes_seed_means_where_trials_have_them(tmp_path, capsys):
