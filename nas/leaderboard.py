@@ -217,8 +217,13 @@ COST_UNITS = {"mflops": "MFLOPs", "params": "params", "latency_ms": "ms forward"
 
 def cost_key(study: optuna.Study) -> str:
     """The cost the study trades NE against: its second objective, else MFLOPs."""
+    return traded_cost(study) or "mflops"
+
+
+def traded_cost(study: optuna.Study) -> str | None:
+    """The study's second objective, a cost (`objectives.cost`); None without one."""
     names = study.user_attrs.get(StudyAttr.OBJECTIVES) or []
-    return names[1] if len(names) > 1 and names[1] in COST_UNITS else "mflops"
+    return names[1] if len(names) > 1 and names[1] in COST_UNITS else None
 
 
 def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
@@ -325,7 +330,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
-        "cheapest_within_noise": _cheapest_within_noise(study, found, base) if on_means else None,
+        "cheapest_within_noise": _cheapest_within_noise(study, found, base)
+        if on_means and traded_cost(study)
+        else None,
         "cost": cost_key(study),
     }
 
@@ -333,7 +340,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
 def _cheapest_within_noise(
     study: optuna.Study, found: list[dict[str, Any]], base: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Of the re-evaluated trials cheaper than `base` (the study's cost), the cheapest at
+    """Of the re-evaluated trials cheaper than `base` (the study's cost objective), the cheapest at
     its NE: a seed mean lower, or at most `TIE_MARGIN` higher and within seed noise (paired
     seeds; a mean 1% worse that five seeds cannot tell apart does not count). What a study
     held to a baseline's cost asks. `trial` is None where there is none; None without the
@@ -475,6 +482,8 @@ def _cheapest_words(v: dict[str, Any]) -> str:
         return ""
     cost = {"step_ms": f"predicted step time on {v.get('step_devices')} devices",
             "latency_ms": "predicted latency"}.get(v["cost"], COST_UNITS[v["cost"]])  # fmt: skip
+    if cheapest["trial"] is None and not cheapest["cheaper"]:
+        return f"\nat baseline {base}'s NE: no re-evaluated trial is cheaper than it (its {cost})"
     if cheapest["trial"] is None:
         return (f"\nat baseline {base}'s NE: none of the {cheapest['cheaper']} re-evaluated "
                 f"trials cheaper than it (its {cost}) has a lower seed mean, or one at most "

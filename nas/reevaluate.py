@@ -51,6 +51,11 @@ def reevaluate_study(
         raise RanknasError(f"--top and --seeds must be at least 1, --baselines at least 0 "
                            f"(got {top}, {seeds} and {baselines})")  # fmt: skip
     study = load_study(config.name, config.storage)
+    if front and leaderboard.traded_cost(study) is None:
+        raise RanknasError(f"--front retrains the Pareto front's trials cheaper than the best "
+                           f"baseline: study {config.name!r} trades NE against no cost; set "
+                           "objectives.cost (mflops, params, latency_ms, step_ms) in a new "
+                           "study, or drop --front")  # fmt: skip
     torch.set_num_threads(config.training.threads)
     chosen = rows(study)[:top]
     if front:

@@ -901,7 +901,8 @@ def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(
 
     space = {"type": "around", "base": "dlrm", "insert_ops": [], "embedding_dims": [2, 4],
              "width_multipliers": [0.5, 1.0], "swap_ops": False}  # fmt: skip
-    config = tiny_config(tmp_path, "front", baselines=["dlrm"], budget={"trials": 8})
+    config = tiny_config(tmp_path, "front", baselines=["dlrm"], budget={"trials": 8},
+                         objectives={"cost": "mflops"})  # fmt: skip
     config["search_space"] = space
     path = write_config(tmp_path, config)
     study = run_study(parse_config(config), progress=lambda line: None)
@@ -923,3 +924,16 @@ def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(
     if cheapest["trial"] is not None:
         said = f"cheapest trial {cheapest['trial']} at {cheapest['cost_ratio']:.2f}x"
     assert "at baseline dlrm's NE" in out and said in out
+
+
+def test_reevaluate_front_needs_a_study_that_trades_ne_against_a_cost(tmp_path, capsys):
+    from study_helpers import recorded_study
+
+    config = tiny_config(tmp_path, "nocost")
+    recorded_study(config["storage"], [(0.85, 1.0)], baselines={"dlrm": (0.86, 0.5)},
+                   name="nocost")  # fmt: skip
+    path = write_config(tmp_path, config)
+    assert main(["reevaluate", str(path), "--front"]) == 2
+    err = capsys.readouterr().err
+    assert "study 'nocost' trades NE against no cost; set objectives.cost" in err
+    assert "Traceback" not in err

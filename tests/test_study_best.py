@@ -224,9 +224,17 @@ NEAR = {
 }
 
 
+def _costed(study):
+    """A study that trades NE against MFLOPs (`objectives.cost: mflops`)."""
+    study.set_user_attr("objectives", ["ne", "mflops"])
+    return study
+
+
 def test_the_verdict_names_the_cheapest_trial_at_the_baselines_ne(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    study = recorded_study(url, TRIALS, baselines=BASE_AT_08, reevaluation=NEAR)
+    plain = recorded_study(url.replace("studies", "plain"), TRIALS, BASE_AT_08, NEAR)
+    assert verdict(plain)["cheapest_within_noise"] is None  # no cost objective: no such line
+    study = _costed(recorded_study(url, TRIALS, baselines=BASE_AT_08, reevaluation=NEAR))
     v = verdict(study)
     cheapest = v["cheapest_within_noise"]
     assert cheapest["trial"] == 1 and cheapest["cost_ratio"] == pytest.approx(0.5 / 0.8)
@@ -239,27 +247,34 @@ def test_the_verdict_names_the_cheapest_trial_at_the_baselines_ne(tmp_path):
 
     # 0.7% worse on the mean, yet 4 seeds cannot tell it apart: not at the baseline's NE
     loose = NEAR | {"1": [0.8600, 0.8700, 0.8500, 0.8650]}
-    study = recorded_study(url.replace("studies", "loose"), TRIALS, BASE_AT_08, loose)
+    study = _costed(recorded_study(url.replace("studies", "loose"), TRIALS, BASE_AT_08, loose))
     assert paired_seeds(study, "1", "baseline:dlrm")["p_value"] >= SIGNIFICANCE
     assert verdict(study)["cheapest_within_noise"]["trial"] is None
 
     # trial 2 lower than the baseline on its seeds: the cheapest, though beyond noise better
     better = NEAR | {"2": [0.8540, 0.8550, 0.8530, 0.8550]}
-    study = recorded_study(url.replace("studies", "better"), TRIALS, BASE_AT_08, better)
+    study = _costed(recorded_study(url.replace("studies", "better"), TRIALS, BASE_AT_08, better))
     assert verdict(study)["cheapest_within_noise"]["trial"] == 2
 
     # nothing cheaper holds the baseline's NE
     worse = {"0": NEAR["0"], "2": NEAR["2"], "baseline:dlrm": NEAR["baseline:dlrm"]}
-    study = recorded_study(url.replace("studies", "worse"), TRIALS, BASE_AT_08, worse)
+    study = _costed(recorded_study(url.replace("studies", "worse"), TRIALS, BASE_AT_08, worse))
     assert verdict(study)["cheapest_within_noise"] == {"trial": None, "cheaper": 1}
     assert ("at baseline dlrm's NE: none of the 1 re-evaluated trials cheaper than it (its "
             "MFLOPs) has a lower seed mean, or one at most 0.1% higher within seed noise"
             ) in format_verdict(verdict(study))  # fmt: skip
 
     # a baseline without a recorded cost: no trial is cheaper than it, none named
-    study = recorded_study(url.replace("studies", "costless"), TRIALS, {"dlrm": (0.855, None)},
-                           NEAR)  # fmt: skip
+    study = _costed(recorded_study(url.replace("studies", "costless"), TRIALS,
+                                   {"dlrm": (0.855, None)}, NEAR))  # fmt: skip
     assert verdict(study)["cheapest_within_noise"] is None
+
+    # every re-evaluated trial costs more than the baseline
+    study = _costed(recorded_study(url.replace("studies", "cheap"), TRIALS, {"dlrm": (0.855, 0.2)},
+                                   NEAR))  # fmt: skip
+    assert verdict(study)["cheapest_within_noise"] == {"trial": None, "cheaper": 0}
+    assert ("at baseline dlrm's NE: no re-evaluated trial is cheaper than it (its MFLOPs)"
+            in format_verdict(verdict(study)))  # fmt: skip
 
 
 def test_before_reevaluate_the_verdict_names_no_cheapest(tmp_path):
