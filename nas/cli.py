@@ -300,7 +300,7 @@ def _study_commands(command, commands) -> None:
     again.add_argument("--front", action="store_true",
                        help="also retrain the Pareto front's trials cheaper than the best "
                        "baseline (its cost, up to 1%% worse NE): the verdict then names the "
-                       "cheapest at its NE within seed noise")  # fmt: skip
+                       "cheapest at its NE")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
                        help="do not log the retrains to MLflow")  # fmt: skip
     board = command(

@@ -590,9 +590,9 @@ class StudyConfig(_Section):
         if self.sharding.dense_model and not self.objectives.needs_step_time:
             raise ValueError("sharding.dense_model predicts the dense part of a step: it needs "
                              "objectives.cost: step_ms or max_step_ms")  # fmt: skip
-        if getattr(self.search_space, "base", None) == "best_baseline" and not self.baselines:
-            raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         base = getattr(self.search_space, "base", None)
+        if base == "best_baseline" and not self.baselines:
+            raise ValueError("search_space.base: best_baseline needs `baselines:` to train")
         if (0 in (getattr(self.search_space, "feature_dims", None) or ())
                 and base != "best_baseline"
                 and baseline_key(base) not in map(baseline_key, self.baselines)):  # fmt: skip

@@ -142,7 +142,8 @@ def screen(
     around = getattr(space, "inner", space)
     if not screens(around.config):
         return None
-    found = [(k, r) for k, r in recorded(study).items() if r.get("digest") == digest(around.base)]
+    wanted = digest(around.base)
+    found = [(k, r) for k, r in recorded(study).items() if r.get("digest") == wanted]
     trained = [(k, r) for k, r in found if r.get("status") == "complete"]
     if not trained:
         why = (f"baseline {found[0][0]} is {found[0][1].get('status')}" if found else
@@ -181,8 +182,9 @@ def describe(found: dict[str, Any]) -> str:
     free = worth_least(found["features"], found["margin"])
     rises = ", ".join(f"{name} {found['features'][name]['mean']:+.4f}" for name in free)
     text = (f"baseline {found['baseline']} reads {len(found['features']) - len(free)} of its "
-            f"{len(found['features'])} categorical features for {found['margin']:.4f} NE (0.1% "
-            "of its NE) or more, each shuffled on validation rows; the search started with "
+            f"{len(found['features'])} categorical features for {found['margin']:.4f} NE "
+            f"({TIE_MARGIN:.1%} of its NE) or more, each shuffled on validation rows; the "
+            "search started with "
             + (f"{', '.join(free)} left out" if free else "every feature")
             + (", then halves of them" if len(free) > 1 else "")
             + (f" ({'their NE rises' if len(free) > 1 else 'its NE rise'}: {rises})"

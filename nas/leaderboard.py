@@ -235,17 +235,11 @@ def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
     return sorted(front, key=lambda r: r[key])
 
 
-def cheap_front(study: optuna.Study) -> list[dict[str, Any]]:
-    """The Pareto front's trials cheaper than the best baseline (by `estimated_ne`) and at
-    most `FRONT_SLACK` worse in NE: where a model as good at a lower cost may be, once
-    their seeds are known (`reevaluate --front`)."""
-    return front_below_baseline(study)[0]
-
-
 def front_below_baseline(study: optuna.Study) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The Pareto front's trials cheaper than the best baseline (the verdict's: by seed
-    means where it has them), split into those at most `FRONT_SLACK` worse in NE and the
-    others; two empty lists without a baseline that has a cost."""
+    means where it has them), split into those at most `FRONT_SLACK` worse in NE (where a
+    model as good at a lower cost may be, once their seeds are known: `reevaluate
+    --front`) and the others; two empty lists without a baseline that has a cost."""
     key = cost_key(study)
     bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
     meaned = [b for b in bases if b["mean_val_ne"] is not None]
@@ -476,7 +470,7 @@ def _paired_words(v: dict[str, Any]) -> str:
 
 def _cheapest_words(v: dict[str, Any]) -> str:
     """One line: the cheapest re-evaluated trial at the baseline's NE (`cheapest_within_noise`);
-    empty without seed means."""
+    empty without seed means or a cost objective."""
     cheapest, base = v.get("cheapest_within_noise"), v["best_baseline"]["baseline"]
     if not cheapest:
         return ""

@@ -42,11 +42,11 @@ def reevaluate_study(
     baselines: int | None = None,
     front: bool = False,
 ) -> list[dict[str, Any]]:
-    """Retrain the `top` complete trials (with `front`, also `cheap_front`'s: the Pareto
-    front's trials cheaper than the best baseline) and the `baselines` best complete
-    baselines (None: all) of `config`'s study with the same `seeds` fresh seeds each;
-    returns one row per trial or baseline (`trial` is then `baseline:<key>`), best mean
-    validation NE first."""
+    """Retrain the `top` complete trials (with `front`, also `front_below_baseline`'s near
+    ones: the Pareto front's trials cheaper than the best baseline) and the `baselines`
+    best complete baselines (None: all) of `config`'s study with the same `seeds` fresh
+    seeds each; returns one row per trial or baseline (`trial` is then `baseline:<key>`),
+    best mean validation NE first."""
     if top < 1 or seeds < 1 or (baselines is not None and baselines < 0):
         raise RanknasError(f"--top and --seeds must be at least 1, --baselines at least 0 "
                            f"(got {top}, {seeds} and {baselines})")  # fmt: skip

@@ -908,7 +908,7 @@ def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(
     study = run_study(parse_config(config), progress=lambda line: None)
     # at 4,000 rows one run's NE moves by 1-2% with its seed: a wider slack than 1%
     monkeypatch.setattr(leaderboard, "FRONT_SLACK", 0.03)
-    front = [r["trial"] for r in leaderboard.cheap_front(study)]
+    front = [r["trial"] for r in leaderboard.front_below_baseline(study)[0]]
     top = leaderboard.rows(study)[0]["trial"]
     assert set(front) - {top}, "no cheaper front trial beside the best to retrain"
     assert main(["reevaluate", str(path), "--top", "1", "--seeds", "2", "--front"]) == 0

@@ -284,13 +284,12 @@ def test_before_reevaluate_the_verdict_names_no_cheapest(tmp_path):
 
 
 def test_the_cheap_front_is_the_front_below_the_baselines_cost_and_near_its_ne(tmp_path):
-    from nas.leaderboard import FRONT_SLACK, cheap_front, front_below_baseline
+    from nas.leaderboard import FRONT_SLACK, front_below_baseline
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     far = 0.855 * (1 + FRONT_SLACK) + 0.001  # on the front, too far from the baseline's NE
     study = recorded_study(url, [*TRIALS, (far, 0.1)], baselines=BASE_AT_08)
     assert [r["trial"] for r in pareto_front(study)] == [3, 2, 1, 0]
-    assert [r["trial"] for r in cheap_front(study)] == [2, 1]
     near, far = front_below_baseline(study)
-    assert near == cheap_front(study) and [r["trial"] for r in far] == [3]
-    assert cheap_front(recorded_study(url.replace("studies", "none"), TRIALS)) == []
+    assert [r["trial"] for r in near] == [2, 1] and [r["trial"] for r in far] == [3]
+    assert front_below_baseline(recorded_study(url.replace("studies", "none"), TRIALS)) == ([], [])
