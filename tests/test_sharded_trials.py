@@ -16,7 +16,7 @@ from search_space.presets import load_architecture
 from study_helpers import tiny_config
 from trainers.config import TrainConfig
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
-from trainers.sharded import _why, train_sharded
+from trainers.sharded import ShardedJob, _why, train_sharded, train_sharded_in_turn
 from trainers.trainer import train
 
 
@@ -31,14 +31,21 @@ def test_two_processes_reach_the_single_process_ne_within_seed_noise():
         return TrainConfig(batch_size=256, max_examples=40_000, seed=seed, device="cpu")
 
     one = [train(build_model(arch, seed=s), *splits, config(s)).validation["ne"] for s in range(3)]
-    result, model = train_sharded(arch, splits, config(0), plan)
-    assert result.status == "complete", result.failure_reason
+    # two runs in turn on one launch (the second: another architecture, another plan)
+    dcn = load_architecture("dcnv2", data.schema)
+    other = make_plan({t.name: 1 - i % 2 for i, t in enumerate(tables)}, tables, 2, "round_robin")
+    jobs = [ShardedJob(arch, splits, config(0), plan), ShardedJob(dcn, splits, config(1), other)]
+    (result, model), (second, second_model) = train_sharded_in_turn(jobs)
+    assert result.status == second.status == "complete", (result, second)
     noise = statistics.stdev(one)
     assert abs(result.validation["ne"] - one[0]) < 2 * noise, (result.validation["ne"], one)
-    # the model comes back whole: evaluated in this process it scores what the ranks did
+    # each model comes back whole: evaluated in this process it scores what the ranks did
     from trainers.trainer import evaluate
 
     assert evaluate(model, splits[1])["ne"] == pytest.approx(result.validation["ne"], abs=1e-5)
+    assert evaluate(second_model, splits[1])["ne"] == pytest.approx(second.validation["ne"],
+                                                                    abs=1e-5)  # fmt: skip
+    assert second.plan["assignment"] != result.plan["assignment"]
     assert len(result.device_step_ms) == 2 and result.step_ms == max(result.device_step_ms) > 0
 
 

@@ -2,7 +2,8 @@
 
 `train_sharded` (in the study's process) writes a job directory (the architecture, the
 train config, the plan, the rows), starts `torchrun --nproc_per_node N -m trainers.sharded
-JOB` and reads back the result and the gathered weights. Each rank builds the same model
+JOB` and reads back the result and the gathered weights (`train_sharded_in_turn`: several
+jobs, one after the other, on one launch). Each rank builds the same model
 from the seed, shards its tables by the plan with torchrec's `DistributedModelParallel`
 (`trainers.distributed.shard`: gloo on CPU, nccl on GPU) and runs `trainer.train`, the one
 training loop, with `Sharded` doing what differs: every rank takes the same global batch
@@ -60,6 +61,17 @@ PROBE_MLP = [512, 512]
 PROBE_WIDE_DIM = 64
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardedJob:
+    """One sharded training run: `arch` on `plan.num_devices` processes."""
+
+    arch: Architecture
+    splits: tuple[TabularData, TabularData, TabularData]
+    config: TrainConfig
+    plan: Plan
+    label: str = "training"
+
+
 def train_sharded(
     arch: Architecture,
     splits: tuple[TabularData, TabularData, TabularData],
@@ -68,21 +80,43 @@ def train_sharded(
     label: str = "training",
 ) -> tuple[TrainResult, RankingModel]:
     """Train `arch` on `plan.num_devices` processes; the model comes back whole."""
-    model = build_model(arch, seed=config.seed)
-    if any(f.multi_valued for f in splits[0].schema.categorical):
-        return _failed("multi-valued features do not train sharded yet"), model
+    return train_sharded_in_turn([ShardedJob(arch, splits, config, plan, label)])[0]
+
+
+def train_sharded_in_turn(jobs: list[ShardedJob]) -> list[tuple[TrainResult, RankingModel]]:
+    """Train `jobs` one after the other on one torchrun launch (its processes start and
+    import torch and torchrec once: most of a short run's time on CPU); each model comes
+    back whole. Every job must take the same number of processes."""
+    devices = {job.plan.num_devices for job in jobs}
+    if len(devices) != 1:
+        raise ValueError(f"jobs launched together take one number of processes, not {devices}")
+    models = [build_model(job.arch, seed=job.config.seed) for job in jobs]
+    if any(f.multi_valued for job in jobs for f in job.splits[0].schema.categorical):
+        return [(_failed("multi-valued features do not train sharded yet"), m) for m in models]
     with tempfile.TemporaryDirectory(prefix="ranknas-sharded-") as tmp:
-        job = Path(tmp)
-        _write_job(job, arch, splits, config, plan, label)
-        threads = max(1, torch.get_num_threads() // plan.num_devices)  # the cores, shared
-        run = torchrun(plan.num_devices, "trainers.sharded", [str(job)], threads)
-        if run.returncode or not (job / "result.json").exists():
-            return _failed(f"sharded training failed: {_why(run)}"), model
-        fields = json.loads((job / "result.json").read_text())
-        fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
-        result = TrainResult(**fields | {"plan": plan.to_dict()})
-        if (job / "weights.safetensors").exists():
-            model.load_state_dict(load_file(job / "weights.safetensors"))
+        folders = [Path(tmp) / str(i) for i in range(len(jobs))]
+        for folder, job in zip(folders, jobs, strict=True):
+            folder.mkdir()
+            _write_job(folder, job)
+        processes = devices.pop()
+        threads = max(1, torch.get_num_threads() // processes)  # the cores, shared
+        run = torchrun(processes, "trainers.sharded", [str(f) for f in folders], threads)
+        done = zip(folders, jobs, models, strict=True)
+        return [_read_result(folder, job, model, run) for folder, job, model in done]
+
+
+def _read_result(
+    folder: Path, job: ShardedJob, model: RankingModel, run: subprocess.CompletedProcess
+) -> tuple[TrainResult, RankingModel]:
+    """A job's result: written by rank 0 once every rank has trained it, so a launch that
+    died in a later job keeps the earlier ones."""
+    if not (folder / "result.json").exists():
+        return _failed(f"sharded training failed: {_why(run)}"), model
+    fields = json.loads((folder / "result.json").read_text())
+    fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
+    result = TrainResult(**fields | {"plan": job.plan.to_dict()})
+    if (folder / "weights.safetensors").exists():
+        model.load_state_dict(load_file(folder / "weights.safetensors"))
     return result, model
 
 
@@ -100,9 +134,16 @@ def measure_runtime_ms(
     `runtime_ms + (dense_factor - 1) x dense part + ms_per_pooled_mb x pooled MB`."""
     splits = timing_splits(steps, cluster.num_devices * batch_per_device)
     archs = probe_architectures(splits[0].schema)
+    order = (0, 1, 2, 2, 1, 0)  # mirrored: the machine's drift weighs on each probe alike
+    predicted = [_predicted(archs[i], cluster, batch_per_device) for i in order]
+    plans = [Plan.from_dict(p.pop("plan")) for p in predicted]
+    measured = time_sharded_steps([archs[i] for i in order], splits, plans, batch_per_device, steps)
     timed: dict[int, list[dict]] = {}
-    for i in (0, 1, 2, 2, 1, 0):  # mirrored: the machine's drift weighs on each probe alike
-        timed.setdefault(i, []).append(_probe(archs[i], cluster, splits, batch_per_device, steps))
+    for i, guess, result in zip(order, predicted, measured, strict=True):
+        left_out = result.step_ms - guess["predicted_step_ms"]
+        timed.setdefault(i, []).append(
+            guess | {"measured_step_ms": result.step_ms, "left_out_ms": left_out}
+        )
     probes = [_mean(timed[i]) for i in range(len(archs))]
     small, large, wide = probes
     slowdown = max(0.0, (large["left_out_ms"] - small["left_out_ms"])
@@ -137,7 +178,8 @@ def probe_architectures(schema: DatasetSchema) -> list[Architecture]:
     return [small, *(Architecture.from_dict(s).bind(schema) for s in (mlp, wide))]
 
 
-def _probe(arch: Architecture, cluster: Topology, splits, batch_per_device: int, steps: int):
+def _predicted(arch: Architecture, cluster: Topology, batch_per_device: int) -> dict:
+    """A probe's dense part timed alone and its step predicted (with the plan) on `cluster`."""
     from cost_models.latency.model import measure_dense_step_ms
     from cost_models.sharding.cost_net import PACKAGED_MODEL
     from cost_models.sharding.step import pooled_mb, predict_step
@@ -148,12 +190,9 @@ def _probe(arch: Architecture, cluster: Topology, splits, batch_per_device: int,
     dense_ms = measure_dense_step_ms(arch, batch_per_device, resolve_device("auto"), threads=1)
     predicted = predict_step(arch, cluster, "size_greedy", str(PACKAGED_MODEL),
                              batch_per_device, dense_ms, analyze(arch).dense_params)  # fmt: skip
-    plan = Plan.from_dict(predicted["plan"])
-    measured = time_sharded_step(arch, splits, plan, batch_per_device, steps).step_ms
-    return {"probe": arch.name, "measured_step_ms": measured, "predicted_step_ms":
-            predicted["step_ms"], "dense_alone_ms": dense_ms,
-            "pooled_mb": pooled_mb(tables_from_architecture(arch), batch_per_device),
-            "left_out_ms": measured - predicted["step_ms"]}  # fmt: skip
+    return {"probe": arch.name, "predicted_step_ms": predicted["step_ms"],
+            "dense_alone_ms": dense_ms, "plan": predicted["plan"],
+            "pooled_mb": pooled_mb(tables_from_architecture(arch), batch_per_device)}  # fmt: skip
 
 
 def timing_splits(steps: int, batch_size: int) -> tuple[TabularData, TabularData, TabularData]:
@@ -170,15 +209,25 @@ def time_sharded_step(
     """`steps` steps of `arch` trained as a study's sharded trial trains it (the default
     recipe), `batch_per_device` rows a step on each of `plan`'s devices: the result's
     `step_ms` is the slowest rank's median."""
+    return time_sharded_steps([arch], splits, [plan], batch_per_device, steps)[0]
+
+
+def time_sharded_steps(
+    archs: list[Architecture], splits: tuple, plans: list[Plan], batch_per_device: int, steps: int
+) -> list[TrainResult]:
+    """`time_sharded_step` of each architecture with its plan, in turn on one launch."""
     from trainers.trainer import resolve_device
 
-    batch_size = plan.num_devices * batch_per_device
+    batch_size = plans[0].num_devices * batch_per_device
     config = TrainConfig(batch_size=batch_size, max_steps=steps, evals=1,
                          early_stopping_patience=0, device=resolve_device("auto").type)  # fmt: skip
-    result, _ = train_sharded(arch, splits, config, plan, "timed")
-    if not result.step_ms:  # a run that diverged in these few steps was timed all the same
-        raise RanknasError(f"{arch.name}: the timed sharded run failed: {result.failure_reason}")
-    return result
+    jobs = [ShardedJob(a, splits, config, p, "timed") for a, p in zip(archs, plans, strict=True)]
+    results = [result for result, _ in train_sharded_in_turn(jobs)]
+    for arch, result in zip(archs, results, strict=True):
+        if not result.step_ms:  # a run that diverged in these few steps was timed all the same
+            why = result.failure_reason
+            raise RanknasError(f"{arch.name}: the timed sharded run failed: {why}")
+    return results
 
 
 def _why(run: subprocess.CompletedProcess) -> str:
@@ -201,17 +250,17 @@ def _failed(reason: str) -> TrainResult:
     return TrainResult(status="failed", failure_reason=reason)
 
 
-def _write_job(job: Path, arch, splits, config: TrainConfig, plan: Plan, label: str) -> None:
-    (job / "architecture.json").write_text(arch.to_json())
-    (job / "plan.json").write_text(json.dumps(plan.to_dict()))
-    job_config = {"train": dataclasses.asdict(config), "label": label,
-                  "schema": splits[0].schema.to_dict()}  # fmt: skip
-    (job / "job.json").write_text(json.dumps(job_config))
+def _write_job(folder: Path, job: ShardedJob) -> None:
+    (folder / "architecture.json").write_text(job.arch.to_json())
+    (folder / "plan.json").write_text(json.dumps(job.plan.to_dict()))
+    job_config = {"train": dataclasses.asdict(job.config), "label": job.label,
+                  "schema": job.splits[0].schema.to_dict()}  # fmt: skip
+    (folder / "job.json").write_text(json.dumps(job_config))
     arrays = {}
-    for name, rows in zip(SPLITS, splits, strict=True):
+    for name, rows in zip(SPLITS, job.splits, strict=True):
         arrays |= {f"{name}_dense": rows.dense, f"{name}_ids": rows.categorical,
                    f"{name}_labels": rows.labels}  # fmt: skip
-    np.savez(job / "rows.npz", **arrays)
+    np.savez(folder / "rows.npz", **arrays)
 
 
 # ---------------------------------------------------------------------- one rank
@@ -352,7 +401,8 @@ def run_rank(job: Path) -> None:
 
 def main() -> None:
     with process_group():
-        run_rank(Path(sys.argv[1]))
+        for job in sys.argv[1:]:  # in turn, the same processes
+            run_rank(Path(job))
 
 
 if __name__ == "__main__" and "RANK" in os.environ:
