@@ -119,7 +119,10 @@ def test_status_says_how_many_trials_each_device_trained(tmp_path, capsys):
 
 def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     trials = 5
-    config = tiny_config(tmp_path, "two", budget={"trials": trials},
+    # trials of ~2 s: with 0.3 s ones a worker that started a second late (a loaded machine)
+    # found the budget spent by the other
+    config = tiny_config(tmp_path, "two", budget={"trials": trials, "epochs_per_trial": 1},
+                         data={"rows": 24_000}, training={"batch_size": 32},
                          searcher={"type": "tpe", "startup_trials": 2})  # fmt: skip
     search = _search(write_config(tmp_path, config), "--workers", "2")
     output = search.communicate(timeout=600)[0]

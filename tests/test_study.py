@@ -94,7 +94,7 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     config = tiny_config(
         tmp_path,
         "killed",
-        budget={"trials": trials, "epochs_per_trial": 2, "max_failures": 50},
+        budget={"trials": trials, "epochs_per_trial": 1, "max_failures": 50},
         data={"rows": 24_000},
         training={"batch_size": 16},
     )
