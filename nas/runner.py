@@ -55,7 +55,14 @@ from nas.recipe import recipe_key, trial_recipe, with_recipe
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
-from nas.storage import beating, fail_stale_trials, open_storage, redact, study_lock
+from nas.storage import (
+    beating,
+    fail_stale_trials,
+    open_storage,
+    redact,
+    set_user_attrs,
+    study_lock,
+)
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     DIAGRAM_FILE,
@@ -695,9 +702,9 @@ def _claimed(trial: Trial, space: SearchSpace) -> Trial:
     with a digest has its whole identity (the recipe too) on record."""
     with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
         key = digest(space.decode(trial.params))
-        if (recipe := trial_recipe(space, trial.params)) is not None:
-            trial.set_user_attr(TrialAttr.RECIPE, recipe)
-        trial.set_user_attr(TrialAttr.DIGEST, key)
+        # one transaction: a trial with a digest has its recipe on record too
+        _set_attrs(trial, {TrialAttr.RECIPE: trial_recipe(space, trial.params),
+                           TrialAttr.DIGEST: key})  # fmt: skip
     return trial
 
 
@@ -831,10 +838,10 @@ def run_trial(
     costs = architecture_costs(arch, config, data.pooling_factors)
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker,
             TrialAttr.DEVICE: device_label(config.training.device)}  # fmt: skip
-    _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())})
     reason = _over_constraint(costs, config)
+    over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
+    _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over)
     if reason:
-        trial.set_user_attr(TrialAttr.OVER_CONSTRAINT, True)
         result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
         runs: dict[str, Any] = {}
     else:
@@ -857,9 +864,7 @@ def run_trial(
 
 
 def _set_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
-    for key, value in attrs.items():
-        if value is not None:
-            trial.set_user_attr(key, value)
+    set_user_attrs(trial, {key: value for key, value in attrs.items() if value is not None})
 
 
 def _artifacts(directory: Path) -> dict[str, str]:

@@ -1,10 +1,17 @@
 """Optuna storage as ranknas opens it: SQLite in WAL mode, errors a person can act on."""
 
-import pytest
-from sqlalchemy import text
+import os
+import uuid
 
-from nas.storage import open_storage
+import optuna
+import pytest
+from optuna.exceptions import UpdateFinishedTrialError
+from sqlalchemy import event, text
+
+from nas.storage import open_storage, set_user_attrs
 from search_space.errors import RanknasError
+
+POSTGRES = os.environ.get("RANKNAS_TEST_POSTGRES_URL")
 
 
 def test_sqlite_storage_uses_the_write_ahead_log(tmp_path):
@@ -15,6 +22,32 @@ def test_sqlite_storage_uses_the_write_ahead_log(tmp_path):
     study_id = storage.create_new_study([], "s")
     reopened = open_storage(f"sqlite:///{tmp_path}/deep/studies.db")
     assert reopened.get_study_id_from_name("s") == study_id
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_trial_s_attributes_are_written_in_one_transaction(tmp_path, database):
+    if database == "postgresql" and not POSTGRES:
+        pytest.skip("RANKNAS_TEST_POSTGRES_URL is not set (.ci/run sets it)")
+    url = POSTGRES if database == "postgresql" else f"sqlite:///{tmp_path}/studies.db"
+    name = f"attrs-{uuid.uuid4().hex[:8]}"
+    storage = open_storage(url)
+    study = optuna.create_study(study_name=name, storage=storage)
+    try:
+        trial = study.ask()
+        trial.set_user_attr("digest", "old")
+        commits = []
+        event.listen(storage.engine, "commit", lambda connection: commits.append(1))
+        attrs = {"digest": "new", "val_ne": 0.93, "curves": {"ne": [[1, 0.9]]}, "skip": True}
+        set_user_attrs(trial, attrs)
+        assert len(commits) == 1
+        assert trial.user_attrs == attrs  # what the trial object reads, as with set_user_attr
+        stored = optuna.load_study(study_name=name, storage=open_storage(url)).trials[0]
+        assert stored.user_attrs == attrs  # the upsert replaced "old"
+        study.tell(trial, 0.9)
+        with pytest.raises(UpdateFinishedTrialError, match="trial 0 is COMPLETE"):
+            set_user_attrs(trial, {"late": 1})
+    finally:
+        optuna.delete_study(study_name=name, storage=storage)
 
 
 def test_an_unusable_url_is_a_clear_error():
