@@ -59,6 +59,7 @@ from nas.storage import (
     beating,
     fail_stale_trials,
     open_storage,
+    params_in_one_transaction,
     redact,
     set_user_attrs,
     study_lock,
@@ -332,11 +333,12 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
 def _drawn(trial: Trial, space: SearchSpace) -> Trial:
     """`trial` with a point of `space` drawn by the study's sampler (or the queued point it
     was given), as `study.ask(distributions(space))` would."""
-    for name, distribution in distributions(space).items():
-        if isinstance(distribution, CategoricalDistribution):
-            trial.suggest_categorical(name, distribution.choices)
-        else:
-            trial.suggest_int(name, distribution.low, distribution.high)
+    with params_in_one_transaction(trial):
+        for name, distribution in distributions(space).items():
+            if isinstance(distribution, CategoricalDistribution):
+                trial.suggest_categorical(name, distribution.choices)
+            else:
+                trial.suggest_int(name, distribution.low, distribution.high)
     return trial
 
 
@@ -698,11 +700,10 @@ def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outc
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:
     """`trial` with its candidate's identity recorded: a worker that draws the same
-    candidate later sees it and waits (`_same_trained`). The digest is written last: a trial
-    with a digest has its whole identity (the recipe too) on record."""
+    candidate later sees it and waits (`_same_trained`). The digest and the recipe are
+    written in one transaction: a trial with a digest has its whole identity on record."""
     with contextlib.suppress(SpecError):  # run_trial records why a point does not decode
         key = digest(space.decode(trial.params))
-        # one transaction: a trial with a digest has its recipe on record too
         _set_attrs(trial, {TrialAttr.RECIPE: trial_recipe(space, trial.params),
                            TrialAttr.DIGEST: key})  # fmt: skip
     return trial

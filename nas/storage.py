@@ -10,6 +10,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -17,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.exceptions import UpdateFinishedTrialError
+from optuna.distributions import distribution_to_json
+from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import Trial, TrialState
-from sqlalchemy import Engine, bindparam, create_engine, event, text
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from search_space.errors import RanknasError
@@ -147,27 +149,92 @@ _UPSERT_USER_ATTR = text(
 )
 
 
+def _batching_backend(trial: Trial) -> RDBStorage | None:
+    """The RDB storage under Optuna's cache, where ranknas writes a trial's rows in one
+    transaction: SQLite (3.24 or later: upserts) and PostgreSQL; None elsewhere."""
+    storage = getattr(trial.storage, "_backend", trial.storage)
+    if not isinstance(storage, RDBStorage):
+        return None
+    if storage.engine.name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0):
+        return storage
+    return storage if storage.engine.name == "postgresql" else None
+
+
+@contextlib.contextmanager
+def _transaction(storage: RDBStorage) -> Iterator[Connection]:
+    """One transaction; a database error as Optuna reports its own (`StorageInternalError`,
+    which the CLI tells as one line)."""
+    try:
+        with storage.engine.begin() as connection:
+            yield connection
+    except SQLAlchemyError as exc:
+        raise StorageInternalError(f"a write to the study's storage failed: {exc}") from exc
+
+
 def set_user_attrs(trial: Trial, attrs: dict[str, Any]) -> None:
     """`trial.set_user_attr(key, value)` for each of `attrs`, in one transaction: Optuna
-    commits each one on its own, and a trial records ~20 (on PostgreSQL ~2.7 ms each, a
-    commit and its round trips; BENCHMARKS.md). SQLite and PostgreSQL upsert into Optuna's
-    own table; another database takes them one at a time."""
-    storage = getattr(trial.storage, "_backend", trial.storage)  # under Optuna's cache
-    if not attrs:
-        return
-    if not isinstance(storage, RDBStorage) or storage.engine.name not in ("sqlite", "postgresql"):
+    commits each one on its own, and a trial records ~20 (on PostgreSQL ~4.5 ms each, a
+    commit and its round trips; BENCHMARKS.md). Upserts into Optuna's own table; where
+    `_batching_backend` is None, one at a time."""
+    storage = _batching_backend(trial)
+    if storage is None or not attrs:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         return
     rows = [{"trial_id": trial._trial_id, "key": key, "value_json": json.dumps(value)}
             for key, value in attrs.items()]  # fmt: skip
-    with storage.engine.begin() as connection:
+    with _transaction(storage) as connection:
         state = connection.execute(text("SELECT state FROM trials WHERE trial_id = :id"),
                                    {"id": trial._trial_id}).scalar()  # fmt: skip
-        if state != TrialState.RUNNING.name:  # as Optuna refuses it
+        if state is None:
+            raise KeyError(f"no trial with id {trial._trial_id}")
+        if TrialState[state].is_finished():  # as Optuna refuses it
             raise UpdateFinishedTrialError(f"trial {trial.number} is {state}: it cannot be updated")
         connection.execute(_UPSERT_USER_ATTR, rows)
     trial._cached_frozen_trial.user_attrs.update(attrs)  # what trial.set_user_attr keeps too
+
+
+_INSERT_PARAM = text(
+    "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) "
+    "VALUES (:trial_id, :name, :value, :distribution)"
+)
+
+
+class _DeferredParams:
+    """A trial's storage that keeps `set_trial_param` calls for one transaction later and
+    passes everything else through."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage, self.pending = storage, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.storage, name)
+
+    def set_trial_param(self, trial_id: int, name: str, value: float, distribution) -> None:
+        self.pending.append({"trial_id": trial_id, "name": name, "value": value,
+                             "distribution": distribution_to_json(distribution)})  # fmt: skip
+
+
+@contextlib.contextmanager
+def params_in_one_transaction(trial: Trial) -> Iterator[None]:
+    """The trial's `suggest_*` calls inside the block, recorded in one transaction as it
+    ends: Optuna commits each parameter on its own, 18 a trial around DLRM (BENCHMARKS.md,
+    "A trial's storage writes"). Optuna's check that a name keeps its distribution across
+    trials is left to the study's own check of its search space
+    (`runner._check_search_space`). Where `_batching_backend` is None, one at a time."""
+    storage = _batching_backend(trial)
+    if storage is None:
+        yield
+        return
+    deferred = _DeferredParams(trial.storage)
+    trial.storage = deferred
+    try:
+        yield
+    finally:
+        trial.storage = deferred.storage
+        if deferred.pending:  # what was drawn before an error too, as one at a time would
+            with _transaction(storage) as connection:
+                connection.execute(_INSERT_PARAM, deferred.pending)
 
 
 def load_study(name: str, url: str) -> optuna.Study:

@@ -187,16 +187,22 @@ def test_tuning_needs_a_searched_recipe(tmp_path):
                                  best_baseline={"tune": 2}))  # fmt: skip
 
 
-def test_a_claimed_trial_records_its_recipe_before_its_digest(tmp_path):
+def test_a_claimed_trial_records_its_recipe_with_its_digest(tmp_path, monkeypatch):
     """Points are drawn outside the study lock: another worker that sees a digest must see
-    the whole identity, so the digest is written last (`_claimed`)."""
+    the whole identity, so the recipe and the digest are written in one transaction
+    (`_claimed`)."""
+    import nas.runner
     from nas.runner import _claimed, _drawn
 
     space = _space()
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'claims.db'}")
+    url = f"sqlite:///{tmp_path / 'claims.db'}"
+    study = optuna.create_study(storage=url, study_name="claims")
     trial = study.ask()
     written = []
-    set_attr = trial.set_user_attr
-    trial.set_user_attr = lambda key, value: (written.append(key), set_attr(key, value))
+    write = nas.runner.set_user_attrs
+    spy = lambda trial, attrs: (written.append(set(attrs)), write(trial, attrs))  # noqa: E731
+    monkeypatch.setattr(nas.runner, "set_user_attrs", spy)
     _claimed(_drawn(trial, space), space)
-    assert written == ["recipe", "digest"]
+    assert written == [{"recipe", "digest"}]
+    stored = optuna.load_study(study_name="claims", storage=url).trials[0].user_attrs
+    assert stored["recipe"] == trial.user_attrs["recipe"] and stored["digest"]

@@ -1,12 +1,15 @@
 """Trials that train sharded (issue 41): torchrun, DistributedModelParallel, the study's
 plan, through the one training loop; as good as one process, with each rank's step time."""
 
+import dataclasses
 import json
 import statistics
 import subprocess
+from pathlib import Path
 
 import pytest
 
+import trainers.sharded
 from cost_models.sharding.plan import make_plan
 from cost_models.sharding.tables import tables_from_architecture
 from nas.config import parse_config
@@ -17,10 +20,10 @@ from study_helpers import tiny_config
 from trainers.config import TrainConfig
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 from trainers.sharded import ShardedJob, _why, train_sharded, train_sharded_in_turn
-from trainers.trainer import train
+from trainers.trainer import TrainResult, train
 
 
-def test_two_processes_reach_the_single_process_ne_within_seed_noise():
+def test_two_processes_reach_the_single_process_ne_within_seed_noise(monkeypatch):
     data = generate_synthetic(SyntheticConfig(rows=20_000, seed=0))
     splits = data.split((0.8, 0.1, 0.1), seed=0)
     arch = load_architecture("dlrm", data.schema)
@@ -35,7 +38,12 @@ def test_two_processes_reach_the_single_process_ne_within_seed_noise():
     dcn = load_architecture("dcnv2", data.schema)
     other = make_plan({t.name: 1 - i % 2 for i, t in enumerate(tables)}, tables, 2, "round_robin")
     jobs = [ShardedJob(arch, splits, config(0), plan), ShardedJob(dcn, splits, config(1), other)]
+    launches = []
+    launch = trainers.sharded.torchrun
+    spy = lambda *args, **kwargs: (launches.append(args), launch(*args, **kwargs))[1]  # noqa: E731
+    monkeypatch.setattr(trainers.sharded, "torchrun", spy)
     (result, model), (second, second_model) = train_sharded_in_turn(jobs)
+    assert len(launches) == 1 and len(launches[0][2]) == 2  # one launch, two job folders
     assert result.status == second.status == "complete", (result, second)
     noise = statistics.stdev(one)
     assert abs(result.validation["ne"] - one[0]) < 2 * noise, (result.validation["ne"], one)
@@ -45,8 +53,30 @@ def test_two_processes_reach_the_single_process_ne_within_seed_noise():
     assert evaluate(model, splits[1])["ne"] == pytest.approx(result.validation["ne"], abs=1e-5)
     assert evaluate(second_model, splits[1])["ne"] == pytest.approx(second.validation["ne"],
                                                                     abs=1e-5)  # fmt: skip
-    assert second.plan["assignment"] != result.plan["assignment"]
     assert len(result.device_step_ms) == 2 and result.step_ms == max(result.device_step_ms) > 0
+
+
+def test_a_launch_that_dies_in_a_job_keeps_the_jobs_before_it(monkeypatch):
+    """Rank 0 writes a job's result once every rank has trained it: the jobs before the one
+    that failed keep theirs; the one that failed says why; those after say they never ran."""
+    data = generate_synthetic(SyntheticConfig(rows=2_000, seed=0))
+    splits = data.split((0.8, 0.1, 0.1), seed=0)
+    arch = load_architecture("logistic_regression", data.schema)
+    tables = tables_from_architecture(arch)
+    plan = make_plan({t.name: 0 for t in tables}, tables, 2, "round_robin")
+    trained = TrainResult(status="complete", validation={"ne": 0.95}, curves={"ne": [(1, 0.95)]})
+
+    def dies_in_the_second_job(processes, module, folders, threads):
+        (Path(folders[0]) / "result.json").write_text(json.dumps(dataclasses.asdict(trained)))
+        return subprocess.CompletedProcess([], 1, "", "RuntimeError: out of memory\n")
+
+    monkeypatch.setattr(trainers.sharded, "torchrun", dies_in_the_second_job)
+    config = TrainConfig(batch_size=256, max_examples=512, device="cpu")
+    results = [r for r, _ in train_sharded_in_turn([ShardedJob(arch, splits, config, plan)] * 3)]
+    assert [r.status for r in results] == ["complete", "failed", "failed"]
+    assert results[0].validation == {"ne": 0.95} and results[0].plan == plan.to_dict()
+    assert results[1].failure_reason == "sharded training failed: RuntimeError: out of memory"
+    assert results[2].failure_reason == "not trained: job 2 of 3 on its launch failed first"
 
 
 def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):

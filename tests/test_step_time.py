@@ -145,6 +145,8 @@ def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     # gloo's sharded step carries milliseconds of its own on CPU (4-7 ms on the 2-core VM)
     small, large, wide = measured["probes"]
     assert [p["runs"] for p in measured["probes"]] == [2, 2, 2]  # mirrored, then averaged
+    assert set(small) == {"probe", "runs", "measured_step_ms", "predicted_step_ms",
+                          "dense_alone_ms", "pooled_mb", "left_out_ms"}  # fmt: skip
     assert small["measured_step_ms"] > small["predicted_step_ms"]
     assert large["dense_alone_ms"] > small["dense_alone_ms"]
     assert wide["pooled_mb"] == pytest.approx(64 * small["pooled_mb"]) and wide["pooled_mb"] > 1

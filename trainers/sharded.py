@@ -101,17 +101,21 @@ def train_sharded_in_turn(jobs: list[ShardedJob]) -> list[tuple[TrainResult, Ran
         processes = devices.pop()
         threads = max(1, torch.get_num_threads() // processes)  # the cores, shared
         run = torchrun(processes, "trainers.sharded", [str(f) for f in folders], threads)
-        done = zip(folders, jobs, models, strict=True)
-        return [_read_result(folder, job, model, run) for folder, job, model in done]
+        done = [(f / "result.json").exists() for f in folders]
+        first = done.index(False) if False in done else len(jobs)  # the job that failed
+        lost = f"not trained: job {first + 1} of {len(jobs)} on its launch failed first"
+        whys = [f"sharded training failed: {_why(run)}" if i == first else lost
+                for i in range(len(jobs))]  # fmt: skip
+        return [_read_result(*job) for job in zip(folders, jobs, models, whys, strict=True)]
 
 
 def _read_result(
-    folder: Path, job: ShardedJob, model: RankingModel, run: subprocess.CompletedProcess
+    folder: Path, job: ShardedJob, model: RankingModel, why: str
 ) -> tuple[TrainResult, RankingModel]:
-    """A job's result: written by rank 0 once every rank has trained it, so a launch that
-    died in a later job keeps the earlier ones."""
+    """A job's result, `why` where it has none: rank 0 writes it once every rank has
+    trained the job, so a launch that died in a later job keeps the earlier ones."""
     if not (folder / "result.json").exists():
-        return _failed(f"sharded training failed: {_why(run)}"), model
+        return _failed(why), model
     fields = json.loads((folder / "result.json").read_text())
     fields["curves"] = {k: [tuple(p) for p in v] for k, v in fields["curves"].items()}
     result = TrainResult(**fields | {"plan": job.plan.to_dict()})
@@ -396,7 +400,9 @@ def run_rank(job: Path) -> None:
     if dist.get_rank() == 0:
         if state is not None and result.status != "failed":
             save_file(state, str(job / "weights.safetensors"))
-        (job / "result.json").write_text(json.dumps(dataclasses.asdict(result)))
+        # whole or absent: the next job's failure may kill this rank mid-write
+        (job / "result.part").write_text(json.dumps(dataclasses.asdict(result)))
+        os.replace(job / "result.part", job / "result.json")
 
 
 def main() -> None:
