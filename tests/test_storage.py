@@ -3,6 +3,7 @@
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 
 import optuna
 import pytest
@@ -44,29 +45,37 @@ def test_sqlite_storage_uses_the_write_ahead_log(tmp_path):
     assert reopened.get_study_id_from_name("s") == study_id
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_a_trial_s_attributes_are_written_in_one_transaction(tmp_path, database):
-    if database == "postgresql" and not POSTGRES:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path) -> str:
+    """A database of each kind the batched writes are for (PostgreSQL where CI gives one)."""
+    if request.param == "postgresql" and not POSTGRES:
         pytest.skip("RANKNAS_TEST_POSTGRES_URL is not set (.ci/run sets it)")
-    url = POSTGRES if database == "postgresql" else f"sqlite:///{tmp_path}/studies.db"
-    name = f"attrs-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(url)
-    study = optuna.create_study(study_name=name, storage=storage)
-    try:
-        trial = study.ask()
-        trial.set_user_attr("digest", "old")
-        commits = counted_writes(storage.engine)
-        attrs = {"digest": "new", "val_ne": 0.93, "curves": {"ne": [[1, 0.9]]}, "skip": True}
-        set_user_attrs(trial, attrs)
-        assert len(commits) == 1
-        assert trial.user_attrs == attrs  # what the trial object reads, as with set_user_attr
-        stored = optuna.load_study(study_name=name, storage=open_storage(url)).trials[0]
-        assert stored.user_attrs == attrs  # the upsert replaced "old"
-        study.tell(trial, 0.9)
-        with pytest.raises(UpdateFinishedTrialError, match="trial 0 is COMPLETE"):
-            set_user_attrs(trial, {"late": 1})
-    finally:
-        optuna.delete_study(study_name=name, storage=storage)
+    return POSTGRES if request.param == "postgresql" else f"sqlite:///{tmp_path}/studies.db"
+
+
+@pytest.fixture
+def study(url) -> Iterator[optuna.Study]:
+    """A new study there (TPE past its random start after 2 trials), deleted after."""
+    sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=2, multivariate=True)
+    name = f"batched-{uuid.uuid4().hex[:8]}"
+    study = optuna.create_study(study_name=name, storage=open_storage(url), sampler=sampler)
+    yield study
+    optuna.delete_study(study_name=name, storage=study._storage)
+
+
+def test_a_trial_s_attributes_are_written_in_one_transaction(url, study):
+    trial = study.ask()
+    trial.set_user_attr("digest", "old")
+    commits = counted_writes(study._storage._backend.engine)
+    attrs = {"digest": "new", "val_ne": 0.93, "curves": {"ne": [[1, 0.9]]}, "skip": True}
+    set_user_attrs(trial, attrs)
+    assert len(commits) == 1
+    assert trial.user_attrs == attrs  # what the trial object reads, as with set_user_attr
+    stored = optuna.load_study(study_name=study.study_name, storage=open_storage(url)).trials[0]
+    assert stored.user_attrs == attrs  # the upsert replaced "old"
+    study.tell(trial, 0.9)
+    with pytest.raises(UpdateFinishedTrialError, match="trial 0 is COMPLETE"):
+        set_user_attrs(trial, {"late": 1})
 
 
 def test_a_failed_batched_write_is_reported_as_optuna_reports_its_own(tmp_path):
@@ -82,42 +91,30 @@ def test_a_failed_batched_write_is_reported_as_optuna_reports_its_own(tmp_path):
         trial.suggest_int("width", 8, 64)
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_a_trial_s_parameters_are_written_in_one_transaction(tmp_path, database):
-    if database == "postgresql" and not POSTGRES:
-        pytest.skip("RANKNAS_TEST_POSTGRES_URL is not set (.ci/run sets it)")
-    url = POSTGRES if database == "postgresql" else f"sqlite:///{tmp_path}/studies.db"
-    name = f"params-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(url)
-    sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=2, multivariate=True)
-    study = optuna.create_study(study_name=name, storage=storage, sampler=sampler)
-
+def test_a_trial_s_parameters_are_written_in_one_transaction(url, study):
     def draw(trial: optuna.Trial) -> dict:
         return {"op": trial.suggest_categorical("op", ["mlp", "dot", "fm"]),
                 "width": trial.suggest_int("width", 8, 64),
                 "dim": trial.suggest_categorical("dim", [4, 8, 16])}  # fmt: skip
 
     inserts: list[int] = []  # executions inserting parameters (many rows count once)
-    event.listen(storage.engine, "before_cursor_execute",
+    event.listen(study._storage._backend.engine, "before_cursor_execute",
                  lambda connection, cursor, statement, *args: inserts.append(1)
                  if statement.startswith("INSERT INTO trial_params") else None)  # fmt: skip
-    try:
-        for _ in range(3):  # past the sampler's random start: TPE reads the told trials
-            trial = study.ask()
-            inserts.clear()
-            with params_in_one_transaction(trial):
-                drawn = draw(trial)
-                assert not inserts, "written before the block ended"
-            assert len(inserts) == 1  # one at a time: 3
-            assert trial.params == drawn
-            study.tell(trial, drawn["width"] / 64)
-        stored = optuna.load_study(study_name=name, storage=open_storage(url)).trials
-        assert [t.params for t in stored] == [t.params for t in study.trials]
-        assert stored[-1].distributions["op"] == optuna.distributions.CategoricalDistribution(
-            ["mlp", "dot", "fm"]
-        )
-    finally:
-        optuna.delete_study(study_name=name, storage=storage)
+    for _ in range(3):  # past the sampler's random start: TPE reads the told trials
+        trial = study.ask()
+        inserts.clear()
+        with params_in_one_transaction(trial):
+            drawn = draw(trial)
+            assert not inserts, "written before the block ended"
+        assert len(inserts) == 1  # one at a time: 3
+        assert trial.params == drawn
+        study.tell(trial, drawn["width"] / 64)
+    stored = optuna.load_study(study_name=study.study_name, storage=open_storage(url)).trials
+    assert [t.params for t in stored] == [t.params for t in study.trials]
+    assert stored[-1].distributions["op"] == optuna.distributions.CategoricalDistribution(
+        ["mlp", "dot", "fm"]
+    )
 
 
 def test_an_unusable_url_is_a_clear_error():
