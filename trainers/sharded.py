@@ -139,8 +139,8 @@ def measure_runtime_ms(
     splits = timing_splits(steps, cluster.num_devices * batch_per_device)
     archs = probe_architectures(splits[0].schema)
     order = (0, 1, 2, 2, 1, 0)  # mirrored: the machine's drift weighs on each probe alike
-    predicted = [_predicted(archs[i], cluster, batch_per_device) for i in order]
-    plans = [Plan.from_dict(p.pop("plan")) for p in predicted]
+    guessed = [_predicted(archs[i], cluster, batch_per_device) for i in order]
+    predicted, plans = [g[0] for g in guessed], [g[1] for g in guessed]
     measured = time_sharded_steps([archs[i] for i in order], splits, plans, batch_per_device, steps)
     timed: dict[int, list[dict]] = {}
     for i, guess, result in zip(order, predicted, measured, strict=True):
@@ -182,8 +182,9 @@ def probe_architectures(schema: DatasetSchema) -> list[Architecture]:
     return [small, *(Architecture.from_dict(s).bind(schema) for s in (mlp, wide))]
 
 
-def _predicted(arch: Architecture, cluster: Topology, batch_per_device: int) -> dict:
-    """A probe's dense part timed alone and its step predicted (with the plan) on `cluster`."""
+def _predicted(arch: Architecture, cluster: Topology, batch_per_device: int) -> tuple[dict, Plan]:
+    """A probe's dense part timed alone and its step predicted on `cluster`, and the plan
+    the prediction is for."""
     from cost_models.latency.model import measure_dense_step_ms
     from cost_models.sharding.cost_net import PACKAGED_MODEL
     from cost_models.sharding.step import pooled_mb, predict_step
@@ -194,9 +195,10 @@ def _predicted(arch: Architecture, cluster: Topology, batch_per_device: int) -> 
     dense_ms = measure_dense_step_ms(arch, batch_per_device, resolve_device("auto"), threads=1)
     predicted = predict_step(arch, cluster, "size_greedy", str(PACKAGED_MODEL),
                              batch_per_device, dense_ms, analyze(arch).dense_params)  # fmt: skip
-    return {"probe": arch.name, "predicted_step_ms": predicted["step_ms"],
-            "dense_alone_ms": dense_ms, "plan": predicted["plan"],
-            "pooled_mb": pooled_mb(tables_from_architecture(arch), batch_per_device)}  # fmt: skip
+    probe = {"probe": arch.name, "predicted_step_ms": predicted["step_ms"],
+             "dense_alone_ms": dense_ms,
+             "pooled_mb": pooled_mb(tables_from_architecture(arch), batch_per_device)}  # fmt: skip
+    return probe, Plan.from_dict(predicted["plan"])
 
 
 def timing_splits(steps: int, batch_size: int) -> tuple[TabularData, TabularData, TabularData]:
