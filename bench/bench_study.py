@@ -168,7 +168,7 @@ PARTS = {  # label of each wrapped part, in the order a trial meets them
     "save": "save weights (safetensors)",
     "tell": "`study.tell`",
     "run_trial": "rest of `run_trial` (mkdir, JSON files, state_dict copy)",
-    "mlflow": "MLflow `log_trial` (outbox + HTTP delivery)",
+    "mlflow": "MLflow `log_trial` (outbox insert; the courier thread delivers)",
     "progress": "progress line",
 }
 

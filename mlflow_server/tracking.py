@@ -1,10 +1,12 @@
 """Log a study to MLflow: one parent run per study, one nested run per trial.
 
 Nothing is sent directly. Each `start_study` / `log_trial` / `log_study_summary` call appends
-one self-contained record to a durable outbox (SQLite, `<outbox_dir>/outbox.db`) and then
-tries to deliver every pending record, oldest first. A connection failure (or a timeout, a
-5xx or 401/403 answer) stops delivery and keeps the record and everything after it; the next
-call retries (at most every `retry_interval_s`), and `flush(timeout_s)` retries until the
+one self-contained record to a durable outbox (SQLite, `<outbox_dir>/outbox.db`) and returns;
+a background thread (the courier) then delivers every pending record, oldest first, so a
+trial never waits on the server. A connection failure (or a timeout, a 5xx or 401/403 answer)
+stops delivery and keeps the record and everything after it; the courier retries every
+`retry_interval_s` (at least 1 s) while records are pending (after a 401/403, only when a new
+record comes), and `flush(timeout_s)` delivers in the caller's thread, retrying until the
 outbox is empty or time is up. A record the server refuses as invalid (HTTP 400) would fail
 forever, so it is marked failed with the server's message (see `failures()`) and delivery
 goes on. Delivered records are marked done and their content dropped.
@@ -22,11 +24,13 @@ it delivers, the logger sets `MLFLOW_HTTP_REQUEST_MAX_RETRIES=0` and
 `MLFLOW_HTTP_REQUEST_TIMEOUT=<request_timeout_s>` (default 5 s; MLflow's own defaults are 7
 retries with backoff and 120 s, minutes per call against a dead server), suppresses the "View
 run at" lines MLflow prints to stdout, and sets `MLFLOW_TRACKING_USERNAME` / `_PASSWORD` when
-credentials were given; the previous values are restored afterwards.
+credentials were given; the previous values are restored afterwards. One delivery at a time
+in a process patches the environment (a process-wide lock).
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import fcntl
@@ -37,6 +41,7 @@ import posixpath
 import re
 import sqlite3
 import tempfile
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -79,6 +84,8 @@ _MAX_PARAM_VALUE = 6000
 _MAX_TAG_VALUE = 8000
 _BAD_KEY_CHARS = re.compile(r"[^\w./\- :]")
 
+_PATCHING_ENV = threading.Lock()  # held by the delivery that has patched os.environ
+
 Artifacts = Mapping[str, bytes | str]
 Curves = Mapping[str, list[tuple[int, float]]]
 
@@ -103,6 +110,9 @@ class StudyLogger:
         self._retry_interval_s = retry_interval_s
         self._next_attempt = 0.0
         self._study: dict[str, str] | None = None
+        self._wake = threading.Event()  # a record was queued, or a retry is due
+        self._closed = threading.Event()
+        self._courier: threading.Thread | None = None
         self.last_error: str | None = None  # why the last delivery stopped; None after success
         self.credentials_refused = False  # the last delivery was answered 401/403
 
@@ -179,6 +189,15 @@ class StudyLogger:
                 return left
             time.sleep(min(1.0, remaining))
 
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Stop the courier after one last delivery attempt, waiting for it up to
+        `timeout_s`; what is still pending stays in the outbox for the next run (`flush`
+        first to wait for it). Called at exit."""
+        self._closed.set()
+        self._wake.set()
+        if self._courier is not None:
+            self._courier.join(timeout_s)
+
     def view_url(self) -> str | None:
         """Where the MLflow UI shows this study's runs to compare (`study_view`); None
         until the study's first record has reached the server."""
@@ -201,15 +220,35 @@ class StudyLogger:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
         self._outbox.append(kind, record)
-        if time.monotonic() >= self._next_attempt:
-            self._deliver(lock_wait_s=0.0)
+        if self._courier is None and not self._closed.is_set():
+            self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
+            self._courier.start()
+            atexit.register(self.close)
+        self._wake.set()
 
-    def _deliver(self, lock_wait_s: float) -> None:
+    def _carry(self) -> None:
+        """The courier: deliver when woken; while records are left pending (the server
+        failed, or another process holds the outbox), wake again after a pause."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            closing = self._closed.wait(max(0.0, self._next_attempt - time.monotonic()))
+            if not self._deliver(lock_wait_s=0.0):
+                self._next_attempt = time.monotonic() + 1.0  # another deliverer holds the lock
+            if closing:
+                return
+            if self.pending() and not self.credentials_refused:
+                self._next_attempt = max(self._next_attempt, time.monotonic() + 1.0)
+                self._wake.set()
+
+    def _deliver(self, lock_wait_s: float) -> bool:
+        """Deliver what is pending; False where another thread or process was delivering."""
         with _file_lock(self._outbox.lock_path, lock_wait_s) as locked:
             if not locked:
-                return  # another process or thread is delivering
-            with _patched_env(self._env):
+                return False
+            with _PATCHING_ENV, _patched_env(self._env):
                 self._deliver_pending()
+            return True
 
     def _deliver_pending(self) -> None:
         while (record := self._outbox.next_pending()) is not None:

@@ -1,6 +1,7 @@
 """The basic-auth option against a real `mlflow server --app-name basic-auth`."""
 
 import importlib.util
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -66,7 +67,7 @@ def test_admin_credentials_work(server: ServerInfo, tmp_path: Path) -> None:
     logger = StudyLogger(server.uri, tmp_path / "outbox", username="admin", password=ADMIN_PASSWORD)
     logger.start_study("auth-study")
     logger.log_trial(0, metrics={"ne": 0.8}, artifacts={"architecture.json": "{}"})
-    assert logger.pending() == 0 and logger.failures() == []
+    assert logger.flush(timeout_s=30) == 0 and logger.failures() == []
 
 
 def test_a_logger_without_credentials_keeps_its_records(
@@ -77,7 +78,9 @@ def test_a_logger_without_credentials_keeps_its_records(
     outbox = tmp_path / "outbox"
     logger = StudyLogger(server.uri, outbox)
     logger.start_study("auth-study-2")
-    assert logger.pending() == 1 and logger.failures() == []
+    started = time.monotonic()
+    assert logger.flush(timeout_s=30) == 1 and logger.failures() == []
+    assert time.monotonic() - started < 10, "refused credentials are not retried until time is up"
     assert "401" in logger.last_error or "nauthenticated" in logger.last_error
     assert logger.credentials_refused  # so the end of a study does not retry for 30 s
     flush(logger, SimpleNamespace(study_dir=tmp_path))

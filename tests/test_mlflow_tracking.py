@@ -3,6 +3,8 @@
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,7 +69,8 @@ def test_study_with_two_nested_trials(
     )
     _log_trial(logger, 1)
     logger.log_study_summary(metrics={"best_ne": 0.81}, artifacts={"pareto.png": PNG})
-    assert logger.pending() == 0 and logger.failures() == [] and logger.last_error is None
+    assert logger.flush(timeout_s=30) == 0
+    assert logger.failures() == [] and logger.last_error is None
 
     parent = _parent_run(client, "study-a")
     assert parent.info.run_name == "study-a" and parent.info.status == "FINISHED"
@@ -102,10 +105,11 @@ def test_relogging_a_trial_and_resuming_a_study_do_not_duplicate_runs(
     first.start_study("study-b", params={"budget": 10})
     _log_trial(first, 0)
     _log_trial(first, 0)
+    assert first.flush(timeout_s=30) == 0
     resumed = StudyLogger(server.uri, tmp_path / "outbox-2")  # a new process, same study
     resumed.start_study("study-b", params={"budget": 10})
     _log_trial(resumed, 1)
-    assert first.pending() == resumed.pending() == 0
+    assert resumed.flush(timeout_s=30) == 0
     _parent_run(client, "study-b")
     trials = _trial_runs(client, "study-b")
     assert sorted(trials) == [0, 1]
@@ -121,7 +125,7 @@ def test_outage_keeps_records_and_delivers_them_once_in_order(
     logger = StudyLogger(server.uri, outbox, retry_interval_s=0)
     logger.start_study("study-c", params={"budget": 8})
     _log_trial(logger, 0)
-    assert logger.pending() == 0
+    assert logger.flush(timeout_s=30) == 0
 
     down(server_config)
     for number in range(1, 5):
@@ -129,14 +133,17 @@ def test_outage_keeps_records_and_delivers_them_once_in_order(
         _log_trial(logger, number)
         assert time.monotonic() - started < 2, "an unreachable server must cost little time"
     logger.log_study_summary(metrics={"best_ne": 0.86})
-    assert logger.pending() == 5 and logger.last_error is not None
-    assert logger.flush(timeout_s=0.5) == 5
-
-    up(server_config)
+    assert logger.flush(timeout_s=0.5) == 5 and logger.last_error is not None
     backup = tmp_path / "outbox-before-delivery.db"
     shutil.copy(outbox / "outbox.db", backup)
-    assert logger.flush(timeout_s=30) == 0 and logger.last_error is None
+
+    up(server_config)  # no new record, no flush: the courier retries on its own
+    deadline = time.monotonic() + 30
+    while (logger.pending() or logger.last_error) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert logger.pending() == 0 and logger.last_error is None
     # A crash after sending but before marking: every record is delivered a second time.
+    logger.close()
     shutil.copy(backup, outbox / "outbox.db")
     assert logger.pending() == 5
     assert logger.flush(timeout_s=30) == 0
@@ -169,6 +176,41 @@ def test_unreachable_server_costs_little_and_flush_gives_up_in_time(tmp_path: Pa
     assert "Connection refused" in logger.last_error or "connect" in logger.last_error.lower()
 
 
+def test_logging_does_not_wait_for_a_server_that_does_not_answer(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        logger = StudyLogger(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path / "outbox",
+                             request_timeout_s=3)  # fmt: skip
+        started = time.monotonic()
+        logger.start_study("study-silent")
+        for number in range(3):
+            _log_trial(logger, number)
+        assert time.monotonic() - started < 1, "a trial must not wait on MLflow's answer"
+        assert logger.flush(timeout_s=0.5) == 4  # the courier is still waiting for an answer
+        logger.close(timeout_s=0)
+
+
+def test_a_process_that_exits_without_flush_delivers_what_it_queued(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path
+) -> None:
+    """As after a Ctrl-C: the record queued last (the interrupted trial's) is not left for
+    the next run when the server answers."""
+    script = (
+        "import sys\n"
+        "from mlflow_server import StudyLogger\n"
+        "logger = StudyLogger(sys.argv[1], sys.argv[2])\n"
+        "logger.start_study('study-exit')\n"
+        "logger.log_trial(0, metrics={'ne': 0.9}, status='KILLED')\n"
+    )
+    outbox = tmp_path / "outbox"
+    run = subprocess.run([sys.executable, "-c", script, server.uri, str(outbox)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert StudyLogger(server.uri, outbox).pending() == 0
+    assert _trial_runs(client, "study-exit")[0].info.status == "KILLED"
+
+
 def test_a_refused_record_is_set_aside_and_the_rest_delivered(
     client: MlflowClient, server: ServerInfo, tmp_path: Path
 ) -> None:
@@ -177,7 +219,7 @@ def test_a_refused_record_is_set_aside_and_the_rest_delivered(
     logger.log_trial(0, params={"lr": 0.1})
     logger.log_trial(0, params={"lr": 0.2})  # MLflow refuses to change a logged param
     logger.log_trial(1, params={"lr": 0.3})
-    assert logger.pending() == 0
+    assert logger.flush(timeout_s=30) == 0
     failures = logger.failures()
     assert len(failures) == 1 and "(trial)" in failures[0]
     assert sorted(_trial_runs(client, "study-e")) == [0, 1]
@@ -215,6 +257,7 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
             logger.log_trial(number, metrics={"val_ne": ne, "test_ne": ne + 0.01})
         # a tuned baseline's recipe trial: under its baseline in the runs, not in the view
         logger.log_baseline_tuning("dlrm", 0, metrics={"val_ne": 0.5})
+        assert logger.flush(timeout_s=30) == 0
     experiment = client.get_experiment_by_name("views")
     url = loggers["view b"].view_url()
     assert url == (f"{server.uri}/#/experiments/{experiment.experiment_id}/runs"
