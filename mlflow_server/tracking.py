@@ -233,8 +233,13 @@ class StudyLogger:
             self._wake.wait()
             self._wake.clear()
             closing = self._closed.wait(max(0.0, self._next_attempt - time.monotonic()))
-            if not self._deliver(lock_wait_s=0.0):
-                self._next_attempt = time.monotonic() + 1.0  # another deliverer holds the lock
+            try:
+                if not self._deliver(lock_wait_s=0.0):
+                    self._next_attempt = time.monotonic() + 1.0  # another deliverer has the lock
+            except Exception as exc:  # the outbox itself failed (a full disk): `flush` raises it
+                _log.warning("MLflow delivery stopped: %s", exc)
+                self.last_error = str(exc)
+                self._next_attempt = time.monotonic() + max(self._retry_interval_s, 1.0)
             if closing:
                 return
             if self.pending() and not self.credentials_refused:

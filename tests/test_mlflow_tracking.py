@@ -211,6 +211,30 @@ def test_a_process_that_exits_without_flush_delivers_what_it_queued(
     assert _trial_runs(client, "study-exit")[0].info.status == "KILLED"
 
 
+def test_the_courier_outlives_an_unexpected_failure(
+    client: MlflowClient, server: ServerInfo, tmp_path: Path, caplog
+) -> None:
+    """An error that is not the server's (the outbox's disk, say) stops one delivery, not
+    the courier: it retries by itself."""
+    logger = StudyLogger(server.uri, tmp_path / "outbox", retry_interval_s=1)
+    deliver, failures = logger._writer.deliver, []
+
+    def fails_once(kind, record):
+        if not failures:
+            failures.append(kind)
+            raise sqlite3.OperationalError("disk I/O error")
+        deliver(kind, record)
+
+    logger._writer.deliver = fails_once
+    logger.start_study("study-courier")
+    _log_trial(logger, 0)
+    deadline = time.monotonic() + 30
+    while logger.pending() and time.monotonic() < deadline:  # no flush: the courier alone
+        time.sleep(0.2)
+    assert failures and logger.pending() == 0 and "disk I/O error" in caplog.text
+    assert sorted(_trial_runs(client, "study-courier")) == [0]
+
+
 def test_a_refused_record_is_set_aside_and_the_rest_delivered(
     client: MlflowClient, server: ServerInfo, tmp_path: Path
 ) -> None:
