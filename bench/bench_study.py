@@ -483,6 +483,7 @@ def make_history(config: StudyConfig, space: SearchSpace, count: int, sampler=No
 
 def timed_asks(
     study: optuna.Study,
+    storage: RDBStorage,
     config: StudyConfig,
     space: SearchSpace,
     count: int,
@@ -504,7 +505,7 @@ def timed_asks(
             stack.enter_context(mock.patch.object(AxSampler, "_updated_client", fn))
             stack.enter_context(prof.counting_writes())
             start = time.perf_counter()
-            trial = runner._next_trial(study, config, space)
+            trial = runner._next_trial(study, storage, config, space)
             elapsed = time.perf_counter() - start
         values = synthetic_values(space, trial.params, trial.number, config.multi_objective)
         start = time.perf_counter()
@@ -548,7 +549,7 @@ def bench_ask(args: argparse.Namespace) -> str:
     modes: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="ranknas-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        opened: dict[tuple[str, str], tuple[optuna.Study, StudyConfig]] = {}
+        opened: dict[tuple[str, str], tuple[optuna.Study, RDBStorage, StudyConfig]] = {}
         for searcher in searchers:
             config = ask_config(tmp, searcher)
             started = time.perf_counter()
@@ -568,11 +569,11 @@ def bench_ask(args: argparse.Namespace) -> str:
             }
             for kind, (storage, c) in storages.items():
                 study = runner.open_study(c, space, storage)
-                first[searcher, kind] = timed_asks(study, c, space, 1)["next_trial"][0]
-                opened[searcher, kind] = study, c
+                first[searcher, kind] = timed_asks(study, storage, c, space, 1)["next_trial"][0]
+                opened[searcher, kind] = study, storage, c
         for _ in range(args.asks):
-            for (searcher, kind), (study, c) in opened.items():
-                for key, values in timed_asks(study, c, space, 1).items():
+            for (searcher, kind), (study, storage, c) in opened.items():
+                for key, values in timed_asks(study, storage, c, space, 1).items():
                     times[searcher, kind][key] += values
     out.append(
         "| searcher | history (s) | first ask | runner ask median | p90 | of which sampler, "
@@ -633,8 +634,8 @@ def bench_ax(args: argparse.Namespace, space: SearchSpace) -> str:
             if size > have:  # renumbered on insertion, so taking the next slice is fine
                 bulk.add_trials(history[have:size])
             study = runner.open_study(config, space, storage)  # a fresh sampler
-            first = timed_asks(study, config, space, 1)
-            t = timed_asks(study, config, space, args.ax_asks, limit_s=args.ax_limit_s)
+            first = timed_asks(study, storage, config, space, 1)
+            t = timed_asks(study, storage, config, space, args.ax_asks, limit_s=args.ax_limit_s)
             ask, client = med(t["next_trial"]), med(t["ax_client"])
             measured.append((size, ask))
             out.append(
