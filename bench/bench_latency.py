@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--save", help="write the dense-step predictor fitted on all")
     parser.add_argument("--device", default="cpu", help="cpu (one thread), cuda, cuda:N")
     args = parser.parse_args()
+    if args.archs - max(2, round(args.archs * args.holdout)) < 2:  # `holdout_split`
+        parser.error(f"--archs {args.archs} leaves fewer than 2 architectures to fit beside "
+                     f"the held-out ones (--holdout {args.holdout}): measure more")  # fmt: skip
 
     options = {"batch_size": args.batch_size, "dense": True, "device": args.device}
     started = time.perf_counter()
