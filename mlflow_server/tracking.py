@@ -19,13 +19,16 @@ several workers create the same parent run at the same moment, the oldest one is
 others are deleted at the next look-up. Several processes may share one outbox directory: a
 file lock lets one of them deliver at a time.
 
-MLflow's HTTP client reads its retry policy and timeout only from environment variables. While
-it delivers, the logger sets `MLFLOW_HTTP_REQUEST_MAX_RETRIES=0` and
-`MLFLOW_HTTP_REQUEST_TIMEOUT=<request_timeout_s>` (default 5 s; MLflow's own defaults are 7
-retries with backoff and 120 s, minutes per call against a dead server), suppresses the "View
-run at" lines MLflow prints to stdout, and sets `MLFLOW_TRACKING_USERNAME` / `_PASSWORD` when
-credentials were given; the previous values are restored afterwards. One delivery at a time
-in a process patches the environment (a process-wide lock).
+MLflow's HTTP client reads its retry policy and timeout only from environment variables. A
+logger sets them for its process where the user has not: `MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`
+and `MLFLOW_HTTP_REQUEST_TIMEOUT=<request_timeout_s>` (default 5 s; MLflow's own defaults are
+7 retries with backoff and 120 s, minutes per call against a dead server), and
+`MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`. They stay set: the courier delivers beside the
+trial, whose threads may copy os.environ (to spawn torchrun), and a key removed during a
+copy fails it. Credentials given to the logger are the exception: set around each delivery
+(one at a time in a process, under a lock) and restored after it, so they are visible to the
+whole process meanwhile; without them MLflow reads `MLFLOW_TRACKING_USERNAME` / `_PASSWORD`
+as the user set them.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ class StudyLogger:
         self._outbox = _Outbox(Path(outbox_dir))
         self._writer = _Writer(MlflowClient(tracking_uri=tracking_uri))
         self._tracking_uri = tracking_uri
-        self._env = _client_env(request_timeout_s, username, password)
+        _set_client_defaults(request_timeout_s)  # here, before any thread of ours runs
+        self._env = _credentials_env(username, password)
         self._retry_interval_s = retry_interval_s
         self._next_attempt = 0.0
         self._study: dict[str, str] | None = None
@@ -189,12 +193,14 @@ class StudyLogger:
                 return left
             time.sleep(min(1.0, remaining))
 
-    def close(self, timeout_s: float = 2.0) -> None:
-        """Stop the courier after one last delivery attempt, waiting for it up to
-        `timeout_s`; what is still pending stays in the outbox for the next run (`flush`
-        first to wait for it). Called at exit."""
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the courier after one last delivery attempt (none if another process is
+        delivering the outbox), waiting for it up to `timeout_s`; what is still pending
+        stays in the outbox for the next run (`flush` first to wait for it). Called at
+        exit, so a Ctrl-C's last record is usually delivered."""
         self._closed.set()
         self._wake.set()
+        atexit.unregister(self.close)
         if self._courier is not None:
             self._courier.join(timeout_s)
 
@@ -220,7 +226,8 @@ class StudyLogger:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
         self._outbox.append(kind, record)
-        if self._courier is None and not self._closed.is_set():
+        dead = self._courier is None or not self._courier.is_alive()
+        if dead and not self._closed.is_set():
             self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
             self._courier.start()
             atexit.register(self.close)
@@ -234,16 +241,19 @@ class StudyLogger:
             self._wake.clear()
             closing = self._closed.wait(max(0.0, self._next_attempt - time.monotonic()))
             try:
-                if not self._deliver(lock_wait_s=0.0):
-                    self._next_attempt = time.monotonic() + 1.0  # another deliverer has the lock
+                if not self._deliver(lock_wait_s=0.0):  # another deliverer has the lock
+                    self._next_attempt = max(self._next_attempt, time.monotonic() + 1.0)
+                if closing:
+                    return
+                if self.pending() and not self.credentials_refused:
+                    self._next_attempt = max(self._next_attempt, time.monotonic() + 1.0)
+                    self._wake.set()
             except Exception as exc:  # the outbox itself failed (a full disk): `flush` raises it
                 _log.warning("MLflow delivery stopped: %s", exc)
                 self.last_error = str(exc)
                 self._next_attempt = time.monotonic() + max(self._retry_interval_s, 1.0)
-            if closing:
-                return
-            if self.pending() and not self.credentials_refused:
-                self._next_attempt = max(self._next_attempt, time.monotonic() + 1.0)
+                if closing:
+                    return
                 self._wake.set()
 
     def _deliver(self, lock_wait_s: float) -> bool:
@@ -588,15 +598,23 @@ def _file_lock(path: Path, wait_s: float) -> Iterator[bool]:
 # --- client environment -----------------------------------------------------------------------
 
 
-def _client_env(timeout_s: int, username: str | None, password: str | None) -> dict[str, str]:
-    env = {
+def _set_client_defaults(timeout_s: int) -> None:
+    """MLflow's client settings for the process, where the user set none: they are set once
+    and never removed, so that a thread copying os.environ (a trial spawning torchrun)
+    never sees a key vanish under it."""
+    defaults = {
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
         "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout_s)),
         "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
     }
-    if username is not None and password is not None:
-        env |= {"MLFLOW_TRACKING_USERNAME": username, "MLFLOW_TRACKING_PASSWORD": password}
-    return env
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+
+
+def _credentials_env(username: str | None, password: str | None) -> dict[str, str]:
+    if username is None or password is None:
+        return {}  # MLflow reads MLFLOW_TRACKING_USERNAME / _PASSWORD as the user set them
+    return {"MLFLOW_TRACKING_USERNAME": username, "MLFLOW_TRACKING_PASSWORD": password}
 
 
 @contextlib.contextmanager

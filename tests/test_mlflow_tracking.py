@@ -181,13 +181,13 @@ def test_logging_does_not_wait_for_a_server_that_does_not_answer(tmp_path: Path)
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         logger = StudyLogger(f"http://127.0.0.1:{silent.getsockname()[1]}", tmp_path / "outbox",
-                             request_timeout_s=3)  # fmt: skip
+                             request_timeout_s=5)  # fmt: skip
         started = time.monotonic()
         logger.start_study("study-silent")
         for number in range(3):
             _log_trial(logger, number)
-        assert time.monotonic() - started < 1, "a trial must not wait on MLflow's answer"
-        assert logger.flush(timeout_s=0.5) == 4  # the courier is still waiting for an answer
+        assert time.monotonic() - started < 2.5, "a trial must not wait on MLflow's answer"
+        assert logger.flush(timeout_s=0.5) == 4  # no answer comes, to the courier or to flush
         logger.close(timeout_s=0)
 
 
