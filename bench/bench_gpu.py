@@ -162,6 +162,25 @@ def ne_rows(args, results: dict, save) -> None:
                   f"{row['graph']['val_ne']:.5f}", flush=True)  # fmt: skip
 
 
+def forked_worker(device: str) -> str:
+    """Whether a process forked the way `ranknas search --workers` forks its workers
+    (`nas.launch._starter`) can compute on `device`: "ok", else its exit status."""
+    from nas.launch import _starter
+
+    if os.environ.get("RANKNAS_WORKER_START") == "spawn":
+        return "not forked (RANKNAS_WORKER_START=spawn)"
+    child = _starter().Process(target=_compute_on, args=(device,))
+    child.start()
+    child.join(120)
+    return "ok" if child.exitcode == 0 else f"failed (exit {child.exitcode})"
+
+
+def _compute_on(device: str) -> None:
+    import torch
+
+    assert torch.ones(4, device=device).sum().item() == 4
+
+
 def study_rows(args, results: dict, save) -> None:
     """The quickstart study's search phase with N workers on this machine's GPU(s)."""
     import subprocess
@@ -171,6 +190,10 @@ def study_rows(args, results: dict, save) -> None:
     import yaml
 
     base = yaml.safe_load(Path("examples/quickstart.yaml").read_text())
+    results["forked_worker"] = forked_worker(args.device)
+    print(f"a worker forked as the launcher forks them: {results['forked_worker']}", flush=True)
+    if results["forked_worker"] != "ok" and args.device.startswith("cuda"):
+        os.environ["RANKNAS_WORKER_START"] = "spawn"  # each worker starts afresh instead
     if args.mps:  # a failed start shows in the rows: their figures then match the runs without
         subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
     for workers in map(int, args.workers.split(",")):
@@ -200,6 +223,7 @@ def study_rows(args, results: dict, save) -> None:
             sampler.wait()
         busy = (cpu_after[0] - cpu_before[0]) / max(cpu_after[1] - cpu_before[1], 1)
         row = {"workers": workers, "mps": args.mps, "exit": done.returncode,
+               "start": os.environ.get("RANKNAS_WORKER_START", "forkserver"),
                "wall_s": round(wall, 1), "cpu_busy_pct": round(100 * busy, 1)}  # fmt: skip
         row |= _study_figures(config, scratch)
         if done.returncode != 0:

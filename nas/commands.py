@@ -26,9 +26,7 @@ def _logger(config):
 
 
 def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
-    from nas import leaderboard
     from nas.config import load_config
-    from nas.storage import redact
 
     config = load_config(args.config)
     if args.trials is not None:
@@ -41,6 +39,17 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         config.training.threads = args.threads
     launched = not args.one_worker and _launches_workers(config, args.workers)
     logger = _logger(config)
+    try:
+        return _run_search(args, config, logger, launched, summarize)
+    finally:
+        if logger is not None:  # its last delivery (a forked worker runs no atexit handlers)
+            logger.close()
+
+
+def _run_search(args: argparse.Namespace, config, logger, launched: bool, summarize: bool) -> int:
+    from nas import leaderboard
+    from nas.storage import redact
+
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
           f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
     if logger is not None:

@@ -1,7 +1,8 @@
 """`ranknas search CONFIG --workers N`: N worker processes on one study, one command.
 
 Each worker is `ranknas search CONFIG` in a process of its own (the multi-worker protocol
-of `nas.runner` shares the budget through the study's storage), placed round-robin on the
+of `nas.runner` shares the budget through the study's storage), forked from one process
+that imported the trainer's libraries once (`_starter`), placed round-robin on the
 visible GPUs and pinned to its GPU through CUDA_VISIBLE_DEVICES, or, without a GPU, given
 an equal share of the CPU cores as torch threads. Workers write to their own log files
 (`<study dir>/workers/worker-K.log`); this process shows one progress display read from
@@ -12,13 +13,15 @@ and retried, as with `ranknas worker`.
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from nas.config import StudyConfig
@@ -84,15 +87,18 @@ def launch(
         raise RanknasError(f"output_dir: cannot create {logs} ({exc.strerror}); "
                            "choose a writable directory") from None  # fmt: skip
     where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
-    print(f"{count} workers: {where}; their logs in {logs}")
-    workers = [_start(config_path, place, logs / f"worker-{i}.log", extra_args)
-               for i, place in enumerate(places)]  # fmt: skip
-    try:
+    print(f"{count} workers: {where}; their logs in {logs}", flush=True)
+    workers: list[BaseProcess] = []
+    try:  # a signal while they start stops those already started
+        for i, place in enumerate(places):
+            workers.append(_start(config_path, place, logs / f"worker-{i}.log", extra_args))
         _watch(config, workers, _Relay([logs / f"worker-{i}.log" for i in range(count)]))
     except KeyboardInterrupt:
         _stop(workers)
         raise
-    codes = [w.wait() for w in workers]
+    for worker in workers:
+        worker.join()
+    codes = [w.exitcode for w in workers]
     failed = [(i, c) for i, c in enumerate(codes) if c != 0]
     for i, code in failed:
         print(f"worker {i} exited with status {code}: {_last_line(logs / f'worker-{i}.log')}",
@@ -100,14 +106,38 @@ def launch(
     return failed[0][1] if failed else 0
 
 
-def _start(config_path: str, place: Placement, log: Path, extra_args: list[str]):
-    env = dict(os.environ)
-    if place.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = place.gpu
-    command = [sys.executable, "-m", "nas.cli", "search", config_path, "--one-worker",
-               "--threads", str(place.threads), *extra_args]  # fmt: skip
-    with open(log, "w") as out:  # the child holds its own copy of the descriptor
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+def _start(config_path: str, place: Placement, log: Path, extra_args: list[str]) -> BaseProcess:
+    argv = ["search", config_path, "--one-worker", "--threads", str(place.threads), *extra_args]
+    worker = _starter().Process(target=_worker, args=(argv, place.gpu, str(log)), name=log.stem)
+    worker.start()
+    return worker
+
+
+@functools.cache
+def _starter():
+    """How workers start: forked from a server process that imported the trainer (torch,
+    torchrec, fbgemm: seconds of CPU a process) once, instead of each importing it; with
+    RANKNAS_WORKER_START=spawn, each in a fresh interpreter. The server only imports: it
+    makes no CUDA context and starts no OpenMP threads, which a forked child could not use."""
+    if os.environ.get("RANKNAS_WORKER_START", "forkserver") == "spawn":
+        return multiprocessing.get_context("spawn")
+    # torch then asks NVML whether CUDA is there, which leaves a forked child free to use it
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["nas.runner"])
+    return context
+
+
+def _worker(argv: list[str], gpu: str | None, log: str) -> None:
+    """One worker, in its own process: pinned to its GPU, writing to its log."""
+    if gpu is not None:  # before anything makes a CUDA context
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    with open(log, "w") as out:
+        os.dup2(out.fileno(), sys.stdout.fileno())
+        os.dup2(out.fileno(), sys.stderr.fileno())
+    from nas.cli import main
+
+    sys.exit(main(argv))
 
 
 class _Relay:
@@ -140,7 +170,7 @@ class _Relay:
 _TRIAL_LINE = re.compile(r"\[\d+/\d+\] |trial \d+: \d+%|study '|MLflow: |compare them in MLflow")
 
 
-def _watch(config: StudyConfig, workers: list[subprocess.Popen], relay: _Relay) -> None:
+def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> None:
     """One progress display for all workers, from the storage: a line per finished trial,
     and the workers' other lines (`_Relay`)."""
     from nas.trial_record import counted_trials
@@ -149,7 +179,7 @@ def _watch(config: StudyConfig, workers: list[subprocess.Popen], relay: _Relay) 
     study = None  # opened once the first worker has created it
     with bars.bar(config.budget.trials, f"study {config.name}", "trials", lines=False) as bar:
         while True:
-            running = any(w.poll() is None for w in workers)
+            running = any(w.is_alive() for w in workers)
             study = study or _opened(config)
             for line in relay.lines():
                 bars.write(line)
@@ -192,18 +222,18 @@ def _line(trial) -> str:
     return f"trial {trial.number} {trial.state.name.lower()}{value} on {device or '-'}{note}{why}"
 
 
-def _stop(workers: list[subprocess.Popen]) -> None:
+def _stop(workers: list[BaseProcess]) -> None:
     """SIGINT to each worker still running (a terminal's Ctrl-C reached them already), then
     wait for them to record their trials; kill what is left."""
     for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGINT)
+        if worker.is_alive():
+            os.kill(worker.pid, signal.SIGINT)
     deadline = time.monotonic() + STOP_SECONDS
     for worker in workers:
-        try:
-            worker.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
             worker.kill()
+            worker.join()
 
 
 def _last_line(log: Path) -> str:

@@ -9,6 +9,8 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from nas.storage import load_study
+
 
 def tiny_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {
@@ -102,4 +104,36 @@ def recorded_study(
         study.set_user_attr("reevaluation", {key: {str(10_000 + k): [ne, ne + 0.001]
                                                    for k, ne in enumerate(runs)}
                                              for key, runs in reevaluation.items()})  # fmt: skip
+    return study
+
+
+def check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.Study:
+    """The study has its budget of trials and no architecture trained twice; every finished
+    trial is in MLflow exactly once, a failed one as failed (an interrupted one as killed).
+    Returns the study."""
+    study = load_study(config["name"], config["storage"])
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(counted(study)) == config["budget"]["trials"]
+    trained = [t.user_attrs["digest"] for t in done if "reused_from" not in t.user_attrs]
+    assert len(trained) == len(set(trained)), "an architecture was trained twice"
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment = client.get_experiment_by_name(config["name"])
+    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
+    numbers = [int(r.data.tags["ranknas.trial"]) for r in runs]
+    assert len(numbers) == len(set(numbers)), "a trial was logged twice"
+    for trial in done:
+        assert trial.number in numbers, f"finished trial {trial.number} is not in MLflow"
+    status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
+    for trial in study.trials:
+        if trial.state == TrialState.FAIL:  # an interrupted one was stopped, not failed
+            stopped = trial.user_attrs.get("failure_reason") == "interrupted"
+            expected = "KILLED" if stopped else "FAILED"
+            assert status.get(trial.number) == expected, f"killed trial {trial.number}"
+    for run in runs:  # a repeat names the trial that trained its architecture
+        trial = study.trials[int(run.data.tags["ranknas.trial"])]
+        if "reused_from" in trial.user_attrs:
+            assert run.data.tags["reused_from"] == str(trial.user_attrs["reused_from"])
     return study

@@ -10,16 +10,19 @@ import subprocess
 import sys
 import time
 
-import optuna
 import pytest
-from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from nas.commands import _logger
 from nas.config import parse_config
 from nas.runner import run_study
 from nas.storage import load_study
-from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
+from study_helpers import (
+    check_nothing_lost_or_duplicated,
+    pruned_repeats_config,
+    tiny_config,
+    write_config,
+)
 
 TRIALS = 4
 
@@ -55,37 +58,7 @@ def test_a_study_killed_at_random_points_loses_and_duplicates_nothing(sig, tmp_p
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout + finished.stderr
 
-    _check_nothing_lost_or_duplicated(config, server.uri)
-
-
-def _check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.Study:
-    """The study has its budget of trials and no architecture trained twice; every finished
-    trial is in MLflow exactly once, a failed one as failed (an interrupted one as killed).
-    Returns the study."""
-    study = load_study(config["name"], config["storage"])
-    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(counted(study)) == config["budget"]["trials"]
-    trained = [t.user_attrs["digest"] for t in done if "reused_from" not in t.user_attrs]
-    assert len(trained) == len(set(trained)), "an architecture was trained twice"
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment = client.get_experiment_by_name(config["name"])
-    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
-    numbers = [int(r.data.tags["ranknas.trial"]) for r in runs]
-    assert len(numbers) == len(set(numbers)), "a trial was logged twice"
-    for trial in done:
-        assert trial.number in numbers, f"finished trial {trial.number} is not in MLflow"
-    status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
-    for trial in study.trials:
-        if trial.state == TrialState.FAIL:  # an interrupted one was stopped, not failed
-            stopped = trial.user_attrs.get("failure_reason") == "interrupted"
-            expected = "KILLED" if stopped else "FAILED"
-            assert status.get(trial.number) == expected, f"killed trial {trial.number}"
-    for run in runs:  # a repeat names the trial that trained its architecture
-        trial = study.trials[int(run.data.tags["ranknas.trial"])]
-        if "reused_from" in trial.user_attrs:
-            assert run.data.tags["reused_from"] == str(trial.user_attrs["reused_from"])
-    return study
+    check_nothing_lost_or_duplicated(config, server.uri)
 
 
 # `search` whose `tell` of a repeat of a trial in the state argv[2] kills the process: after
@@ -124,7 +97,7 @@ def test_a_study_killed_while_telling_a_repeat_resumes_under_pruning(original, t
     study = run_study(parsed, progress=lambda line: None, logger=logger, worker="resumed")
     assert logger.flush(timeout_s=30) == 0
 
-    _check_nothing_lost_or_duplicated(config, server.uri)
+    check_nothing_lost_or_duplicated(config, server.uri)
     (retry,) = [t for t in study.trials if "failed_trial" in t.system_attrs]
     dead = study.trials[retry.system_attrs["failed_trial"]]
     assert dead.state == TrialState.FAIL and "reused_from" in dead.user_attrs

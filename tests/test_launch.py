@@ -8,13 +8,14 @@ import time
 
 import optuna
 import pytest
+from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from nas.config import StudyConfig
 from nas.launch import Placement, placements, worker_count
 from nas.storage import load_study
 from search_space.errors import RanknasError
-from study_helpers import counted, tiny_config, write_config
+from study_helpers import check_nothing_lost_or_duplicated, counted, tiny_config, write_config
 
 
 def test_workers_go_round_robin_over_the_gpus_and_split_the_cores():
@@ -117,13 +118,14 @@ def test_status_says_how_many_trials_each_device_trained(tmp_path, capsys):
     assert "trained on: cpu (1 threads): 2 trials, cuda:1: 1 trial" in capsys.readouterr().out
 
 
-def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
+def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
     trials = 5
     # trials of ~2 s: with 0.3 s ones a worker that started a second late (a loaded machine)
     # found the budget spent by the other
     config = tiny_config(tmp_path, "two", budget={"trials": trials, "epochs_per_trial": 1},
                          data={"rows": 24_000}, training={"batch_size": 32},
-                         searcher={"type": "tpe", "startup_trials": 2})  # fmt: skip
+                         searcher={"type": "tpe", "startup_trials": 2},
+                         mlflow={"tracking_uri": server.uri})  # fmt: skip
     search = _search(write_config(tmp_path, config), "--workers", "2")
     output = search.communicate(timeout=600)[0]
     assert search.returncode == 0, output
@@ -143,20 +145,25 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path):
     assert not any(line.startswith("[1/") for line in output.splitlines()), output
     logs = sorted((tmp_path / "two" / "workers").glob("worker-*.log"))
     assert [p.name for p in logs] == ["worker-0.log", "worker-1.log"]
+    check_nothing_lost_or_duplicated(config, server.uri)  # each worker's trials in MLflow
 
 
-@pytest.mark.slow  # 53 s on a slow day; `make test-all` runs it
-def test_a_stopped_launch_stops_every_worker_and_resumes(tmp_path):
-    config = tiny_config(tmp_path, "stop", data={"rows": 48_000},
+# the workers forked from a server that imported the trainer, and each started afresh
+@pytest.mark.slow  # 53 s each on a slow day; `make test-all` runs them
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
+def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server, monkeypatch):
+    monkeypatch.setenv("RANKNAS_WORKER_START", start)
+    config = tiny_config(tmp_path, f"stop-{start}", data={"rows": 48_000},
                          training={"batch_size": 32, "evals": 2},
-                         budget={"trials": 4, "epochs_per_trial": 1})  # fmt: skip
+                         budget={"trials": 4, "epochs_per_trial": 1},
+                         mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
     search = _search(path, "--workers", "2")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # stop it while both workers train
         time.sleep(0.3)
         try:
-            running = [t for t in load_study("stop", config["storage"]).trials
+            running = [t for t in load_study(config["name"], config["storage"]).trials
                        if t.state == TrialState.RUNNING]  # fmt: skip
         except RanknasError:
             running = []
@@ -166,11 +173,18 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(tmp_path):
     search.send_signal(signal.SIGTERM)
     output = search.communicate(timeout=120)[0]
     assert search.returncode == 130, output
-    study = load_study("stop", config["storage"])
+    study = load_study(config["name"], config["storage"])
     assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
     interrupted = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
     assert len(interrupted) == 2
+    # each stopped worker delivered its interrupted trial to MLflow before it exited
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment = client.get_experiment_by_name(config["name"]).experiment_id
+    runs = client.search_runs([experiment], "tags.`ranknas.kind` = 'trial'")
+    status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
+    assert [status.get(t.number) for t in interrupted] == ["KILLED", "KILLED"], status
     again = _search(path, "--workers", "2")
     output = again.communicate(timeout=600)[0]
     assert again.returncode == 0, output
-    assert len(counted(load_study("stop", config["storage"]))) == 4
+    # the interrupted trials in MLflow as killed: each worker's last delivery as it stopped
+    check_nothing_lost_or_duplicated(config, server.uri)
