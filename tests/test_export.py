@@ -255,6 +255,10 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     rows[1][0] = ""
     with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 1, column 0"):
         module.prepare_dense(rows, directory)  # nothing fitted fills one in this model
+    rows[1][0], rows[0][0] = rows[0][0], ""  # first: torch reads a blank as an empty list
+    with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 0, column 0"):
+        module.prepare_dense(rows, directory)
+    rows[0][0] = rows[1][0]
     for bad in ("abc", True):
         rows[1][0] = bad
         with pytest.raises(ValueError, match=f"dense value {bad!r} in row 1, column 0 is not a "

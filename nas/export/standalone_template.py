@@ -127,9 +127,12 @@ def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Ten
     if isinstance(dense, torch.Tensor):
         return dense.to(torch.float32)
     try:
-        return torch.as_tensor(dense, dtype=torch.float32)
+        values = torch.as_tensor(dense, dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError):  # texts or None among the numbers
         pass
+    else:  # a blank first cell reads as an empty list: [B, F, 0]; parse those cell by cell
+        if values.dim() <= 2:
+            return values
     rows = []
     for row, cells in enumerate(dense):
         values = []
