@@ -207,7 +207,7 @@ def _opened(config: StudyConfig):
 
 def _line(trial) -> str:
     from nas.leaderboard import trial_state
-    from nas.trial_record import INTERRUPTED, TrialAttr
+    from nas.trial_record import INTERRUPTED, TrialAttr, failure_reason
 
     attrs, state = trial.user_attrs, trial_state(trial)
     if state == "skipped":  # told as pruned, never trained
@@ -217,7 +217,7 @@ def _line(trial) -> str:
         return f"trial {trial.number} interrupted on {device or '-'} (retried on resume)"
     value = f" val NE {attrs['val_ne']:.4f}" if isinstance(attrs.get("val_ne"), float) else ""
     note = " (a repeat)" if state == "repeat" else ""
-    reason = attrs.get(TrialAttr.FAILURE_REASON)
+    reason = failure_reason(trial)
     why = f": {reason}" if reason and trial.state.name == "FAIL" else ""
     return f"trial {trial.number} {trial.state.name.lower()}{value} on {device or '-'}{note}{why}"
 

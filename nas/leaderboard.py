@@ -12,7 +12,14 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from nas.trial_record import INTERRUPTED, StudyAttr, TrialAttr, interrupted, recorded
+from nas.trial_record import (
+    INTERRUPTED,
+    StudyAttr,
+    TrialAttr,
+    failure_reason,
+    interrupted,
+    recorded,
+)
 from search_space.errors import RanknasError
 
 # mean_val_ne, mean_test_ne, seeds: the means over `reevaluate`'s fresh seeds, on
@@ -52,6 +59,7 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
     row = {"trial": trial.number, "state": trial_state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
+    row["failure_reason"] = failure_reason(trial)
     if row["state"] == "complete" and row["runs"] is None:
         row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
     return row
@@ -508,7 +516,7 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     if trial_state(trial) == "repeat":
         trial = trials[int(trial.user_attrs[TrialAttr.REUSED_FROM])]
         which = str(trial.number)
-    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON) or ""
+    reason = failure_reason(trial) or ""
     if reason.startswith("diverged") and not force:
         raise RanknasError(f"trial {which} {reason}; pass --force to export it anyway")
     if trial.state != TrialState.COMPLETE and not reason.startswith("diverged"):

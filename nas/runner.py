@@ -67,6 +67,7 @@ from nas.storage import (
 from nas.trial_record import (
     ARCHITECTURE_FILE,
     DIAGRAM_FILE,
+    DIED,
     INTERRUPTED,
     METRIC_ATTRS,
     OWNER_FILE,
@@ -94,7 +95,6 @@ from trainers import progress as bars
 from trainers.trainer import TrainResult, device_label
 
 Progress = Callable[[str], None]
-DIED = "the worker died (missed heartbeats); retried with the same architecture"
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
 DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (then doubled)

@@ -104,6 +104,17 @@ def counted(trial: FrozenTrial) -> bool:
     )
 
 
+# ranknas tells every failure it records with a reason; Optuna fails a trial without one
+# when its heartbeats stop: its worker died
+DIED = "the worker died (missed heartbeats); retried with the same architecture"
+
+
+def failure_reason(trial: FrozenTrial) -> str | None:
+    """Why the trial failed or was pruned, as recorded; a dead worker's trial: `DIED`."""
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)
+    return DIED if reason is None and trial.state.name == "FAIL" else reason
+
+
 def interrupted(trial: FrozenTrial) -> bool:
     """Failed by Ctrl-C or SIGTERM: not a failure (`budget.max_failures`), retried on resume."""
     reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON)

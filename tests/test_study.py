@@ -134,6 +134,10 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     assert states["RUNNING"] == 0 and len(counted(study)) == 3
     assert study.trials[orphan.number].state == TrialState.FAIL
     assert leaderboard.status(study)["budget_trials"] == 3  # the resumed run's, not the first's
+    # every surface says why it failed (Optuna failed it without a reason)
+    row = next(r for r in leaderboard.rows(study, include_all=True) if r["trial"] == orphan.number)
+    assert row["failure_reason"].startswith("the worker died (missed heartbeats)")
+    assert "the worker died" in leaderboard.format_table([row])
 
 
 def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path):
