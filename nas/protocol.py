@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 
 from cost_models.sharding.links import read_links
@@ -106,14 +107,16 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
 
 def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     """What every run of a study shares, so that its runs compare: the data (the split and
-    preprocessing settings, the rows each part holds, the schema; the generator's settings
-    for synthetic rows) and the training recipe. Not the device, threads or file paths:
-    workers on other machines may differ in those."""
+    preprocessing settings, the rows and positive labels each part holds, the schema; the
+    generator's settings for synthetic rows) and the training recipe. Not the device,
+    threads or file paths: workers on other machines may differ in those."""
     d = config.data
+    parts = (data.train, data.valid, data.test)
     described = {"split": d.split.model_dump(mode="json"), "seed": d.seed,
-                 "preprocessing": d.preprocessing,
-                 "rows": [len(data.train), len(data.valid), len(data.test)],
+                 "preprocessing": d.preprocessing, "rows": [len(p) for p in parts],
                  "schema": data.train.schema.to_dict()}  # fmt: skip
+    if all(hasattr(p, "labels") for p in parts):  # in memory: a file rewritten in place shows
+        described["positives"] = [int(np.count_nonzero(p.labels)) for p in parts]
     if d.stream.enabled:
         described["stream"] = d.stream.model_dump(mode="json", include={"min_count", "hash_size"})
     if d.source == "synthetic" and not d.train:
@@ -147,6 +150,8 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
     training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
+    if "positives" not in recorded["data"]:  # recorded before they were counted
+        now["data"].pop("positives", None)
     changes = _protocol_changes(recorded | {"training": training}, now)
     if changes:
         more = len(changes) - 4

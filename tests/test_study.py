@@ -352,6 +352,30 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
     assert not [key for key in study.user_attrs if key.startswith(("baseline", "reevaluation"))]
 
 
+def test_a_data_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_path, capsys):
+    """A log whose labels changed (here: all flipped) under the same row counts trained new
+    runs beside the recorded ones, with figures that looked plausible."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = (rng.random(3000) < 0.3).astype(int)
+    prices, shops = rng.random(3000), rng.integers(0, 20, 3000)
+    lines = [f"{y},{p:.3f},s{s}" for y, p, s in zip(labels, prices, shops, strict=True)]
+    data, schema = tmp_path / "clicks.csv", tmp_path / "schema.yaml"
+    data.write_text("y,price,shop\n" + "\n".join(lines) + "\n")
+    schema.write_text("label: y\ndense: [price]\ncategorical: [shop]\n")
+    config = tiny_config(tmp_path, "rewritten", budget={"trials": 1, "max_failures": 5},
+                         data={"source": str(data), "schema": str(schema)})  # fmt: skip
+    path = write_config(tmp_path, config)
+    assert main(["search", str(path)]) == 0
+    flipped = [("0" if line[0] == "1" else "1") + line[1:] for line in lines]
+    data.write_text("y,price,shop\n" + "\n".join(flipped) + "\n")
+    capsys.readouterr()
+    assert main(["reevaluate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "data.positives: [" in err and "Traceback" not in err, err
+
+
 def test_a_study_recorded_before_a_setting_existed_resumes_under_its_old_value(tmp_path):
     """A protocol recorded before `lr_schedule` existed lacks the key; those runs had a
     constant lr, so the study resumes under `constant` and is refused under the default,
@@ -363,6 +387,7 @@ def test_a_study_recorded_before_a_setting_existed_resumes_under_its_old_value(t
     study = run_study(parse_config(config), progress=print)
     protocol = study.user_attrs[StudyAttr.PROTOCOL]
     del protocol["training"]["lr_schedule"]
+    del protocol["data"]["positives"]  # nor did it count them: not checked
     study.set_user_attr(StudyAttr.PROTOCOL, protocol)
     config["budget"]["trials"] = 2
     # counted: a draw of this tiny space can end at NE 1 (failed as diverged) and be replaced
