@@ -107,6 +107,9 @@ def _repeats(trials: list[FrozenTrial]) -> int:
     return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
 
 
+CONSTRAINTS = ("max_mflops", "max_params", "max_latency_ms", "max_step_ms")  # `_over_constraint`
+
+
 def _exhausted(trials: list[FrozenTrial], config: StudyConfig) -> bool:
     """The searcher may propose architectures trained before (they cost no training and
     are not counted); past `REPEATS_PER_TRIAL` per budgeted trial the space is taken as
@@ -531,10 +534,18 @@ def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progre
     trials = study.get_trials(deepcopy=False)
     done = counted_trials(trials)
     if done < config.budget.trials and _exhausted(trials, config):
+        why = "the space holds few new ones; widen search_space or lower budget.trials"
+        skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
+        if skipped:  # the ceilings, not the space, may be what leaves nothing new
+            o = config.objectives
+            ceilings = ", ".join(f"objectives.{name}={value:.4g}" for name in CONSTRAINTS
+                                 if isinstance(value := getattr(o, name), int | float))  # fmt: skip
+            why = (f"few new ones fit under {ceilings} ({skipped} proposals were over it, "
+                   "skipped untrained); raise that ceiling, widen search_space or lower "
+                   "budget.trials")  # fmt: skip
         progress(
             f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
-            f"searcher proposed {_repeats(trials)} architectures that were trained already, so the "
-            "space holds few new ones; widen search_space or lower budget.trials"
+            f"searcher proposed {_repeats(trials)} architectures it had proposed before, so " + why
         )
 
 
@@ -879,7 +890,7 @@ def _over_constraint(costs: Costs, config: StudyConfig) -> str | None:
     o = config.objectives
     reason = None
     if isinstance(o.max_mflops, float) and costs.mflops > o.max_mflops:
-        reason = f"{costs.mflops:.3f} MFLOPs exceeds objectives.max_mflops={o.max_mflops}"
+        reason = f"{costs.mflops:.4g} MFLOPs exceeds objectives.max_mflops={o.max_mflops:.4g}"
     elif o.max_params and costs.params > o.max_params:
         reason = f"{costs.params} params exceeds objectives.max_params={o.max_params}"
     elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:

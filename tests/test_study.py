@@ -966,3 +966,24 @@ def test_reevaluate_front_needs_a_study_that_trades_ne_against_a_cost(tmp_path, 
     err = capsys.readouterr().err
     assert "study 'nocost' trades NE against no cost; set objectives.cost" in err
     assert "Traceback" not in err
+
+
+def test_a_study_ended_by_repeats_over_its_ceiling_names_the_ceiling(tmp_path):
+    """A ceiling set by a tiny best baseline (logistic regression) left only architectures
+    over it: the study's last line blamed the search space."""
+    from optuna.trial import create_trial
+
+    from nas.runner import REPEATS_PER_TRIAL, _say_if_exhausted
+
+    config = parse_config(tiny_config(tmp_path, "ceiling", budget={"trials": 1},
+                                      objectives={"max_mflops": 1.4e-05}))  # fmt: skip
+    study = optuna.create_study()
+    reason = "0.0007 MFLOPs exceeds objectives.max_mflops=1.4e-05"
+    for number in range(REPEATS_PER_TRIAL + 1):
+        attrs = {TrialAttr.OVER_CONSTRAINT: True, TrialAttr.FAILURE_REASON: reason}
+        study.add_trial(create_trial(state=TrialState.PRUNED, user_attrs=attrs | (
+            {TrialAttr.REUSED_FROM: 0} if number else {})))  # fmt: skip
+    said: list[str] = []
+    _say_if_exhausted(study, config, said.append)
+    assert len(said) == 1 and "few new ones fit under objectives.max_mflops=1.4e-05" in said[0]
+    assert f"({REPEATS_PER_TRIAL + 1} proposals were over it" in said[0], said
