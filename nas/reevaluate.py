@@ -152,6 +152,9 @@ def best_baseline_by_seed_means(
     choice = config.best_baseline
     bases = {b["baseline"]: b["dir"] for b in _best_baselines(study, choice.top)}
     if choice.seeds == 0 or len(bases) < 2:
+        if choice.seeds and bases:  # said: README promises the baselines their seeds
+            progress(f"best baseline: {', '.join(bases)}, the only complete one, is not "
+                     "retrained with seeds: there is no other to choose from")  # fmt: skip
         return None
     which = "every baseline" if choice.top is None else "the best single runs"
     progress(f"best baseline: {which} ({', '.join(bases)}) retrained with {choice.seeds} "
