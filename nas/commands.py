@@ -718,15 +718,19 @@ def _train_streamed(args: argparse.Namespace) -> int:
     return _print_run(args, result.summary(), result)
 
 
+def _shown(key: str, value: Any) -> str:
+    if not isinstance(value, float):
+        return str(value)
+    return f"{value:.0f}" if key.endswith("examples") and value.is_integer() else f"{value:.4f}"
+
+
 def _print_run(args: argparse.Namespace, summary: dict[str, Any], result: Any) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
         for key, value in summary.items():
             if value is not None:
-                print(
-                    f"{key:>18}: {value:.4f}" if isinstance(value, float) else f"{key:>18}: {value}"
-                )
+                print(f"{key:>18}: {_shown(key, value)}")
     if result.status != "complete":
         print(f"error: the run {result.status}: {result.failure_reason}", file=sys.stderr)
     return 0 if result.status == "complete" else 1
