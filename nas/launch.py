@@ -89,12 +89,15 @@ def launch(
     where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
     workers: list[BaseProcess] = []
+    relay = _Relay([logs / f"worker-{i}.log" for i in range(count)])
     try:  # a signal while they start stops those already started
         for i, place in enumerate(places):
             workers.append(_start(config_path, place, logs / f"worker-{i}.log", extra_args))
-        _watch(config, workers, _Relay([logs / f"worker-{i}.log" for i in range(count)]))
+        _watch(config, workers, relay)
     except KeyboardInterrupt:
         _stop(workers)
+        for line in relay.lines():  # what they said since the last look, as they stopped
+            bars.write(line)
         raise
     for worker in workers:
         worker.join()
@@ -166,8 +169,11 @@ class _Relay:
         return new
 
 
-# a worker's own trial lines, its banner and its MLflow address: the launcher prints those
-_TRIAL_LINE = re.compile(r"\[\d+/\d+\] |trial \d+: \d+%|study '|MLflow: |compare them in MLflow")
+# a worker's own trial lines, its banner, its MLflow address and its "interrupted": the
+# launcher prints those
+_TRIAL_LINE = re.compile(
+    r"\[\d+/\d+\] |trial \d+: \d+%|study '|MLflow: |compare them in MLflow|interrupted: "
+)
 
 
 def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> None:

@@ -173,6 +173,7 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     search.send_signal(signal.SIGTERM)
     output = search.communicate(timeout=120)[0]
     assert search.returncode == 130, output
+    assert output.count("interrupted: run the same command") == 1, output  # relayed: not again
     study = load_study(config["name"], config["storage"])
     assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
     interrupted = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
