@@ -165,13 +165,17 @@ def ne_rows(args, results: dict, save) -> None:
 def forked_worker(device: str) -> str:
     """Whether a process forked the way `ranknas search --workers` forks its workers
     (`nas.launch._starter`) can compute on `device`: "ok", else its exit status."""
-    from nas.launch import _starter
+    from nas.launch import _starter, visible_gpus
 
-    if os.environ.get("RANKNAS_WORKER_START") == "spawn":
-        return "not forked (RANKNAS_WORKER_START=spawn)"
-    child = _starter().Process(target=_compute_on, args=(device,))
+    context = _starter(visible_gpus() if device.startswith("cuda") else [])
+    if context.get_start_method() != "forkserver":
+        return "not forked (RANKNAS_WORKER_START=spawn, or MIG or no NVML count)"
+    child = context.Process(target=_compute_on, args=(device,))
     child.start()
     child.join(120)
+    if child.is_alive():
+        child.kill()
+        child.join()
     return "ok" if child.exitcode == 0 else f"failed (exit {child.exitcode})"
 
 

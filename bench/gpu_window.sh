@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next lent GPU window's one script: issue 37's study check and issue 41's dense step
-# timed on the GPU, about 7 minutes expected and 9.5 at most (its parts capped at 4, 1 and
-# 4), so that a 15-minute window has room to rerun a part. Run it with timeout_s 600.
+# timed on the GPU, about 7 minutes expected and 9.5 at most (its parts capped at 4, 2 and
+# 3), so that a 15-minute window has room to rerun a part. Run it with timeout_s 600.
 # Carry .whl (bench/gpu_wheels.sh) and run from the repository root there:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
@@ -26,8 +26,8 @@ timeout 240 python3 bench/bench_gpu.py --suite study --device cuda --parts study
     --rows 200000 --workers 1,8 --study-trials 120 --mps --out "$out/study.json" \
     2>&1 | tail -n 40
 # the 8 workers again, each started afresh: what the forked start saved on this machine
-RANKNAS_WORKER_START=spawn timeout 60 python3 bench/bench_gpu.py --suite study --device cuda \
+RANKNAS_WORKER_START=spawn timeout 120 python3 bench/bench_gpu.py --suite study --device cuda \
     --parts study --rows 200000 --workers 8 --study-trials 120 --mps \
     --out "$out/study_spawn.json" 2>&1 | tail -n 10
-timeout 240 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
+timeout 180 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
     --archs 100 --device cuda --save "$out/dense_step_codesign_gpu.json" 2>&1 | tail -n 20

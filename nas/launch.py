@@ -13,14 +13,18 @@ and retried, as with `ranknas worker`.
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -29,6 +33,7 @@ from search_space.errors import RanknasError
 from trainers import progress as bars
 
 POLL_SECONDS = 1.0
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch asks NVML, not CUDA, if CUDA is there
 STOP_SECONDS = 60  # a stopped worker's time to record its trial as interrupted
 
 
@@ -88,13 +93,14 @@ def launch(
                            "choose a writable directory") from None  # fmt: skip
     where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
-    workers: list[BaseProcess] = []
+    context, workers = _starter(gpus), []
     relay = _Relay([logs / f"worker-{i}.log" for i in range(count)])
-    try:  # a signal while they start stops those already started
+    try:  # a signal while they start stops those already started; so does any failure here
         for i, place in enumerate(places):
-            workers.append(_start(config_path, place, logs / f"worker-{i}.log", extra_args))
+            log = logs / f"worker-{i}.log"
+            workers.append(_start(context, config_path, place, log, extra_args))
         _watch(config, workers, relay)
-    except KeyboardInterrupt:
+    except BaseException:
         _stop(workers)
         for line in relay.lines():  # what they said since the last look, as they stopped
             bars.write(line)
@@ -109,38 +115,86 @@ def launch(
     return failed[0][1] if failed else 0
 
 
-def _start(config_path: str, place: Placement, log: Path, extra_args: list[str]) -> BaseProcess:
+def _start(
+    context: BaseContext, config_path: str, place: Placement, log: Path, extra_args: list[str]
+) -> BaseProcess:
     argv = ["search", config_path, "--one-worker", "--threads", str(place.threads), *extra_args]
-    worker = _starter().Process(target=_worker, args=(argv, place.gpu, str(log)), name=log.stem)
-    worker.start()
+    unset = context.get_start_method() == "forkserver" and _set_nvml_check()
+    worker = context.Process(target=_worker, args=(argv, place.gpu, str(log), unset),
+                             name=log.stem)  # fmt: skip
+    try:
+        worker.start()
+    except (EOFError, OSError) as exc:  # the server died importing the trainer, or could not start
+        raise RanknasError(
+            f"could not start worker {log.stem} ({type(exc).__name__}: {exc}); check that "
+            "`python -c 'import nas.runner'` works, or set RANKNAS_WORKER_START=spawn to start "
+            "each worker in a fresh interpreter"
+        ) from None
     return worker
 
 
-@functools.cache
-def _starter():
+def _starter(gpus: list[str]) -> BaseContext:
     """How workers start: forked from a server process that imported the trainer (torch,
-    torchrec, fbgemm: seconds of CPU a process) once, instead of each importing it; with
-    RANKNAS_WORKER_START=spawn, each in a fresh interpreter. The server only imports: it
-    makes no CUDA context and starts no OpenMP threads, which a forked child could not use."""
-    if os.environ.get("RANKNAS_WORKER_START", "forkserver") == "spawn":
+    torchrec, fbgemm: seconds of CPU a process) once (`nas.worker_preload`), instead of
+    each importing it; each in a fresh interpreter with RANKNAS_WORKER_START=spawn, or where
+    the server could not be kept from making a CUDA context, which a forked child cannot
+    use: torch counts GPUs without one only through NVML, which does not see MIG instances."""
+    if os.environ.get("RANKNAS_WORKER_START", "forkserver") == "spawn" or not _forkable(gpus):
         return multiprocessing.get_context("spawn")
-    # torch then asks NVML whether CUDA is there, which leaves a forked child free to use it
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["nas.runner"])
+    context.set_forkserver_preload(["nas.worker_preload"])
     return context
 
 
-def _worker(argv: list[str], gpu: str | None, log: str) -> None:
-    """One worker, in its own process: pinned to its GPU, writing to its log."""
+def _forkable(gpus: list[str]) -> bool:
+    if not gpus:
+        return True
+    if any(gpu.startswith("MIG-") for gpu in gpus):
+        return False
+    import torch
+
+    return getattr(torch.cuda, "_device_count_nvml", lambda: -1)() >= 0
+
+
+def _set_nvml_check() -> bool:
+    """Set NVML_CHECK for the server (it must not make a CUDA context when fbgemm asks
+    whether CUDA is there); whether it was set here, so that the workers unset it."""
+    if NVML_CHECK in os.environ:
+        return False
+    os.environ[NVML_CHECK] = "1"
+    return True
+
+
+def _worker(argv: list[str], gpu: str | None, log: str, unset_nvml_check: bool) -> None:
+    """One worker, in its own process: pinned to its GPU, writing to its log, stopping
+    when the launcher is gone."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if unset_nvml_check:
+        os.environ.pop(NVML_CHECK, None)
     if gpu is not None:  # before anything makes a CUDA context
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     with open(log, "w") as out:
         os.dup2(out.fileno(), sys.stdout.fileno())
         os.dup2(out.fileno(), sys.stderr.fileno())
+    launcher = multiprocessing.parent_process()
+    if launcher is not None:
+        if not launcher.is_alive():  # it stopped while this worker was being forked
+            sys.exit(130)
+        threading.Thread(target=_stop_without, args=(launcher.sentinel,), daemon=True).start()
+    # an import's stray `logging.info` (fbgemm's) configured the root logger in the server;
+    # the CLI configures its own format only where none is
+    logging.root.handlers.clear()
     from nas.cli import main
 
     sys.exit(main(argv))
+
+
+def _stop_without(launcher_sentinel: int) -> None:
+    """Stop this worker as a SIGTERM does (its trial recorded as interrupted) once the
+    launcher has exited, however it exited."""
+    multiprocessing.connection.wait([launcher_sentinel])
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _Relay:
@@ -172,7 +226,7 @@ class _Relay:
 # a worker's own trial lines, its banner, its MLflow address and its "interrupted": the
 # launcher prints those
 _TRIAL_LINE = re.compile(
-    r"\[\d+/\d+\] |trial \d+: \d+%|study '|MLflow: |compare them in MLflow|interrupted: "
+    r"\[\d+/\d+\] |trial \d+: \d+%|study '[^']*': |MLflow: |compare them in MLflow|interrupted: "
 )
 
 
@@ -233,7 +287,8 @@ def _stop(workers: list[BaseProcess]) -> None:
     wait for them to record their trials; kill what is left."""
     for worker in workers:
         if worker.is_alive():
-            os.kill(worker.pid, signal.SIGINT)
+            with contextlib.suppress(ProcessLookupError):  # it ended since
+                os.kill(worker.pid, signal.SIGINT)
     deadline = time.monotonic() + STOP_SECONDS
     for worker in workers:
         worker.join(timeout=max(0.0, deadline - time.monotonic()))

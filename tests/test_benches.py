@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,6 +18,7 @@ def _bench(*args: str) -> str:
     return run.stdout
 
 
+@pytest.mark.slow  # 39 s; not among the GPU window's scripts; `make test-all` runs it
 def test_the_study_benchmark_runs_its_overhead_and_ask_parts():
     out = _bench("bench/bench_study.py", "--parts", "1,2", "--overhead-trials", "2",
                  "--rounds", "1", "--history", "12", "--asks", "1",

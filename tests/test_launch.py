@@ -1,6 +1,7 @@
 """`ranknas search CONFIG --workers N`: worker processes placed on the machine's devices,
 one command, one display, the budget met exactly."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -159,16 +160,7 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
                          mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, config)
     search = _search(path, "--workers", "2")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:  # stop it while both workers train
-        time.sleep(0.3)
-        try:
-            running = [t for t in load_study(config["name"], config["storage"]).trials
-                       if t.state == TrialState.RUNNING]  # fmt: skip
-        except RanknasError:
-            running = []
-        if len(running) == 2:
-            break
+    _wait_for_running(config, 2, timeout_s=300)  # stop it while both workers train
     assert search.poll() is None, search.communicate()[0]
     search.send_signal(signal.SIGTERM)
     output = search.communicate(timeout=120)[0]
@@ -189,3 +181,62 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     assert again.returncode == 0, output
     # the interrupted trials in MLflow as killed: each worker's last delivery as it stopped
     check_nothing_lost_or_duplicated(config, server.uri)
+
+
+def _wait_for_running(config: dict, count: int, timeout_s: float) -> None:
+    """Until `count` trials of the study are RUNNING (at least), or `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        try:
+            running = [t for t in load_study(config["name"], config["storage"]).trials
+                       if t.state == TrialState.RUNNING]  # fmt: skip
+        except RanknasError:
+            running = []
+        if len(running) >= count:
+            return
+
+
+@pytest.mark.slow  # about 40 s each; `make test-all` runs them
+@pytest.mark.parametrize("how", ["group-sigterm", "launcher-sigkill"])
+def test_workers_stop_with_their_group_or_when_their_launcher_is_gone(how, tmp_path):
+    """A SIGTERM to the whole group (systemd, SLURM) killed the server the workers were
+    forked from, and the launcher took them all for ended while they trained on; a
+    launcher killed outright left its workers running the study."""
+    config = tiny_config(tmp_path, how, data={"rows": 48_000},
+                         training={"batch_size": 32, "evals": 2},
+                         budget={"trials": 4, "epochs_per_trial": 1})  # fmt: skip
+    command = [sys.executable, "-c", LAUNCHER, "search", str(write_config(tmp_path, config)),
+               "--workers", "2"]  # fmt: skip
+    search = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)  # fmt: skip
+    _wait_for_running(config, 2, timeout_s=300)
+    assert search.poll() is None, search.communicate()[0]
+    if how == "group-sigterm":
+        os.killpg(search.pid, signal.SIGTERM)
+    else:
+        search.kill()
+    output = search.communicate(timeout=120)[0]
+    if how == "group-sigterm":  # the launcher waited for its workers to record their trials
+        assert search.returncode == 130, output
+        study = load_study(config["name"], config["storage"])
+        assert not [t for t in study.trials if t.state == TrialState.RUNNING], output
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the workers record their trials as they stop
+        study = load_study(config["name"], config["storage"])
+        if not [t for t in study.trials if t.state == TrialState.RUNNING]:
+            break
+        time.sleep(0.5)
+    study = load_study(config["name"], config["storage"])
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
+    interrupted = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
+    assert len(interrupted) == 2, output
+
+
+def test_the_display_relays_why_a_study_ended_but_not_a_workers_banner():
+    """The pattern that keeps each worker's banner out of the display also kept out the
+    line saying why the study ended before its budget."""
+    from nas.launch import _TRIAL_LINE
+
+    assert _TRIAL_LINE.match("study 'q': tpe over the dag space, 4 trials, storage sqlite:///x")
+    assert not _TRIAL_LINE.match("study 'q' ended at 2 of 4 trials: the searcher proposed 9 ")
