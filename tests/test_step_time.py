@@ -133,6 +133,7 @@ def test_links_refuses_an_unwritable_out_before_measuring(tmp_path, capsys, out)
         assert f"{tmp_path / 'a-file'} is a file, not a folder" in error
 
 
+@pytest.mark.slow  # 27 s (two gloo processes timed); `make test-all` runs it
 def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     """`ranknas shard links` measures this machine's collectives and the sharded runtime's
     own cost a step (a probe model trained as a sharded trial trains); a study's

@@ -86,6 +86,7 @@ def test_two_workers_finish_exactly_n_trials_with_no_duplicate(tmp_path):
     assert len({t.user_attrs["worker"] for t in study.trials}) == 2, "both workers ran trials"
 
 
+@pytest.mark.slow  # 29 s; `make test-all` runs it (SQLite's kill tests run in `make test`)
 def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
     name = f"pg-kill-{uuid.uuid4().hex[:8]}"
     trials = 4
