@@ -167,7 +167,7 @@ def forked_worker(device: str) -> str:
     (`nas.launch._starter`) can compute on `device`: "ok", else its exit status."""
     from nas.launch import _starter, visible_gpus
 
-    context = _starter(visible_gpus() if device.startswith("cuda") else [])
+    context, _ = _starter(visible_gpus() if device.startswith("cuda") else [])
     if context.get_start_method() != "forkserver":
         return "not forked (RANKNAS_WORKER_START=spawn, or MIG or no NVML count)"
     child = context.Process(target=_compute_on, args=(device,))

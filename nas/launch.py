@@ -93,12 +93,12 @@ def launch(
                            "choose a writable directory") from None  # fmt: skip
     where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
-    context, workers = _starter(gpus), []
+    (context, unset_nvml_check), workers = _starter(gpus), []
     relay = _Relay([logs / f"worker-{i}.log" for i in range(count)])
     try:  # a signal while they start stops those already started; so does any failure here
         for i, place in enumerate(places):
             log = logs / f"worker-{i}.log"
-            workers.append(_start(context, config_path, place, log, extra_args))
+            workers.append(_start(context, config_path, place, log, extra_args, unset_nvml_check))
         _watch(config, workers, relay)
     except BaseException:
         _stop(workers)
@@ -116,11 +116,15 @@ def launch(
 
 
 def _start(
-    context: BaseContext, config_path: str, place: Placement, log: Path, extra_args: list[str]
+    context: BaseContext,
+    config_path: str,
+    place: Placement,
+    log: Path,
+    extra_args: list[str],
+    unset_nvml_check: bool,
 ) -> BaseProcess:
     argv = ["search", config_path, "--one-worker", "--threads", str(place.threads), *extra_args]
-    unset = context.get_start_method() == "forkserver" and _set_nvml_check()
-    worker = context.Process(target=_worker, args=(argv, place.gpu, str(log), unset),
+    worker = context.Process(target=_worker, args=(argv, place.gpu, str(log), unset_nvml_check),
                              name=log.stem)  # fmt: skip
     try:
         worker.start()
@@ -133,17 +137,18 @@ def _start(
     return worker
 
 
-def _starter(gpus: list[str]) -> BaseContext:
+def _starter(gpus: list[str]) -> tuple[BaseContext, bool]:
     """How workers start: forked from a server process that imported the trainer (torch,
     torchrec, fbgemm: seconds of CPU a process) once (`nas.worker_preload`), instead of
     each importing it; each in a fresh interpreter with RANKNAS_WORKER_START=spawn, or where
     the server could not be kept from making a CUDA context, which a forked child cannot
-    use: torch counts GPUs without one only through NVML, which does not see MIG instances."""
+    use: torch counts GPUs without one only through NVML, which does not see MIG instances.
+    Also whether NVML_CHECK was set here for the server, so that the workers unset it."""
     if os.environ.get("RANKNAS_WORKER_START", "forkserver") == "spawn" or not _forkable(gpus):
-        return multiprocessing.get_context("spawn")
+        return multiprocessing.get_context("spawn"), False
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["nas.worker_preload"])
-    return context
+    return context, _set_nvml_check()
 
 
 def _forkable(gpus: list[str]) -> bool:
