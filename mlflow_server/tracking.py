@@ -136,6 +136,15 @@ class StudyLogger:
         record = {"params": _params(params), "tags": _tags(tags), "reevaluated": reevaluated}
         self._enqueue("study", record)
 
+    def end_study(self, study_name: str, status: str, experiment_name: str | None = None) -> None:
+        """End the study's parent run with `status` (KILLED after a Ctrl-C, FAILED after an
+        error) where it exists and is still RUNNING, so that the UI does not show a stopped
+        study running; creates nothing. Resuming the study sets it RUNNING again."""
+        if self._study is None:
+            _check_quotable(study_name)
+            self._study = {"study": study_name, "experiment": experiment_name or study_name}
+        self._enqueue("end", {"status": _status(status)})
+
     def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
 
@@ -212,6 +221,11 @@ class StudyLogger:
         if experiment_id is None:
             return None
         return study_view_url(self._tracking_uri, experiment_id, study["study"])
+
+    @property
+    def started(self) -> bool:
+        """Whether `start_study` was called."""
+        return self._study is not None
 
     def pending(self) -> int:
         """Records not yet delivered (for progress display)."""
@@ -296,7 +310,8 @@ class _Writer:
         self._experiments: dict[str, str] = {}
 
     def deliver(self, kind: str, record: dict[str, Any]) -> None:
-        handlers = {"study": self._study, "trial": self._trial, "summary": self._summary}
+        handlers = {"study": self._study, "trial": self._trial, "summary": self._summary,
+                    "end": self._end}  # fmt: skip
         handlers[kind](record)
 
     def _study(self, record: dict[str, Any]) -> None:
@@ -343,6 +358,15 @@ class _Writer:
         self._upload(run_id, record["artifacts"])
         if record["status"] is not None:
             self._set_status(run_id, record["status"], record["ts"])
+
+    def _end(self, record: dict[str, Any]) -> None:
+        experiment = self._client.get_experiment_by_name(record["experiment"])
+        if experiment is None:
+            return
+        match = {STUDY_TAG: record["study"], KIND_TAG: "study"}
+        for run_id in self._search(experiment.experiment_id, match)[:1]:
+            if self._client.get_run(run_id).info.status == "RUNNING":
+                self._set_status(run_id, record["status"], record["ts"])
 
     def known_experiment(self, name: str) -> str | None:
         """The id of experiment `name` if a delivery has found or made it."""

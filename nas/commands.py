@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,28 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     launched = not args.one_worker and _launches_workers(config, args.workers)
     logger = _logger(config)
     try:
-        return _run_search(args, config, logger, launched, summarize)
+        if args.one_worker:  # the launcher ends the parent run
+            return _run_search(args, config, logger, launched, summarize)
+        with parent_run_ended_on_error(logger, config, launched):
+            return _run_search(args, config, logger, launched, summarize)
     finally:
         if logger is not None:  # its last delivery (a forked worker runs no atexit handlers)
             logger.close()
+
+
+@contextmanager
+def parent_run_ended_on_error(logger, config, launched: bool = False):
+    """A study's parent run in MLflow ends KILLED when the command is interrupted and
+    FAILED when it stops on an error, instead of showing RUNNING for good; only once this
+    process (or, `launched`, its workers) started it: a mistake found first leaves a
+    finished study's run as it was."""
+    try:
+        yield
+    except BaseException as exc:
+        if logger is not None and (logger.started or launched):
+            status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+            logger.end_study(config.name, status, config.mlflow.experiment)
+        raise
 
 
 def _run_search(args: argparse.Namespace, config, logger, launched: bool, summarize: bool) -> int:
@@ -105,7 +124,8 @@ def _run_workers(args: argparse.Namespace, config, logger):
                            "says, then run the same command again to resume")  # fmt: skip
     if logger is not None:  # the workers made the parent run: this finds it
         logger.start_study(config.name, params=config.mlflow_params(),
-                           tags={"searcher": config.searcher.type})  # fmt: skip
+                           tags={"searcher": config.searcher.type},
+                           experiment_name=config.mlflow.experiment)  # fmt: skip
     return load_study(config.name, config.storage)
 
 
@@ -352,18 +372,19 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
     study = load_study(config.name, config.storage)
-    logger = _logger(config)
-    if logger is not None:
-        logger.start_study(config.name)
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
     check_protocol(study, config, data)
     for name in args.baselines:
         load_baseline(name, data.train.schema)  # a wrong name or file stops it before training
     claim_output_dir(config)
+    logger = _logger(config)
+    if logger is not None:
+        logger.start_study(config.name, experiment_name=config.mlflow.experiment)
     print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
           "trial")  # fmt: skip
-    train_baselines(study, config, args.baselines, data, logger, bars.write)
+    with parent_run_ended_on_error(logger, config):
+        train_baselines(study, config, args.baselines, data, logger, bars.write)
     print_comparison(study)
     from nas import leaderboard
 
@@ -375,13 +396,13 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def log_reevaluation(logger, study, table: list[dict]) -> None:
+def log_reevaluation(logger, study, table: list[dict], experiment: str | None = None) -> None:
     """Each retrained trial's mean and spread on its nested run, the table on the study's
     parent run (whose summary, `summarize_study`, then moves to the seed means)."""
     from nas import leaderboard
 
     study_name = study.study_name
-    logger.start_study(study_name, reevaluated=True)  # the view shows the seed means
+    logger.start_study(study_name, experiment_name=experiment, reevaluated=True)  # seed means
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
                    "reeval_seeds": row["seeds"]}  # fmt: skip
@@ -416,7 +437,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     study = load_study(config.name, config.storage)
     logger = _logger(config)
     if logger is not None:
-        log_reevaluation(logger, study, table)
+        log_reevaluation(logger, study, table, config.mlflow.experiment)
     summarize_study(logger, study, leaderboard.rows(study))
     if logger is not None:
         flush(logger, config)
@@ -469,7 +490,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         tracking_uri=tracking_uri,
         alias=alias,
         provenance=_provenance(study, trial, metrics),
-        source_run_id=_trial_run(tracking_uri, study.study_name, trial.number),
+        source_run_id=_trial_run(
+            tracking_uri,
+            study.study_name,
+            trial.number,
+            config.mlflow.experiment if config else None,
+        ),
         step=read_step(trial_dir),
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
@@ -574,7 +600,9 @@ def _export_tracking_uri(given: str | None, config) -> str:
     return uri
 
 
-def _trial_run(tracking_uri: str | None, study: str, number: int) -> str | None:
+def _trial_run(
+    tracking_uri: str | None, study: str, number: int, experiment_name: str | None
+) -> str | None:
     """The trial's own MLflow run, if the server has it (the registered version's source)."""
     if not tracking_uri:
         return None
@@ -582,7 +610,7 @@ def _trial_run(tracking_uri: str | None, study: str, number: int) -> str | None:
         from mlflow import MlflowClient
 
         client = MlflowClient(tracking_uri)
-        experiment = client.get_experiment_by_name(study)
+        experiment = client.get_experiment_by_name(experiment_name or study)
         if experiment is None:
             return None
         runs = client.search_runs([experiment.experiment_id], f"tags.`ranknas.study` = '{study}' "

@@ -496,7 +496,10 @@ class MlflowConfig(_Section):
     tracking_uri: str | None = Field(
         default=DEFAULT_TRACKING_URI, description="null: do not log to MLflow"
     )
-    experiment: str | None = None
+    experiment: str | None = Field(
+        default=None,
+        description="the MLflow experiment of the study's runs (null: the study's name)",
+    )
 
     @field_validator("tracking_uri")
     @classmethod

@@ -463,6 +463,7 @@ def _run_study(
             config.name,
             params=config.mlflow_params(),
             tags={"searcher": config.searcher.type},
+            experiment_name=config.mlflow.experiment,
         )
     if config.baselines:
         needed = (  # the study waits for these baselines (the screen: for the base's weights)

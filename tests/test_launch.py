@@ -176,6 +176,8 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     runs = client.search_runs([experiment], "tags.`ranknas.kind` = 'trial'")
     status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
     assert [status.get(t.number) for t in interrupted] == ["KILLED", "KILLED"], status
+    parents = client.search_runs([experiment], "tags.`ranknas.kind` = 'study'")
+    assert [run.info.status for run in parents] == ["KILLED"]  # the launcher ended it
     again = _search(path, "--workers", "2")
     output = again.communicate(timeout=600)[0]
     assert again.returncode == 0, output

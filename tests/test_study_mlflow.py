@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mlflow import MlflowClient
+from mlflow.entities import Run
 
 from mlflow_server import StudyLogger, down, up
 from nas.commands import log_summary
@@ -15,6 +16,7 @@ from nas.leaderboard import rows
 from nas.runner import run_study
 from nas.trial_record import read_architecture
 from search_space.architecture import analyze
+from search_space.errors import RanknasError
 from study_helpers import tiny_config
 
 
@@ -220,3 +222,47 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     for number in retrained:  # what the search logged is still there
         assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
         assert trials[number].data.metrics["reeval_seeds"] == 2
+
+
+def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
+    tmp_path, server, monkeypatch
+):
+    """`mlflow.experiment` was printed and then ignored (the runs went to an experiment
+    named after the study), and a study stopped by Ctrl-C or an error showed RUNNING for
+    good. Now: KILLED or FAILED, RUNNING again on resume, FINISHED at the end."""
+    from nas import runner
+    from nas.cli import main
+    from study_helpers import write_config
+
+    raw = tiny_config(tmp_path, "stopped", budget={"trials": 4},
+                      mlflow={"tracking_uri": server.uri, "experiment": "team"})  # fmt: skip
+    path = str(write_config(tmp_path, raw))
+    outbox = parse_config(raw).study_dir / "mlflow-outbox"
+    client = MlflowClient(tracking_uri=server.uri)
+    train = runner.run_trial
+
+    def parent_after(code: int, failure: BaseException | None) -> Run:
+        calls = []
+
+        def second_fails(*args, **kwargs):
+            calls.append(1)
+            if failure is not None and len(calls) == 2:
+                raise failure
+            return train(*args, **kwargs)
+
+        monkeypatch.setattr(runner, "run_trial", second_fails)
+        assert main(["search", path]) == code
+        assert StudyLogger(server.uri, outbox).flush(timeout_s=30) == 0
+        return _runs(client, "team")[0]
+
+    assert parent_after(130, KeyboardInterrupt()).info.status == "KILLED"
+    assert client.get_experiment_by_name("stopped") is None
+    assert parent_after(2, RanknasError("a bad row")).info.status == "FAILED"
+    parent = parent_after(0, None)
+    assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"]
+    _, trials = _runs(client, "team")
+    assert {run.info.status for run in trials.values()} >= {"FINISHED", "KILLED"}
+    # a mistake found before anything ran leaves the finished study's run as it was
+    assert main(["baseline", "add", path, "no-such-model"]) == 2
+    assert StudyLogger(server.uri, outbox).flush(timeout_s=30) == 0
+    assert _runs(client, "team")[0].info.status == "FINISHED"
