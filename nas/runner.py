@@ -79,6 +79,7 @@ from nas.trial_record import (
     architecture_params,
     counted,
     counted_trials,
+    failure_reason,
     mlflow_record,
     read_architecture,
     read_step,
@@ -829,7 +830,7 @@ def _trained(trial: FrozenTrial) -> bool:
 def _log_dead_trials(study: optuna.Study, logger: Any) -> None:
     """Trials failed by missed heartbeats (their process died) get their MLflow run too."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if TrialAttr.FAILURE_REASON not in trial.user_attrs:
+        if failure_reason(trial) == DIED:
             summary = {"status": "failed", "failure_reason": DIED}
             record = mlflow_record(space_params(trial.params), summary, {}, {}, {})
             logger.log_trial(trial.number, **record)

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import logging
 import re
 import sqlite3
 import threading
@@ -25,7 +26,10 @@ from optuna.trial import Trial, TrialState
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from nas.trial_record import DIED
 from search_space.errors import RanknasError
+
+_log = logging.getLogger(__name__)
 
 
 def redact(url: str) -> str:
@@ -73,13 +77,22 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
         heartbeat = {
             "heartbeat_interval": heartbeat_seconds,
             "grace_period": 3 * heartbeat_seconds,
-            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=3),
+            "heartbeat_stale_trial_callback": _SaidAndRetried(max_retry=3),
         }
     with _unreachable_as_user_error(url):
         storage = RDBStorage(normalize_url(url), **heartbeat)
     if path is not None:
         _write_ahead_log(storage.engine)
     return storage
+
+
+class _SaidAndRetried(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a dead worker's trial, said by the worker that failed it (a resumed
+    study showed nothing of it before its summary)."""
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        _log.warning("trial %d: %s", trial.number, DIED)
+        super().__call__(study, trial)
 
 
 @contextlib.contextmanager

@@ -119,7 +119,7 @@ def test_a_killed_study_resumes_to_exactly_the_asked_trials(tmp_path):
     assert all(t.state != TrialState.FAIL or t.user_attrs["failure_reason"] for t in retried)
 
 
-def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_path):
+def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_path, caplog):
     # max_failures: a tiny model diverging (NE >= 1 on these 4,000 rows) is not what is tested
     budget = {"trials": 2, "max_failures": 50}
     config = parse_config(tiny_config(tmp_path, "unbeaten", budget=budget))
@@ -129,6 +129,8 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     orphan = study.ask()
     config = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": 3})})
     run_study(config, progress=lambda line: None)  # waited on the orphan forever before
+    # the resumed run says what it failed (it said nothing before its summary)
+    assert f"trial {orphan.number}: the worker died (missed heartbeats)" in caplog.text
     study = load_study("unbeaten", config.storage)
     states = _states(study)
     assert states["RUNNING"] == 0 and len(counted(study)) == 3
