@@ -292,7 +292,12 @@ class BudgetConfig(_Section):
     epochs_per_trial: float | None = Field(
         default=None, gt=0, description="instead of examples_per_trial: passes over the data"
     )
-    trial_seconds: float | None = Field(default=None, gt=0)
+    trial_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="a trial's training stops after this many seconds "
+        "(wall clock; trials then differ by machine speed, so NE compare less well)",
+    )
     time_limit_minutes: float | None = Field(default=None, gt=0, description="whole study")
     max_failures: int | None = Field(default=None, ge=1, description="default: trials")
     confirm_seeds: int = Field(
