@@ -367,10 +367,14 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.protocol import check_protocol, prepare_data
     from nas.runner import claim_output_dir
     from nas.storage import load_study
+    from search_space.preset_names import unknown_architecture
 
     config = load_config(args.config)
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
+    problems = [p for p in map(unknown_architecture, args.baselines) if p]
+    if problems:  # said before the data loads (minutes on a large log)
+        raise RanknasError("baselines: " + "; ".join(problems))
     study = load_study(config.name, config.storage)
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)

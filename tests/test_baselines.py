@@ -158,7 +158,9 @@ def test_the_search_finding_the_baseline_itself_is_no_win():
     assert "the search wins" not in text
 
 
-def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_path, capsys):
+def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
+    tmp_path, capsys, monkeypatch
+):
     config = _config(tmp_path, "later", baselines=(), budget={"trials": 2})
     path = write_config(tmp_path, config)
     study = run_study(parse_config(config), progress=lambda line: None)
@@ -178,6 +180,10 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(tmp_pat
     mean_dlrm = sum(val for val, _ in runs["baseline:dlrm"].values()) / 2
     assert v["best_baseline"]["val_ne"] == mean_dlrm
 
+    def no_data(config):
+        raise AssertionError("the data was loaded before the baseline's name was checked")
+
+    monkeypatch.setattr("nas.protocol.prepare_data", no_data)
     assert main(["baseline", "add", str(path), "no_such_model", "--no-mlflow"]) == 2
     assert "baselines: no_such_model: neither a preset" in capsys.readouterr().err
 
