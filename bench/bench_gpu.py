@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from search_space import builder
 from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig, analyze
 from search_space.builder import build_model
 from search_space.presets import preset
@@ -84,20 +85,29 @@ def run_once(
 
 
 def measure(
-    arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=True, compiled=False
-) -> dict:
+    arch, data, batch, steps, repeats, device, peak_tflops, cuda_graph=True, compiled=False,
+    cast_inputs=True,
+) -> dict:  # fmt: skip
     """The median of `repeats` runs after a warm-up run (which also compiles, if
-    `compiled`: later models of the same shape reuse the compiled code)."""
-    run_once(arch, data, batch, max(5, steps // 10), device, cuda_graph, compiled)
-    runs = [run_once(arch, data, batch, steps, device, cuda_graph, compiled)
-            for _ in range(repeats)]  # fmt: skip
+    `compiled`: later models of the same shape reuse the compiled code). `cast_inputs`
+    False: the network's inputs stay fp32 under autocast, as before
+    `builder.AUTOCAST_INPUTS`."""
+    builder.AUTOCAST_INPUTS = cast_inputs
+    try:
+        run_once(arch, data, batch, max(5, steps // 10), device, cuda_graph, compiled)
+        runs = [run_once(arch, data, batch, steps, device, cuda_graph, compiled)
+                for _ in range(repeats)]  # fmt: skip
+    finally:
+        builder.AUTOCAST_INPUTS = True
     speeds = [r["throughput"] for r in runs]
     throughput = statistics.median(speeds)
     flops = analyze(arch).flops
     achieved = 3 * flops * throughput / 1e12
     return {
         "model": arch.name,
-        "step": ("graph" if cuda_graph else "eager") + ("+compile" if compiled else ""),
+        "step": ("graph" if cuda_graph else "eager")
+        + ("+compile" if compiled else "")
+        + ("" if cast_inputs else "+fp32in"),
         "batch": batch,
         "examples_per_s": round(throughput),
         "spread": round((max(speeds) - min(speeds)) / 2),
@@ -109,7 +119,9 @@ def measure(
 
 
 STUDY_MODELS = ("dlrm", "dcnv2", "wukong")
-WAYS = {"eager": (False, False), "graph": (True, False), "compile": (True, True)}
+# (CUDA graph, compiled, inputs cast to bf16); "-fp32in": the inputs left in fp32
+WAYS = {"eager": (False, False, True), "graph": (True, False, True), "compile": (True, True, True),
+        "graph-fp32in": (True, False, False), "compile-fp32in": (True, True, False)}  # fmt: skip
 
 
 def step_rows(args, results: dict, save, small, criteo) -> None:
@@ -117,7 +129,7 @@ def step_rows(args, results: dict, save, small, criteo) -> None:
     compiled) side by side: the presets at `args.batches`, then MLPerf's shape at its
     batch."""
     peak = args.peak_tflops if args.device.startswith("cuda") else 0.0
-    models = args.step_models.split(",")
+    models = [m for m in args.step_models.split(",") if m]  # "": the MLPerf shape alone
     cases = [(m, b) for b in map(int, args.batches.split(",")) for m in models]
     if args.mlperf_batch:
         cases.insert(len(models), ("mlperf_dlrm_dcnv2", args.mlperf_batch))
@@ -126,9 +138,9 @@ def step_rows(args, results: dict, save, small, criteo) -> None:
         arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
         steps = args.steps if batch <= 512 else max(50, args.steps // 2)
         for way in args.ways.split(","):
-            graph, compiled = WAYS[way]
+            graph, compiled, cast = WAYS[way]
             row = measure(arch, data, batch, steps, args.repeats, args.device, peak, graph,
-                          compiled)  # fmt: skip
+                          compiled, cast)  # fmt: skip
             results["steps"].append(row)
             save()
             mfu = f"{row['mfu']:.2%}" if row["mfu"] is not None else "-"
@@ -250,26 +262,23 @@ def study_rows(args, results: dict, save) -> None:
 
 
 def profile_rows(args, small, criteo) -> None:
-    """Where a step's GPU time goes: torch.profiler's kernels over 30 steps of the MLPerf
-    shape at its batch and dcnv2 at 512, replayed as a graph, then the same ops run eagerly
-    (a step that never leaves its warm-up)."""
+    """Where a step's GPU time goes: torch.profiler's kernels over 30 steps replayed as a
+    graph, the MLPerf shape at its batch compiled (the step its MFU target is measured on),
+    dcnv2 at 512 as it is."""
     from torch.profiler import ProfilerActivity, profile
 
-    from trainers import steps as step_module
-
-    for model, batch in (("mlperf_dlrm_dcnv2", args.mlperf_batch), ("dcnv2", 512)):
+    for model, batch, compiled in (("mlperf_dlrm_dcnv2", args.mlperf_batch, True),
+                                   ("dcnv2", 512, False)):  # fmt: skip
         data = criteo if model == "mlperf_dlrm_dcnv2" else small
         arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
-        for label, warmup in (("graph", step_module.WARMUP_STEPS), ("eager ops", 10**9)):
-            step_module.WARMUP_STEPS = warmup
-            run_once(arch, data, batch, 10, args.device)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                run_once(arch, data, batch, 30, args.device)
-            torch.cuda.synchronize()
-            print(f"\n### profile: {model} batch {batch}, {label}", flush=True)
-            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18,
-                                            max_name_column_width=60), flush=True)  # fmt: skip
-        step_module.WARMUP_STEPS = 3
+        run_once(arch, data, batch, 10, args.device, compiled=compiled)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            run_once(arch, data, batch, 30, args.device, compiled=compiled)
+        torch.cuda.synchronize()
+        label = "graph + compile" if compiled else "graph"
+        print(f"\n### profile: {model} batch {batch}, {label}", flush=True)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25,
+                                        max_name_column_width=60), flush=True)  # fmt: skip
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -402,7 +411,8 @@ def main() -> None:
     parser.add_argument(
         "--ways",
         default="eager,graph",
-        help="study suite: the steps compared (eager, graph, compile)",
+        help="study suite: the steps compared (eager, graph, compile; graph-fp32in and "
+        "compile-fp32in: with the network's inputs left in fp32 under autocast)",
     )
     parser.add_argument("--step-models", default=",".join(STUDY_MODELS), help="study suite")
     parser.add_argument(

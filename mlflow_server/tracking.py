@@ -136,14 +136,23 @@ class StudyLogger:
         record = {"params": _params(params), "tags": _tags(tags), "reevaluated": reevaluated}
         self._enqueue("study", record)
 
-    def end_study(self, study_name: str, status: str, experiment_name: str | None = None) -> None:
+    def end_study(
+        self,
+        study_name: str,
+        status: str,
+        experiment_name: str | None = None,
+        metrics: Mapping[str, float] | None = None,
+        tags: Mapping[str, Any] | None = None,
+    ) -> None:
         """End the study's parent run with `status` (KILLED after a Ctrl-C, FAILED after an
-        error) where it exists and is still RUNNING, so that the UI does not show a stopped
-        study running; creates nothing. Resuming the study sets it RUNNING again."""
+        error), logging `metrics` and `tags` (the best so far) first, where the run exists
+        and is still RUNNING, so that the UI does not show a stopped study running; creates
+        nothing. Resuming the study sets it RUNNING again."""
         if self._study is None:
             _check_quotable(study_name)
             self._study = {"study": study_name, "experiment": experiment_name or study_name}
-        self._enqueue("end", {"status": _status(status)})
+        record = {"status": _status(status), "metrics": _metrics(metrics), "tags": _tags(tags)}
+        self._enqueue("end", record)
 
     def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).
@@ -366,6 +375,7 @@ class _Writer:
         match = {STUDY_TAG: record["study"], KIND_TAG: "study"}
         for run_id in self._search(experiment.experiment_id, match)[:1]:
             if self._client.get_run(run_id).info.status == "RUNNING":
+                self._log_batch(run_id, record)
                 self._set_status(run_id, record["status"], record["ts"])
 
     def known_experiment(self, name: str) -> str | None:

@@ -236,7 +236,12 @@ def _study_commands(command, commands) -> None:
 
     for name, handler, text in (
         ("search", handlers.cmd_search, "run a search study (resumes if it exists)"),
-        ("worker", handlers.cmd_worker, "join a running study as one more worker"),
+        (
+            "worker",
+            handlers.cmd_worker,
+            "join a running study with more workers (one, or "
+            "--workers N, or the config's workers.count)",
+        ),
     ):
         sub = command(name, handler, text)
         sub.set_defaults(resumes=True)

@@ -61,8 +61,19 @@ def parent_run_ended_on_error(logger, config, launched: bool = False):
     except BaseException as exc:
         if logger is not None and (logger.started or launched):
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            logger.end_study(config.name, status, config.mlflow.experiment)
+            metrics, tags = _best_so_far(config)
+            logger.end_study(config.name, status, config.mlflow.experiment, metrics, tags)
         raise
+
+
+def _best_so_far(config) -> tuple[dict, dict]:
+    """The best trial's metrics and tags as the summary logs them, if the study has one."""
+    from nas.storage import load_study
+
+    try:
+        return best_fields(load_study(config.name, config.storage))
+    except Exception:  # the storage failed (the error being handled): the run just ends
+        return {}, {}
 
 
 def _run_search(args: argparse.Namespace, config, logger, launched: bool, summarize: bool) -> int:
@@ -179,16 +190,9 @@ def log_summary(logger, study, table) -> None:
     the verdict on the study's parent run (after a search, `reevaluate` and `baseline add`)."""
     from nas import leaderboard
 
-    best = leaderboard.study_best(study)
-    metrics = {
-        "best_val_ne": best["val_ne"],
-        "best_test_ne": best["test_ne"] if best["test_ne"] is not None else float("nan"),
-        "best_mflops": best["mflops"],
-        "complete_trials": len(table),
-    }
-    tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"],
-            "best_basis": best["basis"], "best": leaderboard.describe_best(best),
-            "mlflow.note.content": leaderboard.markdown(study, table)}  # fmt: skip
+    metrics, tags = best_fields(study)
+    metrics["complete_trials"] = len(table)
+    tags["mlflow.note.content"] = leaderboard.markdown(study, table)
     verdict = leaderboard.verdict(study)
     if verdict:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
@@ -207,6 +211,24 @@ def log_summary(logger, study, table) -> None:
         | _importance_artifact(study),
         tags=tags,
     )
+
+
+def best_fields(study) -> tuple[dict[str, float], dict[str, str]]:
+    """The study's best (`leaderboard.study_best`) as the parent run's metrics and tags;
+    empty while it has none."""
+    from nas import leaderboard
+
+    best = leaderboard.study_best(study)
+    if best is None:
+        return {}, {}
+    metrics = {
+        "best_val_ne": best["val_ne"],
+        "best_test_ne": best["test_ne"] if best["test_ne"] is not None else float("nan"),
+        "best_mflops": best["mflops"],
+    }
+    tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"],
+            "best_basis": best["basis"], "best": leaderboard.describe_best(best)}  # fmt: skip
+    return metrics, tags
 
 
 def _importance_artifact(study) -> dict[str, str]:

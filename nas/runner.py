@@ -57,6 +57,7 @@ from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.storage import (
     beating,
+    check_server,
     fail_stale_trials,
     open_storage,
     params_in_one_transaction,
@@ -87,7 +88,7 @@ from nas.trial_record import (
     summary_name,
     write_architecture,
 )
-from search_space.architecture import Architecture, digest
+from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError, SpecError
 from search_space.spaces import SearchSpace, make_space
@@ -420,6 +421,7 @@ def _run_study(
 ) -> optuna.Study:
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
+    check_server(config.storage)
     try:  # every trial writes here: a wrong place must stop the study, not fail each trial
         made = [d for d in (config.study_dir, *config.study_dir.parents) if not d.exists()]
         config.study_dir.mkdir(parents=True, exist_ok=True)
@@ -508,15 +510,17 @@ def _run_study(
                 # a second signal (a launch's workers get the terminal's and the launcher's)
                 # would leave the trial RUNNING, failed later as "died": held until recorded
                 with _interrupts_held():
-                    _finish(study, trial, _failed(trial, INTERRUPTED, config, worker), logger)
+                    stopped = _failed(trial, INTERRUPTED, config, worker, space)
+                    _finish(study, trial, stopped, logger)
                     with study_lock(config.storage, config.name):  # no worker pops the queue
                         retry_first(study, trial.params)  # the next run retries this architecture
                 raise
             except RanknasError:
-                _finish(study, trial, _failed(trial, "invalid input", config, worker), logger)
+                invalid = _failed(trial, "invalid input", config, worker, space)
+                _finish(study, trial, invalid, logger)
                 raise
             except Exception as exc:  # a broken trial is a recorded result, not the study's end
-                outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker)
+                outcome = _failed(trial, f"{type(exc).__name__}: {exc}", config, worker, space)
             # trained: a Ctrl-C now (drawing the diagram, queueing and delivering the MLflow
             # run) waits until the result is told, then stops the study; it never leaves
             # the trial RUNNING, to be failed on resume as "the worker died"
@@ -702,12 +706,18 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
     study.tell(trial, outcome.values, state=outcome.state)
 
 
-def _failed(trial: Trial, reason: str, config: StudyConfig, worker: str) -> Outcome:
+def _failed(
+    trial: Trial, reason: str, config: StudyConfig, worker: str, space: SearchSpace | None = None
+) -> Outcome:
     trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
     tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
     status = INTERRUPTED if reason == INTERRUPTED else "failed"  # its MLflow run: KILLED
     summary = {"status": status, "failure_reason": reason}
-    record = mlflow_record(space_params(trial.params), summary, {}, tags, {})
+    name = None  # named by its architecture, as a trained trial's run is
+    with contextlib.suppress(SpecError):
+        arch = space.decode(trial.params) if space is not None else None
+        name = arch and f"trial-{trial.number} {summary_name(arch, analyze(arch).flops / 1e6)}"
+    record = mlflow_record(space_params(trial.params), summary, {}, tags, {}, name)
     return Outcome(TrialState.FAIL, None, record)
 
 

@@ -86,6 +86,20 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
     return storage
 
 
+def check_server(url: str) -> None:
+    """A database server's storage answers: a wrong URL is said before the data loads
+    (minutes on a large log). A SQLite file is made where the study starts."""
+    if _sqlite_path(url) is not None:
+        return
+    with _unreachable_as_user_error(url):
+        engine = create_engine(normalize_url(url))
+        try:
+            with engine.connect():
+                pass
+        finally:
+            engine.dispose()
+
+
 class _SaidAndRetried(RetryHeartbeatStaleTrialCallback):
     """Optuna's retry of a dead worker's trial, said by the worker that failed it (a resumed
     study showed nothing of it before its summary)."""

@@ -210,6 +210,8 @@ class CrossNet(nn.Module):
             self.C_kernels = kernels(num_experts, low_rank, low_rank)
 
     def forward(self, x0: torch.Tensor) -> torch.Tensor:
+        # the bias goes into the product (`linear`): added after it, an fp32 bias made the
+        # layer's elementwise work fp32 under autocast
         x = x0
         for layer in range(self.num_layers):
             bias = self.bias[layer].view(-1)
@@ -217,13 +219,13 @@ class CrossNet(nn.Module):
                 gate = torch.softmax(torch.cat([g(x) for g in self.gates], dim=1), dim=1)
                 v = torch.relu(torch.einsum("ern,bn->ber", self.V_kernels[layer], x))
                 c = torch.relu(torch.einsum("ers,bes->ber", self.C_kernels[layer], v))
-                u = torch.einsum("enr,ber->ben", self.U_kernels[layer], c)
-                x = torch.einsum("ben,be->bn", x0.unsqueeze(1) * (u + bias), gate) + x
+                u = torch.einsum("enr,ber->ben", self.U_kernels[layer], c) + bias.to(c.dtype)
+                x = torch.einsum("ben,be->bn", x0.unsqueeze(1) * u, gate.to(u.dtype)) + x
             elif hasattr(self, "W_kernels"):
                 low = nn.functional.linear(x, self.V_kernels[layer])
-                x = x0 * (nn.functional.linear(low, self.W_kernels[layer]) + bias) + x
+                x = x0 * nn.functional.linear(low, self.W_kernels[layer], bias) + x
             else:
-                x = x0 * (nn.functional.linear(x, self.kernels[layer]) + bias) + x
+                x = x0 * nn.functional.linear(x, self.kernels[layer], bias) + x
         return x
 
 
@@ -442,6 +444,7 @@ class FMBlock(BlockModule):
         self.reduce = reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()  # the sum-of-squares trick cancels: fp32 also under autocast
         total = x.sum(dim=1)
         out = 0.5 * (total * total - (x * x).sum(dim=1))
         return out.sum(dim=1, keepdim=True) if self.reduce else out

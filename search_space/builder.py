@@ -18,6 +18,11 @@ from search_space.architecture import Analysis, Architecture, EmbeddingConfig, a
 from search_space.blocks import OPS, BlockModule
 from search_space.schema import DatasetSchema
 
+# Under autocast, the network's inputs are cast to its dtype first. Left in fp32 (the
+# tables' dtype), the first cat of a bf16 block output with them promotes the rest of the
+# network's elementwise work, and the activations saved for backward, to fp32.
+AUTOCAST_INPUTS = True
+
 
 def embedding_bag_collection(
     emb: EmbeddingConfig, device: torch.device | str | None = None
@@ -90,6 +95,10 @@ class RankingModel(nn.Module):
     def interact(self, dense: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
         """The dense part: the blocks and the head on the dense features and the pooled
         embeddings (`embed`), as logits `[B]`."""
+        device = dense.device.type
+        if AUTOCAST_INPUTS and torch.is_autocast_enabled(device):
+            dtype = torch.get_autocast_dtype(device)
+            dense, pooled = dense.to(dtype), pooled.to(dtype) if pooled is not None else None
         outputs: dict[str, torch.Tensor] = {"dense": dense}
         if pooled is not None:
             outputs["sparse"] = pooled

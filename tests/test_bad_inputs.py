@@ -105,6 +105,14 @@ def _empty_data(tmp_path) -> list[str]:
     return ["data", "schema", str(tmp_path / "empty.csv"), "--label", "y"]
 
 
+def _unclosed_quote(tmp_path) -> list[str]:
+    """pandas' own words, with its 0-based row: "EOF inside string starting at row 41"."""
+    lines = [f"{i % 2},{i}.5,s{i % 4}\n" for i in range(60)]
+    lines[40] = '1,"3.5,s1\n'  # line 42, the header being line 1
+    (tmp_path / "quoted.csv").write_text("y,price,shop\n" + "".join(lines))
+    return ["data", "schema", str(tmp_path / "quoted.csv"), "--label", "y"]
+
+
 def _directory_as_data(tmp_path) -> list[str]:
     (tmp_path / "logs").mkdir()
     return ["train", "--arch", "dlrm", "--data", str(tmp_path / "logs")]
@@ -114,6 +122,15 @@ CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
     "an empty data file": (_empty_data, "empty.csv: the file is empty; give a file with a header"),
     "a directory as the data": (_directory_as_data, "is a directory: give one file of it"),
+    "a quote never closed": (_unclosed_quote, "quoted.csv: line 42: a quoted field opens there"),
+    "a database server that does not answer": (  # said before the data loads
+        lambda p: ["search", _study(p, storage="postgresql://postgres@127.0.0.1:9/test")],
+        "storage 'postgresql://postgres@127.0.0.1:9/test': cannot open it",
+    ),
+    "a table file that is not there": (
+        lambda p: ["shard", "plan", str(p / "none.yaml"), "--devices", "2"],
+        "none.yaml: no such file; give a table file",
+    ),
     "true as the number of trials (read as 1)": (
         lambda p: ["search", _study(p, budget={"trials": True})],
         "budget.trials: true is not a number",
@@ -322,9 +339,11 @@ CASES = {
 def test_a_mistake_is_one_clear_error(case, tmp_path, capsys):
     make_args, expected = CASES[case]
     assert main(make_args(tmp_path)) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.startswith("error:") and expected in err, err
     assert "Traceback" not in err
+    if case.startswith("a database server"):
+        assert "data:" not in out
 
     if case.startswith("a study that does not exist"):
         assert not (tmp_path / "none.db").exists()  # a read-only command creates nothing

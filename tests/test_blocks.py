@@ -151,3 +151,27 @@ def test_dot_product_and_its_gradient_match_the_pairs_one_by_one(self_interactio
     (grad,) = torch.autograd.grad((out * weights).sum(), x)
     (grad_expected,) = torch.autograd.grad((expected * weights).sum(), x)
     torch.testing.assert_close(grad, grad_expected)
+
+
+def test_under_autocast_the_network_runs_in_its_dtype_but_fm_cancels_in_fp32():
+    """A cat of a bf16 block output with the fp32 inputs promoted the rest of the network
+    (its elementwise work and the activations kept for backward) to fp32: the inputs are
+    cast first. FM's sum-of-squares trick cancels, so it computes in fp32 all the same."""
+    from search_space.builder import build_model
+    from search_space.presets import preset
+    from trainers.data import SyntheticConfig, generate_synthetic
+
+    data = generate_synthetic(SyntheticConfig(rows=64))
+    batch = next(iter(data.loader(64)))
+    seen = {}
+    for name in ("dcnv2", "deepfm"):
+        model = build_model(preset(name).bind(data.schema), seed=0)
+        for block, module in model.blocks.items():
+            module.register_forward_hook(
+                lambda m, args, out, key=(name, block): seen.update({key: (args[0], out)})
+            )
+        with torch.autocast("cpu", torch.bfloat16):
+            model(batch.dense, batch.sparse).float().sum().backward()
+    cross_in, cross_out = seen["dcnv2", "cross"]  # on the dense features and the embeddings
+    assert cross_in.dtype == cross_out.dtype == torch.bfloat16
+    assert seen["deepfm", "fm"][1].dtype == torch.float32

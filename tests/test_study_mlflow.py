@@ -255,13 +255,17 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
         assert StudyLogger(server.uri, outbox).flush(timeout_s=30) == 0
         return _runs(client, "team")[0]
 
-    assert parent_after(130, KeyboardInterrupt()).info.status == "KILLED"
+    killed = parent_after(130, KeyboardInterrupt())
+    assert killed.info.status == "KILLED"
+    assert killed.data.tags["best_trial"] == "0" and "best_val_ne" in killed.data.metrics
     assert client.get_experiment_by_name("stopped") is None
     assert parent_after(2, RanknasError("a bad row")).info.status == "FAILED"
     parent = parent_after(0, None)
     assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"]
     _, trials = _runs(client, "team")
     assert {run.info.status for run in trials.values()} >= {"FINISHED", "KILLED"}
+    killed = [run.info.run_name for run in trials.values() if run.info.status != "FINISHED"]
+    assert all(name.endswith(" MFLOPs") for name in killed), killed  # named as trained ones
     # a mistake found before anything ran leaves the finished study's run as it was
     assert main(["baseline", "add", path, "no-such-model"]) == 2
     assert StudyLogger(server.uri, outbox).flush(timeout_s=30) == 0

@@ -44,12 +44,16 @@ def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
 
 def _tables(source: str, schema: str | None) -> list[TableSpec]:
     """A table file, or the embedding tables of a preset / architecture file."""
+    from search_space.files import looked_for
     from search_space.presets import PRESETS, load_architecture
     from search_space.schema import load_schema
 
     path = Path(source)
     if source not in PRESETS and not path.exists():
-        raise RanknasError(f"{source}: neither a table file nor a preset ({', '.join(PRESETS)})")
+        table_file = path.suffix in (".yaml", ".yml", ".json")
+        kind = "no such file" if table_file else "neither a preset nor a file"
+        raise RanknasError(f"{source}: {kind}{looked_for(path)}; give a table file (YAML/JSON "
+                           f"`tables: [...]`) or a preset ({', '.join(PRESETS)})")  # fmt: skip
     is_arch = source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
     if is_arch:
         return tables_from_architecture(load_architecture(source, load_schema(schema)))

@@ -485,6 +485,11 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
     if path.is_file() and path.stat().st_size == 0:
         return RanknasError(f"{path}: the file is empty; give a file with a header line of "
                             "column names and rows below it")  # fmt: skip
+    unclosed = re.search(r"EOF inside string starting at row (\d+)", str(exc))
+    if unclosed:  # pandas counts rows from 0, the header's line included
+        return RanknasError(f"{path}: line {int(unclosed.group(1)) + 1}: a quoted field opens "
+                            "there and is never closed (the rest of the file would be its "
+                            "text); close or remove that quote")  # fmt: skip
     return RanknasError(f"{path}: cannot read the file ({exc})")
 
 
