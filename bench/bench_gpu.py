@@ -271,13 +271,16 @@ def profile_rows(args, small, criteo) -> None:
                                    ("dcnv2", 512, False)):  # fmt: skip
         data = criteo if model == "mlperf_dlrm_dcnv2" else small
         arch = (mlperf_dlrm_dcnv2() if data is criteo else preset(model)).bind(data.schema)
+        cuda = args.device.startswith("cuda")
         run_once(arch, data, batch, 10, args.device, compiled=compiled)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA] * cuda]) as prof:
             run_once(arch, data, batch, 30, args.device, compiled=compiled)
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
         label = "graph + compile" if compiled else "graph"
         print(f"\n### profile: {model} batch {batch}, {label}", flush=True)
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25,
+        order = "cuda_time_total" if cuda else "cpu_time_total"
+        print(prof.key_averages().table(sort_by=order, row_limit=25,
                                         max_name_column_width=60), flush=True)  # fmt: skip
 
 

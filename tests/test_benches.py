@@ -28,6 +28,14 @@ def test_the_study_benchmark_runs_its_overhead_and_ask_parts():
     assert "| random |" in out and "| tpe |" in out
 
 
+@pytest.mark.slow  # about a minute with a first compile (15 s with inductor's cache)
+def test_the_gpu_windows_profile_of_the_compiled_step_runs_on_cpu(tmp_path):
+    out = _bench("bench/bench_gpu.py", "--suite", "study", "--device", "cpu", "--parts",
+                 "profile", "--mlperf-batch", "64", "--rows", "4000",
+                 "--out", str(tmp_path / "profile.json"))  # fmt: skip
+    assert "### profile: mlperf_dlrm_dcnv2 batch 64, graph + compile" in out
+
+
 def test_the_gpu_windows_benchmarks_run_on_cpu(tmp_path):
     """`bench/gpu_window.sh`'s two halves at their smallest, on CPU: a lent GPU's 15 minutes
     are not spent finding that a script no longer runs."""
@@ -36,6 +44,11 @@ def test_the_gpu_windows_benchmarks_run_on_cpu(tmp_path):
                  "study", "--rows", "4000", "--workers", "1", "--study-trials", "1",
                  "--out", str(study))  # fmt: skip
     assert '"exit": 0' in out and study.exists()
+    mfu = _bench("bench/bench_gpu.py", "--suite", "study", "--device", "cpu", "--parts", "steps",
+                 "--step-models", "", "--ways", "graph-fp32in", "--mlperf-batch", "64",
+                 "--rows", "4000", "--steps", "5", "--repeats", "1",
+                 "--out", str(tmp_path / "mfu.json"))  # fmt: skip
+    assert "| mlperf_dlrm_dcnv2 | 64 | graph+fp32in |" in mfu
     dense = tmp_path / "dense.json"
     _bench("bench/bench_latency.py", "--config", "bench/codesign.yaml", "--bases", "dlrm",
            "--archs", "5", "--noise-archs", "2", "--splits", "1", "--device", "cpu",
