@@ -131,8 +131,7 @@ class StudyLogger:
         """Find or create the study's parent run (experiment: `experiment_name` or the study
         name) and store the study's view (`study_view`; with `reevaluated`, its seed-mean
         columns too); nested params are flattened into dotted keys."""
-        _check_quotable(study_name)
-        self._study = {"study": study_name, "experiment": experiment_name or study_name}
+        self._set_study(study_name, experiment_name)
         record = {"params": _params(params), "tags": _tags(tags), "reevaluated": reevaluated}
         self._enqueue("study", record)
 
@@ -149,10 +148,13 @@ class StudyLogger:
         and is still RUNNING, so that the UI does not show a stopped study running; creates
         nothing. Resuming the study sets it RUNNING again."""
         if self._study is None:
-            _check_quotable(study_name)
-            self._study = {"study": study_name, "experiment": experiment_name or study_name}
+            self._set_study(study_name, experiment_name)
         record = {"status": _status(status), "metrics": _metrics(metrics), "tags": _tags(tags)}
         self._enqueue("end", record)
+
+    def _set_study(self, study_name: str, experiment_name: str | None) -> None:
+        _check_quotable(study_name)
+        self._study = {"study": study_name, "experiment": experiment_name or study_name}
 
     def log_trial(self, trial_number: int, **run: Any) -> None:
         """Log a trial as a nested run (found again by its number, so it can be logged again).

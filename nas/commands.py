@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,10 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         config.training.threads = args.threads
     launched = not args.one_worker and _launches_workers(config, args.workers)
     logger = _logger(config)
+    # a launch's worker leaves the parent run to its launcher
+    ending = parent_run_ended_on_error(logger, config, launched)
     try:
-        if args.one_worker:  # the launcher ends the parent run
-            return _run_search(args, config, logger, launched, summarize)
-        with parent_run_ended_on_error(logger, config, launched):
+        with nullcontext() if args.one_worker else ending:
             return _run_search(args, config, logger, launched, summarize)
     finally:
         if logger is not None:  # its last delivery (a forked worker runs no atexit handlers)
@@ -53,25 +53,32 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
 @contextmanager
 def parent_run_ended_on_error(logger, config, launched: bool = False):
     """A study's parent run in MLflow ends KILLED when the command is interrupted and
-    FAILED when it stops on an error, instead of showing RUNNING for good; only once this
-    process (or, `launched`, its workers) started it: a mistake found first leaves a
-    finished study's run as it was."""
+    FAILED when it stops on an error, with the best trial so far, instead of showing
+    RUNNING for good. Only once this process (or, `launched`, its workers) started it: a
+    mistake found first leaves a finished study's run as it was; and not while another
+    worker (a `ranknas worker`, another machine) still trains one of its trials."""
     try:
         yield
-    except BaseException as exc:
-        if logger is not None and (logger.started or launched):
+    except (KeyboardInterrupt, Exception) as exc:
+        ending = (logger is not None and (logger.started or launched)) and _ending(config)
+        if ending:
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            metrics, tags = _best_so_far(config)
-            logger.end_study(config.name, status, config.mlflow.experiment, metrics, tags)
+            logger.end_study(config.name, status, config.mlflow_experiment, *ending)
         raise
 
 
-def _best_so_far(config) -> tuple[dict, dict]:
-    """The best trial's metrics and tags as the summary logs them, if the study has one."""
+def _ending(config) -> tuple[dict, dict] | None:
+    """The best so far as the parent run's metrics and tags, or None while the study has a
+    trial running (this process's own trials are told before it stops)."""
+    from optuna.trial import TrialState
+
     from nas.storage import load_study
 
     try:
-        return best_fields(load_study(config.name, config.storage))
+        study = load_study(config.name, config.storage)
+        if study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            return None
+        return best_fields(study)
     except Exception:  # the storage failed (the error being handled): the run just ends
         return {}, {}
 
@@ -83,8 +90,8 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
           f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
     if logger is not None:
-        experiment = config.mlflow.experiment or config.name
-        print(f"MLflow: {redact(config.mlflow.tracking_uri)} (experiment {experiment})")
+        print(f"MLflow: {redact(config.mlflow.tracking_uri)} "
+              f"(experiment {config.mlflow_experiment})")  # fmt: skip
     if launched:
         study = _run_workers(args, config, logger)
         if study is None:
@@ -136,7 +143,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     if logger is not None:  # the workers made the parent run: this finds it
         logger.start_study(config.name, params=config.mlflow_params(),
                            tags={"searcher": config.searcher.type},
-                           experiment_name=config.mlflow.experiment)  # fmt: skip
+                           experiment_name=config.mlflow_experiment)  # fmt: skip
     return load_study(config.name, config.storage)
 
 
@@ -329,7 +336,7 @@ def _view_url(config) -> str | None:
     from mlflow_server.server import check_reachable
     from mlflow_server.tracking import study_view_url
 
-    name = config.mlflow.experiment or config.name
+    name = config.mlflow_experiment
     try:
         check_reachable(uri, timeout_s=2)
         experiment = MlflowClient(uri).get_experiment_by_name(name)
@@ -406,7 +413,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:
-        logger.start_study(config.name, experiment_name=config.mlflow.experiment)
+        logger.start_study(config.name, experiment_name=config.mlflow_experiment)
     print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
           "trial")  # fmt: skip
     with parent_run_ended_on_error(logger, config):
@@ -463,7 +470,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     study = load_study(config.name, config.storage)
     logger = _logger(config)
     if logger is not None:
-        log_reevaluation(logger, study, table, config.mlflow.experiment)
+        log_reevaluation(logger, study, table, config.mlflow_experiment)
     summarize_study(logger, study, leaderboard.rows(study))
     if logger is not None:
         flush(logger, config)
@@ -520,7 +527,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             tracking_uri,
             study.study_name,
             trial.number,
-            config.mlflow.experiment if config else None,
+            config.mlflow_experiment if config else None,
         ),
         step=read_step(trial_dir),
     )
@@ -629,18 +636,28 @@ def _export_tracking_uri(given: str | None, config) -> str:
 def _trial_run(
     tracking_uri: str | None, study: str, number: int, experiment_name: str | None
 ) -> str | None:
-    """The trial's own MLflow run, if the server has it (the registered version's source)."""
+    """The trial's own MLflow run, if the server has it (the registered version's source);
+    without the study's config (`experiment_name` None) it is looked for in every
+    experiment, since the config may name one."""
     if not tracking_uri:
         return None
     try:
         from mlflow import MlflowClient
 
         client = MlflowClient(tracking_uri)
-        experiment = client.get_experiment_by_name(experiment_name or study)
-        if experiment is None:
+        if experiment_name is None:
+            ids = [e.experiment_id for e in client.search_experiments()]
+        else:
+            experiment = client.get_experiment_by_name(experiment_name)
+            ids = [experiment.experiment_id] if experiment is not None else []
+        if not ids:
             return None
-        runs = client.search_runs([experiment.experiment_id], f"tags.`ranknas.study` = '{study}' "
-                                  f"and tags.`ranknas.trial` = '{number}'")  # fmt: skip
+        runs = client.search_runs(
+            ids,
+            f"tags.`ranknas.study` = '{study}' and tags."
+            f"`ranknas.kind` = 'trial' and tags.`ranknas.trial` = "
+            f"'{number}'",
+        )  # fmt: skip (a baseline's recipe runs: tuning)
     except Exception:  # unreachable or refused: register from a new run instead
         return None
     return runs[0].info.run_id if runs else None

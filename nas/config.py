@@ -636,6 +636,11 @@ class StudyConfig(_Section):
     def study_dir(self) -> Path:
         return Path(self.output_dir or f"ranknas-data/studies/{self.name}")
 
+    @property
+    def mlflow_experiment(self) -> str:
+        """The MLflow experiment of the study's runs."""
+        return self.mlflow.experiment or self.name
+
     def mlflow_params(self) -> dict[str, Any]:
         """The config as the study's MLflow params, with passwords in URLs redacted."""
         from nas.storage import redact

@@ -466,7 +466,7 @@ def _run_study(
             config.name,
             params=config.mlflow_params(),
             tags={"searcher": config.searcher.type},
-            experiment_name=config.mlflow.experiment,
+            experiment_name=config.mlflow_experiment,
         )
     if config.baselines:
         needed = (  # the study waits for these baselines (the screen: for the base's weights)
@@ -494,7 +494,7 @@ def _run_study(
         else None
     )
     if logger is not None:
-        _log_dead_trials(study, logger)
+        _log_dead_trials(study, logger, space)
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
         while deadline is None or time.monotonic() < deadline:
@@ -531,7 +531,7 @@ def _run_study(
             bar.show(f"best {config.objectives.metric}", best)
             bar.update(done - bar.n)
     if logger is not None:  # trials whose worker died while this one ran
-        _log_dead_trials(study, logger)
+        _log_dead_trials(study, logger, space)
     _say_if_exhausted(study, config, progress)
     return study
 
@@ -713,12 +713,20 @@ def _failed(
     tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
     status = INTERRUPTED if reason == INTERRUPTED else "failed"  # its MLflow run: KILLED
     summary = {"status": status, "failure_reason": reason}
-    name = None  # named by its architecture, as a trained trial's run is
-    with contextlib.suppress(SpecError):
-        arch = space.decode(trial.params) if space is not None else None
-        name = arch and f"trial-{trial.number} {summary_name(arch, analyze(arch).flops / 1e6)}"
+    name = _untrained_run_name(trial, space)
     record = mlflow_record(space_params(trial.params), summary, {}, tags, {}, name)
     return Outcome(TrialState.FAIL, None, record)
+
+
+def _untrained_run_name(trial: Trial | FrozenTrial, space: SearchSpace | None) -> str | None:
+    """The MLflow run name of a trial that recorded no result (interrupted, failed, its
+    worker dead): by its architecture, as a trained trial's run is; None if it does not
+    decode (the default `trial-N` then)."""
+    with contextlib.suppress(SpecError):
+        if space is not None:
+            arch = space.decode(trial.params)
+            return f"trial-{trial.number} {summary_name(arch, analyze(arch).flops / 1e6)}"
+    return None
 
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:
@@ -837,12 +845,13 @@ def _trained(trial: FrozenTrial) -> bool:
     return trial.state in DONE or (trial.state == TrialState.FAIL and reason.startswith("diverged"))
 
 
-def _log_dead_trials(study: optuna.Study, logger: Any) -> None:
+def _log_dead_trials(study: optuna.Study, logger: Any, space: SearchSpace) -> None:
     """Trials failed by missed heartbeats (their process died) get their MLflow run too."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
         if failure_reason(trial) == DIED:
             summary = {"status": "failed", "failure_reason": DIED}
-            record = mlflow_record(space_params(trial.params), summary, {}, {}, {})
+            name = _untrained_run_name(trial, space)
+            record = mlflow_record(space_params(trial.params), summary, {}, {}, {}, name)
             logger.log_trial(trial.number, **record)
 
 

@@ -91,13 +91,8 @@ def check_server(url: str) -> None:
     (minutes on a large log). A SQLite file is made where the study starts."""
     if _sqlite_path(url) is not None:
         return
-    with _unreachable_as_user_error(url):
-        engine = create_engine(normalize_url(url))
-        try:
-            with engine.connect():
-                pass
-        finally:
-            engine.dispose()
+    with _unreachable_as_user_error(url), _engine(url).connect():
+        pass
 
 
 class _SaidAndRetried(RetryHeartbeatStaleTrialCallback):
@@ -105,7 +100,12 @@ class _SaidAndRetried(RetryHeartbeatStaleTrialCallback):
     study showed nothing of it before its summary)."""
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        _log.warning("trial %d: %s", trial.number, DIED)
+        deaths = len(trial.system_attrs.get("retry_history", [])) + 1
+        if self._max_retry is None or deaths <= self._max_retry:
+            _log.warning("trial %d: %s", trial.number, DIED)
+        else:  # Optuna's callback gives up on it
+            _log.warning("trial %d: the worker died (missed heartbeats), %d times on this "
+                         "architecture; not retried again", trial.number, deaths)  # fmt: skip
         super().__call__(study, trial)
 
 

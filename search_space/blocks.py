@@ -444,10 +444,11 @@ class FMBlock(BlockModule):
         self.reduce = reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()  # the sum-of-squares trick cancels: fp32 also under autocast
-        total = x.sum(dim=1)
-        out = 0.5 * (total * total - (x * x).sum(dim=1))
-        return out.sum(dim=1, keepdim=True) if self.reduce else out
+        # the sum-of-squares trick cancels: bf16 or fp16 is computed in fp32, rounded once
+        y = x.float() if x.element_size() < 4 else x
+        total = y.sum(dim=1)
+        out = 0.5 * (total * total - (y * y).sum(dim=1))
+        return (out.sum(dim=1, keepdim=True) if self.reduce else out).to(x.dtype)
 
     @classmethod
     def output_shape(cls, x: Sparse, p: Params) -> Dense:

@@ -106,9 +106,11 @@ def _empty_data(tmp_path) -> list[str]:
 
 
 def _unclosed_quote(tmp_path) -> list[str]:
-    """pandas' own words, with its 0-based row: "EOF inside string starting at row 41"."""
+    """pandas' own words, with its 0-based count of records: "EOF inside string starting
+    at row 41"."""
     lines = [f"{i % 2},{i}.5,s{i % 4}\n" for i in range(60)]
-    lines[40] = '1,"3.5,s1\n'  # line 42, the header being line 1
+    lines[5] = '0,5.5,"s\n1"\n'  # a quoted field over two lines: one record, two lines
+    lines[40] = '1,"3.5,s1\n'  # line 43, the header being line 1
     (tmp_path / "quoted.csv").write_text("y,price,shop\n" + "".join(lines))
     return ["data", "schema", str(tmp_path / "quoted.csv"), "--label", "y"]
 
@@ -122,7 +124,7 @@ CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
     "an empty data file": (_empty_data, "empty.csv: the file is empty; give a file with a header"),
     "a directory as the data": (_directory_as_data, "is a directory: give one file of it"),
-    "a quote never closed": (_unclosed_quote, "quoted.csv: line 42: a quoted field opens there"),
+    "a quote never closed": (_unclosed_quote, "quoted.csv: line 43: a quoted field opens there"),
     "a database server that does not answer": (  # said before the data loads
         lambda p: ["search", _study(p, storage="postgresql://postgres@127.0.0.1:9/test")],
         "storage 'postgresql://postgres@127.0.0.1:9/test': cannot open it",

@@ -116,6 +116,9 @@ def test_every_op_has_a_case_and_declares_its_kinds():
 )
 def test_cross_computes_what_torchrecs_crossnet_does_with_its_weights(params, theirs):
     ours, reference = _build("cross", Dense(8), params)[2].net, theirs()
+    with torch.no_grad():  # torchrec starts them at zero: a misplaced bias would not show
+        for bias in reference.bias:
+            bias.normal_()
     ours.load_state_dict(reference.state_dict())  # same names and shapes
     x = torch.randn(16, 8)
     torch.testing.assert_close(ours(x), reference(x), rtol=1e-5, atol=1e-6)
@@ -153,10 +156,10 @@ def test_dot_product_and_its_gradient_match_the_pairs_one_by_one(self_interactio
     torch.testing.assert_close(grad, grad_expected)
 
 
-def test_under_autocast_the_network_runs_in_its_dtype_but_fm_cancels_in_fp32():
+def test_under_autocast_the_network_runs_in_its_dtype():
     """A cat of a bf16 block output with the fp32 inputs promoted the rest of the network
     (its elementwise work and the activations kept for backward) to fp32: the inputs are
-    cast first. FM's sum-of-squares trick cancels, so it computes in fp32 all the same."""
+    cast first."""
     from search_space.builder import build_model
     from search_space.presets import preset
     from trainers.data import SyntheticConfig, generate_synthetic
@@ -174,4 +177,13 @@ def test_under_autocast_the_network_runs_in_its_dtype_but_fm_cancels_in_fp32():
             model(batch.dense, batch.sparse).float().sum().backward()
     cross_in, cross_out = seen["dcnv2", "cross"]  # on the dense features and the embeddings
     assert cross_in.dtype == cross_out.dtype == torch.bfloat16
-    assert seen["deepfm", "fm"][1].dtype == torch.float32
+    assert seen["deepfm", "fm"][1].dtype == torch.bfloat16
+
+
+def test_fm_cancels_in_fp32_given_bf16():
+    """0.5 * ((sum e)^2 - sum e^2) loses its digits to cancellation in bf16: it is computed
+    in fp32 and rounded once."""
+    x = (torch.randn(64, 26, 16, generator=torch.Generator().manual_seed(0)) + 3).bfloat16()
+    fm = OPS["fm"](Sparse(26, 16), reduce=False)
+    exact = fm(x.double()).to(torch.bfloat16)
+    torch.testing.assert_close(fm(x), exact, rtol=0, atol=0)

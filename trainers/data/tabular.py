@@ -486,11 +486,28 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
         return RanknasError(f"{path}: the file is empty; give a file with a header line of "
                             "column names and rows below it")  # fmt: skip
     unclosed = re.search(r"EOF inside string starting at row (\d+)", str(exc))
-    if unclosed:  # pandas counts rows from 0, the header's line included
-        return RanknasError(f"{path}: line {int(unclosed.group(1)) + 1}: a quoted field opens "
-                            "there and is never closed (the rest of the file would be its "
-                            "text); close or remove that quote")  # fmt: skip
+    if unclosed:
+        line = _record_line(path, int(unclosed.group(1)))
+        return RanknasError(f"{path}: line {line}: a quoted field opens there and is never "
+                            "closed (the rest of the file would be its text); close or remove "
+                            "that quote")  # fmt: skip
     return RanknasError(f"{path}: cannot read the file ({exc})")
+
+
+def _record_line(path: Path, record: int) -> int:
+    """The line where CSV record `record` (pandas' count from 0, the header included)
+    starts: a quoted field may span lines before it."""
+    line = 1
+    try:
+        with open_data(path, "rt", encoding="utf-8-sig", newline="") as file:
+            reader = csv.reader(file, delimiter=_separator(path))
+            for index, _ in enumerate(reader):
+                if index == record:
+                    break
+                line = reader.line_num + 1
+    except (csv.Error, OSError, ValueError):  # the record that does not end: where it began
+        pass
+    return line
 
 
 def _separator(path: Path) -> str:
