@@ -537,7 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return 0
     except Exception as exc:
-        if not _storage_failure(exc):
+        from nas.commands import storage_failure
+
+        if not storage_failure(exc):
             raise
         cause = " ".join(str(exc.__cause__ or exc).split())[:200]
         print(f"error: the study's storage failed to record ({cause}); is its disk full or "
@@ -549,13 +551,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         progress.configure(enabled=False)  # for callers that go on (tests)
-
-
-def _storage_failure(exc: Exception) -> bool:
-    """Whether the study's database refused a write mid-run (Optuna's StorageInternalError;
-    looked up only if optuna was imported, which it was if it raised)."""
-    errors = sys.modules.get("optuna.exceptions")
-    return errors is not None and isinstance(exc, errors.StorageInternalError)
 
 
 def interrupted(args: argparse.Namespace) -> str:

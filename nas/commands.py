@@ -60,11 +60,20 @@ def parent_run_ended_on_error(logger, config, launched: bool = False):
     try:
         yield
     except (KeyboardInterrupt, Exception) as exc:
-        ending = (logger is not None and (logger.started or launched)) and _ending(config)
+        ending = (logger is not None and (logger.started or launched)) and (
+            ({}, {}) if storage_failure(exc) else _ending(config)  # no new wait on a failed one
+        )
         if ending:
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
             logger.end_study(config.name, status, config.mlflow_experiment, *ending)
         raise
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether the study's database refused a write mid-run (Optuna's StorageInternalError;
+    looked up only if optuna was imported, which it was if it raised)."""
+    errors = sys.modules.get("optuna.exceptions")
+    return errors is not None and isinstance(exc, errors.StorageInternalError)
 
 
 def _ending(config) -> tuple[dict, dict] | None:

@@ -3,6 +3,7 @@ an MLflow outage in the middle of the study loses nothing."""
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import optuna
 import pytest
@@ -267,6 +268,17 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
         assert killed.data.metrics["best_val_ne"] == best["val_ne"]
     assert client.get_experiment_by_name("stopped") is None
     assert parent_after(2, RanknasError("a bad row"), args=[path]).info.status == "FAILED"
+    # a storage failing mid-run: FAILED at once, without waiting on the storage again
+    from optuna.exceptions import StorageInternalError
+
+    from nas import commands
+
+    finish, ending = runner._finish, commands._ending
+    monkeypatch.setattr(commands, "_ending", lambda config: pytest.fail("read a failed storage"))
+    monkeypatch.setattr(runner, "_finish", mock.Mock(side_effect=StorageInternalError("full")))
+    assert parent_after(2, None, args=[path]).info.status == "FAILED"
+    monkeypatch.setattr(runner, "_finish", finish)
+    monkeypatch.setattr(commands, "_ending", ending)
     parent = parent_after(0, None, args=[path])
     assert parent.info.status == "FINISHED" and parent.data.tags["best_trial"]
     _, trials = _runs(client, "team")
