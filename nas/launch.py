@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import TextIO
 
 from nas.config import StudyConfig
 from search_space.errors import RanknasError
@@ -103,7 +104,7 @@ def launch(
     except BaseException:
         _stop(workers)
         for line in relay.lines():  # what they said since the last look, as they stopped
-            bars.write(line)
+            bars.write(line, relayed_to(line))
         raise
     for worker in workers:
         worker.join()
@@ -235,6 +236,15 @@ _TRIAL_LINE = re.compile(
 )
 
 
+# a worker's warnings and errors, which one process writes on stderr (`cli.library_logs`)
+_DIAGNOSTIC = re.compile(r"(WARNING|ERROR|error): ")
+
+
+def relayed_to(line: str) -> TextIO:
+    """Where the launcher prints a worker's line: where one process would have."""
+    return sys.stderr if _DIAGNOSTIC.match(line) else sys.stdout
+
+
 def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> None:
     """One progress display for all workers, from the storage: a line per finished trial,
     and the workers' other lines (`_Relay`)."""
@@ -247,7 +257,7 @@ def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> No
             running = any(w.is_alive() for w in workers)
             study = study or _opened(config)
             for line in relay.lines():
-                bars.write(line)
+                bars.write(line, relayed_to(line))
             trials = study.get_trials(deepcopy=False) if study is not None else []
             for trial in trials:
                 if trial.number not in seen and trial.state.is_finished():

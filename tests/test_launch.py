@@ -242,3 +242,13 @@ def test_the_display_relays_why_a_study_ended_but_not_a_workers_banner():
 
     assert _TRIAL_LINE.match("study 'q': tpe over the dag space, 4 trials, storage sqlite:///x")
     assert not _TRIAL_LINE.match("study 'q' ended at 2 of 4 trials: the searcher proposed 9 ")
+
+
+def test_a_workers_warnings_go_where_one_process_writes_them():
+    import sys
+
+    from nas.launch import relayed_to
+
+    assert relayed_to("WARNING: trial 3: the worker died (missed heartbeats)") is sys.stderr
+    assert relayed_to("error: trial 0: cannot read the weights") is sys.stderr
+    assert relayed_to("data: 3,200 training, 400 validation, 400 test rows") is sys.stdout

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from search_space.errors import RanknasError
 
@@ -85,17 +85,18 @@ def bar(
     return Bar(initial)
 
 
-def write(line: str) -> None:
-    """Print `line` on stdout, above the bars if any are on the screen."""
+def write(line: str, file: TextIO | None = None) -> None:
+    """Print `line` on `file` (default stdout), above the bars if any are on the screen."""
+    file = file or sys.stdout
     if _open_bars:
         from tqdm import tqdm
 
         for shown in _open_bars:  # tqdm redraws them after the line: with what they know now
             shown.sync()
-        tqdm.write(line, file=sys.stdout)
-        sys.stdout.flush()
+        tqdm.write(line, file=file)
+        file.flush()
     else:
-        print(line, flush=True)
+        print(line, file=file, flush=True)
 
 
 class Bar:
