@@ -247,6 +247,11 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     dense[2, 1] = float("nan")
     with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 2, column 1"):
         module.prepare_dense(dense, directory)
+    for huge in ("inf", "1e39"):  # the served model refused them; this scored NaN
+        rows = [[str(float(v)) for v in row] for row in case.dense.tolist()]
+        rows[1][1] = huge
+        with pytest.raises(ValueError, match=r"row 1, column 1 is not a finite number"):
+            module.prepare_dense(rows, directory)
     # rows as a CSV reader gives them: texts are numbers, a blank or None is missing
     rows = [[str(float(v)) for v in row] for row in case.dense.tolist()]
     assert torch.equal(

@@ -91,6 +91,15 @@ def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
     for flags in ([True, 0.5], [True, False]):  # among numbers, or a column of booleans
         with pytest.raises(MlflowException, match=r"row 0: True is not a number"):
             model.predict(pd.DataFrame({"d0": flags, "c0": ["shop-1"] * 2, "c1": [1, 1]}))
+    served = model.unwrap_python_model()  # a network that overflows on finite inputs, as
+    network, served.model = served.model, lambda dense, ids: dense[:, 0] * 1e38 - dense[:, 0] * 1e38
+    with pytest.raises(MlflowException) as raised:  # the quickstart's did past d0 = 1e7
+        model.predict(pd.DataFrame({"d0": [0.5, 3e38], "c0": ["shop-1"] * 2, "c1": [1, 1]}))
+    served.model = network
+    assert raised.value.message == (
+        "row 1: the model's score is not a number: its dense values are far outside the "
+        "training data's range (it has no fitted scaling that clips them); give values in that "
+        "range")  # fmt: skip
     with pytest.raises(MlflowException) as raised:
         model.predict(frame[["d0", "c1"]])
     assert raised.value.message == "input is missing column(s) c0: send every column of d0, c0, c1"

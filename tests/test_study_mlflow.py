@@ -284,7 +284,7 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
     _, trials = _runs(client, "team")
     assert {run.info.status for run in trials.values()} >= {"FINISHED", "KILLED"}
     killed = [run.info.run_name for run in trials.values() if run.info.status != "FINISHED"]
-    assert all(name.endswith(" MFLOPs") for name in killed), killed  # named as trained ones
+    assert all(" MFLOPs" in name for name in killed), killed  # named as trained ones are
 
     # Another worker runs the study: its parent run is RUNNING again.
     other = StudyLogger(server.uri, tmp_path / "other-outbox")

@@ -88,7 +88,15 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
             raise _bad_request(str(exc)) from None
         with torch.no_grad():
             logits = self.model(m.prepare_dense(dense, self.directory), ids)
-        return torch.sigmoid(logits).numpy()
+        scores = torch.sigmoid(logits).numpy()
+        if not np.isfinite(scores).all():  # finite inputs the network overflows on
+            scaled = "" if fitted.get("dense") else " (it has no fitted scaling that clips them)"
+            raise _bad_request("\\n".join(
+                f"row {row}: the model's score is not a number: its dense values are far "
+                f"outside the training data's range{scaled}; give values in that range"
+                for row in np.flatnonzero(~np.isfinite(scores))
+            ))  # fmt: skip
+        return scores
 
 
 def _bad_request(message: str) -> MlflowException:

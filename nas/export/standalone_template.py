@@ -114,6 +114,10 @@ def prepare_dense(
     is missing, as in training."""
     transforms = _preprocessing(directory).get("dense", [])
     values = _dense_tensor(dense)
+    if values.isinf().any():  # inf, or beyond float32's range
+        row, column = (int(i) for i in values.isinf().nonzero()[0])
+        raise ValueError(f"dense value in row {row}, column {column} is not a finite number "
+                         "within float32's range (3.4e38); give one")  # fmt: skip
     if not transforms and values.isnan().any():  # nothing fitted to fill a missing value
         row, column = (int(i) for i in values.isnan().nonzero()[0])
         raise ValueError(
