@@ -77,7 +77,7 @@ VIEW_COLUMNS = (
     *(f"metrics.`{m}`" for m in (VIEW_ORDER, "test_ne", "val_auc", "mflops", "params")),
     f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
 )  # fmt: skip
-REEVAL_COLUMNS = ("metrics.`reeval_mean_val_ne`", "metrics.`reeval_mean_test_ne`")
+REEVAL_COLUMNS = (*(f"metrics.`reeval_{m}`" for m in ("mean_val_ne", "mean_test_ne", "seeds")),)
 NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
@@ -469,11 +469,13 @@ def view_key(study: str) -> str:
 
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs but
-    the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`, lowest first (a flat
-    list: a sort by a metric lists nested runs by value), with `view_columns`."""
+    the study's own and the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`,
+    lowest first (a flat list: a sort by a metric lists nested runs by value), with
+    `view_columns`."""
     columns = view_columns(reevaluated)
+    kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning"))
     return {
-        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND tags.`{KIND_TAG}` != 'tuning'",
+        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds}",
         "orderByKey": f"metrics.`{VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,
