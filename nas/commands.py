@@ -610,13 +610,20 @@ def _provenance(study, trial, metrics: dict) -> dict:
     if bayes:
         out["Bayes-optimal validation NE"] = bayes
     best = leaderboard.study_best(study)  # None when no trial is complete (a forced export)
-    if best is not None and best["trial"] == trial.number:
-        out["the study's best"] = leaderboard.describe_best(best)
+    if best is not None:  # a card read alone says whether this model is the study's best
+        shown = leaderboard.describe_best(best)
+        out["the study's best"] = shown if best["trial"] == trial.number else (
+            f"not this trial: {shown}")  # fmt: skip
+    means = leaderboard.seed_means(study)
+    own = means.get(str(trial.number))
+    if own:  # beside its recorded run, as the baselines' below
+        test = f" / {own['test_ne']:.4f}" if own["test_ne"] is not None else ""
+        out["this trial's val / test NE, mean over its seeds"] = (
+            f"{own['val_ne']:.4f}{test} ({own['seeds']} seeds)")  # fmt: skip
     verdict = leaderboard.verdict(study)
     if verdict:
         # every line `status` prints: who wins, the baselines' recipes, the seeds' test
         out["verdict"] = leaderboard.verdict_line(verdict)
-    means = leaderboard.seed_means(study)
     for base in leaderboard.baseline_rows(study):
         if base["val_ne"] is not None:
             value = f"{base['val_ne']:.4f} / {base['test_ne']:.4f} (its recorded run)"

@@ -117,6 +117,11 @@ def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_pa
     assert card["verdict"].startswith("(seed means")  # the row's name says "verdict"
     assert "; baselines untuned, at the study's recipe" in card["verdict"]
     assert "; by seed: trial 1 has the lower validation NE on 4 of 4 seeds" in card["verdict"]
+    # a trial that is not the best says so, and gives its own seed mean
+    other = _provenance(study, study.trials[0], {})
+    assert other["the study's best"].startswith("not this trial: trial 1")
+    assert other["this trial's val / test NE, mean over its seeds"].startswith("0.8515")
+    assert not card["the study's best"].startswith("not this trial")
 
 
 def test_before_reevaluate_the_verdict_meets_the_baseline_the_study_called_best(tmp_path, capsys):
