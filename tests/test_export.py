@@ -338,6 +338,8 @@ def test_architecture_json_and_model_card(cases: dict[str, Case]) -> None:
     case = cases["mixed"]
     assert Architecture.load(case.result.architecture).to_dict() == case.arch.to_dict()
     assert case.result.digest == digest(case.arch)
+    mode = case.result.model_card.stat().st_mode & 0o777  # safetensors alone wrote 0600
+    assert case.result.weights.stat().st_mode & 0o777 == mode
     card = case.result.model_card.read_text()
     analysis = analyze(case.arch)
     for text in (case.result.digest, f"{analysis.flops:,}", f"{analysis.params_total:,}"):

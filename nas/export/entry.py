@@ -97,6 +97,8 @@ def export_model(
         raise RanknasError(f"{len(fitted['dense'])} dense transforms, {arch.num_dense} columns")
     (out / PREPROCESSING_FILE).write_text(json.dumps(fitted, indent=2))
     save_file(tensors, str(result.weights), metadata={"ranknas_digest": arch_digest})
+    # safetensors writes 0600: as readable as the files beside it (a server's user reads it)
+    result.weights.chmod((out / PREPROCESSING_FILE).stat().st_mode & 0o777)
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
     (out / DIAGRAM_FILE).write_bytes(diagram_png(arch))
     if step is not None:
