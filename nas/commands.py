@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -513,6 +514,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     weights = _trial_weights(trial.number, trial_dir)
     check_out_dir(Path(args.out), _study_dirs(study, config), args.force, weights)
+    registered = None if args.register else _registered_in_card(Path(args.out))
     tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
     best = leaderboard.study_best(study)
     is_best = best is not None and best["trial"] == trial.number
@@ -551,7 +553,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"registered {result.model_name} version {result.model_version}, no alias: trial "
               f"{trial.number} is not the study's best (--alias NAME sets one); load it as "
               f"{result.model_uri}")  # fmt: skip
+    if registered:
+        print(f"the model card no longer says the model is registered as {registered!r} "
+              f"(the card it replaced did): add --register {registered} to say it again (no "
+              "new version if it is the same model)", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _registered_in_card(out: Path) -> str | None:
+    """The registered model the card in `out` names, if any: an export without
+    `--register` writes a card without it."""
+    from nas.export.layout import CARD_FILE
+
+    try:
+        card = (out / CARD_FILE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = re.search(r"Registered in the MLflow Model Registry as (?:a version of )?`([^`]+)`",
+                      card)  # fmt: skip
+    return found.group(1) if found else None
 
 
 def _weights_elsewhere(trial, path: Path) -> str:

@@ -75,6 +75,10 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert "baseline dlrm val / test NE" in version.description
     assert main(export) == 0  # the same model again: no version 2
     assert [v.version for v in client.search_model_versions("name = 'wb'")] == ["1"]
+    capfd.readouterr()
+    assert main(export[:6]) == 0  # without --register, the card it writes drops the registry
+    assert "no longer says the model is registered as 'wb'" in capfd.readouterr().err
+    assert main(export) == 0  # and says it again
 
     # without --tracking-uri: the study config's server, else $MLFLOW_TRACKING_URI; a
     # server that does not answer stops the export before it writes anything
