@@ -275,7 +275,9 @@ def load_study(name: str, url: str) -> optuna.Study:
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        every = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        # not a baseline's recipe trials (`baselines.tuning_study_name`): part of their study
+        names = [n for n in every if not any(n.startswith(f"{o}.tune.") for o in every)]
         raise RanknasError(
             f"no study {name!r} in {redact(url)}; studies there: {', '.join(names) or 'none'}"
         ) from None

@@ -10,7 +10,7 @@ import pytest
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from sqlalchemy import event, text
 
-from nas.storage import open_storage, params_in_one_transaction, set_user_attrs
+from nas.storage import load_study, open_storage, params_in_one_transaction, set_user_attrs
 from search_space.errors import RanknasError
 
 POSTGRES = os.environ.get("RANKNAS_TEST_POSTGRES_URL")
@@ -158,3 +158,14 @@ def test_a_storage_that_cannot_be_opened_is_one_line_without_sqlalchemy_s_text(
     err = capsys.readouterr().err
     assert err.startswith("error: storage") and expected in err, err
     assert len(err.strip().splitlines()) == 1 and "sqlalche.me" not in err and "[SQL" not in err
+
+
+def test_a_missing_study_lists_the_studies_there_but_not_their_baselines_recipe_trials(
+    tmp_path,
+):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    for name in ("quickstart", "quickstart.tune.dlrm", "other"):
+        optuna.create_study(study_name=name, storage=url)
+    with pytest.raises(RanknasError) as raised:
+        load_study("nostudy", url)
+    assert str(raised.value).endswith("studies there: quickstart, other")
