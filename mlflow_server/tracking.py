@@ -374,11 +374,11 @@ class _Writer:
         experiment = self._client.get_experiment_by_name(record["experiment"])
         if experiment is None:
             return
-        match = {STUDY_TAG: record["study"], KIND_TAG: "study"}
-        for run_id in self._search(experiment.experiment_id, match)[:1]:
-            if self._client.get_run(run_id).info.status == "RUNNING":
-                self._log_batch(run_id, record)
-                self._set_status(run_id, record["status"], record["ts"])
+        runs = self._search(experiment.experiment_id, {STUDY_TAG: record["study"],
+                                                       KIND_TAG: "study"})  # fmt: skip
+        if runs and self._client.get_run(runs[0]).info.status == "RUNNING":
+            self._log_batch(runs[0], record)
+            self._set_status(runs[0], record["status"], record["ts"])
 
     def known_experiment(self, name: str) -> str | None:
         """The id of experiment `name` if a delivery has found or made it."""

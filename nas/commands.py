@@ -41,10 +41,10 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
         config.training.threads = args.threads
     launched = not args.one_worker and _launches_workers(config, args.workers)
     logger = _logger(config)
-    # a launch's worker leaves the parent run to its launcher
-    ending = parent_run_ended_on_error(logger, config, launched)
+    ending = (nullcontext() if args.one_worker  # a launch's worker leaves it to its launcher
+              else parent_run_ended_on_error(logger, config, launched))  # fmt: skip
     try:
-        with nullcontext() if args.one_worker else ending:
+        with ending:
             return _run_search(args, config, logger, launched, summarize)
     finally:
         if logger is not None:  # its last delivery (a forked worker runs no atexit handlers)
@@ -61,12 +61,12 @@ def parent_run_ended_on_error(logger, config, launched: bool = False):
     try:
         yield
     except (KeyboardInterrupt, Exception) as exc:
-        ending = (logger is not None and (logger.started or launched)) and (
-            ({}, {}) if storage_failure(exc) else _ending(config)  # no new wait on a failed one
-        )
-        if ending:
-            status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            logger.end_study(config.name, status, config.mlflow_experiment, *ending)
+        if logger is not None and (logger.started or launched):
+            # a storage that failed is not waited on again: the run ends without the best
+            ending = ({}, {}) if storage_failure(exc) else _ending(config)
+            if ending is not None:
+                status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+                logger.end_study(config.name, status, config.mlflow_experiment, *ending)
         raise
 
 
@@ -564,13 +564,13 @@ def _registered_in_card(out: Path) -> str | None:
     """The registered model the card in `out` names, if any: an export without
     `--register` writes a card without it."""
     from nas.export.layout import CARD_FILE
+    from nas.export.model_card import REGISTERED_AS
 
     try:
         card = (out / CARD_FILE).read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    found = re.search(r"Registered in the MLflow Model Registry as (?:a version of )?`([^`]+)`",
-                      card)  # fmt: skip
+    found = re.search(rf"{REGISTERED_AS} (?:a version of )?`([^`]+)`", card)
     return found.group(1) if found else None
 
 

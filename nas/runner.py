@@ -707,7 +707,7 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
 
 
 def _failed(
-    trial: Trial, reason: str, config: StudyConfig, worker: str, space: SearchSpace | None = None
+    trial: Trial, reason: str, config: StudyConfig, worker: str, space: SearchSpace
 ) -> Outcome:
     trial.set_user_attr(TrialAttr.FAILURE_REASON, reason)
     tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
@@ -718,15 +718,16 @@ def _failed(
     return Outcome(TrialState.FAIL, None, record)
 
 
-def _untrained_run_name(trial: Trial | FrozenTrial, space: SearchSpace | None) -> str | None:
+def _untrained_run_name(trial: Trial | FrozenTrial, space: SearchSpace) -> str | None:
     """The MLflow run name of a trial that recorded no result (interrupted, failed, its
     worker dead): by its architecture, as a trained trial's run is; None if it does not
     decode (the default `trial-N` then)."""
-    with contextlib.suppress(SpecError):
-        if space is not None:
-            arch = space.decode(trial.params)
-            return f"trial-{trial.number} {summary_name(arch, analyze(arch).flops / 1e6)}"
-    return None
+    try:
+        arch = space.decode(trial.params)
+        mflops = analyze(arch).flops / 1e6
+    except SpecError:
+        return None
+    return f"trial-{trial.number} {summary_name(arch, mflops)}"
 
 
 def _claimed(trial: Trial, space: SearchSpace) -> Trial:

@@ -18,6 +18,7 @@ from search_space.architecture import Analysis, Architecture
 # ---------------------------------------------------------------------- model card
 
 DIAGRAM_LINK = "![architecture](architecture.png)"  # beside the card in the export directory
+REGISTERED_AS = "Registered in the MLflow Model Registry as"  # read back by a re-export
 
 
 def registry_description(card: str) -> str:
@@ -248,14 +249,14 @@ def _loading_section(register: str | None, alias: str | None) -> str:
     text = textwrap.dedent(text).strip()
     if register and alias:
         text += (
-            f"\n\nRegistered in the MLflow Model Registry as `{register}` with the alias "
+            f"\n\n{REGISTERED_AS} `{register}` with the alias "
             f'`{alias}`: `mlflow.pyfunc.load_model("models:/{register}@{alias}").predict(df)` '
             "takes a DataFrame with the dense and categorical columns above and returns click "
             "probabilities (with `MLFLOW_TRACKING_URI` set to the server it is registered on)."
         )
     elif register:
         text += (
-            f"\n\nRegistered in the MLflow Model Registry as a version of `{register}`, "
+            f"\n\n{REGISTERED_AS} a version of `{register}`, "
             "without an alias (not the study's best): "
             f'`mlflow.pyfunc.load_model("models:/{register}/VERSION").predict(df)`, with the '
             "version `ranknas export` printed, takes a DataFrame with the dense and "
