@@ -243,14 +243,16 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     with torch.no_grad(), pytest.raises(ValueError, match=rf"feature '{features[2]}': id "
                                         r"1000000000 \(at 3\) is outside its table"):  # fmt: skip
         model(case.dense, ids)
+    names = module.DENSE_COLUMNS  # the errors name a column by its index and its name
     dense = case.dense.clone()
-    dense[2, 1] = float("nan")
-    with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 2, column 1"):
+    dense[2, 1] = dense[4, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"dense value missing \(NaN\) in row 2, column 1 "
+                       rf"\({names[1]}\) \(and 1 more such cells\)"):  # fmt: skip
         module.prepare_dense(dense, directory)
     for huge in ("inf", "1e39"):  # the served model refused them; this scored NaN
         rows = [[str(float(v)) for v in row] for row in case.dense.tolist()]
         rows[1][1] = huge
-        with pytest.raises(ValueError, match=r"row 1, column 1 is not a finite number"):
+        with pytest.raises(ValueError, match=rf"row 1, column 1 \({names[1]}\) is not a finite"):
             module.prepare_dense(rows, directory)
     # rows as a CSV reader gives them: texts are numbers, a blank or None is missing
     rows = [[str(float(v)) for v in row] for row in case.dense.tolist()]
@@ -266,9 +268,13 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     rows[0][0] = rows[1][0]
     for bad in ("abc", True):
         rows[1][0] = bad
-        with pytest.raises(ValueError, match=f"dense value {bad!r} in row 1, column 0 is not a "
-                                             "number"):  # fmt: skip
+        with pytest.raises(ValueError, match=f"dense value {bad!r} in row 1, column 0 "
+                                             rf"\({names[0]}\) is not a number"):  # fmt: skip
             module.prepare_dense(rows, directory)
+    rows[2][1] = rows[3][0] = "n/a?"
+    with pytest.raises(ValueError, match=r"dense value True in row 1, column 0 \(\w+\) \(and 2 "
+                       r"more such cells\) is not a number"):  # fmt: skip
+        module.prepare_dense(rows, directory)
 
 
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:
@@ -696,6 +702,14 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
         "categorical column 'genres', row 1: 'g2||g3' holds an empty item (separator '|'): "
         "give its items",
     ]
+    many = pd.concat([bad.head(1)] * 60, ignore_index=True)  # 60 bad prices: 50 told, a count
+    with pytest.raises(MlflowException) as raised:
+        loaded.predict(many)
+    told = raised.value.message.splitlines()
+    assert len(told) == 51 and told[49].startswith("dense column 'price', row 49: 'abc'")
+    assert told[50] == (
+        "... and 10 more like these (60 in all): fix those above, then send the request again"
+    )
 
 
 def test_an_export_without_its_left_out_features_reads_only_the_used_ones(cases):

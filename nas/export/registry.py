@@ -81,7 +81,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         raw = [_categorical(model_input[f].tolist(), f, n, fitted, problems, m)
                for f, n in zip(m.FEATURES, m.NUM_EMBEDDINGS, strict=True)]  # fmt: skip
         if problems:
-            raise _bad_request("\\n".join(problems))
+            raise _bad_request(problems)
         try:
             ids = m.encode_ids(raw, m.FEATURES, self.directory)
         except ValueError as exc:  # a malformed multi-valued cell: names its feature and row
@@ -91,16 +91,24 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         scores = torch.sigmoid(logits).numpy()
         if not np.isfinite(scores).all():  # finite inputs the network overflows on
             scaled = "" if fitted.get("dense") else " (it has no fitted scaling that clips them)"
-            raise _bad_request("\\n".join(
+            raise _bad_request([
                 f"row {row}: the model's score is not a number: its dense values are far "
                 f"outside the training data's range{scaled}; give values in that range"
                 for row in np.flatnonzero(~np.isfinite(scores))
-            ))  # fmt: skip
+            ])  # fmt: skip
         return scores
 
 
-def _bad_request(message: str) -> MlflowException:
-    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+MAX_LINES = 50  # of a bad request's error: a request of 5,000 bad rows gets 50, and a count
+
+
+def _bad_request(problems: str | list) -> MlflowException:
+    lines = [problems] if isinstance(problems, str) else problems
+    if len(lines) > MAX_LINES:
+        more = len(lines) - MAX_LINES
+        lines = [*lines[:MAX_LINES], f"... and {more} more like these ({len(lines)} in all): "
+                 "fix those above, then send the request again"]  # fmt: skip
+    return MlflowException("\\n".join(lines), error_code=INVALID_PARAMETER_VALUE)
 
 
 def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:

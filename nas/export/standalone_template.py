@@ -115,16 +115,27 @@ def prepare_dense(
     transforms = _preprocessing(directory).get("dense", [])
     values = _dense_tensor(dense)
     if values.isinf().any():  # inf, or beyond float32's range
-        row, column = (int(i) for i in values.isinf().nonzero()[0])
-        raise ValueError(f"dense value in row {row}, column {column} is not a finite number "
+        raise ValueError(f"dense value in {_first_cell(values.isinf())} is not a finite number "
                          "within float32's range (3.4e38); give one")  # fmt: skip
     if not transforms and values.isnan().any():  # nothing fitted to fill a missing value
-        row, column = (int(i) for i in values.isnan().nonzero()[0])
         raise ValueError(
-            f"dense value missing (NaN) in row {row}, column {column}: this model's training "
+            f"dense value missing (NaN) in {_first_cell(values.isnan())}: this model's training "
             "data had no missing dense values, so nothing was fitted to fill one; give a number"
         )
     return transform_dense(values, transforms)
+
+
+def _first_cell(bad: torch.Tensor) -> str:
+    """The first True cell of `bad` `[B, F]` by row and column (named where this file has
+    DENSE_COLUMNS, as an exported module does), and how many more there are."""
+    cells = bad.nonzero().tolist()
+    return _cell(*cells[0], len(cells) - 1)
+
+
+def _cell(row: int, column: int, more: int) -> str:
+    names = globals().get("DENSE_COLUMNS", ())
+    name = f" ({names[column]})" if column < len(names) else ""
+    return f"row {row}, column {column}{name}" + (f" (and {more} more such cells)" if more else "")
 
 
 def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Tensor:
@@ -137,18 +148,22 @@ def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Ten
     else:  # a blank first cell reads as an empty list: [B, F, 0]; parse those cell by cell
         if values.dim() <= 2:
             return values
-    rows = []
+    rows, bad = [], []
     for row, cells in enumerate(dense):
         values = []
         for column, value in enumerate(cells):
             try:
                 values.append(dense_value(value))
             except (TypeError, ValueError):
-                raise ValueError(
-                    f"dense value {value!r} in row {row}, column {column} is not a number; "
-                    "give a number (blank, N/A or None for a missing one)"
-                ) from None
+                bad.append((row, column, value))
+                values.append(0.0)
         rows.append(values)
+    if bad:
+        row, column, value = bad[0]
+        raise ValueError(
+            f"dense value {value!r} in {_cell(row, column, len(bad) - 1)} is not a number; "
+            "give a number (blank, N/A or None for a missing one)"
+        )
     return torch.tensor(rows, dtype=torch.float32)
 
 
