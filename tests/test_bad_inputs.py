@@ -330,6 +330,11 @@ CASES = {
         lambda p: ["search", _study(p, pruning={"zzz": 1})],
         "pruning.zzz: Extra inputs are not permitted; this section takes startup_trials, type",
     ),
+    "a log whose validation rows are all negatives (it trained, then said 'diverged')": (
+        lambda p: _csv(p, [f"{int(i < 40 and i % 3 == 0)},{i},s{i % 4}" for i in range(50)]),
+        "the validation split (5 of 50 rows, ordered split) holds no positive labels ('y'): a "
+        "model's NE there is undefined",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",

@@ -145,3 +145,14 @@ def test_write_synthetic_reads_back(tmp_path, file_format):
     assert [len(p) for p in loaded.split()] == [
         s["rows"] for s in list(stats["bayes"].values())[1:]
     ]
+
+
+def test_a_split_of_one_label_has_no_ne(tmp_path):
+    """50 rows leave 5 validation rows with no positive: the Bayes NE there is undefined
+    (null in stats.json; it printed 8.5e9), and training on the file says why."""
+    path = write_synthetic(tmp_path, SyntheticConfig(rows=50, seed=0))
+    stats = json.loads((tmp_path / "stats.json").read_text())["bayes"]
+    assert stats["valid"]["base_rate"] == 0.0 and stats["valid"]["ne"] is None
+    assert 0 < stats["train"]["ne"] < 1
+    with pytest.raises(RanknasError, match=r"the validation split .* holds no positive labels"):
+        load_tabular(path, tmp_path / "schema.yaml").split()

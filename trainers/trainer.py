@@ -377,7 +377,11 @@ class _Local(Parallel):
 def _check_diverged(result: TrainResult) -> None:
     """Worse than predicting the base rate (NE >= 1) or no number at all: a failed run."""
     ne = result.validation.get("ne", math.nan)
-    if not math.isfinite(result.validation.get("logloss", math.nan)):
+    if result.validation.get("base_rate") in (0.0, 1.0):  # streamed rows, split on the fly
+        result.status = "failed"
+        result.failure_reason = ("the validation rows hold one label only: NE is undefined "
+                                 "there; give more rows, or check the label column")  # fmt: skip
+    elif not math.isfinite(result.validation.get("logloss", math.nan)):
         result.status = "failed"
         result.failure_reason = "validation predictions are nan/inf after training"
     elif not ne < 1.0:

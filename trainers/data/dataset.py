@@ -181,9 +181,20 @@ class TabularData:
     def split(
         self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
     ) -> tuple[TabularData, TabularData, TabularData]:
-        """Train, validation and test sets; see `split_indices`."""
-        train, valid, test = self.split_indices(fractions, seed, method)
-        return self.take(train), self.take(valid), self.take(test)
+        """Train, validation and test sets; see `split_indices`. Each must hold both labels:
+        NE (logloss over the base rate's entropy) is undefined where it does not."""
+        parts = tuple(self.take(p) for p in self.split_indices(fractions, seed, method))
+        for name, part in zip(("training", "validation", "test"), parts, strict=True):
+            positives = int(np.count_nonzero(part.labels))
+            if len(part) and positives in (0, len(part)):  # (an empty part is asked for)
+                which = "no positive" if positives == 0 else "only positive"
+                raise RanknasError(
+                    f"the {name} split ({len(part):,} of {len(self):,} rows, {method} split) "
+                    f"holds {which} labels ({self.schema.label!r}): a model's NE there is "
+                    "undefined; give more rows, or check that the label column holds both "
+                    "0 and 1"
+                )
+        return parts  # type: ignore[return-value]
 
     def loader(
         self,

@@ -25,6 +25,7 @@ data set with the same config.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ def bayes_metrics(data: TabularData) -> BayesMetrics:
         base_rate=base_rate,
         logloss=logloss,
         expected_logloss=expected,
-        ne=logloss / float(_entropy(np.clip(base_rate, _EPS, 1 - _EPS))),
+        ne=logloss / float(_entropy(base_rate)) if 0 < base_rate < 1 else math.nan,
         expected_ne=expected / float(_entropy(p.mean())),
     )
 
@@ -176,7 +177,8 @@ def write_synthetic(
         )
     config = config or SyntheticConfig()
     data = generate_synthetic(config)
-    splits = dict(zip(SPLIT_NAMES, data.split(fractions, split_seed), strict=True))
+    indices = data.split_indices(fractions, split_seed)  # a split of one label: NE null
+    splits = {name: data.take(rows) for name, rows in zip(SPLIT_NAMES, indices, strict=True)}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data_path = write_tabular(data, out / f"data.{file_format}")
@@ -187,6 +189,7 @@ def write_synthetic(
         "bayes": {"all": asdict(bayes_metrics(data))}
         | {name: asdict(bayes_metrics(part)) for name, part in splits.items()},
     }
+    stats = json.loads(json.dumps(stats), parse_constant=lambda nan: None)  # NaN: null
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return data_path
 
