@@ -412,7 +412,8 @@ def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
 def format_verdict(v: dict[str, Any]) -> str:
     """Three lines: who wins on validation NE (and whether test NE agrees), at what FLOPs;
     the dominated baselines; on seed means, whether the difference is beyond the seeds'
-    noise, on single runs, that they are single runs."""
+    noise. On single runs (or means of one seed) nobody wins: the trial is the best of many
+    runs, lucky seeds included, so one side only leads until `reevaluate` pairs seeds."""
     found, base = v["best_trial"], v["best_baseline"]
     lower = "the search's" if v["delta_val_ne"] < 0 else "the baseline's"
     if v.get("same_architecture"):
@@ -423,6 +424,10 @@ def format_verdict(v: dict[str, Any]) -> str:
                    f"({lower} mean is lower)")  # fmt: skip
     elif within_seed_noise(v.get("paired")):
         outcome = f"undecided: within seed noise, not shown equal ({lower} mean is lower)"
+    elif not v.get("seed_means") or v.get("paired") is None:  # the best of N runs: lucky
+        leader = "the search" if v["search_wins"] else "the baseline"
+        on = "single runs" if not v.get("seed_means") else "too few seeds to test"
+        outcome = f"{leader} leads on {on}, not yet a verdict"
     else:
         outcome = "the search wins" if v["search_wins"] else "the baseline wins"
     if v.get("test_agrees") is False and not v.get("same_architecture"):
