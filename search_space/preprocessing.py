@@ -113,20 +113,23 @@ def vocabulary_index(values: Sequence[str]) -> dict[str, int]:
 
 def split_cell(cell: Any, separator: str | None) -> list[str]:
     """The items of a multi-valued cell as stripped texts: a list (or tuple, or array) as
-    it is, a text split at `separator`; a missing cell or an empty list has none. Raises
-    ValueError for an empty item ("a||b", a None in a list) or an item that is a list."""
+    it is, less its missing items (a null element, as Spark and pandas write them), a text
+    split at `separator`; a missing cell or an empty list has none. Raises ValueError for
+    an empty item of a text ("a||b") or an item that is a list."""
     if isinstance(cell, str):
         text = cell.strip()
         items = (text.split(separator) if separator else [text]) if text else []
     elif cell is None or (isinstance(cell, float) and cell != cell):
-        items = []
+        return []
     else:
         items = cell.tolist() if hasattr(cell, "tolist") else cell  # numpy: pyarrow's lists
         items = items if isinstance(items, list | tuple) else [items]
+        items = [item for item in items if isinstance(item, list | tuple | dict)
+                 or not is_missing(item)]  # fmt: skip
     texts = []
     for item in items:
         if isinstance(item, list | tuple | dict):
-            raise ValueError(f"an item is a {type(item).__name__}, not a value")
+            raise ValueError(f"an item that is a {type(item).__name__}, not a value")
         if is_missing(item):
             raise ValueError("an empty item" + (f" (separator {separator!r})" if separator else ""))
         texts.append(str(item).strip())

@@ -686,12 +686,18 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
         mlflow.set_tracking_uri(None)
     as_lists = frame[["price", "shop"]].assign(genres=[g.split("|") for g in frame["genres"]])
     np.testing.assert_allclose(loaded.predict(as_lists), probabilities, rtol=1e-6)
+    with_nulls = as_lists.assign(genres=[[*g, None] for g in as_lists["genres"]])  # no items
+    np.testing.assert_allclose(loaded.predict(with_nulls), probabilities, rtol=1e-6)
     as_in_the_file = pd.read_csv(csv).iloc[data.split_indices(method="time")[2]]  # "g1|g2"
     np.testing.assert_allclose(loaded.predict(as_in_the_file), probabilities, rtol=1e-6)
     with pytest.raises(ValueError, match="feature 'genres', row 1: an empty item"):
         module.encode_ids([["s1", "s2"], ["g1", "g2||g3"]], module.FEATURES, out)
+    # a list for a single-valued feature was scored as one unseen value
+    with pytest.raises(ValueError, match=r"feature 'shop', row 1: \['s1', 's2'\] holds several"):
+        module.encode_ids([["s1", ["s1", "s2"]], ["g1", "g2"]], module.FEATURES, out)
     # every bad cell of a request is told, a malformed list beside a bad number included
-    bad = as_in_the_file.head(2).assign(price=["abc", 0.5], genres=["g1", "g2||g3"])
+    bad = as_in_the_file.head(2).assign(price=["abc", 0.5], genres=["g1", "g2||g3"],
+                                        shop=["s1", {"id": "s2"}])  # fmt: skip
     from mlflow.exceptions import MlflowException
 
     with pytest.raises(MlflowException) as raised:
@@ -699,6 +705,8 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     assert raised.value.message.splitlines() == [
         "dense column 'price', row 0: 'abc' is not a number; give a number (blank, N/A or "
         "null for missing)",
+        "categorical column 'shop', row 1: {'id': 's2'} holds several values; this column "
+        "takes one value a row",
         "categorical column 'genres', row 1: 'g2||g3' holds an empty item (separator '|'): "
         "give its items",
     ]

@@ -157,12 +157,16 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
     [0, rows) (3.0 or "3" is 3)."""
     if feature in fitted.get("vocabulary", {}) or feature in fitted.get("hashing", {}):
         lists = fitted.get("multi_valued", {}).get(feature)
-        for row, cell in enumerate(values if lists else ()):
-            try:
-                m.split_cell(cell, lists["separator"])
-            except ValueError as exc:
+        for row, cell in enumerate(values):
+            if lists is None and m.several_values(cell):  # else scored as one unseen value
                 problems.append(f"categorical column {feature!r}, row {row}: {cell!r} holds "
-                                f"{exc}: give its items")  # fmt: skip
+                                "several values; this column takes one value a row")  # fmt: skip
+            elif lists is not None:
+                try:
+                    m.split_cell(cell, lists["separator"])
+                except ValueError as exc:
+                    problems.append(f"categorical column {feature!r}, row {row}: {cell!r} "
+                                    f"holds {exc}: give its items")  # fmt: skip
         return values
     ids = []
     for row, value in enumerate(values):

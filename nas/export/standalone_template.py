@@ -187,6 +187,10 @@ def encode_ids(
             continue
         index = fitted["index"].get(feature, {})
         if feature not in multi_valued:
+            for row, value in enumerate(values):
+                if several_values(value):  # else scored as one unseen value
+                    raise ValueError(f"feature {feature!r}, row {row}: {value!r} holds several "
+                                     "values; this feature takes one value a row")  # fmt: skip
             ids = [encode_value(v, index, buckets) for v in values]
             encoded.append(torch.as_tensor(ids, dtype=torch.long))
             continue
@@ -216,6 +220,11 @@ def _given_ids(feature: str, values: Sequence[object]) -> list[int]:
             )
         ids.append(number)
     return ids
+
+
+def several_values(value: object) -> bool:
+    """Whether `value` is a list, tuple, set, mapping or array rather than one value."""
+    return isinstance(value, list | tuple | set | dict) or getattr(value, "ndim", 0) > 0
 
 
 def whole_number(value: object) -> int | None:
