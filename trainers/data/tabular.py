@@ -16,7 +16,8 @@ given, serves only to build models without the data) are kept as raw values
 (`RawColumn`) and mapped to ids by `trainers.data.preprocess` (id 0 missing, 1 out of
 vocabulary); the resulting `DatasetSchema` carries the cardinalities. A multi-valued cell
 is a list (Parquet) or a text whose items are split at `separator` (default "|"); an
-empty cell is missing, an empty item ("a||b") makes the row malformed.
+empty cell is missing, an empty item ("a||b") makes the row malformed, a list's null
+element is dropped.
 Dense values are taken as they are (empty -> NaN until preprocessed). Rows with a label
 that is not 0/1 (or true/false, yes/no, in any case), a dense value that is not a finite
 number, an id column value outside [0, N) or a malformed list cell are skipped, counted and
