@@ -159,7 +159,22 @@ def screen(
                     "rows": min(SCREEN_ROWS, len(data.valid)), "repeats": REPEATS,
                     "features": importance}  # fmt: skip
     free = worth_least(importance, found_record["margin"])
-    return Screen(found_record, screened_points(space, free))
+    points = screened_points(space, free)
+    _say_changed_dims(around, points, progress)
+    return Screen(found_record, points)
+
+
+def _say_changed_dims(around: Any, points: list[dict], progress: Callable[[str], None]) -> None:
+    """The screened points leave features out of the base, but where `feature_dims` lacks a
+    kept feature's own dim they change that dim too: say so, or their NE reads as the cost
+    of the features left out alone."""
+    emb = around.base.embedding
+    changed = {emb.feature_dim(f): points[0][f"dim.{f.name}"] for f in emb.features
+               if points and points[0][f"dim.{f.name}"] not in (0, emb.feature_dim(f))}  # fmt: skip
+    for dim, given in changed.items():
+        progress(f"features: search_space.feature_dims {list(around.config.feature_dims)} lacks "
+                 f"the base's dim {dim}: the screened starting points give those features "
+                 f"dim {given} (add {dim} to feature_dims to keep the base's)")  # fmt: skip
 
 
 def _weights(path: Path, key: str, progress: Callable[[str], None]) -> dict | None:

@@ -111,6 +111,26 @@ def test_the_points_with_a_recipe_searched_beside_them_train_at_the_studys():
     space.check_values(points[0])
 
 
+def test_feature_dims_without_the_bases_dim_start_at_the_nearest_and_say_so():
+    """The screened points gave every kept feature feature_dims' first nonzero dim (4, for
+    dlrm's 16) without a word, and the status line read their NE as the cost of the
+    features left out alone (a user trial)."""
+    from nas.feature_screen import _say_changed_dims
+
+    space = _around([0, 4, 8])
+    names = [f.name for f in space.base.embedding.features]
+    points = screened_points(space, names[:1])
+    assert {points[0][f"dim.{n}"] for n in names[1:]} == {8}  # the nearest, not the first
+    said: list[str] = []
+    _say_changed_dims(space, points, said.append)
+    assert said == ["features: search_space.feature_dims [0, 4, 8] lacks the base's dim 16: the "
+                    "screened starting points give those features dim 8 (add 16 to "
+                    "feature_dims to keep the base's)"]  # fmt: skip
+    kept = _around([0, 8, 16])
+    _say_changed_dims(kept, screened_points(kept, names[:1]), said.append)
+    assert len(said) == 1
+
+
 def _around(feature_dims: list[int]):
     data = generate_synthetic(SyntheticConfig(rows=200, seed=0))
     return make_space(AroundConfig(base="dlrm", feature_dims=feature_dims), data.schema)

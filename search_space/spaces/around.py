@@ -20,8 +20,8 @@ the production model"):
   lookup, no traffic: a feature that carries nothing costs a step all the same), unless
   every feature would be left out.
 The values that leave everything as it is decode to the base (`base_values`; where
-`embedding_dims` leaves out the base's dim, the nearest listed one; where `feature_dims`
-does, its first nonzero). Every point is valid by construction; FLOPs are exact because
+`embedding_dims` or `feature_dims` leaves out the base's dim, the nearest listed one,
+nonzero). Every point is valid by construction; FLOPs are exact because
 `analyze` computes them from the spec.
 """
 
@@ -158,8 +158,7 @@ class AroundSpace(SearchSpace):
 
     def base_values(self) -> dict[str, Any]:
         """The values that decode to the base architecture itself (where `embedding_dims`
-        leaves out the base's dim: the nearest listed; where `feature_dims` does: its first
-        nonzero)."""
+        or `feature_dims` leaves out the base's dim: the nearest listed, nonzero)."""
         values: dict[str, Any] = {
             "embedding_dim": nearest(self.config.embedding_dims, self.base.embedding.dim)
         }
@@ -167,8 +166,7 @@ class AroundSpace(SearchSpace):
             dims = self.config.feature_dims
             kept = [d for d in dims if d] or dims  # the base uses every feature: not 0
             for f in self.base.embedding.features:
-                dim = self.base.embedding.feature_dim(f)
-                values[f"dim.{f.name}"] = dim if dim in dims else kept[0]
+                values[f"dim.{f.name}"] = nearest(kept, self.base.embedding.feature_dim(f))
         blocks = {b.name: b for b in self.base.blocks}
         for name, p in self._parameters.items():
             block, _, knob = name.partition(".")
