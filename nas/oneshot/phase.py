@@ -140,12 +140,15 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
     shown = bars.bar(s.search_candidates, f"oneshot {s.oneshot_search}", "candidates", lines=False)
 
     def on_progress(scored: int, best: Candidate) -> None:
+        # the best by fitness: with a cost penalty a later best may have the higher NE
+        penalized = best.fitness != best.ne
         shown.update(scored - shown.n)
-        shown.show("best inherited NE", best.ne)
+        shown.show("best fitness" if penalized else "best inherited NE", best.fitness)
         if scored % every == 0 or scored == s.search_candidates:
+            fitness = f"fitness {best.fitness:.4f} (NE + cost penalty): " if penalized else ""
             progress(
                 f"oneshot: {s.oneshot_search} scored {scored}/{s.search_candidates}, best "
-                f"inherited NE {best.ne:.4f} ({best.mflops:.3f} MFLOPs)"
+                f"{fitness}inherited NE {best.ne:.4f} ({best.mflops:.3f} MFLOPs)"
             )
             _log(logger, {"oneshot_best_inherited_ne": best.ne, "oneshot_scored": scored})
 
