@@ -327,8 +327,8 @@ def analyze(arch: Architecture) -> Analysis:
         raise SpecError("the architecture has no num_dense/features yet: bind it to a schema")
     blocks = {b.name: b for b in arch.blocks}
     problems = _structural_problems(arch, blocks)
-    if problems:
-        raise SpecError("\n".join(problems))
+    if problems:  # with every known op's params: all the problems at once
+        raise SpecError("\n".join(problems + _param_problems(arch.blocks)))
     order = _live_order(arch, blocks)
     emb = arch.embedding
     shapes: dict[str, Shape] = {
@@ -442,6 +442,16 @@ def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> li
         cycle = _find_cycle(blocks)
         if cycle:
             problems.append(f"blocks form a cycle: {' -> '.join(cycle)}; inputs must not loop")
+    return problems
+
+
+def _param_problems(blocks: tuple[BlockSpec, ...]) -> list[str]:
+    """The params of each block whose op is known, checked without shapes."""
+    problems = []
+    for b in (b for b in blocks if b.op in OPS):
+        problems += validate_params(
+            OPS[b.op].PARAMS, dict(b.params), f"block {b.name!r} (op {b.op})"
+        )[1]
     return problems
 
 

@@ -143,12 +143,14 @@ def test_every_problem_is_reported_at_once(small_schema):
         spec(
             [
                 {"name": "a", "op": "nope", "inputs": ["dense"]},
-                {"name": "b", "op": "mlp", "inputs": ["ghost"], "params": {"widths": [2]}},
+                {"name": "b", "op": "mlp", "inputs": ["ghost"], "params": {"widths": [2, -3]}},
             ]
         ),
         small_schema,
     )
     assert "unknown op 'nope'" in message and "'ghost'" in message
+    # a known op's params too (the -3 was told only once the inputs were right)
+    assert "block 'b' (op mlp): params.widths item 1: -3 is out of range" in message
 
 
 @pytest.mark.parametrize(

@@ -242,7 +242,7 @@ def load_tabular(
     multi_hot = {e.feature.name: e.lists for e in encoded if e.lists is not None}
     kept = labels[good]
     if not kept.size:
-        why = "every row is malformed" if len(frame) else "it holds no rows below its header"
+        why = "every row is malformed" if len(frame) else _no_rows(path)
         raise RanknasError(f"{path}: nothing to train on: {why}")
     if kept.min() == kept.max():
         raise RanknasError(
@@ -479,13 +479,18 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
     return header
 
 
+def _no_rows(path: Path) -> str:
+    return "it holds no rows" + ("" if path.suffix in PARQUET_SUFFIXES else " below its header")
+
+
 def _unreadable(path: Path, exc: Exception) -> RanknasError:
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
         fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
         return RanknasError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8 (pandas: {fix})")
     if path.is_file() and path.stat().st_size == 0:
-        return RanknasError(f"{path}: the file is empty; give a file with a header line of "
-                            "column names and rows below it")  # fmt: skip
+        wanted = ("a Parquet file of named columns" if path.suffix in PARQUET_SUFFIXES else
+                  "a file with a header line of column names and rows below it")  # fmt: skip
+        return RanknasError(f"{path}: the file is empty; give {wanted}")
     unclosed = re.search(r"EOF inside string starting at row (\d+)", str(exc))
     if unclosed:
         line = _record_line(path, int(unclosed.group(1)))
@@ -741,7 +746,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
     if not len(frame):
         why = "every line is malformed" if report.unit == "line" and wrong.any() else (
-            "it holds no rows below its header")  # fmt: skip
+            _no_rows(path))  # fmt: skip
         raise RanknasError(f"{path}: no schema to infer: {why}")
     _check_label(path, frame[label])
     if time is None:
