@@ -263,7 +263,9 @@ def test_data_schema_of_a_study_is_its_trials_schema_and_a_data_file_needs_its_l
     assert "give --label COLUMN" in capsys.readouterr().err
 
 
-def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(tmp_path, capsys):
+def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(
+    tmp_path, capsys, caplog
+):
     from nas.cli import main
 
     rows = [f"{'click' if i % 3 else 'skip'},{i * 0.37:.2f},u{i % 9}" for i in range(50)]
@@ -274,6 +276,13 @@ def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(t
     (tmp_path / "schema.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
     with pytest.raises(RanknasError, match=r"all 50 lines are malformed .*label not 0/1"):
         load_tabular(tmp_path / "events.csv", tmp_path / "schema.yaml")
+    # a few rows of another label: inferred, and said (it exited 0 without a word)
+    rows = [f"{2 if i == 7 else i % 2},{i * 0.37:.2f},u{i % 9}" for i in range(500)]
+    (tmp_path / "events.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
+    assert main(["data", "schema", str(tmp_path / "events.csv"), "--label", "clicked"]) == 0
+    assert "the label column 'clicked' holds '2', not 0/1, in 1 rows: training skips" in (
+        caplog.text
+    )
 
 
 def test_labels_as_words_and_missing_numbers_as_exports_write_them(files, tmp_path):

@@ -712,8 +712,12 @@ def _check_label(path: Path, column: Any) -> None:
     than a training load tolerates as malformed rows: say it now, with the values found."""
     values, blank = _label(column)
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
-    if wrong.sum() > (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
-        found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
+    found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
+    if 0 < wrong.sum() <= (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
+        logger.warning("%s: the label column %r holds %s, not 0/1, in %d rows: training "
+                       "skips them as malformed", path, column.name, found,
+                       int(wrong.sum()))  # fmt: skip
+    elif wrong.sum():
         raise RanknasError(
             f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
             f"yes/no), in {int(wrong.sum()):,} of {int((~blank).sum()):,} rows; write it as 1 "
