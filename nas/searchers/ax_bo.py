@@ -45,9 +45,10 @@ def _kind(choices: list[Any]) -> str:
 
 @contextmanager
 def _one_thread() -> Iterator[None]:
-    """Torch on one thread for Ax's GP fit and acquisition: their matrices are a few dozen
-    rows, and on 2 threads beside a training run a 51 x 51 Cholesky took 0.8 ms, not 14 us
-    (an ask at 50 trials 25 s, 2.5 s on one)."""
+    """Torch on one thread for Ax's GP fit and acquisition, whatever `training.threads`
+    gives the trials: their matrices are a few dozen rows, and on 2 threads of a 2-core VM
+    beside a training run a 51 x 51 Cholesky took 0.8 ms, not 14 us (an ask at 50 trials
+    25 s, 2.5 s on one thread, the default's)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
