@@ -184,7 +184,7 @@ def _flat(v: dict[str, Any]) -> dict[str, Any]:
         found["test_ne"], "found_mflops": found["mflops"], "baseline": base["baseline"],
         "baseline_val_ne": base["val_ne"], "baseline_test_ne": base["test_ne"],
         "baseline_mflops": base["mflops"], "wins_test": found["test_ne"] < base["test_ne"],
-        "wins_val": v["search_wins"], "flops_ratio": v["flops_ratio"],
+        "wins_val": v["search_lower"], "flops_ratio": v["flops_ratio"],
     }  # fmt: skip
 
 

@@ -216,6 +216,7 @@ def log_summary(logger, study, table) -> None:
         if verdict["paired"] and verdict["paired"]["p_value"] is not None:
             metrics["verdict_p_value"] = verdict["paired"]["p_value"]
         tags["verdict"] = leaderboard.verdict_line(verdict)
+        tags["verdict_outcome"] = verdict["outcome"]  # one word, for a script's gate
     logger.log_study_summary(
         metrics=metrics,
         artifacts={

@@ -307,7 +307,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     if on_means:
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     same = best.get("digest") is not None and best.get("digest") == base.get("digest")
-    return {
+    found_v = {
         "basis": basis,
         "seed_means": on_means,
         "paired": paired,
@@ -323,7 +323,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         if best.get("step_ms") and base.get("step_ms")
         else None,
         "step_devices": study.user_attrs.get(StudyAttr.STEP_DEVICES),
-        "search_wins": best["val_ne"] < base["val_ne"] and not same,
+        "search_lower": best["val_ne"] < base["val_ne"] and not same,
         "same_architecture": same,
         "test_agrees": None
         if delta_test is None
@@ -337,6 +337,33 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         else None,
         "cost": cost_key(study),
     }
+    return found_v | {"outcome": outcome(found_v)}
+
+
+OUTCOMES = {
+    "search_wins": "the search wins",
+    "baseline_wins": "the baseline wins",
+    "search_leads": "the search leads",
+    "baseline_leads": "the baseline leads",
+    "undecided": "undecided: within seed noise, not shown equal",
+    "tie": f"a tie: shown within {TIE_MARGIN:.1%} NE of each other by seed",
+    "no_win": "no win: the search's best is the baseline's own architecture",
+}
+
+
+def outcome(v: dict[str, Any]) -> str:
+    """The verdict as one of `OUTCOMES`' keys (`leaderboard --json`'s `verdict.outcome`).
+    Only paired seed means beyond their noise decide a win: on single runs (or means of one
+    seed) the trial is the best of many runs, lucky seeds included, so one side leads."""
+    if v.get("same_architecture"):
+        return "no_win"
+    if v.get("equivalent"):
+        return "tie"
+    if within_seed_noise(v.get("paired")):
+        return "undecided"
+    side = "search" if v["search_lower"] else "baseline"
+    decided = v.get("seed_means") and v.get("paired") is not None
+    return f"{side}_wins" if decided else f"{side}_leads"
 
 
 def _cheapest_within_noise(
@@ -416,22 +443,19 @@ def format_verdict(v: dict[str, Any]) -> str:
     runs, lucky seeds included, so one side only leads until `reevaluate` pairs seeds."""
     found, base = v["best_trial"], v["best_baseline"]
     lower = "the search's" if v["delta_val_ne"] < 0 else "the baseline's"
-    if v.get("same_architecture"):
-        outcome = (f"no win: the search's best is baseline {base['baseline']}'s own "
-                   "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
-    elif v.get("equivalent"):
-        outcome = (f"a tie: shown within {TIE_MARGIN:.1%} NE of each other by seed "
-                   f"({lower} mean is lower)")  # fmt: skip
-    elif within_seed_noise(v.get("paired")):
-        outcome = f"undecided: within seed noise, not shown equal ({lower} mean is lower)"
-    elif not v.get("seed_means") or v.get("paired") is None:  # the best of N runs: lucky
-        leader = "the search" if v["search_wins"] else "the baseline"
+    kind = v.get("outcome") or outcome(v)
+    said = OUTCOMES[kind]
+    if kind == "no_win":
+        said = (f"no win: the search's best is baseline {base['baseline']}'s own "
+                "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
+    elif kind in ("tie", "undecided"):
+        said += f" ({lower} mean is lower)"
+    if kind.endswith("_leads"):
         on = "single runs" if not v.get("seed_means") else "too few seeds to test"
-        outcome = f"{leader} leads on {on}, not yet a verdict"
-    else:
-        outcome = "the search wins" if v["search_wins"] else "the baseline wins"
-    if v.get("test_agrees") is False and not v.get("same_architecture"):
-        outcome += " on validation only (test NE disagrees)"
+        said += f" on {on}, not yet a verdict"
+    if v.get("test_agrees") is False and kind != "no_win":
+        said += (" (validation only: test NE disagrees)" if kind.endswith("_leads")
+                 else " on validation only (test NE disagrees)")  # fmt: skip
     test = ("" if v["delta_test_ne"] is None else
             f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "
             f"({v['delta_test_ne']:+.4f})")  # fmt: skip
@@ -449,7 +473,7 @@ def format_verdict(v: dict[str, Any]) -> str:
     tuned = v.get("baselines_tuned")
     recipe = (f"each at its best of {tuned} recipes (best_baseline.tune)" if tuned
               else "untuned, at the study's recipe")  # fmt: skip
-    return (f"verdict ({basis}): {outcome}: trial {found['trial']} validation NE "
+    return (f"verdict ({basis}): {said}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
             f"baselines Pareto-dominated by found architectures: {dominated}; baselines "

@@ -60,8 +60,10 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     assert v["best_baseline"]["baseline"] in ("logistic_regression", "dlrm")
     best_base = min(board["baselines"], key=lambda b: b["val_ne"])
     assert v["delta_val_ne"] == board["leaderboard"][0]["val_ne"] - best_base["val_ne"]
-    assert v["search_wins"] == (v["delta_val_ne"] < 0)
-    assert v["test_agrees"] == ((v["delta_test_ne"] < 0) == v["search_wins"])
+    assert v["search_lower"] == (v["delta_val_ne"] < 0)
+    assert v["test_agrees"] == ((v["delta_test_ne"] < 0) == v["search_lower"])
+    # single runs: nobody wins yet, and the JSON says what the text says
+    assert v["outcome"] == ("search_leads" if v["search_lower"] else "baseline_leads")
 
     assert main(["leaderboard", "board", *storage, "--csv"]) == 0
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -96,8 +98,8 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
         (
             "recorded runs",
             0.0046,
-            "the search leads on single runs, not yet a verdict on "
-            "validation only (test NE disagrees)",
+            "the search leads on single runs, not yet a verdict (validation only: test NE "
+            "disagrees): trial 3",
         ),
         ("seed means over 1 fresh seeds", -0.001, "the search leads on too few seeds to test"),
     ],
@@ -116,7 +118,7 @@ def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
         "delta_val_ne": -0.0008,
         "delta_test_ne": delta_test,
         "flops_ratio": 1.58,
-        "search_wins": True,
+        "search_lower": True,
         "test_agrees": delta_test < 0,
         "not_compared": [],
         "dominated_baselines": [],
@@ -135,7 +137,7 @@ def _verdict_of(**fields) -> dict:
         "delta_val_ne": -0.0021,
         "delta_test_ne": -0.01,
         "flops_ratio": 1.0,
-        "search_wins": True,
+        "search_lower": True,
         "test_agrees": True,
         "not_compared": [],
         "dominated_baselines": [],
@@ -159,7 +161,7 @@ def test_a_win_within_seed_noise_is_undecided_and_a_tie_is_shown_equal():
 
 def test_the_search_finding_the_baseline_itself_is_no_win():
     """A trial of the baseline's own architecture "won" by a luckier seed, and dominated it."""
-    v = _verdict_of(same_architecture=True, search_wins=False)
+    v = _verdict_of(same_architecture=True, search_lower=False)
     text = format_verdict(v)
     assert "no win: the search's best is baseline dlrm's own architecture" in text
     assert "the search wins" not in text
@@ -320,7 +322,7 @@ def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
     })  # fmt: skip
     v = verdict(study)
     assert v["best_baseline"]["baseline"] == steady and v["best_baseline"]["val_ne"] == 0.96
-    assert sorted(v["not_compared"]) == sorted([lucky, middle]) and not v["search_wins"]
+    assert sorted(v["not_compared"]) == sorted([lucky, middle]) and not v["search_lower"]
     assert f"not compared: {', '.join(v['not_compared'])}" in format_verdict(v)
 
 
@@ -345,7 +347,10 @@ def test_the_verdict_pairs_the_seeds_and_says_whether_the_difference_is_noise(
     study.set_user_attr("reevaluation", {trial: runs(trial_runs),
                                          "baseline:dlrm": runs((0.960, 0.962, 0.958))})  # fmt: skip
     v = verdict(study)
-    assert v["search_wins"] and v["paired"]["seeds"] == 3
+    assert v["search_lower"] and v["paired"]["seeds"] == 3
+    # a script reading the JSON gets the text's outcome (it read search_wins: true beside an
+    # "undecided" text)
+    assert v["outcome"] == ("search_wins" if said == "beyond seed noise" else "undecided")
     assert v["paired"]["found_better"] == better
     assert (v["paired"]["p_value"] < 0.05) == (said == "beyond seed noise")
     assert f"{better} of 3 seeds" in format_verdict(v) and said in format_verdict(v)

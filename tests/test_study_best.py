@@ -137,7 +137,8 @@ def test_before_reevaluate_the_verdict_meets_the_baseline_the_study_called_best(
     assert v["basis"] == "recorded runs against the baselines' seed means over 3 seeds"
     assert v["best_baseline"]["baseline"] == "dcnv2"
     assert v["best_baseline"]["val_ne"] == pytest.approx(0.848)
-    assert not v["search_wins"] and v["dominated_baselines"] == ["dlrm"]
+    assert not v["search_lower"] and v["dominated_baselines"] == ["dlrm"]
+    assert v["outcome"] == "baseline_leads"
     assert (
         "the baseline leads on single runs, not yet a verdict: trial 0 validation NE 0.8500 "
         "vs baseline dcnv2 0.8480" in format_verdict(v)

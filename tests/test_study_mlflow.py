@@ -214,6 +214,7 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     if board["verdict"]:
         assert str(board["verdict"]["best_trial"]["trial"]) == best
         assert parent.data.tags["verdict"].startswith("(seed means")  # the tag says verdict
+        assert parent.data.tags["verdict_outcome"] == board["verdict"]["outcome"]
     assert main(["status", str(path), "--json"]) == 0
     assert str(json.loads(capsys.readouterr().out)["best_trial"]) == best
     assert main(["export", str(path), "--out", str(tmp_path / "winner")]) == 0
