@@ -298,6 +298,10 @@ CASES = {
         _dead_block,
         "dead.json: block 'b0' (op attention): params.num_heads 0 is out of range",
     ),
+    "a table named as another's shard (one of the two left the plan; a user trial)": (
+        lambda p: _tables(p, "}\n  - {name: a/cw0, num_embeddings: 10, embedding_dim: 8"),
+        "tables.yaml: tables[1] (a/cw0): name 'a/cw0' holds '/', which names a table's shards",
+    ),
     "a list as a table's dtype (a TypeError traceback; found by the fuzzer)": (
         lambda p: _tables(p, "dtype: [fp32]"),
         "tables.yaml: tables[0] (a): 'dtype' is ['fp32']; use one of fp32, fp16",

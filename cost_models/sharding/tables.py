@@ -262,6 +262,9 @@ def _parse_table(entry: Any, where: str) -> TableSpec:
     if not isinstance(name, str) or not name:
         raise RanknasError(f"{where}: 'name' must be a non-empty string")
     where = f"{where} ({name})"
+    if "/" in name:  # "a/cw0" was both a table and a shard of table a: one left the plan
+        raise RanknasError(f"{where}: name {name!r} holds '/', which names a table's shards "
+                           "(<table>/cw<j>, <table>/rw<j>); give a name without it")  # fmt: skip
     unknown = sorted(set(entry) - set(_FIELDS), key=str)  # YAML keys may be numbers
     if unknown:
         raise RanknasError(f"{where}: unknown field(s) {unknown}; allowed: {', '.join(_FIELDS)}")
