@@ -104,7 +104,7 @@ def up(config: ServerConfig) -> ServerInfo:
             return running
         _check_config(config)
         port = config.port or _free_port(config.host)
-        _check_port_free(config.host, port)
+        check_port_free(config.host, port)
         return _start(config, port)
 
 
@@ -250,8 +250,9 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def _check_port_free(host: str, port: int) -> None:
-    """Raise if something listens on host:port (a socket in TIME_WAIT does not count)."""
+def check_port_free(host: str, port: int, zero_picks: bool = True) -> None:
+    """Raise if something listens on host:port (a socket in TIME_WAIT does not count);
+    `zero_picks`: the caller takes port 0 as "pick a free one", and the error says so."""
     with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -260,7 +261,8 @@ def _check_port_free(host: str, port: int) -> None:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise RanknasError(
                     f"Port {port} on {host} is already in use by another program (or not "
-                    "allowed): stop that program or choose another port (0 picks a free one)."
+                    "allowed): stop that program or choose another port"
+                    + (" (0 picks a free one)." if zero_picks else ".")
                 ) from exc
             raise RanknasError(f"Cannot bind {host}:{port}: {exc}. Check the host.") from exc
 

@@ -385,14 +385,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     """Serve optuna-dashboard on a study storage until interrupted (loopback by default)."""
     from optuna_dashboard import run_server
 
+    from mlflow_server.server import check_port_free
     from nas.defaults import DEFAULT_STORAGE
-    from nas.storage import open_storage, redact
+    from nas.storage import check_exists, open_storage, redact
 
     storage = args.config or DEFAULT_STORAGE
     if args.config and args.config.endswith((".yaml", ".yml")):
         from nas.config import load_config
 
         storage = load_config(args.config).storage
+    check_exists(storage)
+    check_port_free(args.host, args.port, zero_picks=False)
     print(f"optuna-dashboard for {redact(storage)} at http://{args.host}:{args.port} "
           "(Ctrl-C stops it)", flush=True)  # fmt: skip
     run_server(open_storage(storage), host=args.host, port=args.port)

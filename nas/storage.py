@@ -264,12 +264,18 @@ def params_in_one_transaction(trial: Trial) -> Iterator[None]:
                 connection.execute(_INSERT_PARAM, deferred.pending)
 
 
-def load_study(name: str, url: str) -> optuna.Study:
-    """The study `name`, which must exist (a missing SQLite file is not created)."""
+def check_exists(url: str, what: str = "no studies") -> None:
+    """Refuse a SQLite storage whose file is missing, for a command that only reads (opening
+    it would create an empty one, and a mistyped path would look like studies lost)."""
     path = _sqlite_path(url)
     if path is not None and not path.exists():
-        raise RanknasError(f"no study {name!r}: the storage {path} does not exist; run "
+        raise RanknasError(f"{what}: the storage {path} does not exist; run "
                            "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
+
+
+def load_study(name: str, url: str) -> optuna.Study:
+    """The study `name`, which must exist (a missing SQLite file is not created)."""
+    check_exists(url, f"no study {name!r}")
     with study_lock(url, name):  # not while a study starting there creates Optuna's tables
         storage = open_storage(url)
     try:

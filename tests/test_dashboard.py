@@ -49,3 +49,24 @@ def test_the_dashboard_serves_the_study(tmp_path):
     finally:
         server.kill()
         server.wait(timeout=30)
+
+
+def test_a_mistyped_storage_or_a_busy_port_is_one_error(tmp_path, capsys):
+    """A missing SQLite file was created and served empty (studies looked lost); a busy port
+    ended in a traceback after the dashboard said it was serving (a user trial)."""
+    from nas.cli import main
+
+    missing = tmp_path / "nodir" / "studies.db"
+    assert main(["dashboard", f"sqlite:///{missing}", "--port", str(_free_port())]) == 2
+    assert f"the storage {missing} does not exist" in capsys.readouterr().err
+    assert not missing.parent.exists()
+    config = tiny_config(tmp_path, "busy", budget={"trials": 1})
+    run_study(parse_config(config), progress=lambda line: None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", str(write_config(tmp_path, config)), "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert f"error: Port {port} on 127.0.0.1 is already in use" in err and "Traceback" not in err
+    assert "optuna-dashboard for" not in out  # not said to serve
