@@ -774,9 +774,15 @@ def pareto_figure(study: optuna.Study) -> Any:
         labels += [(b["baseline"], b[key], ne(b), "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
-        axes.axhline(
-            bayes, color="tab:green", linestyle="--", label=f"Bayes-optimal NE {bayes:.3f}"
-        )
+        nes = [ne(p) for p in [*points, *bases]]
+        # far below the points, the line would squeeze them into the top of the plot
+        drawn = not nes or bayes >= min(nes) - (max(nes) - min(nes))
+        label = f"Bayes-optimal NE {bayes:.3f}" + ("" if drawn else " (below the axis)")
+        line = {"color": "tab:green", "linestyle": "--", "label": label}
+        if drawn:
+            axes.axhline(bayes, **line)
+        else:  # named in the legend only
+            axes.plot([], [], **line)
     xlabel = "MFLOPs per example" if key == "mflops" else COST_UNITS[key]
     if key == "step_ms":
         devices = study.user_attrs.get(StudyAttr.STEP_DEVICES)
@@ -787,7 +793,8 @@ def pareto_figure(study: optuna.Study) -> Any:
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
-    _label(axes, labels, low, high, COST_UNITS[key])
+    markers = [(_clip(p[key], low, high), ne(p)) for p in [*points, *bases]]
+    _label(axes, labels, low, high, COST_UNITS[key], markers)
     return figure
 
 
@@ -809,26 +816,48 @@ def _clip(cost: float, low: float, high: float) -> float:
 
 
 def _label(axes: Any, points: list[tuple[str, float, float, str]], low: float,
-           high: float, unit: str = "MFLOPs") -> None:  # fmt: skip
+           high: float, unit: str = "MFLOPs",
+           markers: list[tuple[float, float]] = ()) -> None:  # fmt: skip
     """Label `points` (text, cost, NE, colour), each where it overlaps no label placed
-    before (`_place`); a point drawn at the edge names its real cost."""
+    before and no other point's marker (`_place`); a point drawn at the edge names its
+    real cost."""
     renderer = axes.figure.canvas.get_renderer()
     placed: list[Any] = []
     for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
         shown = text if _clip(cost, low, high) == cost else f"{text} ({cost:.2g} {unit})"
-        placed.append(_place(axes, renderer, shown, (_clip(cost, low, high), ne), color, placed))
+        xy = (_clip(cost, low, high), ne)
+        others = [_marker_box(axes, m) for m in markers if m != xy]
+        placed.append(_place(axes, renderer, shown, xy, color, placed, others))
+
+
+def _marker_box(axes: Any, xy: tuple[float, float], radius: float = 5.0) -> Any:
+    """The pixels a marker at data point `xy` covers (a baseline's star: about 5 px)."""
+    from matplotlib.transforms import Bbox
+
+    x, y = axes.transData.transform(xy)
+    return Bbox.from_extents(x - radius, y - radius, x + radius, y + radius)
 
 
 def _place(axes: Any, renderer: Any, text: str, xy: tuple[float, float], color: str,
-           placed: list[Any]) -> Any:  # fmt: skip
+           placed: list[Any], markers: list[Any] = ()) -> Any:  # fmt: skip
     """Annotate `xy` at the first of `_LABEL_OFFSETS` whose box overlaps none of `placed`
+    and none of `markers`; where every offset does, the first that overlaps no label
     (the last one tried where all do); returns the label's box."""
+    fallback = None  # the first box clear of labels, where none is clear of markers too
     for dx, dy in _LABEL_OFFSETS:
         note = axes.annotate(text, xy, fontsize=7, color=color, xytext=(dx, dy),
                              ha="left" if dx > 0 else "right",
                              textcoords="offset points")  # fmt: skip
         box = note.get_window_extent(renderer)
-        if not any(box.overlaps(other) for other in placed) or (dx, dy) == _LABEL_OFFSETS[-1]:
+        clear = not any(box.overlaps(other) for other in placed)
+        if clear and not any(box.overlaps(m) for m in markers):
+            if fallback is not None:
+                fallback[0].remove()
+            return box
+        if clear and fallback is None:
+            fallback = (note, box)
+            continue
+        if fallback is None and (dx, dy) == _LABEL_OFFSETS[-1]:
             return box
         note.remove()
-    raise AssertionError("unreachable: the last offset is kept")
+    return fallback[1]

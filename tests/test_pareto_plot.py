@@ -43,3 +43,34 @@ def test_the_pareto_plot_draws_an_outlier_at_the_edge_and_labels_apart(outlier_s
     assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
     plt.close(figure)
     assert pareto_png(outlier_study).startswith(b"\x89PNG")
+
+
+def test_a_far_bayes_floor_is_named_not_drawn_and_labels_keep_off_the_markers(tmp_path):
+    """The floor at 0.81 pushed points at 0.93-0.95 into the top tenth of the plot, and a
+    baseline's label sat under a trial's marker ("dcn" and a dot; a user trial)."""
+    import numpy as np
+
+    from nas.trial_record import StudyAttr
+
+    trials = [(0.860, 0.50), (0.855, 0.55), (0.852, 0.60), (0.851, 0.62), (0.870, 0.58),
+              (0.8536, 0.53), (0.8566, 0.555)]  # the last two where dlrm's label went  # fmt: skip
+    baselines = {"dlrm": (0.853, 0.52), "deepfm": (0.856, 0.54)}
+    study = recorded_study(f"sqlite:///{tmp_path / 's.db'}", trials, baselines)
+    study.set_user_attr(StudyAttr.BAYES_NE, 0.5)
+    figure = pareto_figure(study)
+    axes = figure.axes[0]
+    assert axes.get_ylim()[0] > 0.8
+    assert "Bayes-optimal NE 0.500 (below the axis)" in [
+        t.get_text() for t in axes.get_legend().get_texts()
+    ]
+    renderer = figure.canvas.get_renderer()
+    centres = np.concatenate([axes.transData.transform(c.get_offsets()) for c in axes.collections])
+    for text in axes.texts:
+        box, own = text.get_window_extent(renderer), axes.transData.transform(text.xy)
+        inside = [c for c in centres if box.contains(*c) and not np.allclose(c, own)]
+        assert not inside, (text.get_text(), inside)
+    plt.close(figure)
+    study.set_user_attr(StudyAttr.BAYES_NE, 0.84)  # near the points: drawn
+    figure = pareto_figure(study)
+    assert any(line.get_ydata()[0] == 0.84 for line in figure.axes[0].get_lines())
+    plt.close(figure)
