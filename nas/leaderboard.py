@@ -753,15 +753,20 @@ def pareto_figure(study: optuna.Study) -> Any:
     key = cost_key(study)
     points = [r for r in rows(study) if r["val_ne"] is not None and r.get(key)]
     bases = [b for b in baseline_rows(study) if b["val_ne"] is not None and b.get(key)]
-    ne = estimated_ne  # every point at its seed mean where retrained, as the front is
     low, high = cost_range([p[key] for p in [*points, *bases]])
+    top = ne_ceiling([estimated_ne(p) for p in [*points, *bases]])
+
+    def ne(p: dict[str, Any]) -> float:  # its seed mean where retrained, as the front's
+        return min(estimated_ne(p), top)  # a far worse one at the top edge, its NE named
+
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     axes.scatter([_clip(p[key], low, high) for p in points], [ne(p) for p in points],
                  s=14, color="0.6", label="trials")  # fmt: skip
     front = [p for p in pareto_front(study) if p[key]]
     axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
               color="tab:red", label="Pareto front of the trials")  # fmt: skip
-    labels = [(str(p["trial"]), p[key], ne(p), "0.2") for p in front]
+    labelled = front + [p for p in points if estimated_ne(p) > top and p not in front]
+    labels = [(str(p["trial"]), p[key], estimated_ne(p), "0.2") for p in labelled]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
     if mark:
@@ -771,7 +776,7 @@ def pareto_figure(study: optuna.Study) -> Any:
     if bases:
         axes.scatter([_clip(b[key], low, high) for b in bases], [ne(b) for b in bases],
                      marker="*", s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
-        labels += [(b["baseline"], b[key], ne(b), "tab:blue") for b in bases]
+        labels += [(b["baseline"], b[key], estimated_ne(b), "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         nes = [ne(p) for p in [*points, *bases]]
@@ -794,8 +799,21 @@ def pareto_figure(study: optuna.Study) -> Any:
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
     markers = [(_clip(p[key], low, high), ne(p)) for p in [*points, *bases]]
-    _label(axes, labels, low, high, COST_UNITS[key], markers)
+    _label(axes, labels, (low, high), top, COST_UNITS[key], markers)
     return figure
+
+
+def ne_ceiling(values: list[float]) -> float:
+    """The highest NE the plot spans: the points' own, unless the worst are far off (above
+    the next by more than twice the spread of those below: logistic regression beside the
+    interaction models, squeezing them into the bottom), which are then drawn at the top
+    edge, a little above the rest."""
+    ne = sorted(values)
+    while len(ne) > 2 and ne[-1] - ne[-2] > 2 * (ne[-2] - ne[0]):
+        ne.pop()
+    if len(ne) == len(values):
+        return math.inf
+    return ne[-1] + 0.1 * (ne[-1] - ne[0])
 
 
 def cost_range(costs: list[float]) -> tuple[float, float]:
@@ -815,17 +833,20 @@ def _clip(cost: float, low: float, high: float) -> float:
     return min(max(cost, low), high)
 
 
-def _label(axes: Any, points: list[tuple[str, float, float, str]], low: float,
-           high: float, unit: str = "MFLOPs",
+def _label(axes: Any, points: list[tuple[str, float, float, str]],
+           costs: tuple[float, float], top: float, unit: str = "MFLOPs",
            markers: list[tuple[float, float]] = ()) -> None:  # fmt: skip
     """Label `points` (text, cost, NE, colour), each where it overlaps no label placed
-    before and no other point's marker (`_place`); a point drawn at the edge names its
-    real cost."""
+    before and no other point's marker (`_place`); a point drawn at an edge (its cost
+    outside `costs`, its NE above `top`) names its real cost or NE."""
     renderer = axes.figure.canvas.get_renderer()
     placed: list[Any] = []
+    low, high = costs
     for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
-        shown = text if _clip(cost, low, high) == cost else f"{text} ({cost:.2g} {unit})"
-        xy = (_clip(cost, low, high), ne)
+        beyond = [f"{cost:.2g} {unit}"] * (_clip(cost, low, high) != cost)
+        beyond += [f"NE {ne:.3f}"] * (ne > top)
+        shown = f"{text} ({', '.join(beyond)})" if beyond else text
+        xy = (_clip(cost, low, high), min(ne, top))
         others = [_marker_box(axes, m) for m in markers if m != xy]
         placed.append(_place(axes, renderer, shown, xy, color, placed, others))
 

@@ -20,6 +20,16 @@ def test_the_cost_axis_spans_the_bulk_not_one_far_point():
     assert cost_range([1e-4, 2e-4, *bulk])[0] < 1e-4  # not one point: kept
 
 
+def test_the_ne_axis_leaves_a_far_worse_point_at_its_edge():
+    from nas.leaderboard import ne_ceiling
+
+    bulk = [0.851, 0.852, 0.855, 0.860, 0.870]
+    assert ne_ceiling(bulk) == float("inf")  # nothing far off: nothing clipped
+    assert ne_ceiling([*bulk, 0.95]) == pytest.approx(0.870 + 0.1 * 0.019)
+    assert ne_ceiling([*bulk, 0.95, 1.3]) == ne_ceiling([*bulk, 0.95])
+    assert ne_ceiling([0.85, 0.95]) == float("inf")  # two points: both are the spread
+
+
 @pytest.fixture
 def outlier_study(tmp_path):
     trials = [(0.860, 0.50), (0.855, 0.55), (0.852, 0.60), (0.851, 0.62), (0.870, 0.58)]
@@ -36,6 +46,8 @@ def test_the_pareto_plot_draws_an_outlier_at_the_edge_and_labels_apart(outlier_s
     texts = {t.get_text(): t for t in axes.texts}
     outlier = next(t for name, t in texts.items() if name.startswith("logistic_regression"))
     assert "0.0001 MFLOPs" in outlier.get_text() and outlier.xy[0] == pytest.approx(low)
+    # nor is the NE axis stretched to its 0.95: it sits at the top edge, its NE named
+    assert "(0.0001 MFLOPs, NE 0.950)" in outlier.get_text() and axes.get_ylim()[1] < 0.9
     assert {"dlrm", "deepfm", "0", "1", "2", "3"} <= set(texts)
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
