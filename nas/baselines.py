@@ -61,8 +61,10 @@ def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
 
 
 def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[str, Any]] | None:
-    """The recorded baseline of the lowest validation `metric`, with its key."""
-    done = [(k, a) for k, a in recorded(study).items() if a.get(f"val_{metric}") is not None]
+    """The complete baseline of the lowest validation `metric`, with its key (one that
+    failed or diverged is no base to search around, as it is not compared in the verdict)."""
+    done = [(k, a) for k, a in recorded(study).items()
+            if a.get(f"val_{metric}") is not None and a.get("status") == "complete"]  # fmt: skip
     return min(done, key=lambda item: item[1][f"val_{metric}"], default=None)
 
 

@@ -574,9 +574,10 @@ def _best_baseline(
     with study_lock(config.storage, config.name):
         key = best_baseline_by_seed_means(study, config, data, progress)
     best = (key, recorded(study)[key]) if key else best_baseline(study, config.objectives.metric)
-    if best is None:
+    if best is None:  # a diverged base's variants would burn the budget diverging too
         raise RanknasError(f"study {config.name!r}: best_baseline is asked for but no baseline "
-                           "trained; see `ranknas status`")  # fmt: skip
+                           "trained to completion (each failed or diverged); see `ranknas "
+                           "status`, then fix the training recipe or budget")  # fmt: skip
     return best
 
 

@@ -89,6 +89,12 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
     assert v["best_baseline"]["baseline"] == "logistic_regression"
     assert v["failed_baselines"] == ["dlrm"]
     assert "failed or diverged, not compared: dlrm" in format_verdict(v)
+    # nor is it a base to search around (a study searched around a diverged one, in vain)
+    from nas.baselines import best_baseline
+
+    assert best_baseline(study)[0] == "logistic_regression"
+    study.set_user_attr("baselines:logistic_regression", record)
+    assert best_baseline(study) is None
 
 
 @pytest.mark.parametrize(
