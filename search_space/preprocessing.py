@@ -113,9 +113,9 @@ def vocabulary_index(values: Sequence[str]) -> dict[str, int]:
 
 def split_cell(cell: Any, separator: str | None) -> list[str]:
     """The items of a multi-valued cell as stripped texts: a list (or tuple, or array) as
-    it is, less its missing items (a null element, as Spark and pandas write them), a text
-    split at `separator`; a missing cell or an empty list has none. Raises ValueError for
-    an empty item of a text ("a||b") or an item that is a list."""
+    it is, less its null elements (as Spark and pandas write them), a text split at
+    `separator`; a missing cell or an empty list has none. Raises ValueError for an empty
+    item ("a||b", a blank text in a list) or an item that is a list."""
     if isinstance(cell, str):
         text = cell.strip()
         items = (text.split(separator) if separator else [text]) if text else []
@@ -124,8 +124,8 @@ def split_cell(cell: Any, separator: str | None) -> list[str]:
     else:
         items = cell.tolist() if hasattr(cell, "tolist") else cell  # numpy: pyarrow's lists
         items = items if isinstance(items, list | tuple) else [items]
-        items = [item for item in items if isinstance(item, list | tuple | dict)
-                 or not is_missing(item)]  # fmt: skip
+        # a null element is no item; a blank text stays an empty item, as "a|" is in CSV
+        items = [i for i in items if i is not None and not (isinstance(i, float) and i != i)]
     texts = []
     for item in items:
         if isinstance(item, list | tuple | dict):

@@ -68,9 +68,9 @@ def test_a_joining_worker_s_hashed_seed_and_searched_learning_rates_are_taken(sp
 
 
 def test_ax_fits_its_model_on_one_thread_and_gives_the_trials_theirs_back(space, monkeypatch):
-    """With `training.threads: 2`, beside a training run, an ask at 50 trials took 25 s, 2.5 s
-    on one thread (its GP's matrices are a few dozen rows): the ask runs on one, the
-    training keeps its own."""
+    """With `training.threads: 2` and a busy process beside, an ask at 50 trials took 10.3 s,
+    2.5 s on one thread (its GP's matrices are a few dozen rows; BENCHMARKS.md): the ask
+    runs on one, the training keeps its own."""
     import torch
 
     sampler = AxSampler(space, ["ne"], seed=0)

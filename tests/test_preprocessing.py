@@ -233,3 +233,15 @@ def test_describe_groups_hashed_columns_by_their_buckets():
 
     fitted = {"dense": [], "vocabulary": {}, "hashing": {"C1": 1000, "C2": 1000, "query": 50}}
     assert describe(fitted) == "hashed: C1, C2 into 1,000 buckets; query into 50 buckets"
+
+
+def test_a_lists_null_element_is_no_item_and_a_blank_one_is_an_empty_item():
+    """Spark and pandas write null elements in Parquet lists: they were a malformed row. A
+    blank text in a list stays an empty item, as "a|" is in a CSV cell."""
+    from search_space.preprocessing import split_cell
+
+    assert split_cell(["a", None, float("nan")], "|") == ["a"]
+    assert split_cell([None], "|") == []
+    for blank in (["a", ""], ["a", "  "], "a|"):
+        with pytest.raises(ValueError, match="an empty item"):
+            split_cell(blank, "|")

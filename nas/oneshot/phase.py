@@ -15,13 +15,12 @@ workers that join meanwhile wait for its candidates instead of duplicating it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import optuna
-import torch
 
+from cost_models.sharding.measure import torch_threads
 from nas.config import StudyConfig
 from nas.oneshot.dnas import ArchitectureDistribution, train_dnas
 from nas.oneshot.search import Candidate, Scorer, search
@@ -38,17 +37,6 @@ PHASE_SEARCHERS = ("oneshot", "dnas")
 
 def phase_attr(searcher: str) -> str:
     return f"{searcher}_phase"
-
-
-@contextmanager
-def _single_thread() -> Iterator[None]:
-    """Supernet steps are many tiny ops: one intra-op thread avoids thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_search_phase(
@@ -70,7 +58,7 @@ def run_search_phase(
         if not isinstance(space, DagSpace):
             raise RanknasError(f"searcher {kind!r} supports the dag search space only")
         started = time.monotonic()
-        with _single_thread():
+        with torch_threads(1):  # supernet steps are many tiny ops
             if kind == "oneshot":
                 candidates, extra = _oneshot(config, space, data, progress, logger)
             else:

@@ -12,11 +12,8 @@ NE-vs-cost Pareto front.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import torch
 from ax.api.client import Client
 from ax.api.configs import ChoiceParameterConfig
 from ax.utils.common.logger import set_stderr_log_level
@@ -24,6 +21,7 @@ from optuna import Study
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from cost_models.sharding.measure import torch_threads
 from nas.searchers.base import SpaceSampler
 from search_space.spaces import SearchSpace
 
@@ -41,20 +39,6 @@ def _kind(choices: list[Any]) -> str:
         return "int"
     numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
     return "float" if numbers else "str"  # a searched learning rate: an ordered float choice
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Torch on one thread for Ax's GP fit and acquisition, whatever `training.threads`
-    gives the trials: their matrices are a few dozen rows, and on 2 threads of a 2-core VM
-    beside a training run a 51 x 51 Cholesky took 0.8 ms, not 14 us (an ask at 50 trials
-    25 s, 2.5 s on one thread, the default's)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 class AxSampler(SpaceSampler):
@@ -78,7 +62,7 @@ class AxSampler(SpaceSampler):
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         client = self._updated_client(study)
-        with _one_thread():
+        with torch_threads(1):  # a GP of a few dozen rows: more threads only wait
             ((index, parameters),) = client.get_next_trials(max_trials=1).items()
         self._proposed[trial.number] = index
         by_ax_name = {_ax_name(n): n for n in self.space.parameters()}
