@@ -307,7 +307,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     if on_means:
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     same = best.get("digest") is not None and best.get("digest") == base.get("digest")
-    found_v = {
+    fields = {
         "basis": basis,
         "seed_means": on_means,
         "paired": paired,
@@ -337,7 +337,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         else None,
         "cost": cost_key(study),
     }
-    return found_v | {"outcome": outcome(found_v)}
+    return fields | {"outcome": outcome(fields)}
 
 
 OUTCOMES = {
@@ -723,6 +723,7 @@ def _num(value: float | None, digits: int = 4) -> str:
     )
 
 
+TRIAL_SIZE, BASELINE_SIZE = 14, 110  # the Pareto plot's markers (points squared)
 OUTLIER_DECADES = 1.0  # a cost this many decades beyond all others is drawn at the edge
 _EDGE_PAD = 0.15  # decades of room either side of the drawn range
 # where a label may sit from its point (points), tried in order until one overlaps no other
@@ -743,8 +744,10 @@ def pareto_png(study: optuna.Study) -> bytes:
 
 def pareto_figure(study: optuna.Study) -> Any:
     """The Pareto plot: trials grey, the front red and labelled, the study's best marked,
-    baselines as labelled stars. The log MFLOPs axis spans the bulk of the points
-    (`cost_range`): an outlier is drawn at the edge with its cost in its label."""
+    baselines as labelled stars, labels off the other markers. The log MFLOPs axis spans
+    the bulk of the points (`cost_range`) and the NE axis stops above them (`ne_ceiling`):
+    an outlier is drawn at the edge with its cost or NE in its label. A Bayes floor far
+    below the points is named in the legend, not drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -761,11 +764,12 @@ def pareto_figure(study: optuna.Study) -> Any:
 
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     axes.scatter([_clip(p[key], low, high) for p in points], [ne(p) for p in points],
-                 s=14, color="0.6", label="trials")  # fmt: skip
+                 s=TRIAL_SIZE, color="0.6", label="trials")  # fmt: skip
     front = [p for p in pareto_front(study) if p[key]]
     axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
               color="tab:red", label="Pareto front of the trials")  # fmt: skip
-    labelled = front + [p for p in points if estimated_ne(p) > top and p not in front]
+    on_front = {p["trial"] for p in front}
+    labelled = front + [p for p in points if estimated_ne(p) > top and p["trial"] not in on_front]
     labels = [(str(p["trial"]), p[key], estimated_ne(p), "0.2") for p in labelled]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
@@ -775,13 +779,15 @@ def pareto_figure(study: optuna.Study) -> Any:
                      label=f"best: trial {mark['trial']}")  # fmt: skip
     if bases:
         axes.scatter([_clip(b[key], low, high) for b in bases], [ne(b) for b in bases],
-                     marker="*", s=110, color="tab:blue", zorder=3, label="baselines")  # fmt: skip
+                     marker="*", s=BASELINE_SIZE, color="tab:blue", zorder=3,
+                     label="baselines")  # fmt: skip
         labels += [(b["baseline"], b[key], estimated_ne(b), "tab:blue") for b in bases]
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         nes = [ne(p) for p in [*points, *bases]]
-        # far below the points, the line would squeeze them into the top of the plot
-        drawn = not nes or bayes >= min(nes) - (max(nes) - min(nes))
+        # far below the points (more than their spread, or 5% of their NE), the line would
+        # squeeze them into the top of the plot
+        drawn = not nes or bayes >= min(nes) - max(max(nes) - min(nes), 0.05 * min(nes))
         label = f"Bayes-optimal NE {bayes:.3f}" + ("" if drawn else " (below the axis)")
         line = {"color": "tab:green", "linestyle": "--", "label": label}
         if drawn:
@@ -798,7 +804,8 @@ def pareto_figure(study: optuna.Study) -> Any:
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
-    markers = [(_clip(p[key], low, high), ne(p)) for p in [*points, *bases]]
+    sized = [(p, TRIAL_SIZE) for p in points] + [(b, BASELINE_SIZE) for b in bases]
+    markers = [((_clip(p[key], low, high), ne(p)), size) for p, size in sized]
     _label(axes, labels, (low, high), top, COST_UNITS[key], markers)
     return figure
 
@@ -813,7 +820,7 @@ def ne_ceiling(values: list[float]) -> float:
         ne.pop()
     if len(ne) == len(values):
         return math.inf
-    return ne[-1] + 0.1 * (ne[-1] - ne[0])
+    return ne[-1] + max(0.1 * (ne[-1] - ne[0]), 0.002 * ne[-1])  # visibly above the rest
 
 
 def cost_range(costs: list[float]) -> tuple[float, float]:
@@ -835,7 +842,7 @@ def _clip(cost: float, low: float, high: float) -> float:
 
 def _label(axes: Any, points: list[tuple[str, float, float, str]],
            costs: tuple[float, float], top: float, unit: str = "MFLOPs",
-           markers: list[tuple[float, float]] = ()) -> None:  # fmt: skip
+           markers: list[tuple[tuple[float, float], float]] = ()) -> None:  # fmt: skip
     """Label `points` (text, cost, NE, colour), each where it overlaps no label placed
     before and no other point's marker (`_place`); a point drawn at an edge (its cost
     outside `costs`, its NE above `top`) names its real cost or NE."""
@@ -843,19 +850,24 @@ def _label(axes: Any, points: list[tuple[str, float, float, str]],
     placed: list[Any] = []
     low, high = costs
     for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
-        beyond = [f"{cost:.2g} {unit}"] * (_clip(cost, low, high) != cost)
-        beyond += [f"NE {ne:.3f}"] * (ne > top)
+        beyond = []  # drawn at an edge: its real cost or NE
+        if _clip(cost, low, high) != cost:
+            beyond.append(f"{cost:.2g} {unit}")
+        if ne > top:
+            beyond.append(f"NE {ne:.3f}")
         shown = f"{text} ({', '.join(beyond)})" if beyond else text
         xy = (_clip(cost, low, high), min(ne, top))
-        others = [_marker_box(axes, m) for m in markers if m != xy]
+        others = [_marker_box(axes, m, size) for m, size in markers if m != xy]
         placed.append(_place(axes, renderer, shown, xy, color, placed, others))
 
 
-def _marker_box(axes: Any, xy: tuple[float, float], radius: float = 5.0) -> Any:
-    """The pixels a marker at data point `xy` covers (a baseline's star: about 5 px)."""
+def _marker_box(axes: Any, xy: tuple[float, float], size: float) -> Any:
+    """The pixels a marker of scatter size `size` (points squared) at data point `xy`
+    covers."""
     from matplotlib.transforms import Bbox
 
     x, y = axes.transData.transform(xy)
+    radius = math.sqrt(size) / 2 * axes.figure.dpi / 72
     return Bbox.from_extents(x - radius, y - radius, x + radius, y + radius)
 
 

@@ -28,6 +28,7 @@ def test_the_ne_axis_leaves_a_far_worse_point_at_its_edge():
     assert ne_ceiling([*bulk, 0.95]) == pytest.approx(0.870 + 0.1 * 0.019)
     assert ne_ceiling([*bulk, 0.95, 1.3]) == ne_ceiling([*bulk, 0.95])
     assert ne_ceiling([0.85, 0.95]) == float("inf")  # two points: both are the spread
+    assert ne_ceiling([0.85, 0.85, 0.95]) == pytest.approx(0.85 * 1.002)  # above, not level
 
 
 @pytest.fixture
@@ -85,4 +86,9 @@ def test_a_far_bayes_floor_is_named_not_drawn_and_labels_keep_off_the_markers(tm
     study.set_user_attr(StudyAttr.BAYES_NE, 0.84)  # near the points: drawn
     figure = pareto_figure(study)
     assert any(line.get_ydata()[0] == 0.84 for line in figure.axes[0].get_lines())
+    plt.close(figure)
+    one = recorded_study(f"sqlite:///{tmp_path / 'one.db'}", [(0.85, 0.5)], {})
+    one.set_user_attr(StudyAttr.BAYES_NE, 0.83)  # one point has no spread: still drawn
+    figure = pareto_figure(one)
+    assert any(line.get_ydata()[0] == 0.83 for line in figure.axes[0].get_lines())
     plt.close(figure)
