@@ -901,4 +901,8 @@ def cmd_data_synth(args: argparse.Namespace) -> int:
     stats = json.loads((Path(args.out) / "stats.json").read_text())
     print(f"wrote {args.rows} rows to {out} with schema.yaml and stats.json")
     print(json.dumps(stats.get("bayes", stats), indent=2)[:2000])
+    one_label = [name for name, split in stats["bayes"].items() if split["ne"] is None]
+    if one_label:  # training on the file refuses such a split: said now, not then
+        print(f"WARNING: the {', '.join(one_label)} split(s) hold one label only (NE null): "
+              "training on this file refuses them; write more rows", file=sys.stderr)  # fmt: skip
     return 0

@@ -169,8 +169,8 @@ def _say_changed_dims(around: Any, points: list[dict], progress: Callable[[str],
     kept feature's own dim they change that dim too: say so, or their NE reads as the cost
     of the features left out alone."""
     emb = around.base.embedding
-    changed = {emb.feature_dim(f): points[0][f"dim.{f.name}"] for f in emb.features
-               if points and points[0][f"dim.{f.name}"] not in (0, emb.feature_dim(f))}  # fmt: skip
+    changed = {emb.feature_dim(f): point[f"dim.{f.name}"] for point in points for f in
+               emb.features if point[f"dim.{f.name}"] not in (0, emb.feature_dim(f))}  # fmt: skip
     for dim, given in changed.items():
         progress(f"features: search_space.feature_dims {list(around.config.feature_dims)} lacks "
                  f"the base's dim {dim}: the screened starting points give those features "

@@ -95,6 +95,12 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
     assert best_baseline(study)[0] == "logistic_regression"
     study.set_user_attr("baselines:logistic_regression", record)
     assert best_baseline(study) is None
+    from nas.runner import _best_baseline
+
+    space = {"type": "around", "base": "best_baseline"}
+    around = parse_config(_config(tmp_path, "diverged") | {"search_space": space})
+    with pytest.raises(RanknasError, match="no baseline trained to completion"):
+        _best_baseline(study, around, None, lambda line: None)
 
 
 @pytest.mark.parametrize(

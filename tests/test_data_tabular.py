@@ -280,7 +280,7 @@ def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(
     rows = [f"{2 if i == 7 else i % 2},{i * 0.37:.2f},u{i % 9}" for i in range(500)]
     (tmp_path / "events.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
     assert main(["data", "schema", str(tmp_path / "events.csv"), "--label", "clicked"]) == 0
-    assert "the label column 'clicked' holds '2', not 0/1, in 1 rows: training skips" in (
+    assert "the label column 'clicked' holds '2', not 0/1, in 1 of 500 rows: training" in (
         caplog.text
     )
 

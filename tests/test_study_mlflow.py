@@ -108,9 +108,10 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert "study with-baselines: 1 complete" in shown and "MLflow" not in shown
 
 
-def _study(tmp_path, server, name, trials=3):
+def _study(tmp_path, server, name, trials=3, **overrides):
+    mlflow = {"tracking_uri": server.uri}
     config = parse_config(
-        tiny_config(tmp_path, name, budget={"trials": trials}, mlflow={"tracking_uri": server.uri})
+        tiny_config(tmp_path, name, budget={"trials": trials}, mlflow=mlflow, **overrides)
     )
     logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
     return config, logger
@@ -191,7 +192,8 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     from nas.cli import main
     from study_helpers import write_config
 
-    config, logger = _study(tmp_path, server, "reevaluated")
+    # a baseline: the verdict (and its outcome tag) is checked below
+    config, logger = _study(tmp_path, server, "reevaluated", baselines=["logistic_regression"])
     study = run_study(config, logger=logger, progress=lambda line: None)
     log_summary(logger, study, rows(study))
     assert logger.flush(timeout_s=30) == 0
@@ -211,10 +213,9 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     assert parent.data.tags["best_digest"] == first["digest"]
     assert parent.data.metrics["best_val_ne"] == pytest.approx(first["mean_val_ne"])
     assert f"trial {best} (seed means" in parent.data.tags["mlflow.note.content"]
-    if board["verdict"]:
-        assert str(board["verdict"]["best_trial"]["trial"]) == best
-        assert parent.data.tags["verdict"].startswith("(seed means")  # the tag says verdict
-        assert parent.data.tags["verdict_outcome"] == board["verdict"]["outcome"]
+    assert str(board["verdict"]["best_trial"]["trial"]) == best
+    assert parent.data.tags["verdict"].startswith("(seed means")  # the tag says verdict
+    assert parent.data.tags["verdict_outcome"] == board["verdict"]["outcome"]
     assert main(["status", str(path), "--json"]) == 0
     assert str(json.loads(capsys.readouterr().out)["best_trial"]) == best
     assert main(["export", str(path), "--out", str(tmp_path / "winner")]) == 0

@@ -266,3 +266,15 @@ def test_a_compiled_step_trains_as_the_eager_step_does():
 
     check_training_ends_alike(lambda: build_model(preset("dcnv2", data.schema), seed=0), data,
                               train_both)  # fmt: skip
+
+
+def test_validation_rows_of_one_label_fail_the_run_saying_so():
+    """Streamed rows are split on the fly, past the split's own check: a validation part of
+    one label failed as "diverged: validation NE nan", with advice to train longer."""
+    from trainers.trainer import TrainResult, _check_diverged
+
+    labels = np.zeros(50)
+    result = TrainResult(status="complete", validation=ranking_metrics(np.full(50, 0.1), labels))
+    _check_diverged(result)
+    assert result.status == "failed"
+    assert result.failure_reason.startswith("the validation rows hold one label only")

@@ -138,7 +138,8 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
                 f"oneshot: {s.oneshot_search} scored {scored}/{s.search_candidates}, best "
                 f"{fitness}inherited NE {best.ne:.4f} ({best.mflops:.3f} MFLOPs)"
             )
-            _log(logger, {"oneshot_best_inherited_ne": best.ne, "oneshot_scored": scored})
+            logged = {"oneshot_best_inherited_ne": best.ne, "oneshot_best_fitness": best.fitness}
+            _log(logger, logged | {"oneshot_scored": scored})
 
     with shown:
         ranked = search(

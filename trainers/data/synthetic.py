@@ -25,7 +25,6 @@ data set with the same config.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -121,7 +120,7 @@ class BayesMetrics:
     base_rate: float
     logloss: float
     expected_logloss: float
-    ne: float
+    ne: float | None  # None on a split of one label: NE is undefined there
     expected_ne: float
 
 
@@ -148,7 +147,7 @@ def bayes_metrics(data: TabularData) -> BayesMetrics:
         base_rate=base_rate,
         logloss=logloss,
         expected_logloss=expected,
-        ne=logloss / float(_entropy(base_rate)) if 0 < base_rate < 1 else math.nan,
+        ne=logloss / float(_entropy(base_rate)) if 0 < base_rate < 1 else None,
         expected_ne=expected / float(_entropy(p.mean())),
     )
 
@@ -189,7 +188,6 @@ def write_synthetic(
         "bayes": {"all": asdict(bayes_metrics(data))}
         | {name: asdict(bayes_metrics(part)) for name, part in splits.items()},
     }
-    stats = json.loads(json.dumps(stats), parse_constant=lambda nan: None)  # NaN: null
     (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return data_path
 

@@ -714,9 +714,9 @@ def _check_label(path: Path, column: Any) -> None:
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
     found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
     if 0 < wrong.sum() <= (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
-        logger.warning("%s: the label column %r holds %s, not 0/1, in %d rows: training "
-                       "skips them as malformed", path, column.name, found,
-                       int(wrong.sum()))  # fmt: skip
+        logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: "
+                       "training skips those as malformed", path, column.name, found,
+                       int(wrong.sum()), int((~blank).sum()))  # fmt: skip
     elif wrong.sum():
         raise RanknasError(
             f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
