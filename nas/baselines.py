@@ -45,8 +45,9 @@ from nas.trial_record import (
     summary_name,
     write_architecture,
 )
-from search_space.architecture import Architecture, digest
+from search_space.architecture import Architecture, digest, unbound_problems
 from search_space.errors import RanknasError
+from search_space.preset_names import PRESET_NAMES
 from search_space.presets import load_architecture
 from search_space.schema import DatasetSchema
 
@@ -58,6 +59,18 @@ def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
         return load_architecture(name_or_file, schema)
     except RanknasError as exc:
         raise RanknasError(f"baselines: {exc}") from None
+
+
+def check_baseline_files(names: list[str]) -> None:
+    """The baselines given as architecture files, checked as far as they can be without the
+    data's schema (`unbound_problems`), before the data loads."""
+    for name in (n for n in names if n not in PRESET_NAMES):
+        try:
+            problems = unbound_problems(Architecture.load(name))
+        except RanknasError as exc:
+            raise RanknasError(f"baselines: {exc}") from None
+        if problems:
+            raise RanknasError(f"baselines: {name}: " + "\n".join(problems))
 
 
 def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[str, Any]] | None:

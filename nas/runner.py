@@ -31,7 +31,13 @@ from optuna.distributions import CategoricalDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from nas.baselines import baseline_key, best_baseline, recorded, train_baselines
+from nas.baselines import (
+    baseline_key,
+    best_baseline,
+    check_baseline_files,
+    recorded,
+    train_baselines,
+)
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.feature_screen import Screen, describe, screen, screens
@@ -422,6 +428,7 @@ def _run_study(
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
+    check_baseline_files(config.baselines)  # before the data, which can take minutes
     try:  # every trial writes here: a wrong place must stop the study, not fail each trial
         made = [d for d in (config.study_dir, *config.study_dir.parents) if not d.exists()]
         config.study_dir.mkdir(parents=True, exist_ok=True)

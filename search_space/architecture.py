@@ -428,7 +428,7 @@ def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> li
                     f"{where}: inputs names {source!r}, which is neither a block nor a raw input "
                     "(dense, sparse)"
                 )
-            if source == "sparse" and not arch.embedding.used:
+            if source == "sparse" and arch.is_bound and not arch.embedding.used:
                 none = "uses none (every dim 0)" if arch.embedding.features else "has none"
                 problems.append(f"{where}: reads 'sparse' but the model {none} of the "
                                 "categorical features")  # fmt: skip
@@ -443,6 +443,13 @@ def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> li
         if cycle:
             problems.append(f"blocks form a cycle: {' -> '.join(cycle)}; inputs must not loop")
     return problems
+
+
+def unbound_problems(arch: Architecture) -> list[str]:
+    """What is wrong with `arch` before a schema binds it: ops, inputs, output, cycles and
+    params (a study says so before it loads the data, which can take minutes)."""
+    blocks = {b.name: b for b in arch.blocks}
+    return _structural_problems(arch, blocks) + _param_problems(arch.blocks)
 
 
 def _param_problems(blocks: tuple[BlockSpec, ...]) -> list[str]:
