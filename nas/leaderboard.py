@@ -849,6 +849,7 @@ def _label(axes: Any, points: list[tuple[str, float, float, str]],
     renderer = axes.figure.canvas.get_renderer()
     placed: list[Any] = []
     low, high = costs
+    boxes = [(xy, _marker_box(axes, xy, size)) for xy, size in markers]
     for text, cost, ne, color in sorted(points, key=lambda p: (p[1], p[2])):
         beyond = []  # drawn at an edge: its real cost or NE
         if _clip(cost, low, high) != cost:
@@ -857,7 +858,7 @@ def _label(axes: Any, points: list[tuple[str, float, float, str]],
             beyond.append(f"NE {ne:.3f}")
         shown = f"{text} ({', '.join(beyond)})" if beyond else text
         xy = (_clip(cost, low, high), min(ne, top))
-        others = [_marker_box(axes, m, size) for m, size in markers if m != xy]
+        others = [box for at, box in boxes if at != xy]
         placed.append(_place(axes, renderer, shown, xy, color, placed, others))
 
 
