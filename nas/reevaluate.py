@@ -109,6 +109,10 @@ def retrain(
     record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(not _has_ne(record.get(key, {}), seed) for key in archs for seed in wanted)
+    total = len(archs) * len(wanted)
+    if todo < total:
+        progress(f"{total - todo} of {total} runs already recorded, reused: "
+                 + (f"training {todo}" if todo else "nothing to train"))  # fmt: skip
     done = 0
     # off a terminal the line after each run is the periodic line
     with bars.bar(todo, "reevaluate", "runs", lines=False) as bar:

@@ -519,13 +519,15 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     # a third seed trains only what is missing; what was recorded is kept
     lines.clear()
     table = reevaluate_study(config, top=2, seeds=3, progress=lines.append)
-    assert len(lines) == 2 and all(r["seeds"] == 3 and r["sd_val_ne"] > 0 for r in table)
+    assert lines[0] == "4 of 6 runs already recorded, reused: training 2"
+    assert len(lines) == 3 and all(r["seeds"] == 3 and r["sd_val_ne"] > 0 for r in table)
     kept = load_study("again", config.storage).user_attrs["reevaluation"]
     assert all(kept[n][s] == runs[s] for n, runs in record.items() for s in runs)
 
     path = write_config(tmp_path, tiny_config(tmp_path, "again", budget={"trials": 3}))
     assert main(["reevaluate", str(path), "--top", "2", "--seeds", "3"]) == 0
     out = capsys.readouterr().out
+    assert "6 of 6 runs already recorded, reused: nothing to train" in out
     best = study_best(load_study("again", config.storage))["trial"]
     assert "mean val NE" in out and f"--trial {best}" in out
 
