@@ -16,6 +16,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from search_space.architecture import Analysis, Architecture, EmbeddingConfig, analyze
 from search_space.blocks import OPS, BlockModule
+from search_space.names import table_name
 from search_space.schema import DatasetSchema
 
 # Under autocast, the network's inputs are cast to its dtype first. Left in fp32 (the
@@ -27,13 +28,13 @@ AUTOCAST_INPUTS = True
 def embedding_bag_collection(
     emb: EmbeddingConfig, device: torch.device | str | None = None
 ) -> EmbeddingBagCollection:
-    """One table `t_<feature>` per feature the model uses (`EmbeddingConfig.used`), as every
-    ranknas model has, pooled by the feature's pooling (a single id per row: sum, which is
-    the id's embedding)."""
+    """One table (`table_name`: `t_<feature>`) per feature the model uses
+    (`EmbeddingConfig.used`), as every ranknas model has, pooled by the feature's pooling
+    (a single id per row: sum, which is the id's embedding)."""
     return EmbeddingBagCollection(
         tables=[
             EmbeddingBagConfig(
-                name=f"t_{f.name}",
+                name=table_name(f.name),
                 embedding_dim=emb.feature_dim(f),
                 num_embeddings=f.num_embeddings,
                 feature_names=[f.name],

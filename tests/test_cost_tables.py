@@ -20,6 +20,7 @@ from cost_models.sharding.tables import (
 )
 from search_space.errors import RanknasError
 from search_space.presets import preset
+from search_space.schema import CategoricalFeature, DatasetSchema
 
 
 def test_yaml_round_trip(tmp_path):
@@ -84,6 +85,16 @@ def test_from_architecture_and_schema(small_schema):
     assert [t.num_embeddings for t in from_schema] == [
         f.cardinality for f in small_schema.categorical
     ]
+
+
+def test_column_names_give_distinct_tables_that_a_plan_file_accepts(tmp_path):
+    names = ("a", "a/cw0", "user.id", "50.", "50%2E")
+    schema = DatasetSchema(dense=("d",), categorical=tuple(CategoricalFeature(n, 5) for n in names))
+    tables = tables_from_schema(schema, embedding_dim=8)
+    assert len({t.name for t in tables}) == len(names)
+    assert not any("/" in t.name or "." in t.name for t in tables)
+    save_tables(tables, tmp_path / "t.yaml")
+    assert load_tables(tmp_path / "t.yaml") == tables
 
 
 def test_generated_pools_are_power_law_and_disjoint():

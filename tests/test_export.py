@@ -472,7 +472,12 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
 ) -> None:
     hostile = DatasetSchema(
         dense=('a"""; import os; os.system("x") #', "b\\n'c", "line\nbreak"),
-        categorical=(CategoricalFeature('ü"""\'', 11), CategoricalFeature("tab\there", 13)),
+        categorical=(
+            CategoricalFeature('ü"""\'', 11),
+            CategoricalFeature("tab\there", 13),
+            # torch refuses '.' in a module's name; '/' names a table's shards
+            *(CategoricalFeature(n, 5) for n in ("user.id", "a", "a/cw0", "50.", "50%2E")),
+        ),
         name='evil"""',
     )
     arch = replace(preset("dlrm", hostile), name='x"""\n raise SystemExit #')

@@ -26,6 +26,7 @@ import yaml
 from search_space.architecture import Architecture
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
+from search_space.names import table_name
 from search_space.schema import DatasetSchema
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2}
@@ -328,7 +329,7 @@ def tables_from_architecture(
     pooling_factors = pooling_factors or {}
     return [
         TableSpec(
-            name=f"t_{f.name}",
+            name=table_name(f.name),
             num_embeddings=f.num_embeddings,
             embedding_dim=arch.embedding.feature_dim(f),
             pooling_factor=float(pooling_factors.get(f.name, 1.0)),
@@ -342,11 +343,11 @@ def tables_from_schema(
     embedding_dim: int,
     pooling_factors: Mapping[str, float] | None = None,
 ) -> list[TableSpec]:
-    """One table per categorical feature, `embedding_dim` wide, named `t_<feature>`."""
+    """One table per categorical feature, `embedding_dim` wide, named by `table_name`."""
     pooling_factors = pooling_factors or {}
     return [
         TableSpec(
-            name=f"t_{f.name}",
+            name=table_name(f.name),
             num_embeddings=f.cardinality,
             embedding_dim=embedding_dim,
             pooling_factor=float(pooling_factors.get(f.name, 1.0)),

@@ -21,13 +21,20 @@ from nas.export.layout import (
     WEIGHTS_FILE,
     _Columns,
 )
-from search_space import blocks, params, preprocessing, shapes
+from search_space import blocks, names, params, preprocessing, shapes
 from search_space.architecture import Analysis, Architecture
 from search_space.blocks import OPS
 from search_space.shapes import Dense, Shape, Sparse
 
 _LINE = 100  # line length of the generated code (the project's ruff setting)
-_COPIED: tuple[ModuleType, ...] = (shapes, params, blocks, preprocessing, standalone_template)
+_COPIED: tuple[ModuleType, ...] = (
+    shapes,
+    params,
+    blocks,
+    names,
+    preprocessing,
+    standalone_template,
+)
 _NOT_IMPORTED = {"__future__", "search_space", "nas", "ranknas"}  # the copies are local
 _MODEL_IMPORTS = """
 from pathlib import Path

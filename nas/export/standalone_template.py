@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from search_space.names import table_name
 from search_space.preprocessing import (
     dense_value,
     encode_value,
@@ -30,8 +31,8 @@ Ids = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 class EmbeddingBags(nn.Module):
-    """The model's embedding tables, one table `t_<feature>` per feature pooled by the
-    feature's pooling (sum or mean), with the state-dict layout of torchrec's
+    """The model's embedding tables, one table `t_<feature>` (`table_name`) per feature
+    pooled by the feature's pooling (sum or mean), with the state-dict layout of torchrec's
     `EmbeddingBagCollection` (`embedding_bags.<table>.weight`) so that ranknas's weights
     load as they are; plain `nn.EmbeddingBag`s, not torchrec."""
 
@@ -46,7 +47,7 @@ class EmbeddingBags(nn.Module):
         self.features = list(features)
         self.embedding_bags = nn.ModuleDict(
             {
-                f"t_{f}": nn.EmbeddingBag(rows, dim, mode=pooling)
+                table_name(f): nn.EmbeddingBag(rows, dim, mode=pooling)
                 for f, rows, dim, pooling in zip(
                     features, num_embeddings, dims, poolings, strict=True
                 )
@@ -67,13 +68,12 @@ class EmbeddingBags(nn.Module):
             )
         for i, f in enumerate(self.features):
             self._check_range(f, ids[:, i])
-        return {
-            f: self.embedding_bags[f"t_{f}"](ids[:, i : i + 1]) for i, f in enumerate(self.features)
-        }
+        bags = self.embedding_bags
+        return {f: bags[table_name(f)](ids[:, i : i + 1]) for i, f in enumerate(self.features)}
 
     def _check_range(self, feature: str, ids: torch.Tensor) -> None:
         """A clear error for an id outside the feature's table (torch's names no feature)."""
-        rows = self.embedding_bags[f"t_{feature}"].num_embeddings
+        rows = self.embedding_bags[table_name(feature)].num_embeddings
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= rows):  # two reductions
             first = int(((ids < 0) | (ids >= rows)).nonzero()[0, 0])
             raise ValueError(
@@ -87,7 +87,7 @@ class EmbeddingBags(nn.Module):
             raise ValueError(f"expected {len(self.features)} id entries, got {len(entries)}")
         pooled = {}
         for f, entry in zip(self.features, entries, strict=True):
-            bag = self.embedding_bags[f"t_{f}"]
+            bag = self.embedding_bags[table_name(f)]
             if isinstance(entry, tuple):
                 values, offsets = (torch.as_tensor(t, dtype=torch.long) for t in entry)
                 self._check_range(f, values)
