@@ -94,7 +94,7 @@ def train_baselines(
     """Train every baseline in `names` that the study has not recorded (nor another worker
     is training); with `wait`, until all of them are recorded (those that other workers
     train included: a claim whose worker died is taken over). Returns the study's baselines."""
-    archs = _distinct(study, names, data.train.schema)
+    archs = distinct_baselines(study, names, data.train.schema)
     while True:
         for order, (key, arch) in enumerate(archs.items()):
             if not _claim(study, config, key):
@@ -112,7 +112,7 @@ def train_baselines(
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are training elsewhere
 
 
-def _distinct(
+def distinct_baselines(
     study: optuna.Study, names: list[str], schema: DatasetSchema
 ) -> dict[str, Architecture]:
     """The baselines of `names` by key; refuses two architectures under one key (files of

@@ -405,7 +405,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_baseline_add(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.baselines import load_baseline, train_baselines
+    from nas.baselines import distinct_baselines, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
     from nas.runner import claim_output_dir
@@ -422,8 +422,9 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
     check_protocol(study, config, data)
-    for name in args.baselines:
-        load_baseline(name, data.train.schema)  # a wrong name or file stops it before training
+    # a wrong name or file, or another model under a recorded name, stops it before the
+    # study's MLflow run is touched
+    distinct_baselines(study, args.baselines, data.train.schema)
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:

@@ -35,6 +35,7 @@ from nas.baselines import (
     baseline_key,
     best_baseline,
     check_baseline_files,
+    distinct_baselines,
     recorded,
     train_baselines,
 )
@@ -468,6 +469,7 @@ def _run_study(
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if config.objectives.needs_step_time:
         study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
+    distinct_baselines(study, config.baselines, data.train.schema)  # refused: run untouched
     if logger is not None:
         logger.start_study(
             config.name,

@@ -299,8 +299,10 @@ def test_an_around_search_of_the_best_baseline_goes_around_it_at_its_flops(tmp_p
     # reevaluate reuses the baselines' runs: it trains the trials (and the dcnv2 added above)
     lines.clear()
     reevaluate_study(parse_config(config), top=2, seeds=3, progress=lines.append)
-    trained = {line.split("] ")[1].split(" seed ")[0] for line in lines}
-    assert len(lines) == 9 and {t for t in trained if "baseline" in t} == {"baseline dcnv2"}
+    reused, *runs = lines
+    assert reused == "6 of 15 runs already recorded, reused: training 9"
+    trained = {line.split("] ")[1].split(" seed ")[0] for line in runs}
+    assert len(runs) == 9 and {t for t in trained if "baseline" in t} == {"baseline dcnv2"}
 
 
 def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):

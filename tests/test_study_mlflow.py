@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from mlflow_server import StudyLogger, down, up
+from nas import commands
 from nas.commands import log_summary
 from nas.config import parse_config
 from nas.leaderboard import rows, study_best
@@ -19,6 +20,8 @@ from nas.runner import run_study
 from nas.trial_record import read_architecture
 from search_space.architecture import analyze
 from search_space.errors import RanknasError
+from search_space.presets import preset
+from search_space.schema import DatasetSchema
 from study_helpers import tiny_config
 
 
@@ -188,7 +191,7 @@ def test_mlflow_stopped_in_the_middle_of_a_study_loses_no_record(tmp_path, serve
     assert all(run.info.status in ("FINISHED", "KILLED", "FAILED") for run in trials.values())
 
 
-def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, capsys):
+def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, capsys, monkeypatch):
     from nas.cli import main
     from study_helpers import write_config
 
@@ -230,6 +233,17 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     for number in retrained:  # what the search logged is still there
         assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
         assert trials[number].data.metrics["reeval_seeds"] == 2
+
+    # another model under a recorded baseline's name is refused; the finished run stays so
+    other = tmp_path / "logistic_regression.json"
+    other.write_text(preset("dlrm", DatasetSchema.from_dict(study.user_attrs["schema"])).to_json())
+    made = []  # the command's logger, to wait for what it sent before reading the run
+    real_logger = commands._logger
+    monkeypatch.setattr(commands, "_logger", lambda c: made.append(real_logger(c)) or made[-1])
+    assert main(["baseline", "add", str(path), str(other)]) == 2
+    assert "with another architecture" in capsys.readouterr().err
+    assert all(logger.flush(timeout_s=30) == 0 for logger in made)
+    assert _runs(client, "reevaluated")[0].info.status == "FINISHED"
 
 
 def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
