@@ -272,12 +272,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _study_config(args: argparse.Namespace):
-    """The study YAML `args.study` names, parsed; None when it names a study."""
+    """The study YAML `args.study` names, parsed (its model files need not be found from
+    here: only the study's records are read); None when it names a study."""
     if not args.study.endswith((".yaml", ".yml")):
         return None
     from nas.config import load_config
 
-    return load_config(args.study)
+    return load_config(args.study, check_files=False)
 
 
 def _study(args: argparse.Namespace, config=None):

@@ -25,7 +25,7 @@ from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
 from search_space.files import read_data_file
-from search_space.preset_names import unknown_architecture
+from search_space.preset_names import checks_files, unknown_architecture
 from search_space.sections import Section as _Section
 from search_space.spaces import AnySpaceConfig, format_validation_error
 from trainers.config import LrSchedule, TrainConfig
@@ -559,7 +559,9 @@ class StudyConfig(_Section):
 
     @field_validator("baselines")
     @classmethod
-    def _baselines(cls, names: list[str]) -> list[str]:
+    def _baselines(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        if not checks_files(info.context):
+            return names
         problems = [p for p in map(unknown_architecture, names) if p]
         if problems:  # before any data is read
             raise ValueError("; ".join(problems))
@@ -662,13 +664,14 @@ class StudyConfig(_Section):
         return config
 
 
-def parse_config(data: Any, source: str = "study config") -> StudyConfig:
+def parse_config(data: Any, source: str = "study config", check_files: bool = True) -> StudyConfig:
     """Validate a study config mapping; errors name `source` (the file), the field and what
-    is allowed, one line each."""
+    is allowed, one line each. `check_files`: whether the model files it names (baselines,
+    an around space's base) must exist from the current directory."""
     if not isinstance(data, dict):
         raise RanknasError(f"{source}: expected a mapping with name, search_space, ...")
     try:
-        config = StudyConfig.model_validate(data)
+        config = StudyConfig.model_validate(data, context={"check_files": check_files})
     except ValidationError as exc:
         space = data.get("search_space")
         tag = space.get("type") if isinstance(space, dict) else None
@@ -680,5 +683,6 @@ def parse_config(data: Any, source: str = "study config") -> StudyConfig:
     return config
 
 
-def load_config(path: str | Path) -> StudyConfig:
-    return parse_config(read_data_file(path, "the study config"), source=str(path))
+def load_config(path: str | Path, check_files: bool = True) -> StudyConfig:
+    data = read_data_file(path, "the study config")
+    return parse_config(data, source=str(path), check_files=check_files)

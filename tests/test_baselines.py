@@ -209,6 +209,26 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert "baselines: no_such_model: neither a preset" in capsys.readouterr().err
 
 
+def test_reading_a_study_by_its_config_needs_not_find_its_model_files(
+    tmp_path, monkeypatch, capsys
+):
+    """Relative model paths are read from the current directory: elsewhere, `search`
+    says where it looked; `status` and `leaderboard` read only the study's records."""
+    monkeypatch.chdir(tmp_path)
+    schema = prepare_data(parse_config(_config(tmp_path, "probe"))).train.schema
+    (tmp_path / "mine.json").write_text(preset("dlrm", schema).to_json())
+    config = _config(tmp_path, "moved", baselines=("mine.json",), budget={"trials": 1})
+    run_study(parse_config(config), progress=lambda line: None)
+    path = write_config(tmp_path, config)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["search", str(path)]) == 2
+    looked = f"looked for at {tmp_path / 'elsewhere' / 'mine.json'} (relative paths are from"
+    assert "mine.json: neither a preset" in (err := capsys.readouterr().err) and looked in err
+    assert main(["status", str(path)]) == 0 and main(["leaderboard", str(path)]) == 0
+    assert "mine" in capsys.readouterr().out
+
+
 def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys):
     """A baseline is keyed by its file's stem: another model under a recorded key was
     skipped, or shown with the recorded one's figures."""

@@ -31,7 +31,7 @@ import random
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from search_space.architecture import Architecture, BlockSpec, digest
 from search_space.blocks import OPS
@@ -77,12 +77,12 @@ class AroundConfig(SpaceConfig):
 
     @field_validator("base")
     @classmethod
-    def _base(cls, base: str) -> str:
-        from search_space.preset_names import unknown_architecture
+    def _base(cls, base: str, info: ValidationInfo) -> str:
+        from search_space.preset_names import checks_files, unknown_architecture
 
-        problem = None if base == BEST_BASELINE else unknown_architecture(base)
+        problem = checks_files(info.context) and unknown_architecture(base, (BEST_BASELINE,))
         if problem:  # before any data is read
-            raise ValueError(f"{problem}, nor {BEST_BASELINE}")
+            raise ValueError(problem)
         return base
 
     @field_validator("width_multipliers")
