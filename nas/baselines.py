@@ -48,7 +48,7 @@ from nas.trial_record import (
 from search_space.architecture import Architecture, digest, unbound_problems
 from search_space.errors import RanknasError
 from search_space.preset_names import PRESET_NAMES
-from search_space.presets import load_architecture
+from search_space.presets import load_architecture, preset
 from search_space.schema import DatasetSchema
 
 CLAIM_PREFIX = "baseline-claim:"
@@ -122,6 +122,9 @@ def distinct_baselines(
     found = recorded(study)
     for name in names:
         key, arch = baseline_key(name), load_baseline(name, schema)
+        if key != name and key in PRESET_NAMES and digest(arch) != digest(preset(key, schema)):
+            raise RanknasError(f"baselines: {name} would be shown as the preset {key!r} but "
+                               "holds another architecture; rename the file")  # fmt: skip
         if key in archs and digest(archs[key]) != digest(arch):
             raise RanknasError(f"baselines: {sources[key]} and {name} are both named {key!r} "
                                "but hold different architectures; rename one file")  # fmt: skip

@@ -240,12 +240,19 @@ def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys)
                         (tmp_path / "other" / "mine.json", "deepfm")):  # fmt: skip
         path.write_text(preset(model, schema).to_json())
     add = ["baseline", "add", str(write_config(tmp_path, config)), "--no-mlflow"]
+    shown_as_dlrm = "dlrm.json would be shown as the preset 'dlrm' but holds another"
     assert main([*add, str(tmp_path / "dlrm.json")]) == 2
-    assert "holds baseline 'dlrm' with another architecture" in capsys.readouterr().err
+    assert shown_as_dlrm in capsys.readouterr().err
+    fresh = _config(tmp_path, "fresh", baselines=(str(tmp_path / "dlrm.json"),))
+    assert main(["search", str(write_config(tmp_path, fresh))]) == 2  # nothing recorded yet
+    assert shown_as_dlrm in capsys.readouterr().err
     assert main([*add, str(tmp_path / "mine.json"), str(tmp_path / "other" / "mine.json")]) == 2
     assert "are both named 'mine' but hold different architectures" in capsys.readouterr().err
     assert list(recorded(load_study("named", config["storage"]))) == ["dlrm"]
     assert main([*add, "dlrm"]) == 0  # the same architecture again: nothing to train
+    assert main([*add, str(tmp_path / "mine.json")]) == 0
+    assert main([*add, str(tmp_path / "other" / "mine.json")]) == 2
+    assert "holds baseline 'mine' with another architecture" in capsys.readouterr().err
 
 
 def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp_path):
