@@ -115,8 +115,9 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     described = {"split": d.split.model_dump(mode="json"), "seed": d.seed,
                  "preprocessing": d.preprocessing, "rows": [len(p) for p in parts],
                  "schema": data.train.schema.to_dict()}  # fmt: skip
-    if all(hasattr(p, "labels") for p in parts):  # in memory: a file rewritten in place shows
-        described["positives"] = [int(np.count_nonzero(p.labels)) for p in parts]
+    positives = [_positives(p) for p in parts]
+    if None not in positives:  # a file rewritten in place with as many rows shows in these
+        described["positives"] = positives
     if d.stream.enabled:
         described["stream"] = d.stream.model_dump(mode="json", include={"min_count", "hash_size"})
     if d.source == "synthetic" and not d.train:
@@ -126,6 +127,14 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     per_trial = {"examples_per_trial", "epochs_per_trial"}
     budget = config.budget.model_dump(mode="json", include=per_trial)
     return {"data": described, "training": training | budget}
+
+
+def _positives(part: Any) -> int | None:
+    """The positive labels of a split: counted in memory, or by the pass that read a
+    streamed one (None for a row cache written before they were counted)."""
+    if hasattr(part, "labels"):
+        return int(np.count_nonzero(part.labels))
+    return getattr(part, "positives", None)
 
 
 def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
@@ -150,8 +159,10 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
     training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
-    if "positives" not in recorded["data"]:  # recorded before they were counted
-        now["data"].pop("positives", None)
+    if "positives" not in recorded["data"] or "positives" not in now["data"]:
+        now["data"].pop("positives", None)  # recorded, or cached, before they were counted
+        recorded = recorded | {"data": {k: v for k, v in recorded["data"].items()
+                                        if k != "positives"}}  # fmt: skip
     changes = _protocol_changes(recorded | {"training": training}, now)
     if changes:
         more = len(changes) - 4

@@ -135,6 +135,20 @@ def test_a_changed_file_or_setting_gets_a_new_cache(source, tmp_path):
     assert_same_batches(changed.train, first.train)  # same bytes, so the same rows
 
 
+def test_each_split_counts_its_positive_labels_with_or_without_the_cache(source):
+    """A study records them: a file rewritten with as many rows shows in its labels."""
+
+    def counted(data):
+        splits = (data.train, data.valid, data.test)
+        return [sum(int(np.count_nonzero(w.labels)) for w in s.windows(512)) for s in splits]
+
+    written, read, uncached = opened(source), opened(source), opened(source, cache=False)
+    assert read.cache_note.startswith("read")
+    for data in (written, read, uncached):
+        assert [s.positives for s in (data.train, data.valid, data.test)] == counted(written)
+    assert 0 < written.train.positives < len(written.train)
+
+
 def test_train_stream_says_when_it_writes_and_reads_the_cache(tmp_path, capsys):
     path = write_synthetic_criteo(tmp_path / "day.tsv", 2000)
     args = ["train", "--stream", "--data", f"criteo:{path}", "--arch", "logistic_regression",

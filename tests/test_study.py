@@ -378,6 +378,23 @@ def test_a_data_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_pa
     assert "data.positives: [" in err and "Traceback" not in err, err
 
 
+def test_a_streamed_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_path, capsys):
+    from trainers.data.synthetic import write_synthetic_criteo
+
+    path = write_synthetic_criteo(tmp_path / "day.tsv", 3000)
+    config = tiny_config(tmp_path, "streamed", budget={"trials": 1, "max_failures": 5},
+                         data={"source": f"criteo:{path}", "stream": {"enabled": True,
+                               "hash_size": 1000, "cache_dir": str(tmp_path / "c")}})  # fmt: skip
+    config_path = write_config(tmp_path, config)
+    assert main(["search", str(config_path)]) == 0
+    lines = path.read_text().splitlines()
+    path.write_text("".join(("0" if line[0] == "1" else "1") + line[1:] + "\n" for line in lines))
+    capsys.readouterr()
+    assert main(["search", str(config_path)]) == 2
+    err = capsys.readouterr().err
+    assert "data.positives: [" in err and "Traceback" not in err, err
+
+
 def test_a_study_recorded_before_a_setting_existed_resumes_under_its_old_value(tmp_path):
     """A protocol recorded before `lr_schedule` existed lacks the key; those runs had a
     constant lr, so the study resumes under `constant` and is refused under the default,

@@ -147,8 +147,9 @@ def open_stream(
         if (cache := _write_row_cache(where, source, bounds, encoder, meta)) is not None:
             note = f"wrote the encoded rows to {where} ({cache.nbytes / 2**30:.2f} GiB)"
             return _from_cache(cache, options, note + ": later runs read them")
-    train = StreamSplit(_encoded(source, *bounds[:2], encoder), encoder.schema, train_rows,
-                        options, label_mean=clicks / train_rows)  # fmt: skip
+    read_train = _encoded(source, *bounds[:2], encoder)
+    train = StreamSplit(read_train, encoder.schema, train_rows, options,
+                        label_mean=clicks / train_rows, positives=round(clicks))  # fmt: skip
     valid, test = (
         _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
     )
@@ -172,11 +173,15 @@ def _describe(name: str, rows: int, splits: Sequence[Rows], cached: bool = False
 
 
 def _eval_split(source: Source, lo: int, hi: int, encoder: Encoder, options: StreamOptions) -> Rows:
-    """Held in memory up to `memory_rows` rows; else streamed (one pass counts its rows)."""
+    """Held in memory up to `memory_rows` rows; else streamed (one pass counts its rows and
+    positive labels)."""
     if hi - lo <= options.memory_rows:
         return concat([encoder.apply(chunk) for chunk in source.chunks(lo, hi)], encoder.schema)
-    rows = sum(len(chunk) for chunk in source.chunks(lo, hi))
-    return StreamSplit(_encoded(source, lo, hi, encoder), encoder.schema, rows, options)
+    rows, positives = 0, 0
+    for chunk in source.chunks(lo, hi):
+        rows, positives = rows + len(chunk), positives + int(np.count_nonzero(chunk.labels))
+    return StreamSplit(_encoded(source, lo, hi, encoder), encoder.schema, rows, options,
+                       positives=positives)  # fmt: skip
 
 
 def _encoded(source: Source, start: int, stop: int, encoder: Encoder) -> ReadRows:
@@ -223,13 +228,16 @@ def _write_row_cache(
     writer = None
     try:
         writer = RowCacheWriter(where, encoder.schema)
-        split_rows = []
+        split_rows, split_positives = [], []
         for lo, hi in pairwise(bounds):
-            before = writer.rows
+            before, positives = writer.rows, 0
             for chunk in source.chunks(lo, hi):
-                writer.append(encoder.apply(chunk))
+                encoded = encoder.apply(chunk)
+                writer.append(encoded)
+                positives += int(np.count_nonzero(encoded.labels))
             split_rows.append(writer.rows - before)
-        return writer.finish(meta | {"split_rows": split_rows})
+            split_positives.append(positives)
+        return writer.finish(meta | {"split_rows": split_rows, "split_positives": split_positives})
     except OSError as exc:
         logger.warning("cannot write the row cache %s (%s): reading the files", where, exc)
         return None
@@ -241,6 +249,7 @@ def _write_row_cache(
 def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedData:
     """Training streamed from the cache; validation and test too, or in memory when small."""
     meta = cache.meta
+    positives = meta.get("split_positives", [None] * 3)  # a cache written before they were
     splits: list[Rows] = []
     for k, (lo, hi) in enumerate(cache.split_ranges):
         if k and hi - lo <= options.memory_rows:
@@ -248,7 +257,8 @@ def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedD
         else:
             read = partial(cache.windows, lo, hi)
             label_mean = meta["label_mean"] if k == 0 else None
-            splits.append(StreamSplit(read, cache.schema, hi - lo, options, label_mean))
+            splits.append(StreamSplit(read, cache.schema, hi - lo, options, label_mean,
+                                      positives[k]))  # fmt: skip
     train, valid, test = splits
     description = _describe(meta["source"], meta["source_rows"], splits, cached=True)
     return StreamedData(train, valid, test, meta["fitted"], description, note)
@@ -424,9 +434,11 @@ class StreamSplit:
         rows: int,
         options: StreamOptions,
         label_mean: float | None = None,
+        positives: int | None = None,
     ) -> None:
         self.read, self.schema, self.rows, self.options = read, schema, rows, options
         self.label_mean = label_mean  # counted by the fitting pass (the training split's)
+        self.positives = positives  # positive labels, where a pass over the rows counted them
         self._head: TabularData | None = None
 
     def __len__(self) -> int:
