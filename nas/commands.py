@@ -147,14 +147,26 @@ def _run_workers(args: argparse.Namespace, config, logger):
     code = launch.launch(args.config, config, count, gpus, extra)
     if code == 130:
         raise KeyboardInterrupt
-    if code != 0:
-        raise RanknasError(f"study {config.name!r}: a worker failed (above); fix what it "
-                           "says, then run the same command again to resume")  # fmt: skip
+    if code != 0 and not _budget_reached(config):
+        what = (f"was killed (signal {-code}) before the budget was done:" if code < 0
+                else "failed (above); fix what it says, then")  # fmt: skip
+        raise RanknasError(f"study {config.name!r}: a worker {what} run the same command again "
+                           "to resume")  # fmt: skip
+    if code != 0:  # its trial was failed by its missed heartbeats and retried by the others
+        print("the other workers finished the study's budget", file=sys.stderr)
     if logger is not None:  # the workers made the parent run: this finds it
         logger.start_study(config.name, params=config.mlflow_params(),
                            tags={"searcher": config.searcher.type},
                            experiment_name=config.mlflow_experiment)  # fmt: skip
     return load_study(config.name, config.storage)
+
+
+def _budget_reached(config) -> bool:
+    from nas.storage import load_study
+    from nas.trial_record import counted_trials
+
+    trials = load_study(config.name, config.storage).get_trials(deepcopy=False)
+    return counted_trials(trials) >= config.budget.trials
 
 
 def print_comparison(study) -> None:

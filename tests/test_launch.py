@@ -149,6 +149,30 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
     check_nothing_lost_or_duplicated(config, server.uri)  # each worker's trials in MLflow
 
 
+def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
+    tmp_path, monkeypatch, capsys
+):
+    """A worker killed mid-trial: its trial is failed by heartbeats and retried by the
+    others. The command said "a worker failed (above); fix what it says" and exited 2 when
+    the others had finished the budget."""
+    from nas.cli import main
+    from nas.runner import run_study
+
+    config = tiny_config(tmp_path, "killed", budget={"trials": 2, "max_failures": 50})
+    run_study(StudyConfig.model_validate(config), progress=lambda line: None)
+    monkeypatch.setattr("nas.launch.launch", lambda *args: -signal.SIGKILL)
+    path = write_config(tmp_path, config)
+    assert main(["search", str(path), "--workers", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "the other workers finished the study's budget" in captured.err
+    assert "export the best" in captured.out
+    assert main(["search", str(path), "--workers", "2", "--trials", "3"]) == 2
+    assert (
+        "a worker was killed (signal 9) before the budget was done: run the same command "
+        "again to resume" in capsys.readouterr().err
+    )
+
+
 # the workers forked from a server that imported the trainer, and each started afresh
 @pytest.mark.slow  # 53 s each on a slow day; `make test-all` runs them
 @pytest.mark.parametrize("start", ["forkserver", "spawn"])
