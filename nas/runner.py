@@ -336,8 +336,8 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
         raise RanknasError(
             f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
             f"{limit}), last: {_last_failure(trials)}; see all with `ranknas "
-            f"leaderboard {config.name} --all`, then fix the config, or raise "
-            "budget.max_failures to go on"
+            f"leaderboard {config.name} --storage {redact(config.storage)} --all`, then fix "
+            "the config, or raise budget.max_failures to go on"
         )
     return config.budget.trials - done
 

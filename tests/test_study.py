@@ -557,8 +557,10 @@ def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_f
     with pytest.raises(
         RanknasError,
         match=r"1 trials failed \(budget.max_failures is 1\), last: diverged: validation NE",
-    ):
+    ) as raised:
         run_study(parse_config(config), progress=print)
+    # the command it gives finds the study (on PostgreSQL too: not in the default storage)
+    assert f"`ranknas leaderboard weak --storage {config['storage']} --all`" in str(raised.value)
     study = load_study("weak", config["storage"])
     (trial,) = study.trials
     assert trial.state.name == "FAIL" and trial.user_attrs["val_ne"] >= 1.0
