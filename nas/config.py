@@ -44,6 +44,14 @@ class SplitConfig(_Section):
     column: str | None = Field(default=None, description="time: the event-time column")
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
 
+    @field_validator("fractions", mode="before")
+    @classmethod
+    def _three(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple) and len(value) != 3:  # pydantic: "fractions.2: required"
+            raise ValueError("need three numbers (train, validation, test) summing to 1, not "
+                             f"{len(value)}: {list(value)}")  # fmt: skip
+        return value
+
     @field_validator("fractions")
     @classmethod
     def _fractions(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:

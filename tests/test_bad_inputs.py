@@ -214,6 +214,10 @@ CASES = {
         lambda p: ["search", _study(p, data={"split": {"fractions": [0.9, 0.1, 0.0]}})],
         "data.split.fractions: need three numbers above 0",
     ),
+    "a split of two fractions": (
+        lambda p: ["search", _study(p, data={"split": {"fractions": [0.8, 0.2]}})],
+        "data.split.fractions: need three numbers (train, validation, test) summing to 1, not 2",
+    ),
     "a key given twice in a study's YAML": (_twice, "'budget' given twice (first on line 1)"),
     "an embedding dim of 0 in a DAG space": (
         lambda p: ["search", _study(p, search_space={"type": "dag", "embedding_dims": [0]})],
