@@ -278,7 +278,8 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     Before that, where the study picked its best baseline by seed means
     (`best_baseline.seeds`), the trials' recorded runs meet those means: the baseline the
     study calls best, at its mean, not one lucky or unlucky run of it. A baseline whose run
-    failed or diverged is not compared. Test NE is reported beside it.
+    failed or diverged is not compared, nor one whose seed mean is worse than the base
+    rate (NE >= 1). Test NE is reported beside it.
     """
     found = [r for r in rows(study) if r["val_ne"] is not None]
     recorded_bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
@@ -296,6 +297,10 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         seeds = min(means[f"baseline:{r['baseline']}"]["seeds"] for r in meaned)
+        failed += [r["baseline"] for r in bases if r["val_ne"] >= 1]  # worse than the base rate
+        bases = [r for r in bases if r["val_ne"] < 1]
+        if not bases:
+            return None
         basis = (f"seed means over {seeds} fresh seeds" if on_means else
                  f"recorded runs against the baselines' seed means over {seeds} seeds")  # fmt: skip
     chosen = study_best(study)["trial"]  # the best every surface names, ties included

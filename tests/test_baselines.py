@@ -76,6 +76,25 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     assert "verdict" in capsys.readouterr().out
 
 
+def test_a_baseline_whose_seed_mean_is_worse_than_the_base_rate_is_not_compared(tmp_path):
+    """One diverged reevaluation seed put logistic regression's mean at 1.0031, shown as a
+    complete baseline and compared."""
+    from nas.leaderboard import rows
+
+    config = parse_config(_config(tmp_path, "meaned", budget={"trials": 1}))
+    study = run_study(config, progress=lambda line: None)
+    first, second = str(REEVAL_SEED), str(REEVAL_SEED + 1)
+    study.set_user_attr("reevaluation", {
+        str(rows(study)[0]["trial"]): {first: [0.90, 0.91], second: [0.92, 0.93]},
+        "baseline:dlrm": {first: [0.95, 0.95], second: [0.96, 0.96]},
+        "baseline:logistic_regression": {first: [0.99, 0.99], second: [1.02, 1.0]},
+    })  # fmt: skip
+    v = verdict(load_study("meaned", config.storage))
+    assert v["seed_means"] and v["best_baseline"]["baseline"] == "dlrm"
+    assert v["failed_baselines"] == ["logistic_regression"]
+    assert "failed or diverged, not compared: logistic_regression" in format_verdict(v)
+
+
 def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
     config = parse_config(_config(tmp_path, "diverged", budget={"trials": 1}))
     study = run_study(config, progress=lambda line: None)
