@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import csv
 import io
+import json
 import math
 import statistics
 from typing import Any
@@ -600,11 +601,14 @@ def _devices(trials: list[FrozenTrial]) -> dict[str, int]:
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
-    """CSV of rows that share their keys (leaderboard rows: `COLUMNS`)."""
+    """CSV of rows that share their keys (leaderboard rows: `COLUMNS`); a mapping or list
+    in a cell (a searched recipe) as JSON."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(table[0]) if table else list(COLUMNS))
     writer.writeheader()
-    writer.writerows(table)
+    for row in table:
+        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v
+                         for k, v in row.items()})  # fmt: skip
     return out.getvalue()
 
 

@@ -113,6 +113,14 @@ def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
                               / "metrics.json").read_text())  # fmt: skip
         train_rows = 3200  # tiny_config: 4,000 rows split 80/10/10, 3 epochs
         assert metrics["steps"] == 3 * train_rows // recipe["batch_size"]
+    import csv
+    import io
+
+    from nas.leaderboard import rows as leaderboard_rows
+    from nas.leaderboard import to_csv
+
+    read = csv.DictReader(io.StringIO(to_csv(leaderboard_rows(study))))
+    assert all(json.loads(row["recipe"])["batch_size"] > 0 for row in read)  # JSON, for scripts
     seen = []
     real = reevaluate.train_architecture
 
