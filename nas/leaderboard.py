@@ -772,12 +772,14 @@ def pareto_figure(study: optuna.Study) -> Any:
         return min(estimated_ne(p), top)  # a far worse one at the top edge, its NE named
 
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    axes.scatter([_clip(p[key], low, high) for p in points], [ne(p) for p in points],
-                 s=TRIAL_SIZE, color="0.6", label="trials")  # fmt: skip
     front = [p for p in pareto_front(study) if p[key]]
+    on_front = {p["trial"] for p in front}
+    behind = [p for p in points if p["trial"] not in on_front]
+    if behind:  # in the legend only when some are drawn
+        axes.scatter([_clip(p[key], low, high) for p in behind], [ne(p) for p in behind],
+                     s=TRIAL_SIZE, color="0.6", label="other trials")  # fmt: skip
     axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
               color="tab:red", label="Pareto front of the trials")  # fmt: skip
-    on_front = {p["trial"] for p in front}
     labelled = front + [p for p in points if estimated_ne(p) > top and p["trial"] not in on_front]
     labels = [(str(p["trial"]), p[key], estimated_ne(p), "0.2") for p in labelled]
     best = study_best(study)

@@ -77,7 +77,10 @@ def test_a_far_bayes_floor_is_named_not_drawn_and_labels_keep_off_the_markers(tm
         t.get_text() for t in axes.get_legend().get_texts()
     ]
     renderer = figure.canvas.get_renderer()
-    centres = np.concatenate([axes.transData.transform(c.get_offsets()) for c in axes.collections])
+    marked = [np.column_stack(line.get_data()) for line in axes.get_lines()
+              if line.get_marker() not in ("None", None, "")]  # the front's  # fmt: skip
+    offsets = [c.get_offsets() for c in axes.collections]
+    centres = np.concatenate([axes.transData.transform(xy) for xy in [*offsets, *marked]])
     for text in axes.texts:
         box, own = text.get_window_extent(renderer), axes.transData.transform(text.xy)
         inside = [c for c in centres if box.contains(*c) and not np.allclose(c, own)]
@@ -91,4 +94,6 @@ def test_a_far_bayes_floor_is_named_not_drawn_and_labels_keep_off_the_markers(tm
     one.set_user_attr(StudyAttr.BAYES_NE, 0.83)  # one point has no spread: still drawn
     figure = pareto_figure(one)
     assert any(line.get_ydata()[0] == 0.83 for line in figure.axes[0].get_lines())
+    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert "other trials" not in legend  # every trial is on the front: none drawn grey
     plt.close(figure)
