@@ -472,7 +472,8 @@ def format_verdict(v: dict[str, Any]) -> str:
         )
     dominated = ", ".join(v["dominated_baselines"]) or "none"
     left_out = v.get("not_compared")
-    basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)}"
+    basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)} "
+                          "(`ranknas reevaluate` retrains them with the same seeds)"
                           if left_out else "")  # fmt: skip
     if v.get("failed_baselines"):
         basis += f"; failed or diverged, not compared: {', '.join(v['failed_baselines'])}"

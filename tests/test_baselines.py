@@ -383,7 +383,9 @@ def test_best_baseline_by_seed_means_overrules_a_lucky_single_run(tmp_path):
     v = verdict(study)
     assert v["best_baseline"]["baseline"] == steady and v["best_baseline"]["val_ne"] == 0.96
     assert sorted(v["not_compared"]) == sorted([lucky, middle]) and not v["search_lower"]
-    assert f"not compared: {', '.join(v['not_compared'])}" in format_verdict(v)
+    assert f"not compared: {', '.join(v['not_compared'])} (`ranknas reevaluate` retrains them" in (
+        format_verdict(v)
+    )
 
 
 @pytest.mark.parametrize(
