@@ -231,6 +231,9 @@ def _parse(data: Any, source: str) -> Architecture:
     )
 
 
+FEATURE_FIELDS = {"name", "num_embeddings", "dim", "pooling"}
+
+
 def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
     if not isinstance(data, dict) or "dim" not in data:
         raise SpecError(f"{where}: expected an object with 'dim' (and optionally 'features')")
@@ -241,7 +244,11 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
     for i, entry in enumerate(data.get("features", [])):
         at = f"{where}.features[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise SpecError(f"{at}: expected {{name, num_embeddings[, dim]}}")
+            raise SpecError(f"{at}: expected {{name, num_embeddings[, dim][, pooling]}}")
+        unknown = sorted(set(entry) - FEATURE_FIELDS, key=str)
+        if unknown:  # a schema's `cardinality` here was "num_embeddings must be an integer"
+            raise SpecError(f"{at} ({entry['name']}): unknown field(s) {unknown}; allowed: "
+                            f"{', '.join(sorted(FEATURE_FIELDS))}")  # fmt: skip
         rows, fdim = entry.get("num_embeddings"), entry.get("dim")
         pooling = entry.get("pooling", "sum")
         if pooling not in POOLINGS:

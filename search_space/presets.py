@@ -126,9 +126,10 @@ def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
     problem = unknown_architecture(name_or_file)
     if problem:
         raise SpecError(problem)
-    arch = Architecture.load(Path(name_or_file)).bind(schema)
-    try:
-        analyze(arch)  # here, so that the error names the file
+    arch = Architecture.load(Path(name_or_file))
+    try:  # here, so that the error names the file
+        arch = arch.bind(schema)
+        analyze(arch)
     except SpecError as exc:
         raise SpecError(f"{name_or_file}: {exc}") from None
     return arch

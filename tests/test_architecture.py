@@ -2,6 +2,7 @@
 and the builder (embedding dims per feature, dense-to-sparse merges)."""
 
 import json
+import re
 
 import pytest
 
@@ -9,7 +10,7 @@ from helpers import check_costs_and_training_step
 from search_space.architecture import Architecture, analyze, canonical, digest
 from search_space.builder import build_model, example_batch
 from search_space.errors import SpecError
-from search_space.presets import PRESETS, preset
+from search_space.presets import PRESETS, load_architecture, preset
 
 
 def spec(blocks, output=None, **embedding):
@@ -162,6 +163,14 @@ def test_every_problem_is_reported_at_once(small_schema):
         (spec([{"name": "dense", "op": "mlp", "inputs": ["dense"]}]), "name 'dense' must be"),
         ({"embedding": {"dim": 0}, "blocks": DLRM_LIKE}, "embedding.dim: 0 is out of range"),
         (spec(DLRM_LIKE, output="nothing"), "output names 'nothing', which is not a block"),
+        (
+            {
+                "embedding": {"dim": 4, "features": [{"name": "c0", "cardinality": 20}]},
+                "blocks": DLRM_LIKE,
+            },
+            "embedding.features[0] (c0): unknown field(s) ['cardinality']; allowed: dim, name, "
+            "num_embeddings, pooling",
+        ),
     ],
 )
 def test_malformed_documents_name_the_field(data, expected, small_schema):
@@ -185,6 +194,16 @@ def test_bind_checks_the_dataset(small_schema):
     )
     with pytest.raises(SpecError, match=r"not in the dataset \['c3', 'c4', 'c5'\]"):
         arch.bind(fewer)
+
+
+def test_a_file_that_does_not_fit_the_data_is_named(small_schema, tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(preset("dlrm", small_schema).to_json())
+    fewer = small_schema.__class__(
+        dense=small_schema.dense, categorical=small_schema.categorical[:3]
+    )
+    with pytest.raises(SpecError, match=rf"^{re.escape(str(path))}: embedding.features do not"):
+        load_architecture(str(path), fewer)
 
 
 def test_per_feature_dims_are_projected_to_the_shared_dim(small_schema):
