@@ -149,6 +149,19 @@ def test_each_split_counts_its_positive_labels_with_or_without_the_cache(source)
     assert 0 < written.train.positives < len(written.train)
 
 
+def test_a_categorical_column_blank_in_every_training_row_is_named(tmp_path, caplog):
+    rng = np.random.default_rng(0)
+    table = pa.table({
+        "clicked": (rng.random(600) < 0.3).astype(np.int8), "visits": rng.integers(0, 9, 600),
+        "price": rng.normal(10, 3, 600), "country": pa.nulls(600, pa.string()),
+        "slot": rng.integers(0, 5, 600),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "blank.parquet")
+    (tmp_path / "schema.yaml").write_text(SCHEMA)
+    opened((str(tmp_path / "blank.parquet"), str(tmp_path / "schema.yaml")), cache=False)
+    assert "categorical column(s) ['country'] hold no value in any training row" in caplog.text
+
+
 def test_train_stream_says_when_it_writes_and_reads_the_cache(tmp_path, capsys):
     path = write_synthetic_criteo(tmp_path / "day.tsv", 2000)
     args = ["train", "--stream", "--data", f"criteo:{path}", "--arch", "logistic_regression",

@@ -386,6 +386,17 @@ def _shop_log(tmp_path, shops, schema_entry):
     return load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
 
 
+def test_a_categorical_column_blank_in_every_row_is_named_in_a_warning(tmp_path, caplog):
+    """`data schema` leaves such a column out; one a schema names trained silently as a
+    feature that tells nothing."""
+    data = _shop_log(tmp_path, [""] * 20, "shop")
+    assert set(data.categorical[:, 0]) == {0}  # the missing id
+    assert "categorical column(s) ['shop'] hold no value in any row" in caplog.text
+    caplog.clear()
+    _shop_log(tmp_path, [""] * 19 + ["a"], "shop")
+    assert "hold no value" not in caplog.text
+
+
 def test_min_count_is_counted_on_the_training_split(tmp_path):
     from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
 

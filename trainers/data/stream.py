@@ -415,6 +415,11 @@ def fit_encoder(
             logger.warning("%s: %d blank value(s) in dense column %r of the training rows: "
                            "filled with the training mean", source.name, stats.blanks,
                            stats.column)  # fmt: skip
+    blank = [name for name, c in counts.items() if not c.counts]
+    if blank:  # `data schema` leaves such a column out; a schema may not
+        logger.warning("%s: categorical column(s) %s hold no value in any training row: every "
+                       "row gets the missing id, a feature that tells nothing; drop them from "
+                       "the schema", source.name, blank)  # fmt: skip
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks
