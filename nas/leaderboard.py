@@ -459,7 +459,8 @@ def format_verdict(v: dict[str, Any]) -> str:
     if kind.endswith("_leads"):
         on = "single runs" if not v.get("seed_means") else "too few seeds to test"
         said += f" on {on}, not yet a verdict"
-    if v.get("test_agrees") is False and kind != "no_win":
+    # within seed noise nobody is ahead on validation for test NE to disagree with
+    if v.get("test_agrees") is False and kind not in ("no_win", "tie", "undecided"):
         said += (" (validation only: test NE disagrees)" if kind.endswith("_leads")
                  else " on validation only (test NE disagrees)")  # fmt: skip
     test = ("" if v["delta_test_ne"] is None else

@@ -214,6 +214,11 @@ CASES = {
         lambda p: ["search", _study(p, data={"split": {"fractions": [0.9, 0.1, 0.0]}})],
         "data.split.fractions: need three numbers above 0",
     ),
+    "a word for a number": (
+        lambda p: ["search", _study(p, budget={"trials": "three"})],
+        "budget.trials: Input should be a valid integer, unable to parse string as an integer "
+        "(got 'three')",
+    ),
     "a split of two fractions": (
         lambda p: ["search", _study(p, data={"split": {"fractions": [0.8, 0.2]}})],
         "data.split.fractions: need three numbers (train, validation, test) summing to 1, not 2",

@@ -94,8 +94,16 @@ def format_validation_error(
 
 
 def _message(error: Any) -> str:
-    """Pydantic's message, less the "Value error, " that it puts before a validator's own."""
-    return error["msg"].removeprefix("Value error, ")
+    """Pydantic's message, less the "Value error, " that it puts before a validator's own
+    (which names the value where it helps), and with the value given where pydantic's own
+    check refused a plain one ("Input should be a valid integer" of `three`)."""
+    message = error["msg"].removeprefix("Value error, ")
+    given = error.get("input")
+    own = error["type"] in ("value_error", "assertion_error", "missing", "extra_forbidden")
+    if own or not isinstance(given, str | int | float | bool) or repr(given) in message:
+        return message
+    shown = repr(given)
+    return f"{message} (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
 
 
 def known_fields(models: Sequence[type[BaseModel]], loc: Sequence[Any]) -> list[str]:
