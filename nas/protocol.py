@@ -49,6 +49,7 @@ class StudyData:
     # fitted on the training split (`trainers.data.preprocess.fit_preprocessing`): dense
     # transforms, vocabularies, hashed and multi-valued columns
     preprocessing: dict[str, Any] = field(default_factory=dict)
+    auto_split: str | None = None  # the split method `auto` chooses on this data
 
     @property
     def pooling_factors(self) -> dict[str, float]:
@@ -77,7 +78,8 @@ def prepare_data(config: StudyConfig) -> StudyData:
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
     described = "; ".join(filter(None, [describe_split(method, data, d.seed), describe(fitted)]))
-    return StudyData(train_part, valid, test, bayes, described, fitted)
+    auto = split_method("auto", data, d.source)
+    return StudyData(train_part, valid, test, bayes, described, fitted, auto)
 
 
 def _bad_row_limits(d: DataConfig) -> dict[str, Any]:
@@ -137,6 +139,15 @@ def _positives(part: Any) -> int | None:
     return getattr(part, "positives", None)
 
 
+def _auto_resolved(protocol: dict[str, Any], method: str | None) -> dict[str, Any]:
+    """`protocol` with a split method `auto` as `method`, what it chooses on this data:
+    `auto` and that method split alike."""
+    split = protocol["data"].get("split") or {}
+    if method is None or split.get("method") != "auto":
+        return protocol
+    return protocol | {"data": protocol["data"] | {"split": split | {"method": method}}}
+
+
 def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
     """The settings that differ between two protocols, as `name: old -> new`."""
     changes = []
@@ -159,6 +170,8 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
     training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
+    recorded = _auto_resolved(recorded, data.auto_split)
+    now = _auto_resolved(now, data.auto_split)
     if "positives" not in recorded["data"] or "positives" not in now["data"]:
         now["data"].pop("positives", None)  # recorded, or cached, before they were counted
         recorded = recorded | {"data": {k: v for k, v in recorded["data"].items()

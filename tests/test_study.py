@@ -378,6 +378,24 @@ def test_a_data_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_pa
     assert "data.positives: [" in err and "Traceback" not in err, err
 
 
+def test_split_auto_resumes_as_the_method_it_chose(tmp_path, capsys):
+    """`auto` on a log with a time column splits in time order: naming `time` then was
+    refused as another protocol (`data.split.method: "auto" -> "time"`)."""
+    lines = [f"{i % 5 < 2 and i % 3 > 0:d},{i % 7}.5,s{i % 5},{i}" for i in range(3000)]
+    data, schema = tmp_path / "clicks.csv", tmp_path / "schema.yaml"
+    data.write_text("y,price,shop,t\n" + "\n".join(lines) + "\n")
+    schema.write_text("label: y\ndense: [price]\ncategorical: [shop]\ntime: t\n")
+    config = tiny_config(tmp_path, "auto", budget={"trials": 1, "max_failures": 5},
+                         data={"source": str(data), "schema": str(schema)})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    config["data"]["split"] = {"method": "time"}
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    config["data"]["split"] = {"method": "ordered"}
+    capsys.readouterr()
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    assert 'data.split.method: "time" -> "ordered"' in capsys.readouterr().err
+
+
 def test_a_streamed_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_path, capsys):
     from trainers.data.synthetic import write_synthetic_criteo
 
