@@ -616,15 +616,14 @@ def _study_dirs(study, config) -> set[Path]:
 def _trial_weights(number: int, trial_dir: Path) -> dict:
     """The trial's recorded weights; a missing or damaged file is a user error."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
-    from nas.trial_record import WEIGHTS_FILE
+    from nas.trial_record import WEIGHTS_FILE, read_weights
 
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
         raise RanknasError(f"trial {number}: weights not found at {weights}")
     try:
-        return load_file(str(weights))
+        return read_weights(weights)
     except (SafetensorError, OSError) as exc:
         raise RanknasError(f"trial {number}: cannot read the weights {weights} ({exc}): the "
                            "file is damaged; export another trial, or train this "

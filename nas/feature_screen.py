@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nas.leaderboard import TIE_MARGIN
-from nas.trial_record import WEIGHTS_FILE, recorded
+from nas.trial_record import WEIGHTS_FILE, read_weights, recorded
 
 if TYPE_CHECKING:  # torch and the model only where importance is measured: `status` is light
     import optuna
@@ -181,10 +181,9 @@ def _weights(path: Path, key: str, progress: Callable[[str], None]) -> dict | No
     """The baseline's trained weights; None, said, where they cannot be read here (trained
     by a worker on another machine, or damaged)."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     try:
-        return load_file(str(path))
+        return read_weights(path)
     except (OSError, SafetensorError) as exc:
         progress(f"features: baseline {key}'s weights {path} cannot be read here ({exc}); the "
                  "search starts without a screen of its features")  # fmt: skip

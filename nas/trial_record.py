@@ -10,6 +10,7 @@ reads a study back (leaderboard, export, reevaluate, baselines) uses these names
 from __future__ import annotations
 
 import json
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,27 @@ def write_weights(directory: Path, model: torch.nn.Module) -> None:
 
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(directory / WEIGHTS_FILE))
+
+
+# a column's name in a module's, as written before `module_key` escaped its '/' and '%' (a
+# '/' or a '%' that starts none of the escapes); its '.' was refused by torch, never written
+_UNESCAPED = re.compile(
+    r"^(.*embedding_bags\.t_|feature_projections\.)(.*(?:/|%(?!25|2E|2F)).*)(\.weight)$"
+)
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Weights recorded by `write_weights`, under today's module names (`module_key`): those
+    recorded before it escaped a column's '/' and '%' load as well."""
+    from safetensors.torch import load_file
+
+    from search_space.names import module_key
+
+    weights = {}
+    for key, value in load_file(str(path)).items():
+        old = _UNESCAPED.match(key)
+        weights[f"{old[1]}{module_key(old[2])}{old[3]}" if old else key] = value
+    return weights
 
 
 def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:

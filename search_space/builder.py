@@ -16,7 +16,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from search_space.architecture import Analysis, Architecture, EmbeddingConfig, analyze
 from search_space.blocks import OPS, BlockModule
-from search_space.names import table_name
+from search_space.names import module_key, table_name
 from search_space.schema import DatasetSchema
 
 # Under autocast, the network's inputs are cast to its dtype first. Left in fp32 (the
@@ -62,7 +62,7 @@ class RankingModel(nn.Module):
         self.embedding_bags = embedding_bag_collection(emb, device)
         self.feature_projections = nn.ModuleDict(
             {
-                f.name: nn.Linear(emb.feature_dim(f), emb.dim, bias=False)
+                module_key(f.name): nn.Linear(emb.feature_dim(f), emb.dim, bias=False)
                 for f in emb.used
                 if emb.feature_dim(f) != emb.dim
             }
@@ -87,7 +87,7 @@ class RankingModel(nn.Module):
             self.embedding_bags(sparse),
             self.feature_names,
             self.embedding_dim,
-            lambda name: _module(self.feature_projections, name),
+            lambda name: _module(self.feature_projections, module_key(name)),
         )
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:

@@ -6,9 +6,13 @@ Copied into every exported `ranknas_model.py` (`nas.export.codegen`): standard l
 from __future__ import annotations
 
 
+def module_key(column: str) -> str:
+    """`column` as a module's name: '.' (which torch refuses: it separates a module's
+    path), '/' (which separates a table's shards, `<table>/cw0`) and '%' escaped, so that
+    distinct columns give distinct names."""
+    return column.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
+
+
 def table_name(feature: str) -> str:
-    """The embedding table of `feature`: `t_<feature>`, with '.' (torch's module paths), '/'
-    (a table's shards, `<table>/cw0`) and '%' escaped, so that every column name gives a
-    distinct table a module may hold."""
-    escaped = feature.replace("%", "%25").replace(".", "%2E").replace("/", "%2F")
-    return f"t_{escaped}"
+    """The embedding table of `feature`: `t_<feature>`, escaped (`module_key`)."""
+    return f"t_{module_key(feature)}"

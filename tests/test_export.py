@@ -481,6 +481,10 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
         name='evil"""',
     )
     arch = replace(preset("dlrm", hostile), name='x"""\n raise SystemExit #')
+    emb = arch.embedding  # a feature of its own dim: projected, a module named by its column
+    own_dims = tuple(replace(f, dim=4) if f.name in ("user.id", "a/cw0") else f
+                     for f in emb.features)  # fmt: skip
+    arch = replace(arch, embedding=replace(emb, features=own_dims))
     model = _perturbed(arch)
     result = export_model(arch, model.state_dict(), {}, tmp_path, schema=hostile)
     source = result.module.read_text()
@@ -496,6 +500,33 @@ def test_hostile_column_and_feature_names_cannot_break_the_generated_module(
     module = sys.modules[type(load_exported(result.out_dir)).__module__]
     assert hostile.dense == module.DENSE_COLUMNS
     assert tuple(f.name for f in hostile.categorical) == module.FEATURES
+
+
+def test_weights_recorded_before_names_were_escaped_load_under_todays(tmp_path: Path) -> None:
+    """A column's '/' and '%' stood as they are in module names until they were escaped:
+    such a study's recorded weights still load, for the export and the feature screen."""
+    from safetensors.torch import save_file
+
+    from nas.trial_record import read_weights
+
+    schema = DatasetSchema(
+        dense=("d",), categorical=tuple(CategoricalFeature(n, 5) for n in ("a/b", "disc%", "c"))
+    )
+    arch = preset("dlrm", schema)
+    emb = arch.embedding
+    features = tuple(replace(f, dim=4) if f.name == "a/b" else f for f in emb.features)
+    state = build_model(replace(arch, embedding=replace(emb, features=features))).state_dict()
+    old_names = {"t_a%2Fb": "t_a/b", "t_disc%25": "t_disc%", "feature_projections.a%2Fb":
+                 "feature_projections.a/b"}  # fmt: skip
+    recorded = {}
+    for key, value in state.items():
+        for new, old in old_names.items():
+            key = key.replace(f"{new}.", f"{old}.")
+        recorded[key] = value.contiguous()
+    assert set(recorded) != set(state)
+    save_file(recorded, str(tmp_path / "model.safetensors"))
+    loaded = read_weights(tmp_path / "model.safetensors")
+    assert set(loaded) == set(state) and all(torch.equal(loaded[k], state[k]) for k in state)
 
 
 def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path) -> None:

@@ -234,14 +234,14 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
         assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
         assert trials[number].data.metrics["reeval_seeds"] == 2
 
-    # another model under a recorded baseline's name is refused; the finished run stays so
+    # another model under a baseline's name is refused; the finished run stays so
     other = tmp_path / "logistic_regression.json"
     other.write_text(preset("dlrm", DatasetSchema.from_dict(study.user_attrs["schema"])).to_json())
     made = []  # the command's logger, to wait for what it sent before reading the run
     real_logger = commands._logger
     monkeypatch.setattr(commands, "_logger", lambda c: made.append(real_logger(c)) or made[-1])
     assert main(["baseline", "add", str(path), str(other)]) == 2
-    assert "with another architecture" in capsys.readouterr().err
+    assert "would be shown as the preset 'logistic_regression'" in capsys.readouterr().err
     assert all(logger.flush(timeout_s=30) == 0 for logger in made)
     assert _runs(client, "reevaluated")[0].info.status == "FINISHED"
 

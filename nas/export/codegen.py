@@ -24,6 +24,7 @@ from nas.export.layout import (
 from search_space import blocks, names, params, preprocessing, shapes
 from search_space.architecture import Analysis, Architecture
 from search_space.blocks import OPS
+from search_space.names import module_key
 from search_space.shapes import Dense, Shape, Sparse
 
 _LINE = 100  # line length of the generated code (the project's ruff setting)
@@ -245,7 +246,9 @@ def load(directory: str | Path = ".", device: str = "cpu") -> RankingModel:
 def _feature_projections(arch: Architecture) -> _Expr:
     emb = arch.embedding
     entries = {
-        f.name: _call("nn.Linear", [str(emb.feature_dim(f)), str(emb.dim), "bias=False"])
+        module_key(f.name): _call(
+            "nn.Linear", [str(emb.feature_dim(f)), str(emb.dim), "bias=False"]
+        )
         for f in emb.used
         if emb.feature_dim(f) != emb.dim
     }
@@ -297,7 +300,9 @@ def _embed_method(arch: Architecture) -> str:
         column = f"pooled[{_str_literal(f.name)}]"
         projected = emb.feature_dim(f) != emb.dim
         columns.append(
-            f"self.feature_projections[{_str_literal(f.name)}]({column})" if projected else column
+            f"self.feature_projections[{_str_literal(module_key(f.name))}]({column})"
+            if projected
+            else column
         )
     stack = _call("torch.stack", [_Call("", tuple(columns), "[]"), "dim=1"])
     lines.append(_line("return ", stack, 8))
