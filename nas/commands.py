@@ -144,16 +144,19 @@ def _run_workers(args: argparse.Namespace, config, logger):
     extra = (["--trials", str(config.budget.trials)] if args.trials else []) + (
         ["--no-mlflow"] if args.no_mlflow else []
     )
-    code = launch.launch(args.config, config, count, gpus, extra)
-    if code == 130:
+    codes = launch.launch(args.config, config, count, gpus, extra)
+    failed = [c for c in codes if c != 0]
+    if 130 in failed:
         raise KeyboardInterrupt
-    if code != 0 and not _budget_reached(config):
-        what = (f"was killed (signal {-code}) before the budget was done:" if code < 0
+    # a killed worker's trial is failed by its missed heartbeats and retried by the others
+    killed = failed and all(c < 0 for c in failed) and len(failed) < len(codes)
+    if killed and _budget_reached(config):
+        print("the other workers finished the study's budget", file=sys.stderr)
+    elif failed:
+        what = (f"was killed (signal {-failed[0]}) before the budget was done:" if killed
                 else "failed (above); fix what it says, then")  # fmt: skip
         raise RanknasError(f"study {config.name!r}: a worker {what} run the same command again "
                            "to resume")  # fmt: skip
-    if code != 0:  # its trial was failed by its missed heartbeats and retried by the others
-        print("the other workers finished the study's budget", file=sys.stderr)
     if logger is not None:  # the workers made the parent run: this finds it
         logger.start_study(config.name, params=config.mlflow_params(),
                            tags={"searcher": config.searcher.type},

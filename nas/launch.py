@@ -82,9 +82,9 @@ def placements(count: int, device: str, gpus: list[str], cores: int) -> list[Pla
 
 def launch(
     config_path: str, config: StudyConfig, count: int, gpus: list[str], extra_args: list[str]
-) -> int:
+) -> list[int]:
     """Run `count` workers on the study of `config`, over `gpus` (`visible_gpus`), until
-    they all end; their exit status (130 when interrupted, the first failure's otherwise)."""
+    they all end; their exit statuses (130: interrupted; below 0: killed by that signal)."""
     places = placements(count, config.training.device, gpus, os.cpu_count() or 1)
     logs = config.study_dir / "workers"
     try:
@@ -113,7 +113,7 @@ def launch(
     for i, code in failed:
         print(f"worker {i} exited with status {code}: {_last_line(logs / f'worker-{i}.log')}",
               file=sys.stderr)  # fmt: skip
-    return failed[0][1] if failed else 0
+    return codes
 
 
 def _start(

@@ -160,7 +160,8 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
 
     config = tiny_config(tmp_path, "killed", budget={"trials": 2, "max_failures": 50})
     run_study(StudyConfig.model_validate(config), progress=lambda line: None)
-    monkeypatch.setattr("nas.launch.launch", lambda *args: -signal.SIGKILL)
+    codes = [0, -signal.SIGKILL]
+    monkeypatch.setattr("nas.launch.launch", lambda *args: codes)
     path = write_config(tmp_path, config)
     assert main(["search", str(path), "--workers", "2"]) == 0
     captured = capsys.readouterr()
@@ -171,6 +172,11 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
         "a worker was killed (signal 9) before the budget was done: run the same command "
         "again to resume" in capsys.readouterr().err
     )
+    codes[:] = [2, 2]  # refused (a changed protocol, say): a done budget does not hide it
+    assert main(["search", str(path), "--workers", "2"]) == 2
+    assert "a worker failed (above); fix what it says" in capsys.readouterr().err
+    codes[:] = [-signal.SIGKILL, -signal.SIGKILL]  # none of them finished it
+    assert main(["search", str(path), "--workers", "2"]) == 2
 
 
 # the workers forked from a server that imported the trainer, and each started afresh
