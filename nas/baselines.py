@@ -122,13 +122,14 @@ def distinct_baselines(
     found = recorded(study)
     for name in names:
         key, arch = baseline_key(name), load_baseline(name, schema)
-        if key != name and key in PRESET_NAMES and digest(arch) != digest(preset(key, schema)):
+        recorded_digest = found.get(key, {}).get("digest")
+        shown_as_preset = key != name and key in PRESET_NAMES and recorded_digest != digest(arch)
+        if shown_as_preset and digest(arch) != digest(preset(key, schema)):
             raise RanknasError(f"baselines: {name} would be shown as the preset {key!r} but "
                                "holds another architecture; rename the file")  # fmt: skip
         if key in archs and digest(archs[key]) != digest(arch):
             raise RanknasError(f"baselines: {sources[key]} and {name} are both named {key!r} "
                                "but hold different architectures; rename one file")  # fmt: skip
-        recorded_digest = found.get(key, {}).get("digest")
         if recorded_digest not in (None, digest(arch)):
             raise RanknasError(
                 f"baselines: the study holds baseline {key!r} with another architecture "

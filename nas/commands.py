@@ -409,7 +409,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if args.config and args.config.endswith((".yaml", ".yml")):
         from nas.config import load_config
 
-        storage = load_config(args.config).storage
+        storage = load_config(args.config, check_files=False).storage
     check_exists(storage)
     check_port_free(args.host, args.port, zero_picks=False)
     print(f"optuna-dashboard for {redact(storage)} at http://{args.host}:{args.port} "
@@ -492,7 +492,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         config.mlflow.tracking_uri = None
     which = "every baseline" if args.baselines is None else f"the top {args.baselines} baselines"
     front = ", the Pareto front's trials cheaper than the best baseline" if args.front else ""
-    print(f"study {config.name!r}: retraining the top {args.top} trials{front} and {which} "
+    print(f"study {config.name!r}: re-evaluating the top {args.top} trials{front} and {which} "
           f"with {args.seeds} fresh seed{'s' if args.seeds != 1 else ''} each")  # fmt: skip
     table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines,
                              args.front)  # fmt: skip

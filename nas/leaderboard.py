@@ -287,9 +287,14 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     bases = [r for r in recorded_bases if r["state"] == "complete"]  # not a diverged one
     if not found or not bases:
         return None
+    means = seed_means(study)
+    diverged = [r for r in bases  # on average worse than the base rate
+                if means.get(f"baseline:{r['baseline']}", {}).get("val_ne", 0) >= 1]  # fmt: skip
+    bases = [r for r in bases if r not in diverged]
+    if not bases:
+        return None
     failed = [r["baseline"] for r in recorded_bases if r not in bases]
     basis, not_compared, on_means = "recorded runs", [], False
-    means = seed_means(study)
     meaned = [r for r in bases if f"baseline:{r['baseline']}" in means]
     if meaned:
         on_means = any(str(r["trial"]) in means for r in found)  # trials' and baselines'
@@ -298,10 +303,6 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         seeds = min(means[f"baseline:{r['baseline']}"]["seeds"] for r in meaned)
-        failed += [r["baseline"] for r in bases if r["val_ne"] >= 1]  # worse than the base rate
-        bases = [r for r in bases if r["val_ne"] < 1]
-        if not bases:
-            return None
         basis = (f"seed means over {seeds} fresh seeds" if on_means else
                  f"recorded runs against the baselines' seed means over {seeds} seeds")  # fmt: skip
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
@@ -609,7 +610,7 @@ def to_csv(table: list[dict[str, Any]]) -> str:
     writer = csv.DictWriter(out, fieldnames=list(table[0]) if table else list(COLUMNS))
     writer.writeheader()
     for row in table:
-        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list) else v
+        writer.writerow({k: json.dumps(v) if isinstance(v, dict | list | tuple) else v
                          for k, v in row.items()})  # fmt: skip
     return out.getvalue()
 
@@ -754,7 +755,7 @@ def pareto_png(study: optuna.Study) -> bytes:
 
 
 def pareto_figure(study: optuna.Study) -> Any:
-    """The Pareto plot: trials grey, the front red and labelled, the study's best marked,
+    """The Pareto plot: the front red and labelled, the other trials grey, the study's best marked,
     baselines as labelled stars, labels off the other markers. The log MFLOPs axis spans
     the bulk of the points (`cost_range`) and the NE axis stops above them (`ne_ceiling`):
     an outlier is drawn at the edge with its cost or NE in its label. A Bayes floor far

@@ -104,7 +104,7 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
                        dense_preprocessing=dense)  # fmt: skip
     parts = [data.description, describe(data.fitted), data.cache_note]
     described = "; ".join(filter(None, parts))
-    return StudyData(data.train, data.valid, data.test, None, described, data.fitted)
+    return StudyData(data.train, data.valid, data.test, None, described, data.fitted, "ordered")
 
 
 def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
@@ -139,12 +139,14 @@ def _positives(part: Any) -> int | None:
     return getattr(part, "positives", None)
 
 
-def _auto_resolved(protocol: dict[str, Any], method: str | None) -> dict[str, Any]:
-    """`protocol` with a split method `auto` as `method`, what it chooses on this data:
-    `auto` and that method split alike."""
+def _split_methods(protocol: dict[str, Any]) -> set[str | None]:
+    return {(protocol["data"].get("split") or {}).get("method")}
+
+
+def _with_split_method(protocol: dict[str, Any], method: str) -> dict[str, Any]:
+    """`protocol` split by `method`: `auto` and the method it chooses on the data split
+    alike."""
     split = protocol["data"].get("split") or {}
-    if method is None or split.get("method") != "auto":
-        return protocol
     return protocol | {"data": protocol["data"] | {"split": split | {"method": method}}}
 
 
@@ -170,8 +172,8 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
     training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
-    recorded = _auto_resolved(recorded, data.auto_split)
-    now = _auto_resolved(now, data.auto_split)
+    if _split_methods(recorded) | _split_methods(now) == {"auto", data.auto_split}:
+        recorded, now = (_with_split_method(p, data.auto_split) for p in (recorded, now))
     if "positives" not in recorded["data"] or "positives" not in now["data"]:
         now["data"].pop("positives", None)  # recorded, or cached, before they were counted
         recorded = recorded | {"data": {k: v for k, v in recorded["data"].items()

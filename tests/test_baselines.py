@@ -17,7 +17,7 @@ from nas.protocol import prepare_data
 from nas.reevaluate import REEVAL_SEED, best_baseline_by_seed_means, reevaluate_study
 from nas.runner import run_study
 from nas.storage import load_study
-from search_space.architecture import analyze
+from search_space.architecture import analyze, digest
 from search_space.errors import RanknasError
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
@@ -93,6 +93,12 @@ def test_a_baseline_whose_seed_mean_is_worse_than_the_base_rate_is_not_compared(
     assert v["seed_means"] and v["best_baseline"]["baseline"] == "dlrm"
     assert v["failed_baselines"] == ["logistic_regression"]
     assert "failed or diverged, not compared: logistic_regression" in format_verdict(v)
+    record = study.user_attrs["reevaluation"]
+    del record["baseline:dlrm"]  # the only baseline with seed means diverged: recorded runs
+    study.set_user_attr("reevaluation", record)
+    v = verdict(load_study("meaned", config.storage))
+    assert v["best_baseline"]["baseline"] == "dlrm" and v["basis"] == "recorded runs"
+    assert v["failed_baselines"] == ["logistic_regression"]
 
 
 def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
@@ -276,6 +282,11 @@ def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys)
     assert main([*add, str(tmp_path / "mine.json")]) == 0
     assert main([*add, str(tmp_path / "other" / "mine.json")]) == 2
     assert "holds baseline 'mine' with another architecture" in capsys.readouterr().err
+    # a study that recorded dlrm.json before it was refused resumes with it as it is
+    study = load_study("named", config["storage"])
+    old = recorded(study)["dlrm"] | {"digest": digest(preset("deepfm", schema))}
+    study.set_user_attr("baselines:dlrm", old)
+    assert main([*add, str(tmp_path / "dlrm.json")]) == 0
 
 
 def test_best_baseline_ceiling_skips_bigger_architectures_outside_the_budget(tmp_path):

@@ -158,8 +158,11 @@ def test_a_categorical_column_blank_in_every_training_row_is_named(tmp_path, cap
     })  # fmt: skip
     pq.write_table(table, tmp_path / "blank.parquet")
     (tmp_path / "schema.yaml").write_text(SCHEMA)
-    opened((str(tmp_path / "blank.parquet"), str(tmp_path / "schema.yaml")), cache=False)
-    assert "categorical column(s) ['country'] hold no value in any training row" in caplog.text
+    source = (str(tmp_path / "blank.parquet"), str(tmp_path / "schema.yaml"))
+    for hashed in (None, 64):  # a vocabulary, or hashed ids
+        caplog.clear()
+        opened(source, cache=False, hash_size=hashed)
+        assert "categorical column(s) ['country'] hold no value in any training row" in caplog.text
 
 
 def test_train_stream_says_when_it_writes_and_reads_the_cache(tmp_path, capsys):

@@ -1,5 +1,7 @@
 """Training hyper-parameters searched with the architecture (`training.search`)."""
 
+import csv
+import io
 import json
 import random
 from pathlib import Path
@@ -10,7 +12,8 @@ import pytest
 from nas import reevaluate
 from nas.baselines import _tuned_recipe, load_baseline, tuning_study_name
 from nas.config import parse_config
-from nas.leaderboard import format_verdict, verdict
+from nas.leaderboard import format_verdict, to_csv, verdict
+from nas.leaderboard import rows as leaderboard_rows
 from nas.protocol import prepare_data
 from nas.recipe import RecipeSpace, log_grid, with_recipe
 from nas.runner import run_study
@@ -113,12 +116,6 @@ def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
                               / "metrics.json").read_text())  # fmt: skip
         train_rows = 3200  # tiny_config: 4,000 rows split 80/10/10, 3 epochs
         assert metrics["steps"] == 3 * train_rows // recipe["batch_size"]
-    import csv
-    import io
-
-    from nas.leaderboard import rows as leaderboard_rows
-    from nas.leaderboard import to_csv
-
     read = csv.DictReader(io.StringIO(to_csv(leaderboard_rows(study))))
     assert all(json.loads(row["recipe"])["batch_size"] > 0 for row in read)  # JSON, for scripts
     seen = []

@@ -393,7 +393,7 @@ def test_split_auto_resumes_as_the_method_it_chose(tmp_path, capsys):
     config["data"]["split"] = {"method": "ordered"}
     capsys.readouterr()
     assert main(["search", str(write_config(tmp_path, config))]) == 2
-    assert 'data.split.method: "time" -> "ordered"' in capsys.readouterr().err
+    assert 'data.split.method: "auto" -> "ordered"' in capsys.readouterr().err
 
 
 def test_a_streamed_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +12,16 @@ import numpy as np
 from search_space.errors import RanknasError
 
 MAX_EXAMPLES = 5
+logger = logging.getLogger(__name__)
+
+
+def warn_blank_categorical(source: str, names: Sequence[str], where: str = "row") -> None:
+    """Categorical columns of `source` that hold no value in any `where` (row, training
+    row): `data schema` leaves them out, but a schema may name them."""
+    if names:
+        logger.warning("%s: categorical column(s) %s hold no value in any %s: every row gets "
+                       "the missing id, a feature that tells nothing; drop them from the "
+                       "schema", source, list(names), where)  # fmt: skip
 
 
 @dataclass

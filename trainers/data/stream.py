@@ -62,7 +62,7 @@ from trainers.data.preprocess import (
     vocabulary_ids,
     vocabulary_positions,
 )
-from trainers.data.report import BadRowLimits
+from trainers.data.report import BadRowLimits, warn_blank_categorical
 from trainers.data.stream_cache import (
     RowCache,
     RowCacheWriter,
@@ -397,9 +397,11 @@ def fit_encoder(
     min_count = {c.name: c.min_count or options.min_count for c in fitted if c.name not in hashing}
     counts = {name: ValueCounts() for name in min_count}
     rows, clicks = 0, 0.0
+    blank = [c.name for c in fitted]  # until a value shows, vocabulary or hashed
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
         clicks += float(chunk.labels.sum())
+        blank = [name for name in blank if not (chunk.raw[name][0] >= 0).any()]
         for k, stats in enumerate(dense):
             stats.update(chunk.dense[:, k])
         for name, values in counts.items():
@@ -415,11 +417,7 @@ def fit_encoder(
             logger.warning("%s: %d blank value(s) in dense column %r of the training rows: "
                            "filled with the training mean", source.name, stats.blanks,
                            stats.column)  # fmt: skip
-    blank = [name for name, c in counts.items() if not c.counts]
-    if blank:  # `data schema` leaves such a column out; a schema may not
-        logger.warning("%s: categorical column(s) %s hold no value in any training row: every "
-                       "row gets the missing id, a feature that tells nothing; drop them from "
-                       "the schema", source.name, blank)  # fmt: skip
+    warn_blank_categorical(source.name, blank, "training row")
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks

@@ -58,7 +58,7 @@ from trainers.data.compressed import (
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.preprocess import column_ids, column_vocabulary
-from trainers.data.report import BadRowLimits, BadRowReport
+from trainers.data.report import BadRowLimits, BadRowReport, warn_blank_categorical
 
 logger = logging.getLogger(__name__)
 
@@ -239,11 +239,11 @@ def load_tabular(
     ]
     features = tuple(e.feature for e in encoded)
     raw = {e.feature.name: e.raw for e in encoded if e.raw is not None}
-    blank = [name for name, column in raw.items() if not (column.codes.values >= 0).any()]
-    if blank and good.any():  # `data schema` leaves such a column out; a schema may not
-        logger.warning("%s: categorical column(s) %s hold no value in any row: every row gets "
-                       "the missing id, a feature that tells nothing; drop them from the "
-                       "schema", path, blank)  # fmt: skip
+    if good.any():
+        warn_blank_categorical(
+            str(path),
+            [name for name, column in raw.items() if not (column.codes.values >= 0).any()],
+        )
     multi_hot = {e.feature.name: e.lists for e in encoded if e.lists is not None}
     kept = labels[good]
     if not kept.size:
