@@ -50,6 +50,7 @@ from search_space.architecture import Analysis, Architecture, analyze
 from search_space.blocks import OPS
 from search_space.builder import embedding_bag_collection, merge_inputs, pooled_features
 from search_space.errors import RanknasError, SpecError
+from search_space.names import module_key
 from search_space.spaces.dag import NONE, DagSpace, input_param
 from trainers import progress as bars
 from trainers.data.dataset import TabularData
@@ -201,7 +202,7 @@ class Supernet(nn.Module):
         for f in emb.features:
             fdim = emb.feature_dim(f)
             if fdim != emb.dim:
-                slots[f"feature_projections.{f.name}"] = self._ensure(
+                slots[f"feature_projections.{module_key(f.name)}"] = self._ensure(
                     "feature_projections",
                     _slot(f.name, fdim, emb.dim),
                     lambda fdim=fdim: nn.Linear(fdim, emb.dim, bias=False),
@@ -332,7 +333,7 @@ class Supernet(nn.Module):
             self.module_at(path, "embedding_bags")(sparse),
             [f.name for f in emb.features],
             emb.dim,
-            lambda n: self._slot_module(path, f"feature_projections.{n}"),
+            lambda n: self._slot_module(path, f"feature_projections.{module_key(n)}"),
         )
 
     def _merge(
