@@ -148,7 +148,7 @@ class Architecture:
         if self.num_dense is not None and self.num_dense != schema.num_dense:
             raise SpecError(
                 f"architecture {self.name or ''!r}: num_dense is {self.num_dense} but the "
-                f"dataset {schema.name!r} has {schema.num_dense} dense columns"
+                f"dataset {schema.name!r} has {schema.num_dense} dense columns; {SCHEMA_HINT}"
             )
         if not self.embedding.features:
             features = tuple(
@@ -168,6 +168,12 @@ def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
 
 
+# a study's models are sized by the cardinalities its training counted, which a schema
+# inferred from the file (`data schema FILE`) does not hold
+SCHEMA_HINT = ("give the schema of the data it was built for (for a study's model: `ranknas "
+               "data schema STUDY.yaml`)")  # fmt: skip
+
+
 def _check_features_match(arch: Architecture, schema: DatasetSchema) -> None:
     ours = {f.name: f.num_embeddings for f in arch.embedding.features}
     theirs = {f.name: f.cardinality for f in schema.categorical}
@@ -175,7 +181,7 @@ def _check_features_match(arch: Architecture, schema: DatasetSchema) -> None:
         missing, extra = sorted(theirs.keys() - ours), sorted(ours.keys() - theirs)
         raise SpecError(
             f"embedding.features do not match dataset {schema.name!r}: "
-            f"missing {missing}, not in the dataset {extra}"
+            f"missing {missing}, not in the dataset {extra}; {SCHEMA_HINT}"
         )
     poolings = {f.name: f.pooling for f in schema.categorical}
     for f in arch.embedding.features:
@@ -188,7 +194,7 @@ def _check_features_match(arch: Architecture, schema: DatasetSchema) -> None:
         if rows < theirs[name]:
             raise SpecError(
                 f"embedding.features {name!r}: num_embeddings {rows} is below the dataset's "
-                f"cardinality {theirs[name]}; ids would fall outside the table"
+                f"cardinality {theirs[name]}; ids would fall outside the table; {SCHEMA_HINT}"
             )
 
 

@@ -187,8 +187,9 @@ def test_not_json_names_the_file_and_line():
 def test_bind_checks_the_dataset(small_schema):
     arch = preset("dlrm", small_schema)
     other = small_schema.__class__(dense=("x",), categorical=small_schema.categorical)
-    with pytest.raises(SpecError, match="num_dense is 4 but the dataset"):
+    with pytest.raises(SpecError, match="num_dense is 4 but the dataset") as raised:
         arch.bind(other)
+    assert "(for a study's model: `ranknas data schema STUDY.yaml`)" in str(raised.value)
     fewer = small_schema.__class__(
         dense=small_schema.dense, categorical=small_schema.categorical[:3]
     )
