@@ -214,6 +214,11 @@ CASES = {
         lambda p: ["search", _study(p, data={"split": {"fractions": [0.9, 0.1, 0.0]}})],
         "data.split.fractions: need three numbers above 0",
     ),
+    "a latency predictor that is not there": (
+        lambda p: ["latency", "predict", "no-such-predictor.json", "dlrm"],
+        "no-such-predictor.json: cannot read the latency predictor (No such file or directory); "
+        "looked for at",
+    ),
     "a word for a number": (
         lambda p: ["search", _study(p, budget={"trials": "three"})],
         "budget.trials: Input should be a valid integer, unable to parse string as an integer "

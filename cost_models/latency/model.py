@@ -34,6 +34,7 @@ from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.blocks import OPS
 from search_space.builder import build_model, example_batch
 from search_space.errors import RanknasError
+from search_space.files import looked_for
 from search_space.spaces import SearchSpace
 
 FORMAT_VERSION = 1
@@ -357,7 +358,8 @@ def _read_predictor_file(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise RanknasError(f"{path}: cannot read the latency predictor ({exc.strerror})") from None
+        raise RanknasError(f"{path}: cannot read the latency predictor ({exc.strerror})"
+                           f"{looked_for(path, exc)}") from None  # fmt: skip
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RanknasError(f"{path}: not a latency predictor JSON file ({exc})") from None
     if not isinstance(data, dict) or data.get("kind") != FILE_KIND:
