@@ -26,6 +26,17 @@ def model(tmp_path_factory):
     return directory
 
 
+def test_a_quick_training_is_not_planned_with_by_default(tmp_path, monkeypatch, capsys):
+    """`--quick` (a few seconds, a poor model) saved where `shard plan` looks by default."""
+    monkeypatch.chdir(tmp_path)
+    assert run(["shard", "train", "--quick", "--cache", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert "saved the cost model and policy in runs/sharding/quick-model" in out
+    assert "ranknas shard plan ... --model runs/sharding/quick-model" in out
+    assert (tmp_path / "runs/sharding/quick-model").is_dir()
+    assert not (tmp_path / "runs/sharding/model").exists()
+
+
 @pytest.fixture
 def table_file(tmp_path):
     path = tmp_path / "tables.yaml"

@@ -12,6 +12,9 @@ from cost_models.sharding.methods import FALLBACK, METHODS
 from search_space import arguments
 
 DEFAULT_MODEL = Path("runs/sharding/model")
+# where `shard train --quick` saves without --out: a tiny trial run that `shard plan` must not
+# pick up by default in place of the shipped model
+QUICK_MODEL = Path("runs/sharding/quick-model")
 DEFAULT_CACHE = Path("runs/sharding/measurements")
 
 
@@ -58,9 +61,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--out",
         type=lambda text: Path(arguments.output_dir(text)),
-        default=DEFAULT_MODEL,
+        default=None,
         metavar="DIR",
-        help="directory to save the cost model and the policy to",
+        help=f"directory to save the cost model and the policy to (default: {DEFAULT_MODEL}, "
+        f"which `shard plan` uses; with --quick, {QUICK_MODEL}, which it does not)",
     )
     train.add_argument(
         "--cache",

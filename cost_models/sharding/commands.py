@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from cost_models.sharding.cli import DEFAULT_MODEL, QUICK_MODEL
 from cost_models.sharding.cost_net import PACKAGED_MODEL, CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
@@ -242,12 +243,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     measurer = Measurer(config.measure, cache_dir=args.cache)
     print(f"training on {measurer.device} with {measurer.kernel}")
     trained = train_sharder(config, measurer)
-    trained.save(args.out)
+    out = args.out or (QUICK_MODEL if args.quick else DEFAULT_MODEL)
+    trained.save(out)
     errors = trained.report["errors"]
     for name in ("cost_model", "torchrec", "torchrec_calibrated"):
         e = errors[name]
         print(f"held-out {name}: MAPE {e['mape']:.1f}%, Kendall tau {e['kendall_tau']:.3f}")
-    print(f"saved the cost model and policy in {args.out} ({trained.report['seconds']} s)")
+    use = "" if out == DEFAULT_MODEL else f"; plan with it: ranknas shard plan ... --model {out}"
+    print(f"saved the cost model and policy in {out} ({trained.report['seconds']} s){use}")
     return 0
 
 
