@@ -84,17 +84,17 @@ def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[st
 def train_baselines(
     study: optuna.Study,
     config: StudyConfig,
-    names: list[str],
+    archs: dict[str, Architecture],
     data: StudyData,
     logger: Any = None,
     progress: Callable[[str], None] = print,
     worker: str = "",
     wait: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Train every baseline in `names` that the study has not recorded (nor another worker
-    is training); with `wait`, until all of them are recorded (those that other workers
-    train included: a claim whose worker died is taken over). Returns the study's baselines."""
-    archs = distinct_baselines(study, names, data.train.schema)
+    """Train every baseline of `archs` (`distinct_baselines`: by key) that the study has not
+    recorded (nor another worker is training); with `wait`, until all of them are recorded
+    (those that other workers train included: a claim whose worker died is taken over).
+    Returns the study's baselines."""
     while True:
         for order, (key, arch) in enumerate(archs.items()):
             if not _claim(study, config, key):
@@ -122,18 +122,18 @@ def distinct_baselines(
     found = recorded(study)
     for name in names:
         key, arch = baseline_key(name), load_baseline(name, schema)
-        recorded_digest = found.get(key, {}).get("digest")
-        shown_as_preset = key != name and key in PRESET_NAMES and recorded_digest != digest(arch)
-        if shown_as_preset and digest(arch) != digest(preset(key, schema)):
+        ours, recorded_digest = digest(arch), found.get(key, {}).get("digest")
+        shown_as_preset = key != name and key in PRESET_NAMES and recorded_digest != ours
+        if shown_as_preset and ours != digest(preset(key, schema)):
             raise RanknasError(f"baselines: {name} would be shown as the preset {key!r} but "
                                "holds another architecture; rename the file")  # fmt: skip
-        if key in archs and digest(archs[key]) != digest(arch):
+        if key in archs and digest(archs[key]) != ours:
             raise RanknasError(f"baselines: {sources[key]} and {name} are both named {key!r} "
                                "but hold different architectures; rename one file")  # fmt: skip
-        if recorded_digest not in (None, digest(arch)):
+        if recorded_digest not in (None, ours):
             raise RanknasError(
                 f"baselines: the study holds baseline {key!r} with another architecture "
-                f"(digest {recorded_digest}, not {digest(arch)}); rename {name}"
+                f"(digest {recorded_digest}, not {ours}); rename {name}"
             )
         archs[key], sources[key] = arch, name
     return archs

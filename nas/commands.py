@@ -440,7 +440,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     check_protocol(study, config, data)
     # a wrong name or file, or another model under a recorded name, stops it before the
     # study's MLflow run is touched
-    distinct_baselines(study, args.baselines, data.train.schema)
+    baselines = distinct_baselines(study, args.baselines, data.train.schema)
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:
@@ -448,7 +448,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
           "trial")  # fmt: skip
     with parent_run_ended_on_error(logger, config):
-        train_baselines(study, config, args.baselines, data, logger, bars.write)
+        train_baselines(study, config, baselines, data, logger, bars.write)
     print_comparison(study)
     from nas import leaderboard
 

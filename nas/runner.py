@@ -469,7 +469,7 @@ def _run_study(
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if config.objectives.needs_step_time:
         study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
-    distinct_baselines(study, config.baselines, data.train.schema)  # refused: run untouched
+    baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
     if logger is not None:
         logger.start_study(
             config.name,
@@ -483,7 +483,7 @@ def _run_study(
             or BEST_BASELINE in config.objectives.ceilings().values()
             or screens(config.search_space)
         )
-        train_baselines(study, config, config.baselines, data, logger, progress, worker, needed)
+        train_baselines(study, config, baselines, data, logger, progress, worker, needed)
     best = _best_baseline(study, config, data, progress)
     if space is None:
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
