@@ -32,6 +32,7 @@ from typing import TextIO
 from nas.config import StudyConfig
 from search_space.errors import RanknasError
 from trainers import progress as bars
+from trainers.config import cpu_label
 
 POLL_SECONDS = 1.0
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch asks NVML, not CUDA, if CUDA is there
@@ -47,7 +48,7 @@ class Placement:
 
     @property
     def label(self) -> str:
-        return f"cuda:{self.gpu}" if self.gpu is not None else f"cpu ({self.threads} threads)"
+        return f"cuda:{self.gpu}" if self.gpu is not None else cpu_label(self.threads)
 
 
 def visible_gpus() -> list[str]:

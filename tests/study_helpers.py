@@ -46,15 +46,15 @@ def merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def pruned_repeats_config(tmp_path: Path, name: str, **overrides: Any) -> dict[str, Any]:
-    """A random search with median pruning over six architectures, 4 trials: with seed 0
-    trial 0 diverges (NE above 1, failed), 1 completes, 3 and 4 are pruned, and the sampler
-    proposes the complete (trial 2), the pruned (5) and the diverged one (7) again before
-    the budget is met (at trial 9)."""
+    """A random search with median pruning over six architectures, 5 trials: with seed 0
+    trial 1 diverges (NE above 1 at a sparse lr of 0.5, failed), 0 and 7 complete, 3, 6
+    and 16 are pruned, and the sampler proposes the complete (trial 2), the pruned (5) and
+    the diverged one (11) again before the budget is met (at trial 16)."""
     space = {"type": "dag", "num_blocks": 1, "ops": ["mlp", "dot", "fm"], "widths": [8],
-             "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+             "embedding_dims": [4, 8], "max_inputs": 1}  # fmt: skip
     pruning = {"type": "median", "startup_trials": 2}
-    config = tiny_config(tmp_path, name, search_space=space, budget={"trials": 4},
-                         training={"evals": 3}, pruning=pruning)  # fmt: skip
+    config = tiny_config(tmp_path, name, search_space=space, budget={"trials": 5},
+                         training={"evals": 3, "sparse_lr": 0.5}, pruning=pruning)  # fmt: skip
     return merged(config, overrides)
 
 

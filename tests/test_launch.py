@@ -25,7 +25,7 @@ def test_workers_go_round_robin_over_the_gpus_and_split_the_cores():
     assert {p.threads for p in places} == {3}
     assert [p.label for p in places[:2]] == ["cuda:0", "cuda:3"]
     assert placements(2, "cpu", ["0"], cores=2) == [Placement(None, 1)] * 2  # device: cpu
-    assert placements(3, "auto", [], cores=2)[0].label == "cpu (1 threads)"  # no GPU here
+    assert placements(3, "auto", [], cores=2)[0].label == "cpu (1 thread)"  # no GPU here
     assert {p.gpu for p in placements(2, "cuda:1", ["0", "1"], cores=4)} == {None}  # as asked
 
 
@@ -105,7 +105,7 @@ def test_an_interrupted_trial_is_neither_a_failure_nor_trained_on_any_surface(tm
 
 
 def test_status_says_how_many_trials_each_device_trained(tmp_path, capsys):
-    """`status` printed "trained on: cpu (1 threads) 4": the 4 was a count of trials."""
+    """`status` printed "trained on: cpu (1 thread) 4": the 4 was a count of trials."""
     from optuna.trial import create_trial
 
     from nas.cli import main
@@ -113,10 +113,10 @@ def test_status_says_how_many_trials_each_device_trained(tmp_path, capsys):
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="d", storage=url)
-    for device in ("cpu (1 threads)", "cpu (1 threads)", "cuda:1"):
+    for device in ("cpu (1 thread)", "cpu (1 thread)", "cuda:1"):
         study.add_trial(create_trial(value=0.9, user_attrs={TrialAttr.DEVICE: device}))
     assert main(["status", "d", "--storage", url]) == 0
-    assert "trained on: cpu (1 threads): 2 trials, cuda:1: 1 trial" in capsys.readouterr().out
+    assert "trained on: cpu (1 thread): 2 trials, cuda:1: 1 trial" in capsys.readouterr().out
 
 
 def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
@@ -130,14 +130,14 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
     search = _search(write_config(tmp_path, config), "--workers", "2")
     output = search.communicate(timeout=600)[0]
     assert search.returncode == 0, output
-    assert "2 workers: worker 0 on cpu (1 threads), worker 1 on cpu (1 threads)" in output
+    assert "2 workers: worker 0 on cpu (1 thread), worker 1 on cpu (1 thread)" in output
     study = load_study("two", config["storage"])
     assert len(counted(study)) == trials, "the budget was not met exactly"
     trained = [t for t in counted(study)]
     digests = [t.user_attrs["digest"] for t in trained]
     assert len(set(digests)) == len(digests), "an architecture was trained twice"
     assert len({t.user_attrs["worker"] for t in trained}) == 2, "both workers ran trials"
-    assert {t.user_attrs["device"] for t in trained} == {"cpu (1 threads)"}
+    assert {t.user_attrs["device"] for t in trained} == {"cpu (1 thread)"}
     assert f"trial {trained[0].number} complete" in output  # one display, from the storage
     assert "export the best" in output  # the leaderboard and summary, once
     assert "launcher loaded torchrec: False" in output

@@ -24,7 +24,7 @@ from search_space.spaces import make_space
 from study_helpers import counted, tiny_config
 
 TWO_ARCHITECTURES = {"type": "dag", "num_blocks": 1, "ops": ["mlp"], "widths": [8],
-                     "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+                     "embedding_dims": [4, 8], "max_inputs": 1}  # fmt: skip
 SEARCH = {"dense_lr": {"low": 0.001, "high": 0.01}, "batch_size": [64, 128], "grid": 3}
 
 

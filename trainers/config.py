@@ -71,3 +71,8 @@ class TrainConfig:
         for name in ("dense_lr", "sparse_lr"):
             if not getattr(self, name) > 0:
                 raise RanknasError(f"train config: {name} must be > 0")
+
+
+def cpu_label(threads: int) -> str:
+    """How a run on the CPU is named (trial attributes, MLflow tags, the launcher's lines)."""
+    return f"cpu ({threads} thread{'' if threads == 1 else 's'})"

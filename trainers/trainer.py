@@ -24,7 +24,7 @@ from torch import nn
 
 from search_space.errors import RanknasError
 from trainers import progress as bars
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, cpu_label
 from trainers.data.dataset import Batch, ResidentBatches, TabularData
 from trainers.data.stream import Rows
 from trainers.fused_tables import FusedTables
@@ -92,7 +92,7 @@ def device_label(name: str) -> str:
     its threads."""
     device = resolve_device(name)
     if device.type != "cuda":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        return cpu_label(torch.get_num_threads())
     index = device.index if device.index is not None else torch.cuda.current_device()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
     physical = visible[index].strip() if index < len(visible) and visible[index].strip() else index

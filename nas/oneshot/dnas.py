@@ -21,6 +21,7 @@ exactly `analyze(arch).flops`. The penalty is `cost_weight * |E[FLOPs] / target 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 from nas.oneshot.search import CostPenalty
 from nas.oneshot.supernet import PathGates, Supernet, SupernetOptimizer, batches, sample_arch
-from search_space.architecture import Architecture, analyze, digest
+from search_space.architecture import Architecture, BlockSpec, analyze, digest
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
@@ -130,15 +131,19 @@ def expected_flops(
         "sparse": Sparse(schema.num_sparse, dim),
     }
     counts = {"dense": 0, "sparse": schema.num_sparse}
-    block_terms = []
+    block_terms, earlier = [], []
     for i in range(n):
         slots = [params[input_param(i, k)].choices for k in range(1, k_max + 1)]
         ops, widths, sizes = (params[param_name(i, x)].choices for x in ("op", "width", "count"))
         sources = slots[0]
         key = (i, dim, tuple((s, shapes[s], counts[s]) for s in sources))
+        # the output block also reads the raw inputs its own choice and the earlier blocks
+        # (the argmax's connections) do not reach, as `decode` does
+        extra = functools.partial(space.unreached, list(earlier)) if i == n - 1 else None
+        key += tuple(b.inputs for b in earlier) if extra else ()
         table = tables.get(key)
         if table is None:
-            table = _flops_table(ops, widths, sizes, slots, shapes, counts, dim, i == n - 1)
+            table = _flops_table(ops, widths, sizes, slots, shapes, counts, dim, extra)
             tables[key] = table
         term = torch.from_numpy(table)
         names = [param_name(i, "op"), param_name(i, "width"), param_name(i, "count")] + [
@@ -154,6 +159,7 @@ def expected_flops(
                 if ref[input_param(i, k)] != NONE
             )
         )
+        earlier.append(BlockSpec(block_name(i), ref[param_name(i, "op")], chosen, {}))
         _, shapes[block_name(i)], counts[block_name(i)] = _block_cost(
             ref[param_name(i, "op")],
             ref[param_name(i, "width")],
@@ -214,8 +220,9 @@ def _block_cost(
     return flops, out, (out.count if isinstance(out, Sparse) else 0)
 
 
-def _flops_table(ops, widths, sizes, slots, shapes, counts, dim, is_output) -> np.ndarray:
-    """FLOPs of every (op, width, count, in1, ..., inK) choice of one block."""
+def _flops_table(ops, widths, sizes, slots, shapes, counts, dim, unreached) -> np.ndarray:
+    """FLOPs of every (op, width, count, in1, ..., inK) choice of one block; `unreached`
+    (the output block's only): the raw inputs the block adds to the ones it chose."""
     table = np.zeros((len(ops), len(widths), len(sizes), *(len(s) for s in slots)))
     memo: dict[Any, float] = {}
     for o, op in enumerate(ops):
@@ -228,10 +235,12 @@ def _flops_table(ops, widths, sizes, slots, shapes, counts, dim, is_output) -> n
                 for index in itertools.product(*(range(len(s)) for s in slots)):
                     picked = [slots[k][j] for k, j in enumerate(index)]
                     chosen = tuple(dict.fromkeys(s for s in picked if s != NONE))
+                    if unreached:
+                        chosen += unreached(chosen)
                     key = (op, width, size, chosen)
                     if key not in memo:
                         flops, out, _ = _block_cost(op, width, size, chosen, shapes, counts, dim)
-                        memo[key] = flops + (2 * out.numel if is_output else 0)
+                        memo[key] = flops + (2 * out.numel if unreached else 0)
                     table[(o, w, z, *index)] = memo[key]
     return table
 

@@ -44,6 +44,7 @@ from search_space.spaces.base import (
     SearchSpace,
     SpaceConfig,
     nearest,
+    raw_inputs_reaching,
 )
 from search_space.spaces.dag import _output_count
 
@@ -125,7 +126,7 @@ class AroundSpace(SearchSpace):
         unknown = [n for n in config.insert_at or () if n not in names]
         if unknown:
             raise SpecError(f"search_space.insert_at: {unknown} not blocks of the base {names}")
-        self._base_reach = _reaches(self.base.blocks, self.base.output_block)
+        self._base_reach = raw_inputs_reaching(self.base.blocks, self.base.output_block)
         super().__init__(schema, config)
 
     # ------------------------------------------------------------------- parameters
@@ -224,7 +225,7 @@ class AroundSpace(SearchSpace):
     def _decode_blocks(self, values: dict[str, Any], dim: int) -> tuple[tuple[BlockSpec, ...], str]:
         output = self.base.output_block
         blocks = self._decode_with(values, connections=self.config.connections)
-        if self.config.connections and _reaches(blocks, output) != self._base_reach:
+        if self.config.connections and raw_inputs_reaching(blocks, output) != self._base_reach:
             blocks = self._decode_with(values, connections=False)
         return blocks, output
 
@@ -281,18 +282,6 @@ class AroundSpace(SearchSpace):
             )
         return {k: v for k, v in self.base_values().items()
                 if k != "embedding_dim" and not k.startswith("dim.")}  # fmt: skip
-
-
-def _reaches(blocks: tuple[BlockSpec, ...], output: str) -> set[str]:
-    """The raw inputs (dense, sparse) that reach block `output`."""
-    by_name = {b.name: b for b in blocks}
-    seen, stack = set(), [output]
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack += by_name[name].inputs if name in by_name else []
-    return seen - set(by_name)
 
 
 def _count(inputs: tuple[str, ...], counts: dict[str, int]) -> int:

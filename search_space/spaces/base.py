@@ -235,3 +235,15 @@ def nearest(choices: tuple | list, value: float) -> Any:
     positive = value > 0 and all(c > 0 for c in choices)
     distance = (lambda c: abs(math.log(c / value))) if positive else (lambda c: abs(c - value))
     return min(choices, key=distance)
+
+
+def raw_inputs_reaching(blocks: tuple[BlockSpec, ...], output: str) -> set[str]:
+    """The raw inputs (`dense`, `sparse`) that reach block `output` through `blocks`."""
+    by_name = {b.name: b for b in blocks}
+    seen, stack = set(), [output]
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack += by_name[name].inputs if name in by_name else []
+    return seen - set(by_name)
