@@ -167,21 +167,23 @@ class StudyLogger:
         `start_time` (epoch seconds the trial started, so that the run's duration and the
         curves' timestamps are real).
         """
-        self._enqueue("trial", {"trial": int(trial_number), **_run_payload(**run)})
+        payload = {"trial": int(trial_number), **_run_payload(**run)}
+        self._enqueue("trial", payload, f"trial:{int(trial_number)}")
 
     def log_baseline(self, name: str, **run: Any) -> None:
         """Log a baseline (an engineer's model trained like a trial) as a nested run,
         found again by its name (default run name `baseline-<name>`); the keyword arguments
         are `log_trial`'s."""
         _check_quotable(name)
-        self._enqueue("trial", {"baseline": name, **_run_payload(**run)})
+        self._enqueue("trial", {"baseline": name, **_run_payload(**run)}, f"baseline:{name}")
 
     def log_baseline_tuning(self, name: str, number: int, **run: Any) -> None:
         """Log recipe trial `number` of baseline `name`'s tuning as a run nested under the
         baseline's run (default run name `baseline-<name> recipe-<number>`); the keyword
         arguments are `log_trial`'s."""
         _check_quotable(name)
-        self._enqueue("trial", {"baseline": name, "tuning": int(number), **_run_payload(**run)})
+        payload = {"baseline": name, "tuning": int(number), **_run_payload(**run)}
+        self._enqueue("trial", payload, f"baseline:{name}:recipe-{int(number)}")
 
     def log_study_summary(
         self,
@@ -246,11 +248,17 @@ class StudyLogger:
         """Records the server refused as invalid, with its message; they are not retried."""
         return self._outbox.failures()
 
-    def _enqueue(self, kind: str, payload: dict[str, Any]) -> None:
+    def logged(self) -> set[str] | None:
+        """What this study's outbox has logged, delivered or still pending: `trial:N` and
+        `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run); None where its records
+        were written before it kept that (a study logged to MLflow by an earlier version)."""
+        return self._outbox.subjects()
+
+    def _enqueue(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
         if self._study is None:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
-        self._outbox.append(kind, record)
+        self._outbox.append(kind, record, subject)
         dead = self._courier is None or not self._courier.is_alive()
         if dead and not self._closed.is_set():
             self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
@@ -550,7 +558,8 @@ class _Outbox:
             state TEXT NOT NULL DEFAULT 'pending',
             created_at REAL NOT NULL,
             finished_at REAL,
-            error TEXT
+            error TEXT,
+            subject TEXT
         );
         CREATE INDEX IF NOT EXISTS records_by_state ON records (state, id);
     """
@@ -561,6 +570,9 @@ class _Outbox:
         self.lock_path = directory / "deliver.lock"
         with self._connect() as conn:
             conn.executescript(self._SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
+            if "subject" not in columns:  # an outbox written before runs were kept by subject
+                conn.execute("ALTER TABLE records ADD COLUMN subject TEXT")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -571,12 +583,20 @@ class _Outbox:
         finally:
             conn.close()
 
-    def append(self, kind: str, payload: dict[str, Any]) -> None:
+    def append(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO records (kind, payload, created_at) VALUES (?, ?, ?)",
-                (kind, json.dumps(payload), time.time()),
+                "INSERT INTO records (kind, payload, created_at, subject) VALUES (?, ?, ?, ?)",
+                (kind, json.dumps(payload), time.time(), subject),
             )
+
+    def subjects(self) -> set[str] | None:
+        """The subjects of every run record, delivered or not; None where a run record
+        has none (written before they were kept)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT subject FROM records WHERE kind = 'trial'").fetchall()
+        subjects = {row[0] for row in rows}
+        return None if None in subjects else subjects
 
     def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
         with self._connect() as conn:

@@ -168,14 +168,27 @@ def _train_one(
     attrs |= {k: summary[k] for k in METRIC_ATTRS if summary.get(k) is not None}
     if result.failure_reason:
         attrs["failure_reason"] = result.failure_reason
-    tags = {"baseline": key, "digest": attrs["digest"], "worker": worker}
+    record = baseline_record(key, arch, summary, result.curves, recipe, worker, started)
+    return {"attrs": attrs, "mlflow": record}
+
+
+def baseline_record(
+    key: str,
+    arch: Architecture,
+    summary: dict[str, Any],
+    curves: dict[str, list[tuple[int, float]]],
+    recipe: dict[str, Any] | None,
+    worker: str,
+    started: float | None,
+) -> dict[str, Any]:
+    """What `StudyLogger.log_baseline` gets for baseline `key`."""
+    tags = {"baseline": key, "digest": digest(arch), "worker": worker}
     artifacts = {"architecture.json": arch.to_json(), DIAGRAM_FILE: diagram_png(arch)}
-    described = summary_name(arch, costs.mflops)
+    described = summary_name(arch, summary["mflops"])
     params = architecture_params(arch) | {"architecture": described}
     params |= {f"recipe.{k}": v for k, v in (recipe or {}).items()}
-    record = mlflow_record(params, summary, result.curves, tags, artifacts,
-                           f"baseline-{key} {described}", started)  # fmt: skip
-    return {"attrs": attrs, "mlflow": record}
+    return mlflow_record(params, summary, curves, tags, artifacts,
+                         f"baseline-{key} {described}", started)  # fmt: skip
 
 
 def tuning_study_name(study_name: str, key: str) -> str:

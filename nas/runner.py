@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from nas.baselines import (
     baseline_key,
+    baseline_record,
     best_baseline,
     check_baseline_files,
     distinct_baselines,
@@ -90,6 +91,7 @@ from nas.trial_record import (
     failure_reason,
     mlflow_record,
     read_architecture,
+    read_metrics,
     read_step,
     space_params,
     summary_name,
@@ -503,6 +505,7 @@ def _run_study(
         else None
     )
     if logger is not None:
+        _log_unlogged(study, config, space, logger, progress)
         _log_dead_trials(study, logger, space)
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
@@ -778,8 +781,22 @@ def _reused(
         return None
     _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
                                                   TrialAttr.WORKER: worker})  # fmt: skip
-    tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
-            TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
+    record = _repeat_record(trial, earlier, arch, space, config, worker, started)
+    return Outcome(earlier.state, _repeated_values(trial, earlier), record)
+
+
+def _repeat_record(
+    trial: Trial | FrozenTrial,
+    earlier: FrozenTrial,
+    decoded: Architecture,
+    space: SearchSpace,
+    config: StudyConfig,
+    worker: str,
+    started: float | None,
+) -> dict[str, Any]:
+    """The MLflow record of `trial`, a repeat of `earlier` (its own point decoded)."""
+    tags = {TrialAttr.DIGEST: digest(decoded), TrialAttr.WORKER: worker,
+            "searcher": config.searcher.type, TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
     if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
         tags[TrialAttr.OVER_CONSTRAINT] = True
     kept = (*METRIC_ATTRS, TrialAttr.MFLOPS, TrialAttr.PARAMS, TrialAttr.LATENCY_MS)
@@ -788,12 +805,11 @@ def _reused(
         earlier.state, "failed"
     )
     summary["failure_reason"] = earlier.user_attrs.get(TrialAttr.FAILURE_REASON)
-    trained = _trained_architecture(earlier, arch)
+    trained = _trained_architecture(earlier, decoded)
     described = summary_name(trained, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
     params = _run_params(trained, described, space, trial.params)
     name = f"trial-{trial.number} {described} (= trial {earlier.number})"
-    record = mlflow_record(params, summary, {}, tags, {}, name, started)
-    return Outcome(earlier.state, _repeated_values(trial, earlier), record)
+    return mlflow_record(params, summary, {}, tags, {}, name, started)
 
 
 def _trained_architecture(earlier: FrozenTrial, decoded: Architecture) -> Architecture:
@@ -854,6 +870,65 @@ def _trained(trial: FrozenTrial) -> bool:
     """Complete, pruned, or diverged: a result of the protocol, not of an accident."""
     reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON) or ""
     return trial.state in DONE or (trial.state == TrialState.FAIL and reason.startswith("diverged"))
+
+
+def _log_unlogged(
+    study: optuna.Study,
+    config: StudyConfig,
+    space: SearchSpace,
+    logger: Any,
+    progress: Progress,
+) -> None:
+    """The finished trials and recorded baselines that the study's MLflow outbox never
+    logged (it ran without MLflow until now) get their runs: parameters, metrics and files;
+    learning curves are recorded only while MLflow is on. Dead trials: `_log_dead_trials`."""
+    logged = logger.logged()
+    if logged is None:  # an outbox from before it kept what it logged: MLflow was on
+        return
+    baselines = {key: attrs for key, attrs in recorded(study).items()
+                 if f"baseline:{key}" not in logged
+                 and (Path(attrs.get("dir") or "-") / ARCHITECTURE_FILE).exists()}  # fmt: skip
+    for key, attrs in baselines.items():
+        arch, summary = read_architecture(attrs["dir"]), read_metrics(attrs["dir"])
+        record = baseline_record(key, arch, summary, {}, attrs.get("recipe"), "", None)
+        logger.log_baseline(key, **record)
+    trials = study.get_trials(deepcopy=False)
+    unlogged = [t for t in trials if t.state.is_finished() and f"trial:{t.number}" not in logged
+                and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
+                and failure_reason(t) != DIED]  # fmt: skip
+    for trial in unlogged:
+        logger.log_trial(trial.number, **_finished_record(trial, trials, space, config))
+    if baselines or unlogged:
+        progress(f"MLflow: logging {len(unlogged)} trials and {len(baselines)} baselines "
+                 "that ran without it (their learning curves were not kept)")  # fmt: skip
+
+
+def _finished_record(
+    trial: FrozenTrial, trials: list[FrozenTrial], space: SearchSpace, config: StudyConfig
+) -> dict[str, Any]:
+    """The MLflow record of a finished trial, from what the study and its files recorded."""
+    attrs = trial.user_attrs
+    worker = attrs.get(TrialAttr.WORKER, "")
+    started = trial.datetime_start.timestamp() if trial.datetime_start else None
+    if TrialAttr.REUSED_FROM in attrs:
+        earlier = trials[attrs[TrialAttr.REUSED_FROM]]
+        return _repeat_record(trial, earlier, space.decode(trial.params), space, config,
+                              worker, started)  # fmt: skip
+    directory = attrs.get(TrialAttr.DIR)
+    tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
+    if not directory or not (Path(directory) / ARCHITECTURE_FILE).exists():  # never trained
+        reason = failure_reason(trial)
+        summary = {"status": INTERRUPTED if reason == INTERRUPTED else "failed",
+                   "failure_reason": reason}  # fmt: skip
+        name = _untrained_run_name(trial, space)
+        return mlflow_record(space_params(trial.params), summary, {}, tags, {}, name, started)
+    arch = read_architecture(directory)
+    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
+    described = summary_name(arch, float(attrs.get(TrialAttr.MFLOPS) or 0.0))
+    artifacts = _artifacts(Path(directory)) | {DIAGRAM_FILE: diagram_png(arch)}
+    return mlflow_record(_run_params(arch, described, space, trial.params),
+                         read_metrics(directory), {}, tags, artifacts,
+                         f"trial-{trial.number} {described}", started)  # fmt: skip
 
 
 def _log_dead_trials(study: optuna.Study, logger: Any, space: SearchSpace) -> None:

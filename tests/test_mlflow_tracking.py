@@ -309,3 +309,23 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
                                order_by=["metrics.val_ne ASC"])  # fmt: skip
     names = [r.info.run_name for r in shown]  # the baseline, without val_ne, last
     assert names == ["trial-1", "trial-0", "trial-2", "baseline-dlrm"]  # not the study's run
+
+
+def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_path: Path) -> None:
+    """`logged()` names every trial and baseline queued, delivered or not; an outbox written
+    before it kept them gains the column and answers None (what it logged is unknown)."""
+    logger = StudyLogger("http://127.0.0.1:1", tmp_path / "new")  # nothing is delivered
+    logger.start_study("study-l")
+    assert logger.logged() == set()
+    _log_trial(logger, 3)
+    logger.log_baseline("dlrm", metrics={"val_ne": 0.9})
+    logger.log_baseline_tuning("dlrm", 0, metrics={"val_ne": 0.91})
+    assert logger.logged() == {"trial:3", "baseline:dlrm", "baseline:dlrm:recipe-0"}
+    old = tmp_path / "old"
+    old.mkdir()
+    with sqlite3.connect(old / "outbox.db") as conn:
+        conn.execute("CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT "
+                     "NOT NULL, payload TEXT, state TEXT NOT NULL DEFAULT 'pending', "
+                     "created_at REAL NOT NULL, finished_at REAL, error TEXT)")  # fmt: skip
+        conn.execute("INSERT INTO records (kind, state, created_at) VALUES ('trial', 'done', 0)")
+    assert StudyLogger("http://127.0.0.1:1", old).logged() is None

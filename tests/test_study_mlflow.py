@@ -17,7 +17,7 @@ from nas.commands import log_summary
 from nas.config import parse_config
 from nas.leaderboard import rows, study_best
 from nas.runner import run_study
-from nas.trial_record import read_architecture
+from nas.trial_record import architecture_params, read_architecture
 from search_space.architecture import analyze
 from search_space.errors import RanknasError
 from search_space.presets import preset
@@ -322,3 +322,34 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
     assert _ending(parse_config(raw))[1]["best_trial"] == parent.data.tags["best_trial"]
     optuna.load_study(study_name="stopped", storage=raw["storage"]).ask()
     assert _ending(parse_config(raw)) is None
+
+
+def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(tmp_path, server):
+    """A study run without MLflow, then resumed with it: the earlier trials (repeats among
+    them) and the baseline get their runs, with what the later trials' runs hold; once."""
+    config, logger = _study(tmp_path, server, "later", trials=3, baselines=["dlrm"])
+    earlier = run_study(config, progress=lambda line: None).trials  # no logger: MLflow off
+    config.budget.trials = 6
+    lines = []
+    study = run_study(config, logger=logger, progress=lines.append)
+    assert logger.flush(timeout_s=60) == 0
+    said = f"MLflow: logging {len(earlier)} trials and 1 baselines that ran without it"
+    assert any(line.startswith(said) for line in lines)
+    client = MlflowClient(tracking_uri=server.uri)
+    _, runs = _runs(client, "later")
+    assert sorted(runs) == [t.number for t in study.trials]
+    experiment_id = client.get_experiment_by_name("later").experiment_id
+    (baseline,) = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'baseline'")
+    assert baseline.data.metrics["val_ne"] == study.user_attrs["baselines:dlrm"]["val_ne"]
+    for trial in study.trials:
+        run = runs[trial.number]
+        assert run.data.tags["digest"] == trial.user_attrs["digest"]
+        assert run.data.metrics["val_ne"] == trial.user_attrs["val_ne"]
+        network = architecture_params(read_architecture(trial.user_attrs["trial_dir"]))
+        assert {"architecture", *network} <= set(run.data.params), trial.number
+        if "reused_from" not in trial.user_attrs:
+            files = {f.path for f in client.list_artifacts(run.info.run_id)}
+            assert {"architecture.json", "architecture.png"} <= files, trial.number
+    outbox = len(logger.logged())
+    study = run_study(config, logger=logger, progress=lines.append)  # nothing left to log
+    assert len(logger.logged()) == outbox
