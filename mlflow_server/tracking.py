@@ -168,14 +168,15 @@ class StudyLogger:
         curves' timestamps are real).
         """
         payload = {"trial": int(trial_number), **_run_payload(**run)}
-        self._enqueue("trial", payload, f"trial:{int(trial_number)}")
+        self._enqueue("trial", payload, _subject(f"trial:{int(trial_number)}", payload))
 
     def log_baseline(self, name: str, **run: Any) -> None:
         """Log a baseline (an engineer's model trained like a trial) as a nested run,
         found again by its name (default run name `baseline-<name>`); the keyword arguments
         are `log_trial`'s."""
         _check_quotable(name)
-        self._enqueue("trial", {"baseline": name, **_run_payload(**run)}, f"baseline:{name}")
+        payload = {"baseline": name, **_run_payload(**run)}
+        self._enqueue("trial", payload, _subject(f"baseline:{name}", payload))
 
     def log_baseline_tuning(self, name: str, number: int, **run: Any) -> None:
         """Log recipe trial `number` of baseline `name`'s tuning as a run nested under the
@@ -250,8 +251,9 @@ class StudyLogger:
 
     def logged(self) -> set[str] | None:
         """What this study's outbox has logged, delivered or still pending: `trial:N` and
-        `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run); None where its records
-        were written before it kept that (a study logged to MLflow by an earlier version)."""
+        `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run, `...:update` for metrics
+        added to a run); None where its records were written before it kept that (a study
+        logged to MLflow by an earlier version)."""
         return self._outbox.subjects()
 
     def _enqueue(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
@@ -533,6 +535,11 @@ def _run_payload(
         "run_name": run_name,
         "start_ms": None if start_time is None else int(start_time * 1000),
     }
+
+
+def _subject(subject: str, payload: dict[str, Any]) -> str:
+    """What a run record logs: an update (status None: metrics added to a run) is no run."""
+    return subject if payload["status"] is not None else f"{subject}:update"
 
 
 def _is_invalid_request(exc: Exception) -> bool:

@@ -449,6 +449,10 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
           "trial")  # fmt: skip
     with parent_run_ended_on_error(logger, config):
         train_baselines(study, config, baselines, data, logger, bars.write)
+    if logger is not None:
+        from nas.runner import log_unlogged
+
+        log_unlogged(study, config, logger, bars.write)
     print_comparison(study)
     from nas import leaderboard
 
@@ -460,13 +464,17 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def log_reevaluation(logger, study, table: list[dict], experiment: str | None = None) -> None:
+def log_reevaluation(logger, study, table: list[dict], config) -> None:
     """Each retrained trial's mean and spread on its nested run, the table on the study's
-    parent run (whose summary, `summarize_study`, then moves to the seed means)."""
+    parent run (whose summary, `summarize_study`, then moves to the seed means); the runs
+    of trials and baselines that ran without MLflow first (`log_unlogged`)."""
     from nas import leaderboard
+    from nas.runner import log_unlogged
 
-    study_name = study.study_name
-    logger.start_study(study_name, experiment_name=experiment, reevaluated=True)  # seed means
+    logger.start_study(
+        study.study_name, experiment_name=config.mlflow_experiment, reevaluated=True
+    )  # fmt: skip  (the seed means' columns)
+    log_unlogged(study, config, logger, bars.write)
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
                    "reeval_seeds": row["seeds"]}  # fmt: skip
@@ -501,7 +509,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     study = load_study(config.name, config.storage)
     logger = _logger(config)
     if logger is not None:
-        log_reevaluation(logger, study, table, config.mlflow_experiment)
+        log_reevaluation(logger, study, table, config)
     summarize_study(logger, study, leaderboard.rows(study))
     if logger is not None:
         flush(logger, config)

@@ -505,7 +505,7 @@ def _run_study(
         else None
     )
     if logger is not None:
-        _log_unlogged(study, config, space, logger, progress)
+        log_unlogged(study, config, logger, progress)
         _log_dead_trials(study, logger, space)
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
@@ -781,35 +781,27 @@ def _reused(
         return None
     _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
                                                   TrialAttr.WORKER: worker})  # fmt: skip
-    record = _repeat_record(trial, earlier, arch, space, config, worker, started)
+    tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
+            TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
+    if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
+        tags[TrialAttr.OVER_CONSTRAINT] = True
+    trained = _trained_architecture(earlier, arch)
+    described = summary_name(trained, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
+    params = _run_params(trained, described, space, trial.params)
+    name = f"trial-{trial.number} {described} (= trial {earlier.number})"
+    record = mlflow_record(params, _repeat_summary(earlier), {}, tags, {}, name, started)
     return Outcome(earlier.state, _repeated_values(trial, earlier), record)
 
 
-def _repeat_record(
-    trial: Trial | FrozenTrial,
-    earlier: FrozenTrial,
-    decoded: Architecture,
-    space: SearchSpace,
-    config: StudyConfig,
-    worker: str,
-    started: float | None,
-) -> dict[str, Any]:
-    """The MLflow record of `trial`, a repeat of `earlier` (its own point decoded)."""
-    tags = {TrialAttr.DIGEST: digest(decoded), TrialAttr.WORKER: worker,
-            "searcher": config.searcher.type, TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
-    if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
-        tags[TrialAttr.OVER_CONSTRAINT] = True
+def _repeat_summary(earlier: FrozenTrial) -> dict[str, Any]:
+    """What a repeat's MLflow run records: `earlier`'s results."""
     kept = (*METRIC_ATTRS, TrialAttr.MFLOPS, TrialAttr.PARAMS, TrialAttr.LATENCY_MS)
     summary = {k: v for k, v in earlier.user_attrs.items() if k in kept}
     summary["status"] = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(
         earlier.state, "failed"
     )
     summary["failure_reason"] = earlier.user_attrs.get(TrialAttr.FAILURE_REASON)
-    trained = _trained_architecture(earlier, decoded)
-    described = summary_name(trained, float(earlier.user_attrs.get(TrialAttr.MFLOPS) or 0.0))
-    params = _run_params(trained, described, space, trial.params)
-    name = f"trial-{trial.number} {described} (= trial {earlier.number})"
-    return mlflow_record(params, summary, {}, tags, {}, name, started)
+    return summary
 
 
 def _trained_architecture(earlier: FrozenTrial, decoded: Architecture) -> Architecture:
@@ -872,12 +864,8 @@ def _trained(trial: FrozenTrial) -> bool:
     return trial.state in DONE or (trial.state == TrialState.FAIL and reason.startswith("diverged"))
 
 
-def _log_unlogged(
-    study: optuna.Study,
-    config: StudyConfig,
-    space: SearchSpace,
-    logger: Any,
-    progress: Progress,
+def log_unlogged(
+    study: optuna.Study, config: StudyConfig, logger: Any, progress: Progress = print
 ) -> None:
     """The finished trials and recorded baselines that the study's MLflow outbox never
     logged (it ran without MLflow until now) get their runs: parameters, metrics and files;
@@ -897,37 +885,38 @@ def _log_unlogged(
                 and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
                 and failure_reason(t) != DIED]  # fmt: skip
     for trial in unlogged:
-        logger.log_trial(trial.number, **_finished_record(trial, trials, space, config))
+        logger.log_trial(trial.number, **_finished_record(trial, trials, config))
     if baselines or unlogged:
         progress(f"MLflow: logging {len(unlogged)} trials and {len(baselines)} baselines "
                  "that ran without it (their learning curves were not kept)")  # fmt: skip
 
 
 def _finished_record(
-    trial: FrozenTrial, trials: list[FrozenTrial], space: SearchSpace, config: StudyConfig
+    trial: FrozenTrial, trials: list[FrozenTrial], config: StudyConfig
 ) -> dict[str, Any]:
     """The MLflow record of a finished trial, from what the study and its files recorded."""
     attrs = trial.user_attrs
-    worker = attrs.get(TrialAttr.WORKER, "")
+    tags = {TrialAttr.WORKER: attrs.get(TrialAttr.WORKER, ""), "searcher": config.searcher.type}
     started = trial.datetime_start.timestamp() if trial.datetime_start else None
-    if TrialAttr.REUSED_FROM in attrs:
-        earlier = trials[attrs[TrialAttr.REUSED_FROM]]
-        return _repeat_record(trial, earlier, space.decode(trial.params), space, config,
-                              worker, started)  # fmt: skip
-    directory = attrs.get(TrialAttr.DIR)
-    tags = {TrialAttr.WORKER: worker, "searcher": config.searcher.type}
+    earlier = trials[attrs[TrialAttr.REUSED_FROM]] if TrialAttr.REUSED_FROM in attrs else trial
+    directory = earlier.user_attrs.get(TrialAttr.DIR)
     if not directory or not (Path(directory) / ARCHITECTURE_FILE).exists():  # never trained
         reason = failure_reason(trial)
         summary = {"status": INTERRUPTED if reason == INTERRUPTED else "failed",
                    "failure_reason": reason}  # fmt: skip
-        name = _untrained_run_name(trial, space)
-        return mlflow_record(space_params(trial.params), summary, {}, tags, {}, name, started)
+        return mlflow_record(space_params(trial.params), summary, {}, tags, {}, None, started)
     arch = read_architecture(directory)
-    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
     described = summary_name(arch, float(attrs.get(TrialAttr.MFLOPS) or 0.0))
+    recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}
+    params = (architecture_params(arch) | {"architecture": described}
+              | space_params(trial.params) | recipe)  # fmt: skip
+    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
+    if earlier is not trial:
+        tags[TrialAttr.REUSED_FROM] = earlier.number
+        name = f"trial-{trial.number} {described} (= trial {earlier.number})"
+        return mlflow_record(params, _repeat_summary(earlier), {}, tags, {}, name, started)
     artifacts = _artifacts(Path(directory)) | {DIAGRAM_FILE: diagram_png(arch)}
-    return mlflow_record(_run_params(arch, described, space, trial.params),
-                         read_metrics(directory), {}, tags, artifacts,
+    return mlflow_record(params, read_metrics(directory), {}, tags, artifacts,
                          f"trial-{trial.number} {described}", started)  # fmt: skip
 
 

@@ -17,12 +17,12 @@ from nas.commands import log_summary
 from nas.config import parse_config
 from nas.leaderboard import rows, study_best
 from nas.runner import run_study
-from nas.trial_record import architecture_params, read_architecture
+from nas.trial_record import RUN_STATUS, architecture_params, read_architecture
 from search_space.architecture import analyze
 from search_space.errors import RanknasError
 from search_space.presets import preset
 from search_space.schema import DatasetSchema
-from study_helpers import tiny_config
+from study_helpers import tiny_config, write_config
 
 
 def _runs(client: MlflowClient, experiment: str):
@@ -325,24 +325,35 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
 
 
 def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(tmp_path, server):
-    """A study run without MLflow, then resumed with it: the earlier trials (repeats among
-    them) and the baseline get their runs, with what the later trials' runs hold; once."""
-    config, logger = _study(tmp_path, server, "later", trials=3, baselines=["dlrm"])
+    """A study run without MLflow, then re-evaluated and resumed with it: the earlier trials
+    (repeats among them) and the baseline get whole runs, as the later ones do; once. The
+    re-evaluation's metrics used to make empty runs, RUNNING for ever."""
+    from nas.cli import main
+
+    raw = tiny_config(tmp_path, "later", budget={"trials": 3}, baselines=["dlrm"],
+                      mlflow={"tracking_uri": server.uri})  # fmt: skip
+    config = parse_config(raw)
     earlier = run_study(config, progress=lambda line: None).trials  # no logger: MLflow off
+    assert main(["reevaluate", str(write_config(tmp_path, raw)), "--top", "1", "--seeds",
+                 "1"]) == 0  # fmt: skip
+    logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
     config.budget.trials = 6
     lines = []
     study = run_study(config, logger=logger, progress=lines.append)
     assert logger.flush(timeout_s=60) == 0
-    said = f"MLflow: logging {len(earlier)} trials and 1 baselines that ran without it"
-    assert any(line.startswith(said) for line in lines)
+    assert not any(line.startswith("MLflow: logging") for line in lines)  # reevaluate did
     client = MlflowClient(tracking_uri=server.uri)
     _, runs = _runs(client, "later")
-    assert sorted(runs) == [t.number for t in study.trials]
+    assert sorted(runs) == [t.number for t in study.trials] and len(earlier) < len(runs)
     experiment_id = client.get_experiment_by_name("later").experiment_id
     (baseline,) = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'baseline'")
     assert baseline.data.metrics["val_ne"] == study.user_attrs["baselines:dlrm"]["val_ne"]
+    assert baseline.info.status == "FINISHED" and "reeval_mean_val_ne" in baseline.data.metrics
     for trial in study.trials:
         run = runs[trial.number]
+        original = study.trials[trial.user_attrs.get("reused_from", trial.number)]
+        state = {"COMPLETE": "complete", "PRUNED": "pruned"}.get(original.state.name, "failed")
+        assert run.info.status == RUN_STATUS.get(state, "FAILED"), trial.number
         assert run.data.tags["digest"] == trial.user_attrs["digest"]
         assert run.data.metrics["val_ne"] == trial.user_attrs["val_ne"]
         network = architecture_params(read_architecture(trial.user_attrs["trial_dir"]))
@@ -350,6 +361,7 @@ def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(tmp
         if "reused_from" not in trial.user_attrs:
             files = {f.path for f in client.list_artifacts(run.info.run_id)}
             assert {"architecture.json", "architecture.png"} <= files, trial.number
+    assert sum("reeval_mean_val_ne" in r.data.metrics for r in runs.values()) == 1
     outbox = len(logger.logged())
     study = run_study(config, logger=logger, progress=lines.append)  # nothing left to log
     assert len(logger.logged()) == outbox
