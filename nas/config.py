@@ -678,6 +678,12 @@ def parse_config(data: Any, source: str = "study config", check_files: bool = Tr
     an around space's base) must exist from the current directory."""
     if not isinstance(data, dict):
         raise RanknasError(f"{source}: expected a mapping with name, search_space, ...")
+    if set(data) == {"search_space"}:  # examples/space_*.yaml: a study's section alone
+        raise RanknasError(
+            f"{source}: holds a search_space section only, not a study: put it under "
+            "`search_space:` in a study config (as examples/quickstart.yaml does), or draw "
+            f"architectures from it with `ranknas space sample {source}`"
+        )
     try:
         config = StudyConfig.model_validate(data, context={"check_files": check_files})
     except ValidationError as exc:

@@ -910,11 +910,13 @@ def _finished_record(
     recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}
     params = (architecture_params(arch) | {"architecture": described}
               | space_params(trial.params) | recipe)  # fmt: skip
-    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
+    tags[TrialAttr.DIGEST] = attrs.get(TrialAttr.DIGEST)
     if earlier is not trial:
         tags[TrialAttr.REUSED_FROM] = earlier.number
         name = f"trial-{trial.number} {described} (= trial {earlier.number})"
-        return mlflow_record(params, _repeat_summary(earlier), {}, tags, {}, name, started)
+        diagram = {DIAGRAM_FILE: diagram_png(arch)}  # as `_finish` adds to a repeat's run
+        return mlflow_record(params, _repeat_summary(earlier), {}, tags, diagram, name, started)
+    tags[TrialAttr.DEVICE] = attrs.get(TrialAttr.DEVICE)
     artifacts = _artifacts(Path(directory)) | {DIAGRAM_FILE: diagram_png(arch)}
     return mlflow_record(params, read_metrics(directory), {}, tags, artifacts,
                          f"trial-{trial.number} {described}", started)  # fmt: skip

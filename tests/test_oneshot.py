@@ -345,7 +345,7 @@ def test_dnas_rescore_scores_the_most_probable_with_inherited_weights(tmp_path):
         "finetune_steps": 2,
         "finetune_batch_size": 32,
         "score_rows": 300,
-        "refine_candidates": 2,
+        "refine_candidates": 8,  # more than were scored: the 4 are rescored
         "refine_steps": 3,
     }
     config = parse_config(tiny_config(tmp_path, "t-rescore", searcher=searcher))
@@ -353,10 +353,11 @@ def test_dnas_rescore_scores_the_most_probable_with_inherited_weights(tmp_path):
     study = run_study(config, progress=lines.append)
     phase = study.user_attrs["dnas_phase"]
     dnas_batches = (30 + 30 - int(0.25 * 30)) * 128
-    assert phase["examples"] == dnas_batches + 4 * 2 * 32 + 2 * 3 * 32
+    assert phase["examples"] == dnas_batches + 4 * 2 * 32 + 4 * 3 * 32
     candidates = phase["candidates"]
     assert len(candidates) == 2
     assert all(0 < c["inherited_ne"] < 3 and "coarse_ne" in c for c in candidates)
     assert candidates[0]["fitness"] <= candidates[1]["fitness"]
     assert any(line.startswith("dnas: scored the 4 most probable") for line in lines)
+    assert any(line.startswith("dnas: rescoring the best 4 after 3") for line in lines)
     assert any(line.startswith("dnas: best after rescoring") for line in lines)

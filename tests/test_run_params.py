@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.config import parse_config
-from nas.runner import run_study
+from nas.runner import log_unlogged, run_study
 from nas.trial_record import architecture_params, read_architecture
 from search_space.architecture import Architecture, BlockSpec
 from search_space.presets import preset
@@ -33,6 +33,9 @@ class RecordingLogger:
 
     def log_baseline_tuning(self, *args: Any, **run: Any) -> None:
         pass
+
+    def logged(self) -> set[str]:
+        return {f"trial:{n}" for n in self.trials} | {f"baseline:{k}" for k in self.baselines}
 
 
 def test_architecture_params_are_read_off_the_spec():
@@ -70,8 +73,8 @@ def test_architecture_params_name_differing_feature_dims_and_skip_dead_blocks():
 
 def test_trials_repeats_and_baselines_log_the_architecture_they_trained(tmp_path):
     space = {"type": "dag", "num_blocks": 1, "ops": ["mlp"], "widths": [8],
-             "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
-    # two architectures (b0 reads dense, or sparse): a budget of 3 is met by repeats
+             "embedding_dims": [4, 8], "max_inputs": 1}  # fmt: skip
+    # two architectures (two embedding dims): a budget of 3 is met by repeats
     raw = tiny_config(tmp_path, "params", search_space=space, budget={"trials": 3},
                       training={"lr_schedule": "constant"}, baselines=["dlrm"])  # fmt: skip
     logger = RecordingLogger()
@@ -100,3 +103,20 @@ def test_trials_repeats_and_baselines_log_the_architecture_they_trained(tmp_path
     assert architecture_params(spec).items() <= baseline.items()
     assert baseline["top.op"] == "mlp" and baseline["interaction.inputs"] == "sparse,bottom"
     assert baseline["architecture"].endswith("MFLOPs")
+    # the records of a study that ran without MLflow, rebuilt from what it recorded: the
+    # same runs, without the learning curves (their searcher encodings: every parameter)
+    later = RecordingLogger()
+    log_unlogged(study, parse_config(raw), later, progress=lambda line: None)
+    assert later.trials.keys() == logger.trials.keys() and later.baselines.keys() == {"dlrm"}
+    for number, live in [*logger.trials.items(), *logger.baselines.items()]:
+        rebuilt = (later.trials | later.baselines)[number]
+        for key in ("run_name", "metrics", "tags", "status"):  # a baseline's worker: unknown
+            assert _without_worker(live[key]) == _without_worker(rebuilt[key]), (number, key)
+        assert {k: v for k, v in live["params"].items() if not k.startswith("space.")} == {
+            k: v for k, v in rebuilt["params"].items() if not k.startswith("space.")
+        }
+        assert live["artifacts"].keys() <= rebuilt["artifacts"].keys()
+
+
+def _without_worker(value: Any) -> Any:
+    return {k: v for k, v in value.items() if k != "worker"} if isinstance(value, dict) else value

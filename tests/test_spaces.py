@@ -7,7 +7,7 @@ import random
 import pytest
 
 from helpers import check_costs_and_training_step
-from search_space.architecture import analyze, digest
+from search_space.architecture import Architecture, analyze, digest
 from search_space.errors import SpecError
 from search_space.presets import PRESETS, preset
 from search_space.schema import DatasetSchema
@@ -271,3 +271,22 @@ def test_an_around_space_without_the_bases_embedding_dim_starts_from_the_nearest
     assert space.decode(base).embedding.dim == 4
     points = space.starting_points(4, seed=0)
     assert len(points) == 4 and all(space.decode(p).embedding.dim in (2, 4) for p in points)
+
+
+def test_an_fm_over_one_embedding_is_built_as_its_dot_with_itself(small_schema):
+    """An FM over one embedding has no pair: its output is 0 whatever the input (such
+    trials ended at AUC 0.5, "diverged"). Refused in a spec; a space builds the dot."""
+    one = DatasetSchema(dense=("d0", "d1"), categorical=small_schema.categorical[:1])
+    space = make_space({"type": "dag", "num_blocks": 2, "ops": ["fm", "mlp"]}, one)
+    values = space.encode(space.sample(0)) | {
+        "b0.op": "fm", "b0.in1": "sparse", "b0.in2": "none",
+        "b1.op": "mlp", "b1.in1": "b0", "b1.in2": "dense",
+    }  # fmt: skip
+    arch = space.decode(values)
+    assert (arch.block("b0").op, arch.block("b0").params) == ("dot", {"self_interaction": True})
+    analyze(arch)
+    assert digest(space.decode(space.encode(arch))) == digest(arch)
+    fm = arch.to_dict()
+    fm["blocks"][0] |= {"op": "fm", "params": {}}
+    with pytest.raises(SpecError, match="needs at least 2 embeddings"):
+        analyze(Architecture.from_dict(fm))

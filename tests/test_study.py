@@ -461,6 +461,17 @@ def test_invalid_configs_get_one_clear_error(tmp_path, capsys, change, expected)
         assert f"{path}: {expected}" in err
 
 
+def test_a_space_file_given_as_a_study_says_how_it_is_used(capsys):
+    """`examples/space_dag.yaml` is a study's search_space section alone: "name: Field
+    required" did not say so."""
+    path = str(Path(__file__).parents[1] / "examples" / "space_dag.yaml")
+    assert main(["search", path]) == 2
+    err = capsys.readouterr().err
+    assert "holds a search_space section only, not a study" in err
+    assert f"ranknas space sample {path}" in err
+    assert main(["space", "sample", path]) == 0
+
+
 def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     config = tiny_config(tmp_path, "cli", budget={"trials": 3})
     assert main(["search", str(write_config(tmp_path, config))]) == 0

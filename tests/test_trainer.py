@@ -137,6 +137,9 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     assert "diverged; a lower learning rate" in told([0.5, 0.5, 0.9, 3.0], [1.2, 1.5])
     assert "overfit; fewer epochs" in told([0.5, 0.4, 0.3, 0.2], [0.99, 0.98, 1.01])
     assert "still learning after 40 steps (20,480 examples)" in told([0.6, 0.5], [1.05, 1.01])
+    constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
+                           validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
+    assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)
 
 
 def test_cli_train_prints_json_with_the_bayes_floor(capsys):

@@ -396,7 +396,10 @@ def _why_no_better(result: TrainResult) -> str:
     """What a run worse than the base rate most likely lacked, read off its curves: a
     training loss that rose diverged; one that fell while validation NE kept falling was
     stopped too soon (at 1 epoch, 3 steps: "fewer epochs" was the wrong advice); validation
-    NE that turned back up overfit."""
+    NE that turned back up overfit; an AUC of exactly 0.5 is a constant score."""
+    if result.validation.get("auc") == 0.5:  # one score for every row: no ranking at all
+        return ("its validation AUC is 0.5: its score does not vary with the input; check "
+                "that the architecture reads the features (no recipe fixes that)")  # fmt: skip
     losses = [loss for _, loss in result.curves.get("train_loss", [])]
     ne = [value for _, value in result.curves.get("val_ne", [])]
     quarter = max(1, len(losses) // 4)

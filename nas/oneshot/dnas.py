@@ -39,6 +39,7 @@ from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
 from search_space.shapes import Dense, Sparse
+from search_space.spaces.base import interaction_op
 from search_space.spaces.dag import NONE, DagSpace, block_name, input_param, param_name
 from trainers import progress as bars
 
@@ -195,6 +196,7 @@ def _block_cost(
 ) -> tuple[int, Any, int]:
     """(FLOPs incl. merge projections, output shape, output embedding count) of one block."""
     in_count = sum(counts[s] or 1 for s in sources)
+    op = interaction_op(op, in_count)  # as `DagSpace` decodes it
     cls = OPS[op]
     full, _ = validate_params(cls.PARAMS, DagSpace._params(op, width, count, in_count), op)
     projections = 0

@@ -186,8 +186,8 @@ def _refine(config, scorer: Scorer, ranked: list[Candidate], progress, logger) -
     s, kind = config.searcher, config.searcher.type
     if not s.refine_candidates or not ranked:
         return ranked
-    progress(f"{kind}: rescoring the best {s.refine_candidates} after {s.refine_steps} "
-             "fine-tune steps")  # fmt: skip
+    progress(f"{kind}: rescoring the best {min(s.refine_candidates, len(ranked))} after "
+             f"{s.refine_steps} fine-tune steps")  # fmt: skip
     ranked = scorer.refine(ranked, s.refine_candidates, s.refine_steps)
     best = ranked[0]
     progress(f"{kind}: best after rescoring: inherited NE {best.ne:.4f} (short fine-tune "

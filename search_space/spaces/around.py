@@ -43,6 +43,7 @@ from search_space.spaces.base import (
     Parameter,
     SearchSpace,
     SpaceConfig,
+    interaction_op,
     nearest,
     raw_inputs_reaching,
 )
@@ -240,12 +241,12 @@ class AroundSpace(SearchSpace):
                 op = values[f"insert.{base.name}"]
                 extra = self._block(f"{base.name}_{op}", op, inputs, None, 1.0, counts)
                 blocks.append(extra)
-                counts[extra.name] = _output_count(op, extra.params, _count(inputs, counts))
+                counts[extra.name] = _output_count(extra.op, extra.params, _count(inputs, counts))
                 inputs = (*inputs, extra.name)
             op = values.get(f"{base.name}.op", base.op)
             block = self._block(base.name, op, inputs, base, values, counts)
             blocks.append(block)
-            counts[block.name] = _output_count(op, block.params, _count(inputs, counts))
+            counts[block.name] = _output_count(block.op, block.params, _count(inputs, counts))
         return tuple(blocks)
 
     def _inputs(self, values: dict[str, Any], base: BlockSpec) -> tuple[str, ...]:
@@ -269,6 +270,7 @@ class AroundSpace(SearchSpace):
             depth = values.get(f"{name}.depth")
         else:
             multiplier, depth = values, None
+        op = interaction_op(op, _count(inputs, counts))
         same = base is not None and base.op == op
         params = _op_params(op, dict(base.params) if same else None, multiplier, depth,
                             _count(inputs, counts))  # fmt: skip

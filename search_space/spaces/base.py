@@ -247,3 +247,10 @@ def raw_inputs_reaching(blocks: tuple[BlockSpec, ...], output: str) -> set[str]:
             seen.add(name)
             stack += by_name[name].inputs if name in by_name else []
     return seen - set(by_name)
+
+
+def interaction_op(op: str, in_count: int) -> str:
+    """The op a space builds for `op` over `in_count` embeddings: an FM over one embedding
+    has no pair (its output is 0 whatever the input), so it becomes the one second-order
+    term there is, the embedding's dot with itself (`dot`, self-interaction)."""
+    return "dot" if op == "fm" and in_count < 2 else op

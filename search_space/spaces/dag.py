@@ -27,6 +27,7 @@ from search_space.spaces.base import (
     Parameter,
     SearchSpace,
     SpaceConfig,
+    interaction_op,
     raw_inputs_reaching,
     within,
 )
@@ -126,8 +127,8 @@ class DagSpace(SearchSpace):
             inputs = self._inputs(values, i)
             if i == self.config.num_blocks - 1:
                 inputs = (*inputs, *self.unreached(blocks, inputs))
-            op = values[param_name(i, "op")]
             count = sum(counts[s] or 1 for s in inputs)  # embeddings a sparse op would see
+            op = interaction_op(values[param_name(i, "op")], count)
             params = self._params(
                 op, values[param_name(i, "width")], values[param_name(i, "count")], count
             )
@@ -178,7 +179,9 @@ class DagSpace(SearchSpace):
         values: dict[str, Any] = {}
         for i, block in enumerate(arch.blocks):
             p = block.params
-            values[param_name(i, "op")] = block.op
+            # a dot over one embedding is also what an fm there decodes to
+            fm = block.op == "dot" and "dot" not in self.config.ops and "fm" in self.config.ops
+            values[param_name(i, "op")] = "fm" if fm else block.op
             values[param_name(i, "width")] = (
                 p["widths"][0]
                 if block.op == "mlp"
