@@ -253,14 +253,15 @@ class StudyLogger:
         """What this study's outbox has logged, delivered or still pending: `trial:N` and
         `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run, `...:update` for metrics
         added to a run); None where its records were written before it kept that (a study
-        logged to MLflow by an earlier version)."""
-        return self._outbox.subjects()
+        logged to MLflow by an earlier version). Another server's runs are not this one's:
+        a study moved to a new server logs its runs there."""
+        return self._outbox.subjects(self._tracking_uri)
 
     def _enqueue(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
         if self._study is None:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
-        self._outbox.append(kind, record, subject)
+        self._outbox.append(kind, record, subject, self._tracking_uri)
         dead = self._courier is None or not self._courier.is_alive()
         if dead and not self._closed.is_set():
             self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
@@ -566,7 +567,8 @@ class _Outbox:
             created_at REAL NOT NULL,
             finished_at REAL,
             error TEXT,
-            subject TEXT
+            subject TEXT,
+            uri TEXT
         );
         CREATE INDEX IF NOT EXISTS records_by_state ON records (state, id);
     """
@@ -578,8 +580,9 @@ class _Outbox:
         with self._connect() as conn:
             conn.executescript(self._SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
-            if "subject" not in columns:  # an outbox written before runs were kept by subject
-                conn.execute("ALTER TABLE records ADD COLUMN subject TEXT")
+            for column in ("subject", "uri"):  # an outbox written before runs were kept
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE records ADD COLUMN {column} TEXT")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -590,20 +593,24 @@ class _Outbox:
         finally:
             conn.close()
 
-    def append(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
+    def append(
+        self, kind: str, payload: dict[str, Any], subject: str | None = None, uri: str = ""
+    ) -> None:
         with self._connect() as conn:
             conn.execute(
-                "INSERT INTO records (kind, payload, created_at, subject) VALUES (?, ?, ?, ?)",
-                (kind, json.dumps(payload), time.time(), subject),
+                "INSERT INTO records (kind, payload, created_at, subject, uri)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (kind, json.dumps(payload), time.time(), subject, uri),
             )
 
-    def subjects(self) -> set[str] | None:
-        """The subjects of every run record, delivered or not; None where a run record
-        has none (written before they were kept)."""
+    def subjects(self, uri: str) -> set[str] | None:
+        """The subjects of the run records queued for server `uri`, delivered or not; None
+        where a run record has none (written before they were kept)."""
         with self._connect() as conn:
-            rows = conn.execute("SELECT subject FROM records WHERE kind = 'trial'").fetchall()
-        subjects = {row[0] for row in rows}
-        return None if None in subjects else subjects
+            rows = conn.execute("SELECT subject, uri FROM records WHERE kind = 'trial'").fetchall()
+        if any(subject is None for subject, _ in rows):
+            return None
+        return {subject for subject, queued_for in rows if queued_for == uri}
 
     def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
         with self._connect() as conn:

@@ -312,8 +312,8 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
 
 
 def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_path: Path) -> None:
-    """`logged()` names every trial and baseline queued, delivered or not; an outbox written
-    before it kept them gains the column and answers None (what it logged is unknown)."""
+    """`logged()` names every trial and baseline queued for its server, delivered or not;
+    an outbox written before it kept them gains the columns and answers None."""
     logger = StudyLogger("http://127.0.0.1:1", tmp_path / "new")  # nothing is delivered
     logger.start_study("study-l")
     assert logger.logged() == set()
@@ -321,6 +321,8 @@ def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_pa
     logger.log_baseline("dlrm", metrics={"val_ne": 0.9})
     logger.log_baseline_tuning("dlrm", 0, metrics={"val_ne": 0.91})
     assert logger.logged() == {"trial:3", "baseline:dlrm", "baseline:dlrm:recipe-0"}
+    moved = StudyLogger("http://127.0.0.1:2", tmp_path / "new")  # a new server: none there
+    assert moved.logged() == set()
     old = tmp_path / "old"
     old.mkdir()
     with sqlite3.connect(old / "outbox.db") as conn:
