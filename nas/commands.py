@@ -538,7 +538,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
     if not (trial_dir / WEIGHTS_FILE).exists():  # said before torch is loaded
         raise RanknasError(_weights_elsewhere(trial, trial_dir / WEIGHTS_FILE))
-    from nas.export import check_out_dir, export_model  # torch from here on
+    from nas.export import EXPERIMENT, check_out_dir, export_model  # torch from here on
+    from nas.storage import redact
     from search_space.schema import DatasetSchema
 
     weights = _trial_weights(trial.number, trial_dir)
@@ -552,6 +553,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
+    source_run = _trial_run(tracking_uri, study.study_name, trial.number,
+                            config.mlflow_experiment if config else None)  # fmt: skip
     result = export_model(
         arch,
         weights,
@@ -563,15 +566,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         tracking_uri=tracking_uri,
         alias=alias,
         provenance=_provenance(study, trial, metrics),
-        source_run_id=_trial_run(
-            tracking_uri,
-            study.study_name,
-            trial.number,
-            config.mlflow_experiment if config else None,
-        ),
+        source_run_id=source_run,
         step=read_step(trial_dir),
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
+    if args.register and source_run is None:
+        print(f"trial {trial.number} has no run on {redact(tracking_uri)} (the study did not "
+              f"log there): the model was logged in a run of the experiment {EXPERIMENT!r}; "
+              "`ranknas search` or `reevaluate` with MLflow on logs the study's runs")  # fmt: skip
     if result.reused_version:
         points = f"@{result.alias} points at it" if result.alias else "no alias moved"
         print(f"{result.model_name} version {result.model_version} holds this model already: "

@@ -324,7 +324,9 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
     assert _ending(parse_config(raw)) is None
 
 
-def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(tmp_path, server):
+def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(
+    tmp_path, server, capfd
+):
     """A study run without MLflow, then re-evaluated and resumed with it: the earlier trials
     (repeats among them) and the baseline get whole runs, as the later ones do; once. The
     re-evaluation's metrics used to make empty runs, RUNNING for ever."""
@@ -334,6 +336,10 @@ def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(tmp
                       mlflow={"tracking_uri": server.uri})  # fmt: skip
     config = parse_config(raw)
     earlier = run_study(config, progress=lambda line: None).trials  # no logger: MLflow off
+    export = ["export", "later", "--storage", config.storage, "--out", str(tmp_path / "out"),
+              "--register", "later", "--tracking-uri", server.uri]  # fmt: skip
+    assert main(export) == 0  # no trial run to log the model into: said
+    assert "has no run on" in capfd.readouterr().out
     assert main(["reevaluate", str(write_config(tmp_path, raw)), "--top", "1", "--seeds",
                  "1"]) == 0  # fmt: skip
     logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
