@@ -163,6 +163,11 @@ def test_a_categorical_column_blank_in_every_training_row_is_named(tmp_path, cap
         caplog.clear()
         opened(source, cache=False, hash_size=hashed)
         assert "categorical column(s) ['country'] hold no value in any training row" in caplog.text
+    assert "dense column" not in caplog.text
+    table = table.set_column(2, "price", pa.array(np.full(600, 7.0)))  # one value: a hand schema's
+    pq.write_table(table, tmp_path / "blank.parquet")
+    opened(source, cache=False)
+    assert "dense column(s) ['price'] hold one value in every training row" in caplog.text
 
 
 def test_train_stream_says_when_it_writes_and_reads_the_cache(tmp_path, capsys):

@@ -397,6 +397,19 @@ def test_a_categorical_column_blank_in_every_row_is_named_in_a_warning(tmp_path,
     assert "hold no value" not in caplog.text
 
 
+def test_a_dense_column_with_one_value_is_named_in_a_warning(tmp_path, caplog):
+    """`data schema` leaves such a column out; one a schema names trained silently, scaled
+    to 0 in every row."""
+    from trainers.data.preprocess import fit_preprocessing
+
+    data = _shop_log(tmp_path, ["a", "b"] * 10, "shop")
+    fit_preprocessing(data)
+    assert "dense column" not in caplog.text
+    data.dense[:, 0] = 4.5
+    fit_preprocessing(data)
+    assert "log.csv: dense column(s) ['price'] hold one value in every training row" in caplog.text
+
+
 def test_min_count_is_counted_on_the_training_split(tmp_path):
     from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
 

@@ -25,6 +25,7 @@ from search_space.preprocessing import (
     transform_dense,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
+from trainers.data.report import warn_constant_dense
 
 COUNT_RATIO = 10.0
 
@@ -32,16 +33,20 @@ COUNT_RATIO = 10.0
 def fit_dense(train: TabularData) -> list[dict[str, Any]]:
     """A transform per dense column of `train` (JSON-ready: column, log1p, mean, std), from
     its present values (blanks, NaN here, are filled with the mean by the transform)."""
-    transforms = []
+    transforms, constant = [], []
     for k, column in enumerate(train.schema.dense):
         x = train.dense[:, k].astype(np.float64)
         x = x[~np.isnan(x)]
+        if not len(x) or x.min() == x.max():
+            constant.append(column)
         if not len(x):
             transforms.append(dense_transform(column, False, 0.0, 1.0))
             continue
         log1p = is_heavy_tailed(x.min(), x.max(), np.median(x))
         y = np.log1p(x) if log1p else x
         transforms.append(dense_transform(column, log1p, float(y.mean()), float(y.std())))
+    source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
+    warn_constant_dense(source, constant)
     return transforms
 
 

@@ -62,7 +62,7 @@ from trainers.data.preprocess import (
     vocabulary_ids,
     vocabulary_positions,
 )
-from trainers.data.report import BadRowLimits, warn_blank_categorical
+from trainers.data.report import BadRowLimits, warn_blank_categorical, warn_constant_dense
 from trainers.data.stream_cache import (
     RowCache,
     RowCacheWriter,
@@ -418,6 +418,7 @@ def fit_encoder(
                            "filled with the training mean", source.name, stats.blanks,
                            stats.column)  # fmt: skip
     warn_blank_categorical(source.name, blank, "training row")
+    warn_constant_dense(source.name, [s.column for s in dense if s.low == s.high])
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks
