@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_around_changes import done_runs
 from bench_search_efficiency import quiet_single_thread
 from bench_vs_baselines import quickstart_config
 
@@ -58,10 +59,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="JSON lines, one per run")
     parser.add_argument("--report", action="store_true", help="print the table of --out only")
     return parser.parse_args()
-
-
-def done_runs(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def run(args: argparse.Namespace) -> None:
