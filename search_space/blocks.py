@@ -443,12 +443,6 @@ class FMBlock(BlockModule):
         super().__init__()
         self.reduce = reduce
 
-    @classmethod
-    def check(cls, x: Sparse, p: Params) -> str | None:
-        if x.count < 2:  # no pair: 0 whatever the input
-            return f"shape mismatch: needs at least 2 embeddings (one has no pair), got {x}"
-        return None
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the sum-of-squares trick cancels: bf16 or fp16 is computed in fp32, rounded once
         y = x.float() if x.element_size() < 4 else x

@@ -232,7 +232,7 @@ class AroundSpace(SearchSpace):
 
     def _decode_with(self, values: dict[str, Any], connections: bool) -> tuple[BlockSpec, ...]:
         """The blocks of `values`; with `connections` False, every block has its base inputs."""
-        counts = {"dense": 0, "sparse": self.schema.num_sparse}  # 0 marks a dense output
+        counts = {"dense": 0, "sparse": self._kept_features(values)}  # 0: a dense output
         inserts = set(self._insert_points())
         blocks: list[BlockSpec] = []
         for base in self.base.blocks:
@@ -248,6 +248,13 @@ class AroundSpace(SearchSpace):
             blocks.append(block)
             counts[block.name] = _output_count(block.op, block.params, _count(inputs, counts))
         return tuple(blocks)
+
+    def _kept_features(self, values: dict[str, Any]) -> int:
+        """The categorical features `values` keep (a 0 among `feature_dims` leaves one out;
+        all left out keeps them all, as `decode` does)."""
+        dims = [values[f"dim.{f.name}"] for f in self.schema.categorical
+                if f"dim.{f.name}" in values]  # fmt: skip
+        return sum(d != 0 for d in dims) or self.schema.num_sparse
 
     def _inputs(self, values: dict[str, Any], base: BlockSpec) -> tuple[str, ...]:
         chosen = [k.split(".in.", 1)[1] for k in self._parameters

@@ -252,5 +252,7 @@ def raw_inputs_reaching(blocks: tuple[BlockSpec, ...], output: str) -> set[str]:
 def interaction_op(op: str, in_count: int) -> str:
     """The op a space builds for `op` over `in_count` embeddings: an FM over one embedding
     has no pair (its output is 0 whatever the input), so it becomes the one second-order
-    term there is, the embedding's dot with itself (`dot`, self-interaction)."""
+    term there is, the embedding's dot with itself (`dot`, self-interaction). A spec may
+    still name such an FM (a preset on data with one categorical column, trials recorded
+    before): it is valid, only useless."""
     return "dot" if op == "fm" and in_count < 2 else op

@@ -177,10 +177,12 @@ class DagSpace(SearchSpace):
                 f"b0..b{n - 1} with b{n - 1} as the output"
             )
         values: dict[str, Any] = {}
+        as_fm = False
         for i, block in enumerate(arch.blocks):
             p = block.params
-            # a dot over one embedding is also what an fm there decodes to
+            # a dot over one embedding is also what an fm there decodes to (checked below)
             fm = block.op == "dot" and "dot" not in self.config.ops and "fm" in self.config.ops
+            as_fm |= fm
             values[param_name(i, "op")] = "fm" if fm else block.op
             values[param_name(i, "width")] = (
                 p["widths"][0]
@@ -197,6 +199,11 @@ class DagSpace(SearchSpace):
             slots = [*block.inputs, *[NONE] * self.config.max_inputs][: self.config.max_inputs]
             for k, source in enumerate(slots, start=1):
                 values[input_param(i, k)] = source
+        if as_fm:
+            blocks, _ = self._decode_blocks(values, arch.embedding.dim)
+            if blocks != arch.blocks:
+                raise SpecError(f"architecture {arch.name!r} is not in this DAG space: a dot "
+                                "over several embeddings; dot is not among its ops")  # fmt: skip
         return values
 
 
