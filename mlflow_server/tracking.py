@@ -255,13 +255,13 @@ class StudyLogger:
         added to a run); None where its records were written before it kept that (a study
         logged to MLflow by an earlier version). Another server's runs are not this one's:
         a study moved to a new server logs its runs there."""
-        return self._outbox.subjects(self._tracking_uri)
+        return self._outbox.subjects(_server(self._tracking_uri))
 
     def _enqueue(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
         if self._study is None:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
-        self._outbox.append(kind, record, subject, self._tracking_uri)
+        self._outbox.append(kind, record, subject, _server(self._tracking_uri))
         dead = self._courier is None or not self._courier.is_alive()
         if dead and not self._closed.is_set():
             self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
@@ -538,6 +538,13 @@ def _run_payload(
     }
 
 
+def _server(uri: str) -> str:
+    """The server `uri` names, as the outbox keeps it: no credentials, no trailing '/'."""
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)).rstrip("/")
+
+
 def _subject(subject: str, payload: dict[str, Any]) -> str:
     """What a run record logs: an update (status None: metrics added to a run) is no run."""
     return subject if payload["status"] is not None else f"{subject}:update"
@@ -582,7 +589,8 @@ class _Outbox:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
             for column in ("subject", "uri"):  # an outbox written before runs were kept
                 if column not in columns:
-                    conn.execute(f"ALTER TABLE records ADD COLUMN {column} TEXT")
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process did
+                        conn.execute(f"ALTER TABLE records ADD COLUMN {column} TEXT")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

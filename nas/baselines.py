@@ -37,6 +37,7 @@ from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
 from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     DIAGRAM_FILE,
+    LOGGED,
     METRIC_ATTRS,
     RECORD_PREFIX,
     architecture_params,
@@ -102,9 +103,10 @@ def train_baselines(
             with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
                 record = _train_one(study, config, key, arch, data, order, worker,
                                     logger, progress)  # fmt: skip
-            study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
+                record["attrs"][LOGGED] = True
+            study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
             progress(_line(key, record["attrs"]))
         found = recorded(study)
         if not wait or all(key in found for key in archs):

@@ -78,8 +78,11 @@ from nas.trial_record import (
     DIAGRAM_FILE,
     DIED,
     INTERRUPTED,
+    LOGGED,
     METRIC_ATTRS,
+    METRICS_FILE,
     OWNER_FILE,
+    RECORD_PREFIX,
     SHARDING_FILE,
     STEP_FILE,
     TRAINED_PLAN_FILE,
@@ -716,6 +719,7 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
             diagram = diagram_png(read_architecture(directory))
             outcome.record["artifacts"] = outcome.record["artifacts"] | {DIAGRAM_FILE: diagram}
         logger.log_trial(trial.number, **outcome.record)
+        _set_attrs(trial, {LOGGED: True})  # `log_unlogged` passes it over
     study.tell(trial, outcome.values, state=outcome.state)
 
 
@@ -779,8 +783,8 @@ def _reused(
     earlier = _same_trained(study, storage, trial, identity, config)
     if earlier is None:
         return None
-    _set_attrs(trial, dict(earlier.user_attrs) | {TrialAttr.REUSED_FROM: earlier.number,
-                                                  TrialAttr.WORKER: worker})  # fmt: skip
+    copied = {k: v for k, v in earlier.user_attrs.items() if k != LOGGED}  # its own: `_finish`
+    _set_attrs(trial, copied | {TrialAttr.REUSED_FROM: earlier.number, TrialAttr.WORKER: worker})
     tags = {TrialAttr.DIGEST: key, TrialAttr.WORKER: worker, "searcher": config.searcher.type,
             TrialAttr.REUSED_FROM: earlier.number}  # fmt: skip
     if earlier.user_attrs.get(TrialAttr.OVER_CONSTRAINT):  # shown as skipped, as it was
@@ -867,59 +871,71 @@ def _trained(trial: FrozenTrial) -> bool:
 def log_unlogged(
     study: optuna.Study, config: StudyConfig, logger: Any, progress: Progress = print
 ) -> None:
-    """The finished trials and recorded baselines that the study's MLflow outbox never
-    logged (it ran without MLflow until now) get their runs: parameters, metrics and files;
-    learning curves are recorded only while MLflow is on. Dead trials: `_log_dead_trials`."""
+    """The finished trials and recorded baselines that were never logged to MLflow (the
+    study ran without it until now) get their runs: parameters, metrics and files; their
+    learning curves were not kept. A trial's worker marks it once its record is queued
+    (`_finish`), and each outbox knows what it logged to its server, so a trial is logged
+    again only by another machine's outbox, whose server it may not have reached; a trial
+    whose files are on another machine is left to that machine's worker. Dead trials:
+    `_log_dead_trials`."""
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
     baselines = {key: attrs for key, attrs in recorded(study).items()
-                 if f"baseline:{key}" not in logged
-                 and (Path(attrs.get("dir") or "-") / ARCHITECTURE_FILE).exists()}  # fmt: skip
+                 if not attrs.get(LOGGED) and f"baseline:{key}" not in logged
+                 and (Path(attrs.get("dir") or "-") / METRICS_FILE).exists()}  # fmt: skip
     for key, attrs in baselines.items():
         arch, summary = read_architecture(attrs["dir"]), read_metrics(attrs["dir"])
         record = baseline_record(key, arch, summary, {}, attrs.get("recipe"), "", None)
         logger.log_baseline(key, **record)
+        study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: True})
     trials = study.get_trials(deepcopy=False)
-    unlogged = [t for t in trials if t.state.is_finished() and f"trial:{t.number}" not in logged
+    unlogged = [t for t in trials if t.state.is_finished() and t.params
+                and not t.user_attrs.get(LOGGED) and f"trial:{t.number}" not in logged
                 and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
                 and failure_reason(t) != DIED]  # fmt: skip
-    for trial in unlogged:
-        logger.log_trial(trial.number, **_finished_record(trial, trials, config))
-    if baselines or unlogged:
-        progress(f"MLflow: logging {len(unlogged)} trials and {len(baselines)} baselines "
-                 "that ran without it (their learning curves were not kept)")  # fmt: skip
+    records = {t.number: _finished_record(t, trials, config) for t in unlogged}
+    records = {number: record for number, record in records.items() if record is not None}
+    for number, record in records.items():
+        logger.log_trial(number, **record)
+    if baselines or records:
+        progress(f"MLflow: logging {len(records)} trials and {len(baselines)} baselines that "
+                 "ran without it (their learning curves were not kept)")  # fmt: skip
 
 
 def _finished_record(
     trial: FrozenTrial, trials: list[FrozenTrial], config: StudyConfig
-) -> dict[str, Any]:
-    """The MLflow record of a finished trial, from what the study and its files recorded."""
+) -> dict[str, Any] | None:
+    """The MLflow record a finished trial's worker would have queued, from what the study
+    and the trial's files recorded; None where its files are not on this machine."""
     attrs = trial.user_attrs
     tags = {TrialAttr.WORKER: attrs.get(TrialAttr.WORKER, ""), "searcher": config.searcher.type}
     started = trial.datetime_start.timestamp() if trial.datetime_start else None
     earlier = trials[attrs[TrialAttr.REUSED_FROM]] if TrialAttr.REUSED_FROM in attrs else trial
-    directory = earlier.user_attrs.get(TrialAttr.DIR)
-    if not directory or not (Path(directory) / ARCHITECTURE_FILE).exists():  # never trained
-        reason = failure_reason(trial)
-        summary = {"status": INTERRUPTED if reason == INTERRUPTED else "failed",
-                   "failure_reason": reason}  # fmt: skip
-        return mlflow_record(space_params(trial.params), summary, {}, tags, {}, None, started)
+    reason = failure_reason(trial)
+    status = INTERRUPTED if reason == INTERRUPTED else "failed"
+    failed = {"status": status, "failure_reason": reason}
+    if TrialAttr.DIR not in earlier.user_attrs:  # failed before it was costed: no files
+        return mlflow_record(space_params(trial.params), failed, {}, tags, {}, None, started)
+    directory = Path(earlier.user_attrs[TrialAttr.DIR])
+    if not (directory / ARCHITECTURE_FILE).exists():
+        return None
     arch = read_architecture(directory)
-    described = summary_name(arch, float(attrs.get(TrialAttr.MFLOPS) or 0.0))
+    described = summary_name(arch, analyze(arch).flops / 1e6)
+    name, diagram = f"trial-{trial.number} {described}", {DIAGRAM_FILE: diagram_png(arch)}
+    if earlier is trial and not (directory / METRICS_FILE).exists():  # stopped training
+        return mlflow_record(space_params(trial.params), failed, {}, tags, diagram, name, started)
     recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}
     params = (architecture_params(arch) | {"architecture": described}
               | space_params(trial.params) | recipe)  # fmt: skip
-    tags[TrialAttr.DIGEST] = attrs.get(TrialAttr.DIGEST)
-    if earlier is not trial:
+    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
+    if earlier is not trial:  # as `_reused` records it, `_finish` adding the diagram
+        tags = {k: v for k, v in tags.items() if k != TrialAttr.DEVICE}
         tags[TrialAttr.REUSED_FROM] = earlier.number
-        name = f"trial-{trial.number} {described} (= trial {earlier.number})"
-        diagram = {DIAGRAM_FILE: diagram_png(arch)}  # as `_finish` adds to a repeat's run
+        name = f"{name} (= trial {earlier.number})"
         return mlflow_record(params, _repeat_summary(earlier), {}, tags, diagram, name, started)
-    tags[TrialAttr.DEVICE] = attrs.get(TrialAttr.DEVICE)
-    artifacts = _artifacts(Path(directory)) | {DIAGRAM_FILE: diagram_png(arch)}
-    return mlflow_record(params, read_metrics(directory), {}, tags, artifacts,
-                         f"trial-{trial.number} {described}", started)  # fmt: skip
+    artifacts = _artifacts(directory) | diagram
+    return mlflow_record(params, read_metrics(directory), {}, tags, artifacts, name, started)
 
 
 def _log_dead_trials(study: optuna.Study, logger: Any, space: SearchSpace) -> None:

@@ -84,6 +84,9 @@ METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne"
 RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED", INTERRUPTED: "KILLED"}
 
 
+# A trial's or a baseline's: its MLflow record was queued (`nas.runner.log_unlogged`).
+LOGGED = "mlflow_logged"
+
 # A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`).
 RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
 

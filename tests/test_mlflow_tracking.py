@@ -323,6 +323,10 @@ def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_pa
     assert logger.logged() == {"trial:3", "baseline:dlrm", "baseline:dlrm:recipe-0"}
     moved = StudyLogger("http://127.0.0.1:2", tmp_path / "new")  # a new server: none there
     assert moved.logged() == set()
+    same = StudyLogger("http://user:secret@127.0.0.1:1/", tmp_path / "new")  # the same one
+    assert same.logged() == logger.logged()
+    with sqlite3.connect(tmp_path / "new" / "outbox.db") as conn:
+        assert {row[0] for row in conn.execute("SELECT uri FROM records")} == {"http://127.0.0.1:1"}
     old = tmp_path / "old"
     old.mkdir()
     with sqlite3.connect(old / "outbox.db") as conn:

@@ -6,9 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from nas.config import parse_config
-from nas.runner import log_unlogged, run_study
-from nas.trial_record import architecture_params, read_architecture
+from nas.runner import _finished_record, log_unlogged, run_study
+from nas.trial_record import LOGGED, architecture_params, read_architecture
 from search_space.architecture import Architecture, BlockSpec
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
@@ -104,18 +106,51 @@ def test_trials_repeats_and_baselines_log_the_architecture_they_trained(tmp_path
     assert baseline["top.op"] == "mlp" and baseline["interaction.inputs"] == "sparse,bottom"
     assert baseline["architecture"].endswith("MFLOPs")
     # the records of a study that ran without MLflow, rebuilt from what it recorded: the
-    # same runs, without the learning curves (their searcher encodings: every parameter)
+    # same runs, without the learning curves (their searcher encodings: every parameter);
+    # every trial here was marked by its worker, so only the unmarked baseline is logged
+    config, trials = parse_config(raw), study.get_trials(deepcopy=False)
+    rebuilt = {t.number: _finished_record(t, trials, config) for t in trials}
+    attrs = study.user_attrs["baselines:dlrm"]
+    study.set_user_attr("baselines:dlrm", {k: v for k, v in attrs.items() if k != LOGGED})
     later = RecordingLogger()
-    log_unlogged(study, parse_config(raw), later, progress=lambda line: None)
-    assert later.trials.keys() == logger.trials.keys() and later.baselines.keys() == {"dlrm"}
+    log_unlogged(study, config, later, progress=lambda line: None)
+    assert later.trials == {} and later.baselines.keys() == {"dlrm"}
+    assert study.user_attrs["baselines:dlrm"][LOGGED]
     for number, live in [*logger.trials.items(), *logger.baselines.items()]:
-        rebuilt = (later.trials | later.baselines)[number]
+        again = (rebuilt | later.baselines)[number]
         for key in ("run_name", "metrics", "tags", "status"):  # a baseline's worker: unknown
-            assert _without_worker(live[key]) == _without_worker(rebuilt[key]), (number, key)
+            assert _without_worker(live[key]) == _without_worker(again[key]), (number, key)
         assert {k: v for k, v in live["params"].items() if not k.startswith("space.")} == {
-            k: v for k, v in rebuilt["params"].items() if not k.startswith("space.")
+            k: v for k, v in again["params"].items() if not k.startswith("space.")
         }
-        assert live["artifacts"].keys() <= rebuilt["artifacts"].keys()
+        assert live["artifacts"].keys() <= again["artifacts"].keys()
+    # a trial stopped while training (no metrics.json): failed, as `_failed` logs it; one
+    # whose files are on another machine: left to that machine's worker
+    trained = next(t for t in trials if "reused_from" not in t.user_attrs)
+    directory = tmp_path / "stopped"
+    directory.mkdir()
+    (directory / "architecture.json").write_text(
+        (Path(trained.user_attrs["trial_dir"]) / "architecture.json").read_text()
+    )
+    stopped = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.FAIL,
+        params=trained.params,
+        distributions=trained.distributions,
+        user_attrs={"trial_dir": str(directory), "failure_reason": "RuntimeError: out of memory"},
+    )
+    record = _finished_record(stopped, trials, config)
+    assert record["status"] == "FAILED" and record["metrics"] == {}
+    assert record["tags"]["failure_reason"] == "RuntimeError: out of memory"
+    described = logger.trials[trained.number]["run_name"].split(" ", 1)[1]
+    assert record["run_name"].split(" ", 1)[1] == described
+    elsewhere = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.COMPLETE,
+        value=0.9,
+        params=trained.params,
+        distributions=trained.distributions,
+        user_attrs={"trial_dir": "/elsewhere/7"},
+    )
+    assert _finished_record(elsewhere, trials, config) is None
 
 
 def _without_worker(value: Any) -> Any:

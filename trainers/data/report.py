@@ -28,8 +28,8 @@ def warn_constant_dense(source: str, names: Sequence[str]) -> None:
     """Dense columns of `source` with one value (or none) in every training row: scaled
     to 0 everywhere, a feature that tells nothing; `data schema` leaves them out."""
     if names:
-        logger.warning("%s: dense column(s) %s hold one value in every training row: a "
-                       "feature that tells nothing; drop them from the schema", source,
+        logger.warning("%s: dense column(s) %s hold one value (or none) in every training "
+                       "row: a feature that tells nothing; drop them from the schema", source,
                        list(names))  # fmt: skip
 
 
