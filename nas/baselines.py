@@ -100,9 +100,13 @@ def train_baselines(
         for order, (key, arch) in enumerate(archs.items()):
             if not _claim(study, config, key):
                 continue
-            with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
-                record = _train_one(study, config, key, arch, data, order, worker,
-                                    logger, progress)  # fmt: skip
+            try:
+                with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
+                    record = _train_one(study, config, key, arch, data, order, worker,
+                                        logger, progress)  # fmt: skip
+            except BaseException:  # a Ctrl-C or an error: the rerun trains it, not waits on it
+                _release(study, key)
+                raise
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
                 record["attrs"][LOGGED] = True
@@ -282,6 +286,12 @@ def _claim(study: optuna.Study, config: StudyConfig, key: str) -> bool:
 
 def _stamp(study: optuna.Study, key: str, worker: str) -> None:
     study.set_user_attr(CLAIM_PREFIX + key, {"time": time.time(), "worker": worker})
+
+
+def _release(study: optuna.Study, key: str) -> None:
+    """Give `key` up: a claim as old as time, which any worker takes (a live one's claim
+    held it for 3 heartbeats: a rerun right after a Ctrl-C went on without the baseline)."""
+    study.set_user_attr(CLAIM_PREFIX + key, {"time": 0.0, "worker": ""})
 
 
 def _line(key: str, attrs: dict[str, Any]) -> str:

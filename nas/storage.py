@@ -329,8 +329,10 @@ def beating(seconds: float, beat: Callable[[], None]) -> Iterator[None]:
         while not stop.wait(seconds):
             beat()
 
-    threading.Thread(target=loop, daemon=True).start()
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
     try:
         yield
     finally:
         stop.set()
+        thread.join(seconds)  # a beat under way lands before what the caller does next

@@ -44,6 +44,29 @@ def test_baselines_are_trained_outside_the_budget_and_never_reach_the_sampler(tm
     assert len(again.trials) == 2 and recorded(again) == bases
 
 
+def test_a_baseline_interrupted_while_training_is_trained_by_the_rerun(tmp_path, monkeypatch):
+    """Its claim outlived the Ctrl-C by three heartbeats: a rerun within them went on
+    without the baseline, and said nothing."""
+    import nas.baselines
+
+    config = parse_config(tiny_config(tmp_path, "stopped", budget={"trials": 1},
+                                      baselines=["dlrm", "logistic_regression"],
+                                      heartbeat_seconds=30))  # fmt: skip
+    train_one = nas.baselines._train_one
+
+    def interrupted(study, config, key, *args, **kwargs):
+        if key == "logistic_regression":
+            raise KeyboardInterrupt
+        return train_one(study, config, key, *args, **kwargs)
+
+    monkeypatch.setattr(nas.baselines, "_train_one", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, progress=lambda line: None)
+    monkeypatch.setattr(nas.baselines, "_train_one", train_one)
+    study = run_study(config, progress=lambda line: None)
+    assert set(recorded(study)) == {"dlrm", "logistic_regression"}
+
+
 def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys):
     config = _config(tmp_path, "board", budget={"trials": 2})
     storage = ["--storage", config["storage"]]
