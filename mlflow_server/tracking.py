@@ -163,9 +163,9 @@ class StudyLogger:
         histories of (step, value); use keys distinct from `metrics`), `tags`, `artifacts`
         (relative file name -> content), `status` (RUNNING, FINISHED, FAILED, KILLED;
         default FINISHED; None updates a run and leaves its state and end time), `run_name`
-        (of a run this call creates; default `trial-N`) and
+        (of a run this call creates; default `trial-N`),
         `start_time` (epoch seconds the trial started, so that the run's duration and the
-        curves' timestamps are real).
+        curves' timestamps are real) and `end_time` (default: when this call queued it).
         """
         payload = {"trial": int(trial_number), **_run_payload(**run)}
         self._enqueue("trial", payload, _subject(f"trial:{int(trial_number)}", payload))
@@ -372,7 +372,7 @@ class _Writer:
         self._log_batch(run_id, record)
         self._upload(run_id, record["artifacts"])
         if record["status"] is not None:  # None: an update that leaves the run's end as it was
-            self._set_status(run_id, record["status"], record["ts"])
+            self._set_status(run_id, record["status"], record.get("end_ms") or record["ts"])
 
     def _summary(self, record: dict[str, Any]) -> None:
         run_id = self._parent_run(record)
@@ -525,6 +525,7 @@ def _run_payload(
     status: str | None = "FINISHED",
     run_name: str | None = None,
     start_time: float | None = None,
+    end_time: float | None = None,
 ) -> dict[str, Any]:
     return {
         "params": _params(params),
@@ -535,6 +536,7 @@ def _run_payload(
         "status": _status(status),
         "run_name": run_name,
         "start_ms": None if start_time is None else int(start_time * 1000),
+        "end_ms": None if end_time is None else int(end_time * 1000),
     }
 
 

@@ -27,6 +27,17 @@ def _logger(config):
     )
 
 
+def start_study_run(logger, config, study) -> None:
+    """Find or make the study's MLflow parent run, with the study's params and view (its
+    seed-mean columns once it is re-evaluated: a later `search` dropped them)."""
+    from nas.trial_record import StudyAttr
+
+    logger.start_study(config.name, params=config.mlflow_params(),
+                       tags={"searcher": config.searcher.type},
+                       experiment_name=config.mlflow_experiment,
+                       reevaluated=StudyAttr.REEVALUATION in study.user_attrs)  # fmt: skip
+
+
 def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
     from nas.config import load_config
 
@@ -157,11 +168,10 @@ def _run_workers(args: argparse.Namespace, config, logger):
                 else "failed (above); fix what it says, then")  # fmt: skip
         raise RanknasError(f"study {config.name!r}: a worker {what} run the same command again "
                            "to resume")  # fmt: skip
+    study = load_study(config.name, config.storage)
     if logger is not None:  # the workers made the parent run: this finds it
-        logger.start_study(config.name, params=config.mlflow_params(),
-                           tags={"searcher": config.searcher.type},
-                           experiment_name=config.mlflow_experiment)  # fmt: skip
-    return load_study(config.name, config.storage)
+        start_study_run(logger, config, study)
+    return study
 
 
 def _budget_reached(config) -> bool:
@@ -444,7 +454,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:
-        logger.start_study(config.name, experiment_name=config.mlflow_experiment)
+        start_study_run(logger, config, study)
     print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
           "trial")  # fmt: skip
     with parent_run_ended_on_error(logger, config):
@@ -471,9 +481,7 @@ def log_reevaluation(logger, study, table: list[dict], config) -> None:
     from nas import leaderboard
     from nas.runner import log_unlogged
 
-    logger.start_study(
-        study.study_name, experiment_name=config.mlflow_experiment, reevaluated=True
-    )  # fmt: skip  (the seed means' columns)
+    start_study_run(logger, config, study)  # re-evaluated: the seed means' columns
     log_unlogged(study, config, logger, bars.write)
     for row in table:
         metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],

@@ -40,6 +40,7 @@ from nas.baselines import (
     recorded,
     train_baselines,
 )
+from nas.commands import start_study_run
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.feature_screen import Screen, describe, screen, screens
@@ -476,12 +477,7 @@ def _run_study(
         study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
     baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
     if logger is not None:
-        logger.start_study(
-            config.name,
-            params=config.mlflow_params(),
-            tags={"searcher": config.searcher.type},
-            experiment_name=config.mlflow_experiment,
-        )
+        start_study_run(logger, config, study)
     if config.baselines:
         needed = (  # the study waits for these baselines (the screen: for the base's weights)
             _around_best_baseline(config)
@@ -885,8 +881,12 @@ def log_unlogged(
                  if not attrs.get(LOGGED) and f"baseline:{key}" not in logged
                  and (Path(attrs.get("dir") or "-") / METRICS_FILE).exists()}  # fmt: skip
     for key, attrs in baselines.items():
-        arch, summary = read_architecture(attrs["dir"]), read_metrics(attrs["dir"])
+        directory = Path(attrs["dir"])
+        arch, summary = read_architecture(directory), read_metrics(directory)
         record = baseline_record(key, arch, summary, {}, attrs.get("recipe"), "", None)
+        # when it trained: its spec was written first, its metrics last
+        record["start_time"] = (directory / ARCHITECTURE_FILE).stat().st_mtime
+        record["end_time"] = (directory / METRICS_FILE).stat().st_mtime
         logger.log_baseline(key, **record)
         study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: True})
     trials = study.get_trials(deepcopy=False)
@@ -910,13 +910,13 @@ def _finished_record(
     and the trial's files recorded; None where its files are not on this machine."""
     attrs = trial.user_attrs
     tags = {TrialAttr.WORKER: attrs.get(TrialAttr.WORKER, ""), "searcher": config.searcher.type}
-    started = trial.datetime_start.timestamp() if trial.datetime_start else None
+    when = [t.timestamp() if t else None for t in (trial.datetime_start, trial.datetime_complete)]
     earlier = trials[attrs[TrialAttr.REUSED_FROM]] if TrialAttr.REUSED_FROM in attrs else trial
     reason = failure_reason(trial)
     status = INTERRUPTED if reason == INTERRUPTED else "failed"
     failed = {"status": status, "failure_reason": reason}
     if TrialAttr.DIR not in earlier.user_attrs:  # failed before it was costed: no files
-        return mlflow_record(space_params(trial.params), failed, {}, tags, {}, None, started)
+        return mlflow_record(space_params(trial.params), failed, {}, tags, {}, None, *when)
     directory = Path(earlier.user_attrs[TrialAttr.DIR])
     if not (directory / ARCHITECTURE_FILE).exists():
         return None
@@ -924,7 +924,7 @@ def _finished_record(
     described = summary_name(arch, analyze(arch).flops / 1e6)
     name, diagram = f"trial-{trial.number} {described}", {DIAGRAM_FILE: diagram_png(arch)}
     if earlier is trial and not (directory / METRICS_FILE).exists():  # stopped training
-        return mlflow_record(space_params(trial.params), failed, {}, tags, diagram, name, started)
+        return mlflow_record(space_params(trial.params), failed, {}, tags, diagram, name, *when)
     recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}
     params = (architecture_params(arch) | {"architecture": described}
               | space_params(trial.params) | recipe)  # fmt: skip
@@ -933,9 +933,9 @@ def _finished_record(
         tags = {k: v for k, v in tags.items() if k != TrialAttr.DEVICE}
         tags[TrialAttr.REUSED_FROM] = earlier.number
         name = f"{name} (= trial {earlier.number})"
-        return mlflow_record(params, _repeat_summary(earlier), {}, tags, diagram, name, started)
+        return mlflow_record(params, _repeat_summary(earlier), {}, tags, diagram, name, *when)
     artifacts = _artifacts(directory) | diagram
-    return mlflow_record(params, read_metrics(directory), {}, tags, artifacts, name, started)
+    return mlflow_record(params, read_metrics(directory), {}, tags, artifacts, name, *when)
 
 
 def _log_dead_trials(study: optuna.Study, logger: Any, space: SearchSpace) -> None:

@@ -250,14 +250,17 @@ def mlflow_record(
     artifacts: dict[str, str],
     run_name: str | None = None,
     start_time: float | None = None,
+    end_time: float | None = None,
 ) -> dict[str, Any]:
     """What `StudyLogger.log_trial` gets for one trained architecture (`start_time`: when
-    its training started, epoch seconds, so that the run's duration is real)."""
+    its training started, epoch seconds, so that the run's duration is real; `end_time`:
+    when it ended, if not when it is queued)."""
     status = summary.get("status", "failed")
     reason = summary.get("failure_reason")
     return {
         "run_name": run_name,
         "start_time": start_time,
+        "end_time": end_time,
         "params": params,
         "metrics": numeric(summary),
         "curves": {f"curve_{k}": v for k, v in curves.items()},

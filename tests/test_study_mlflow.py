@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from mlflow_server import StudyLogger, down, up
+from mlflow_server.tracking import SHARED_VIEW_PREFIX, view_key
 from nas import commands
 from nas.commands import log_summary
 from nas.config import parse_config
@@ -368,6 +369,13 @@ def test_trials_and_baselines_run_before_mlflow_was_on_are_logged_once_it_is(
             files = {f.path for f in client.list_artifacts(run.info.run_id)}
             assert {"architecture.json", "architecture.png"} <= files, trial.number
     assert sum("reeval_mean_val_ne" in r.data.metrics for r in runs.values()) == 1
+    for trial in earlier:  # the runs last as long as their trials did
+        took = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        run = runs[trial.number].info
+        assert abs((run.end_time - run.start_time) / 1000 - took) < 0.5, trial.number
+    assert 0 <= baseline.info.end_time - baseline.info.start_time < 60_000
+    view = client.get_experiment(experiment_id).tags[SHARED_VIEW_PREFIX + view_key("later")]
+    assert "reeval_mean_val_ne" in view  # the search after `reevaluate` kept its columns
     queued = _trial_records(config.study_dir)
     lines.clear()
     study = run_study(config, logger=logger, progress=lines.append)  # nothing left to log
