@@ -14,6 +14,7 @@ died goes stale and is taken over.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -161,7 +162,7 @@ def _train_one(
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config, data.pooling_factors)
     sharding = plan_sharding(arch, config, directory, data, costs)
-    recipe, trained = _tuned_recipe(config, key, arch, data, logger, progress)
+    recipe, trained, tried = _tuned_recipe(config, key, arch, data, logger, progress)
     result, model = trained or train_architecture(
         arch, data, config, config.seed, label=f"baseline {key}", recipe=recipe
     )
@@ -170,7 +171,7 @@ def _train_one(
              "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,
              **costs.summary()}  # fmt: skip
     if recipe is not None:
-        attrs |= {"recipe": recipe, "tuned": config.best_baseline.tune}
+        attrs |= {"recipe": recipe, "tuned": tried}
     attrs |= {k: summary[k] for k in METRIC_ATTRS if summary.get(k) is not None}
     if result.failure_reason:
         attrs["failure_reason"] = result.failure_reason
@@ -209,16 +210,17 @@ def _tuned_recipe(
     data: StudyData,
     logger: Any,
     progress: Callable[[str], None],
-) -> tuple[dict[str, Any] | None, tuple[Any, Any] | None]:
+) -> tuple[dict[str, Any] | None, tuple[Any, Any] | None, int]:
     """With `best_baseline.tune: K`, the recipe of `key`'s best of K recipe trials (TPE over
     `training.search`, the study's own recipe first; by validation NE, seed `config.seed`),
     in an Optuna study of its own (`tuning_study_name`): resumed where it stopped, unseen
     by the architecture searcher, outside the budget; and that trial's (result, model) when
-    this process trained it (the baseline's run: the same recipe and seed), else None.
-    (None, None) without tuning."""
+    this process trained it (the baseline's run: the same recipe and seed), else None; and
+    how many recipes it tried (K, or the whole grid where it holds fewer: a recipe TPE
+    draws again is replaced by one not tried yet). (None, None, 0) without tuning."""
     count = config.best_baseline.tune
     if not count:
-        return None, None
+        return None, None, 0
     searched = recipe_parameters(config.training.search)
     base = base_recipe(config.training)
     sampler = optuna.samplers.TPESampler(seed=config.seed, multivariate=True,
@@ -238,12 +240,21 @@ def _tuned_recipe(
     kept: dict[int, tuple[Any, Any]] = {}
     done_before = tuning.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     best_ne = min((t.value for t in done_before), default=math.inf)  # earlier processes'
-    while sum(not t.user_attrs.get("interrupted") for t in _finished(tuning)) < count:
+    grid = [dict(zip(searched, point, strict=True))
+            for point in itertools.product(*(p.choices for p in searched.values()))]  # fmt: skip
+    while len(_counted(tuning)) < min(count, len(grid)):
         trial = tuning.ask(spaces)
+        tried = [t.params for t in _counted(tuning)]
+        if trial.params in tried:  # TPE drew a recipe again: the first untried one instead
+            trial.set_user_attr("repeat", True)
+            tuning.tell(trial, state=TrialState.FAIL)
+            tuning.enqueue_trial(next(p for p in grid if p not in tried))
+            continue
         recipe = recipe_of(base, trial.params)
         trial.set_user_attr("recipe", recipe)
         started = time.time()
-        label = f"baseline {key} recipe {trial.number + 1}"  # counted from 1, as the log
+        position = len(_counted(tuning)) + 1  # counted from 1, as the log
+        label = f"baseline {key} recipe {position}"
         result, model = train_architecture(arch, data, config, config.seed, recipe=recipe,
                                            label=label)  # fmt: skip
         ne = result.validation.get("ne") if result.status == "complete" else None
@@ -255,20 +266,24 @@ def _tuned_recipe(
             summary = result.summary()
             logger.log_baseline_tuning(key, trial.number, **mlflow_record(
                 params, summary, result.curves, {"baseline": key}, {},
-                f"baseline-{key} recipe-{trial.number + 1}", started))  # fmt: skip
+                f"baseline-{key} recipe-{position}", started))  # fmt: skip
         shown = f"validation NE {ne:.4f}" if ne is not None else result.failure_reason
-        done = sum(not t.user_attrs.get("interrupted") for t in _finished(tuning))
-        progress(f"baseline {key} recipe {done}/{count}: {shown} "
+        done = len(_counted(tuning))
+        progress(f"baseline {key} recipe {done}/{min(count, len(grid))}: {shown} "
                  f"({', '.join(f'{k} {v}' for k, v in recipe.items())})")  # fmt: skip
     done = [t for t in tuning.trials if t.state == TrialState.COMPLETE]
     if not done:
-        return base, None
+        return base, None, len(_counted(tuning))
     best = min(done, key=lambda t: t.value)
-    return best.user_attrs["recipe"], kept.get(best.number)
+    return best.user_attrs["recipe"], kept.get(best.number), len(_counted(tuning))
 
 
-def _finished(study: optuna.Study) -> list[FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+def _counted(study: optuna.Study) -> list[FrozenTrial]:
+    """A tuning study's recipe trials that count: finished, neither interrupted nor a
+    recipe drawn again."""
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+    return [t for t in finished if not t.user_attrs.get("interrupted")
+            and not t.user_attrs.get("repeat")]  # fmt: skip
 
 
 def _claim(study: optuna.Study, config: StudyConfig, key: str) -> bool:
