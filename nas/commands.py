@@ -331,7 +331,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     # the budget may have been reached first)
     words = {"waiting": "queued starting points not run"}
     counts = ", ".join(f"{n} {words.get(k, k)}" for k, n in state["trials"].items() if n)
-    print(f"study {state['study']}: {counts or 'no trials'} (budget {state['budget_trials']})")
+    budget = state["budget_trials"]
+    budget = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
+    print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
     if state["around_base"]:
         print(f"searched around the best baseline: {state['around_base']}")
     if state["feature_importance"]:

@@ -467,10 +467,10 @@ def format_verdict(v: dict[str, Any]) -> str:
     test = ("" if v["delta_test_ne"] is None else
             f"; test NE {_num(found['test_ne'])} vs {_num(base['test_ne'])} "
             f"({v['delta_test_ne']:+.4f})")  # fmt: skip
-    ratio = "" if v["flops_ratio"] is None else f", at {v['flops_ratio']:.2f}x its FLOPs"
+    ratio = "" if v["flops_ratio"] is None else f", at {_times(v['flops_ratio'])} its FLOPs"
     if v.get("step_ratio") is not None:
         ratio += (
-            f" and {v['step_ratio']:.2f}x its predicted step time on {v['step_devices']} devices"
+            f" and {_times(v['step_ratio'])} its predicted step time on {v['step_devices']} devices"
         )
     dominated = ", ".join(v["dominated_baselines"]) or "none"
     left_out = v.get("not_compared")
@@ -532,7 +532,7 @@ def _cheapest_words(v: dict[str, Any]) -> str:
     test = "" if p is None else f", p={p:.2g}"
     return (f"\nat baseline {base}'s NE (a lower seed mean, or at most {TIE_MARGIN:.1%} higher "
             f"within seed noise): cheapest trial "
-            f"{cheapest['trial']} at {cheapest['cost_ratio']:.2f}x its {cost}, validation NE "
+            f"{cheapest['trial']} at {_times(cheapest['cost_ratio'])} its {cost}, validation NE "
             f"{_num(cheapest['val_ne'])} ({cheapest['delta_val_ne']:+.4f}; lower on "
             f"{paired['found_better']} of {paired['seeds']} seeds{test})"
             + ("" if cheapest.get("delta_test_ne") is None else
@@ -909,3 +909,9 @@ def _place(axes: Any, renderer: Any, text: str, xy: tuple[float, float], color: 
             return box
         note.remove()
     return fallback[1]
+
+
+def _times(ratio: float) -> str:
+    """A cost ratio as `0.64x`; a small one keeps two significant digits (`0.0016x`, not
+    `0.00x`)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"

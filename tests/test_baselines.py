@@ -221,6 +221,8 @@ def test_a_win_within_seed_noise_is_undecided_and_a_tie_is_shown_equal():
     assert "disagrees" not in tie and "(+0.0040)" in tie
     win = format_verdict(_verdict_of(paired=paired | {"p_value": 0.01}))
     assert "the search wins: trial 4" in win and "beyond seed noise" in win
+    tiny = format_verdict(_verdict_of(paired=paired | {"p_value": 0.01}, flops_ratio=0.0016))
+    assert "at 0.0016x its FLOPs" in tiny  # "0.00x" said nothing
 
 
 def test_the_search_finding_the_baseline_itself_is_no_win():

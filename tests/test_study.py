@@ -472,6 +472,15 @@ def test_a_space_file_given_as_a_study_says_how_it_is_used(capsys):
     assert main(["space", "sample", path]) == 0
 
 
+def test_status_of_a_study_stopped_before_its_search_says_so(tmp_path, capsys):
+    """A study whose baselines failed has no trials and no budget yet: "(budget None)"."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    optuna.create_study(study_name="early", storage=url)
+    assert main(["status", "early", "--storage", url]) == 0
+    shown = capsys.readouterr().out
+    assert "study early: no trials (its search has not started: run `ranknas search`)" in shown
+
+
 def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     config = tiny_config(tmp_path, "cli", budget={"trials": 3})
     assert main(["search", str(write_config(tmp_path, config))]) == 0
