@@ -199,19 +199,30 @@ def print_comparison(study) -> None:
 def flush(logger, config) -> None:
     """Deliver what the logger holds; say where the study's runs are compared in MLflow,
     or where what could not be delivered waits."""
-    pending = logger.flush(timeout_s=30)
+    from mlflow_server.server import check_reachable
+    from nas.storage import redact
+
+    uri = config.mlflow.tracking_uri
+    pending = logger.flush(timeout_s=1)
+    down = False
+    try:  # a server that answers may be slow to take many records: give it time
+        if pending and not logger.credentials_refused:
+            check_reachable(uri, timeout_s=2)
+            pending = logger.flush(timeout_s=30)
+    except RanknasError:  # nobody answers: no use waiting
+        down = True
     if not pending and (url := logger.view_url()):
         print(f"compare them in MLflow: {url}")
     if pending:
         outbox = config.study_dir / "mlflow-outbox"
         why = ("MLflow refused the credentials (HTTP 401/403): set MLFLOW_TRACKING_USERNAME "
                "and MLFLOW_TRACKING_PASSWORD" if logger.credentials_refused
+               else f"no MLflow server answers at {redact(uri)}" if down
                else "MLflow unreachable")  # fmt: skip
-        print(
-            f"{why}: {pending} records kept in {outbox}; "
-            "they are delivered by the next run of this study",
-            file=sys.stderr,
-        )
+        start = ("; start it (`ranknas mlflow up`) or point mlflow.tracking_uri at yours, and"
+                 if down else ";")  # fmt: skip
+        print(f"{why}: {pending} records kept in {outbox}{start} they are delivered by the "
+              "next run of this study", file=sys.stderr)  # fmt: skip
 
 
 def summarize_study(logger, study, table) -> None:

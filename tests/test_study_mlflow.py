@@ -389,3 +389,15 @@ def _trial_records(study_dir: Path) -> int:
 
     with sqlite3.connect(study_dir / "mlflow-outbox" / "outbox.db") as conn:
         return conn.execute("SELECT COUNT(*) FROM records WHERE kind = 'trial'").fetchone()[0]
+
+
+def test_a_study_whose_mlflow_server_is_down_says_how_to_start_it(tmp_path, capsys):
+    """It waited 30 s for a server nobody ran, then said only "MLflow unreachable"."""
+    from nas.cli import main
+
+    raw = tiny_config(tmp_path, "down", budget={"trials": 1},
+                      mlflow={"tracking_uri": "http://127.0.0.1:9"})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, raw))]) == 0
+    err = capsys.readouterr().err
+    assert "no MLflow server answers at http://127.0.0.1:9: 3 records kept in" in err
+    assert "start it (`ranknas mlflow up`)" in err
