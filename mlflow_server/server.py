@@ -134,6 +134,15 @@ def down(config: ServerConfig) -> bool:
     return stopped
 
 
+def answering_elsewhere(config: ServerConfig) -> str | None:
+    """The URI of an MLflow server that answers on `config`'s host and port although its
+    data dir runs none (one started with another `--data-dir`), else None."""
+    if not config.port:
+        return None
+    uri = f"http://{_client_host(config.host)}:{config.port}"
+    return uri if _healthy(uri, timeout_s=1.0) else None
+
+
 def _check_port(config: ServerConfig, info: ServerInfo) -> None:
     """`status`/`down` for a port: the data dir's server must be the one on that port."""
     if config.port and info.port != config.port:

@@ -771,15 +771,21 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
         print(f"MLflow server at {info.uri} (pid {info.pid}; log {config.log_path})")
     elif args.action == "status":
         info = server.status(config)
-        print(
-            f"MLflow server at {info.uri} (pid {info.pid})"
-            if info
-            else "MLflow server: not running"
-        )
+        print(f"MLflow server at {info.uri} (pid {info.pid})" if info
+              else f"MLflow server: not running{_elsewhere(server, config)}")  # fmt: skip
         return 0 if info else 1
+    elif server.down(config):
+        print("MLflow server stopped")
     else:
-        print("MLflow server stopped" if server.down(config) else "MLflow server was not running")
+        print(f"MLflow server was not running{_elsewhere(server, config)}")
     return 0
+
+
+def _elsewhere(server, config) -> str:
+    """What to say when `config.data_dir` runs no server but its port answers."""
+    uri = server.answering_elsewhere(config)
+    return (f" from {config.data_dir}; the server answering at {uri} was started with "
+            "another --data-dir: pass that one" if uri else "")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- train, data

@@ -69,6 +69,22 @@ def test_status_and_down_of_another_port_say_where_the_server_is(
     assert status(config) is not None  # still running
 
 
+def test_status_and_down_of_another_data_dir_say_a_server_answers_on_the_port(
+    config: ServerConfig, server: ServerInfo, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`mlflow down --port P` without the --data-dir that started it said "was not
+    running", and the server ran on."""
+    from nas.cli import main
+
+    elsewhere = ["--port", str(server.port), "--data-dir", str(tmp_path / "other")]
+    assert main(["mlflow", "status", *elsewhere]) == 1
+    assert main(["mlflow", "down", *elsewhere]) == 0
+    shown = capsys.readouterr().out
+    said = f"the server answering at {server.uri} was started with another --data-dir"
+    assert shown.count(said) == 2
+    assert status(config) is not None  # still running
+
+
 def test_up_twice_returns_the_running_server(config: ServerConfig, server: ServerInfo) -> None:
     started = time.monotonic()
     assert up(config) == server
