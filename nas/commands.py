@@ -488,25 +488,15 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
 
 
 def log_reevaluation(logger, study, table: list[dict], config) -> None:
-    """Each retrained trial's mean and spread on its nested run, the table on the study's
-    parent run (whose summary, `summarize_study`, then moves to the seed means); the runs
-    of trials and baselines that ran without MLflow first (`log_unlogged`)."""
+    """Each retrained trial's mean and spread on its nested run, with the runs of trials
+    and baselines that ran without MLflow and seed means never logged (`log_unlogged`),
+    and the table on the study's parent run (whose summary, `summarize_study`, then moves
+    to the seed means)."""
     from nas import leaderboard
     from nas.runner import log_unlogged
 
     start_study_run(logger, config, study)  # re-evaluated: the seed means' columns
-    log_unlogged(study, config, logger, bars.write)
-    for row in table:
-        metrics = {"reeval_mean_val_ne": row["mean_val_ne"], "reeval_sd_val_ne": row["sd_val_ne"],
-                   "reeval_seeds": row["seeds"]}  # fmt: skip
-        if row["mean_test_ne"] is not None:
-            metrics["reeval_mean_test_ne"] = row["mean_test_ne"]
-        key = str(row["trial"])
-        # status None: the run keeps its own end time (its duration is its training's)
-        if key.startswith("baseline:"):
-            logger.log_baseline(key.removeprefix("baseline:"), metrics=metrics, status=None)
-        else:
-            logger.log_trial(row["trial"], metrics=metrics, status=None)
+    log_unlogged(study, config, logger, bars.write, {str(row["trial"]) for row in table})
     logger.log_study_summary(artifacts={"reevaluation.csv": leaderboard.to_csv(table)})
 
 

@@ -439,8 +439,17 @@ def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
         test = [t for _, t in runs.values() if t is not None]
         if val:
             out[key] = {"val_ne": statistics.fmean(val), "seeds": len(val),
+                        "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
                         "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
     return out
+
+
+def reeval_metrics(mean: dict[str, Any]) -> dict[str, float]:
+    """One re-evaluated trial's or baseline's seed means (`seed_means`) as its MLflow run's
+    metrics."""
+    metrics = {"reeval_mean_val_ne": mean["val_ne"], "reeval_sd_val_ne": mean["sd_val_ne"],
+               "reeval_seeds": mean["seeds"]}  # fmt: skip
+    return metrics | ({} if mean["test_ne"] is None else {"reeval_mean_test_ne": mean["test_ne"]})
 
 
 def format_verdict(v: dict[str, Any]) -> str:

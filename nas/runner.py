@@ -19,7 +19,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,7 @@ from nas.commands import start_study_run
 from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.feature_screen import Screen, describe, screen, screens
-from nas.leaderboard import costs_text, study_best
+from nas.leaderboard import costs_text, reeval_metrics, seed_means, study_best
 from nas.oneshot.phase import run_search_phase
 from nas.protocol import (
     Costs,
@@ -865,7 +865,11 @@ def _trained(trial: FrozenTrial) -> bool:
 
 
 def log_unlogged(
-    study: optuna.Study, config: StudyConfig, logger: Any, progress: Progress = print
+    study: optuna.Study,
+    config: StudyConfig,
+    logger: Any,
+    progress: Progress = print,
+    reevaluated: Collection[str] = (),
 ) -> None:
     """The finished trials and recorded baselines that were never logged to MLflow (the
     study ran without it until now) get their runs: parameters, metrics and files; their
@@ -873,7 +877,8 @@ def log_unlogged(
     (`_finish`), and each outbox knows what it logged to its server, so a trial is logged
     again only by another machine's outbox, whose server it may not have reached; a trial
     whose files are on another machine is left to that machine's worker. Dead trials:
-    `_log_dead_trials`."""
+    `_log_dead_trials`. The seed means of `reevaluate` go on their runs as well: those of
+    `reevaluated` (keys of its record: this run's), and any never logged."""
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
@@ -898,6 +903,12 @@ def log_unlogged(
     records = {number: record for number, record in records.items() if record is not None}
     for number, record in records.items():
         logger.log_trial(number, **record)
+    for key, mean in seed_means(study).items():  # status None: metrics added to the run
+        name = key.removeprefix("baseline:")
+        subject = f"baseline:{name}:update" if name != key else f"trial:{key}:update"
+        if key in reevaluated or subject not in logged:
+            log = logger.log_baseline if name != key else logger.log_trial
+            log(name if name != key else int(key), metrics=reeval_metrics(mean), status=None)
     if baselines or records:
         progress(f"MLflow: logging {len(records)} trials and {len(baselines)} baselines that "
                  "ran without it (their learning curves were not kept)")  # fmt: skip

@@ -401,3 +401,23 @@ def test_a_study_whose_mlflow_server_is_down_says_how_to_start_it(tmp_path, caps
     err = capsys.readouterr().err
     assert "no MLflow server answers at http://127.0.0.1:9: 3 records kept in" in err
     assert "start it (`ranknas mlflow up`)" in err
+
+
+def test_seed_means_computed_without_mlflow_reach_it_with_the_runs(tmp_path, server):
+    """`reevaluate --no-mlflow`, then MLflow on: the runs came, their seed means did not
+    (the parent's best named "seed means" no run showed)."""
+    from nas.cli import main
+
+    raw = tiny_config(tmp_path, "means", budget={"trials": 2},
+                      mlflow={"tracking_uri": server.uri})  # fmt: skip
+    config = parse_config(raw)
+    run_study(config, progress=lambda line: None)  # no logger: MLflow off
+    path = str(write_config(tmp_path, raw))
+    assert main(["reevaluate", path, "--top", "1", "--seeds", "2", "--no-mlflow"]) == 0
+    logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
+    study = run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=60) == 0
+    _, runs = _runs(MlflowClient(tracking_uri=server.uri), "means")
+    (key,) = study.user_attrs["reevaluation"]
+    means = runs[int(key)].data.metrics
+    assert means["reeval_seeds"] == 2 and "reeval_mean_val_ne" in means
