@@ -369,6 +369,8 @@ class _Writer:
             run_name = record.get("run_name") or f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
         run_id = self._find_or_create(experiment_id, match, run_name, extra, record.get("start_ms"))
+        if "baseline" in record and "tuning" not in record and record.get("run_name"):
+            self._client.update_run(run_id, name=run_name)  # its recipe runs made it, unnamed
         self._log_batch(run_id, record)
         self._upload(run_id, record["artifacts"])
         if record["status"] is not None:  # None: an update that leaves the run's end as it was

@@ -335,3 +335,18 @@ def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_pa
                      "created_at REAL NOT NULL, finished_at REAL, error TEXT)")  # fmt: skip
         conn.execute("INSERT INTO records (kind, state, created_at) VALUES ('trial', 'done', 0)")
     assert StudyLogger("http://127.0.0.1:1", old).logged() is None
+
+
+def test_a_tuned_baseline_run_is_named_by_its_architecture(
+    tmp_path: Path, server: ServerInfo, client: MlflowClient
+) -> None:
+    """Its recipe runs came first and made its run, named `baseline-dlrm`; the baseline's
+    own record found it and kept that name."""
+    logger = StudyLogger(server.uri, tmp_path / "outbox")
+    logger.start_study("study-named")
+    logger.log_baseline_tuning("dlrm", 0, metrics={"val_ne": 0.91})
+    name = "baseline-dlrm mlp>dot 0.1 MFLOPs"
+    logger.log_baseline("dlrm", metrics={"val_ne": 0.9}, run_name=name)
+    assert logger.flush(timeout_s=30) == 0
+    (run,) = [r for r in _runs(client, "study-named") if r.data.tags["ranknas.kind"] == "baseline"]
+    assert run.info.run_name == name
