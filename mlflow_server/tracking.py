@@ -237,6 +237,11 @@ class StudyLogger:
         return study_view_url(self._tracking_uri, experiment_id, study["study"])
 
     @property
+    def tracking_uri(self) -> str:
+        """The server this logger delivers to."""
+        return self._tracking_uri
+
+    @property
     def started(self) -> bool:
         """Whether `start_study` was called."""
         return self._study is not None

@@ -202,7 +202,7 @@ def flush(logger, config) -> None:
     from mlflow_server.server import check_reachable
     from nas.storage import redact
 
-    uri = config.mlflow.tracking_uri
+    uri = logger.tracking_uri
     pending = logger.flush(timeout_s=1)
     down = False
     try:  # a server that answers may be slow to take many records: give it time
