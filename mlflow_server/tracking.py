@@ -37,6 +37,7 @@ import atexit
 import base64
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -242,6 +243,11 @@ class StudyLogger:
         return self._tracking_uri
 
     @property
+    def server(self) -> str:
+        """`tracking_uri` without credentials or a trailing '/': what is marked logged."""
+        return _server(self._tracking_uri)
+
+    @property
     def started(self) -> bool:
         """Whether `start_study` was called."""
         return self._study is not None
@@ -260,13 +266,18 @@ class StudyLogger:
         added to a run); None where its records were written before it kept that (a study
         logged to MLflow by an earlier version). Another server's runs are not this one's:
         a study moved to a new server logs its runs there."""
-        return self._outbox.subjects(_server(self._tracking_uri))
+        return self._outbox.subjects(self.server)
+
+    @staticmethod
+    def update_subject(subject: str, metrics: Mapping[str, float]) -> str:
+        """What `logged()` names an update of run `subject` adding `metrics` by."""
+        return update_subject(subject, metrics)
 
     def _enqueue(self, kind: str, payload: dict[str, Any], subject: str | None = None) -> None:
         if self._study is None:
             raise RuntimeError("call start_study() before logging trials or a summary")
         record = {**self._study, **payload, "ts": int(time.time() * 1000)}
-        self._outbox.append(kind, record, subject, _server(self._tracking_uri))
+        self._outbox.append(kind, record, subject, self.server)
         dead = self._courier is None or not self._courier.is_alive()
         if dead and not self._closed.is_set():
             self._courier = threading.Thread(target=self._carry, name="mlflow-courier", daemon=True)
@@ -373,6 +384,8 @@ class _Writer:
             match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
             run_name = record.get("run_name") or f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
+        if record["status"] is None and not self._search(experiment_id, match):
+            return  # an update of a run this server lacks: no run of its metrics alone
         run_id = self._find_or_create(experiment_id, match, run_name, extra, record.get("start_ms"))
         if "baseline" in record and "tuning" not in record and record.get("run_name"):
             self._client.update_run(run_id, name=run_name)  # its recipe runs made it, unnamed
@@ -555,8 +568,16 @@ def _server(uri: str) -> str:
 
 
 def _subject(subject: str, payload: dict[str, Any]) -> str:
-    """What a run record logs: an update (status None: metrics added to a run) is no run."""
-    return subject if payload["status"] is not None else f"{subject}:update"
+    """What a run record logs: an update (status None: metrics added to a run) is no run;
+    it is known by the values it adds (`update_subject`)."""
+    return subject if payload["status"] is not None else update_subject(subject, payload["metrics"])
+
+
+def update_subject(subject: str, metrics: Mapping[str, float]) -> str:
+    """The subject of an update of run `subject` that adds `metrics`: new values, a new
+    subject."""
+    text = json.dumps({k: float(metrics[k]) for k in sorted(metrics)})  # as `_metrics` keeps
+    return f"{subject}:update:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
 
 def _is_invalid_request(exc: Exception) -> bool:

@@ -110,7 +110,7 @@ def train_baselines(
                 raise
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
-                record["attrs"][LOGGED] = True
+                record["attrs"][LOGGED] = [logger.server]
             study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
             progress(_line(key, record["attrs"]))
         found = recorded(study)

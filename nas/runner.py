@@ -715,7 +715,7 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
             diagram = diagram_png(read_architecture(directory))
             outcome.record["artifacts"] = outcome.record["artifacts"] | {DIAGRAM_FILE: diagram}
         logger.log_trial(trial.number, **outcome.record)
-        _set_attrs(trial, {LOGGED: True})  # `log_unlogged` passes it over
+        _set_attrs(trial, {LOGGED: logger.server})  # `log_unlogged` passes it over
     study.tell(trial, outcome.values, state=outcome.state)
 
 
@@ -882,8 +882,9 @@ def log_unlogged(
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
+    server = logger.server
     baselines = {key: attrs for key, attrs in recorded(study).items()
-                 if not attrs.get(LOGGED) and f"baseline:{key}" not in logged
+                 if server not in _servers(attrs) and f"baseline:{key}" not in logged
                  and (Path(attrs.get("dir") or "-") / METRICS_FILE).exists()}  # fmt: skip
     for key, attrs in baselines.items():
         directory = Path(attrs["dir"])
@@ -893,10 +894,10 @@ def log_unlogged(
         record["start_time"] = (directory / ARCHITECTURE_FILE).stat().st_mtime
         record["end_time"] = (directory / METRICS_FILE).stat().st_mtime
         logger.log_baseline(key, **record)
-        study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: True})
+        study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: [*_servers(attrs), server]})
     trials = study.get_trials(deepcopy=False)
     unlogged = [t for t in trials if t.state.is_finished() and t.params
-                and not t.user_attrs.get(LOGGED) and f"trial:{t.number}" not in logged
+                and t.user_attrs.get(LOGGED) != server and f"trial:{t.number}" not in logged
                 and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
                 and failure_reason(t) != DIED]  # fmt: skip
     records = {t.number: _finished_record(t, trials, config) for t in unlogged}
@@ -904,14 +905,20 @@ def log_unlogged(
     for number, record in records.items():
         logger.log_trial(number, **record)
     for key, mean in seed_means(study).items():  # status None: metrics added to the run
-        name = key.removeprefix("baseline:")
-        subject = f"baseline:{name}:update" if name != key else f"trial:{key}:update"
-        if key in reevaluated or subject not in logged:
+        name, metrics = key.removeprefix("baseline:"), reeval_metrics(mean)
+        run = f"baseline:{name}" if name != key else f"trial:{key}"
+        if key in reevaluated or logger.update_subject(run, metrics) not in logged:
             log = logger.log_baseline if name != key else logger.log_trial
-            log(name if name != key else int(key), metrics=reeval_metrics(mean), status=None)
+            log(name if name != key else int(key), metrics=metrics, status=None)
     if baselines or records:
         progress(f"MLflow: logging {len(records)} trials and {len(baselines)} baselines that "
                  "ran without it (their learning curves were not kept)")  # fmt: skip
+
+
+def _servers(attrs: dict[str, Any]) -> list[str]:
+    """The MLflow servers a baseline's record was logged to."""
+    logged = attrs.get(LOGGED)
+    return logged if isinstance(logged, list) else []
 
 
 def _finished_record(

@@ -84,7 +84,8 @@ METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne"
 RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED", INTERRUPTED: "KILLED"}
 
 
-# A trial's or a baseline's: its MLflow record was queued (`nas.runner.log_unlogged`).
+# The MLflow server a trial's record was queued for (a baseline's: the list of them), so
+# that `nas.runner.log_unlogged` does not log it there again.
 LOGGED = "mlflow_logged"
 
 # A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`).

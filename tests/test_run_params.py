@@ -8,6 +8,7 @@ from typing import Any
 
 import optuna
 
+from mlflow_server import StudyLogger
 from nas.config import parse_config
 from nas.runner import _finished_record, log_unlogged, run_study
 from nas.trial_record import LOGGED, architecture_params, read_architecture
@@ -35,6 +36,9 @@ class RecordingLogger:
 
     def log_baseline_tuning(self, *args: Any, **run: Any) -> None:
         pass
+
+    server = "memory"
+    update_subject = staticmethod(StudyLogger.update_subject)
 
     def logged(self) -> set[str]:
         return {f"trial:{n}" for n in self.trials} | {f"baseline:{k}" for k in self.baselines}
@@ -115,7 +119,12 @@ def test_trials_repeats_and_baselines_log_the_architecture_they_trained(tmp_path
     later = RecordingLogger()
     log_unlogged(study, config, later, progress=lambda line: None)
     assert later.trials == {} and later.baselines.keys() == {"dlrm"}
-    assert study.user_attrs["baselines:dlrm"][LOGGED]
+    assert study.user_attrs["baselines:dlrm"][LOGGED] == ["memory"]
+    other = RecordingLogger()  # another server: everything is logged there too, once
+    other.server = "other"
+    log_unlogged(study, config, other, progress=lambda line: None)
+    assert other.trials.keys() == logger.trials.keys() and other.baselines.keys() == {"dlrm"}
+    assert study.user_attrs["baselines:dlrm"][LOGGED] == ["memory", "other"]
     for number, live in [*logger.trials.items(), *logger.baselines.items()]:
         again = (rebuilt | later.baselines)[number]
         for key in ("run_name", "metrics", "tags", "status"):  # a baseline's worker: unknown

@@ -421,3 +421,9 @@ def test_seed_means_computed_without_mlflow_reach_it_with_the_runs(tmp_path, ser
     (key,) = study.user_attrs["reevaluation"]
     means = runs[int(key)].data.metrics
     assert means["reeval_seeds"] == 2 and "reeval_mean_val_ne" in means
+    # a third seed, MLflow off again: the run showed the 2-seed mean for ever
+    assert main(["reevaluate", path, "--top", "1", "--seeds", "3", "--no-mlflow"]) == 0
+    run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=60) == 0
+    _, runs = _runs(MlflowClient(tracking_uri=server.uri), "means")
+    assert runs[int(key)].data.metrics["reeval_seeds"] == 3
