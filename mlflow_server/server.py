@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -134,13 +135,31 @@ def down(config: ServerConfig) -> bool:
     return stopped
 
 
-def answering_elsewhere(config: ServerConfig) -> str | None:
+def answering_elsewhere(config: ServerConfig) -> tuple[str, Path | None] | None:
     """The URI of an MLflow server that answers on `config`'s host and port although its
-    data dir runs none (one started with another `--data-dir`), else None."""
+    data dir runs none (one started with another `--data-dir`), with that data dir where
+    a process of this machine shows it; else None."""
     if not config.port:
         return None
     uri = f"http://{_client_host(config.host)}:{config.port}"
-    return uri if _healthy(uri, timeout_s=1.0) else None
+    return (uri, _data_dir_serving(config.port)) if _healthy(uri, timeout_s=1.0) else None
+
+
+def _data_dir_serving(port: int) -> Path | None:
+    """The data dir of the `mlflow server` process of this machine on `port`, read off its
+    command line (`--artifacts-destination DATA_DIR/artifacts`, as `_server_command` writes)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+            if "server" in args and _flag(args, "--port") == str(port):
+                destination = Path(_flag(args, "--artifacts-destination") or ".")
+                return destination.parent if destination.name == "artifacts" else None
+    return None
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value after `name` in a command line, if any."""
+    return args[args.index(name) + 1] if name in args[:-1] else None
 
 
 def _check_port(config: ServerConfig, info: ServerInfo) -> None:
@@ -421,9 +440,20 @@ def check_reachable(uri: str, timeout_s: float = 10) -> None:
             pass
     except (OSError, http.client.HTTPException) as exc:
         raise RanknasError(
-            f"cannot reach the MLflow server at {uri} ({exc}): start it with `ranknas mlflow up` "
-            "or pass the right tracking URI"
+            f"cannot reach the MLflow server at {uri} ({exc}): {start_hint(uri)}, or pass the "
+            "right tracking URI"
         ) from None
+
+
+def start_hint(uri: str) -> str:
+    """How to start the server `uri` names, where this machine runs it: `ranknas mlflow up`
+    with its port (a plain `mlflow up` starts port 5000)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return f"start the server at {parts.hostname}"
+    port = parts.port or 5000
+    flag = "" if port == 5000 else f" --port {port}"
+    return f"start it with `ranknas mlflow up{flag}` (and the --data-dir it keeps its runs in)"
 
 
 def _health_url(uri: str) -> str:

@@ -199,7 +199,7 @@ def print_comparison(study) -> None:
 def flush(logger, config) -> None:
     """Deliver what the logger holds; say where the study's runs are compared in MLflow,
     or where what could not be delivered waits."""
-    from mlflow_server.server import check_reachable
+    from mlflow_server.server import check_reachable, start_hint
     from nas.storage import redact
 
     uri = logger.tracking_uri
@@ -219,7 +219,7 @@ def flush(logger, config) -> None:
                "and MLFLOW_TRACKING_PASSWORD" if logger.credentials_refused
                else f"no MLflow server answers at {redact(uri)}" if down
                else "MLflow unreachable")  # fmt: skip
-        start = ("; start it (`ranknas mlflow up`) or point mlflow.tracking_uri at yours, and"
+        start = (f"; {start_hint(uri)} or point mlflow.tracking_uri at yours, and"
                  if down else ";")  # fmt: skip
         print(f"{why}: {pending} records kept in {outbox}{start} they are delivered by the "
               "next run of this study", file=sys.stderr)  # fmt: skip
@@ -767,15 +767,21 @@ def cmd_mlflow(args: argparse.Namespace) -> int:
     elif server.down(config):
         print("MLflow server stopped")
     else:
-        print(f"MLflow server was not running{_elsewhere(server, config)}")
+        elsewhere = _elsewhere(server, config)
+        print(f"MLflow server was not running{elsewhere}")
+        return 1 if elsewhere else 0  # a server answers on: not stopped
     return 0
 
 
 def _elsewhere(server, config) -> str:
     """What to say when `config.data_dir` runs no server but its port answers."""
-    uri = server.answering_elsewhere(config)
+    found = server.answering_elsewhere(config)
+    if found is None:
+        return ""
+    uri, data_dir = found
+    which = f"--data-dir {data_dir}" if data_dir else "the --data-dir it was started with"
     return (f" from {config.data_dir}; the server answering at {uri} was started with "
-            "another --data-dir: pass that one" if uri else "")  # fmt: skip
+            f"another data dir: pass {which}")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- train, data

@@ -400,7 +400,7 @@ def test_a_study_whose_mlflow_server_is_down_says_how_to_start_it(tmp_path, caps
     assert main(["search", str(write_config(tmp_path, raw))]) == 0
     err = capsys.readouterr().err
     assert "no MLflow server answers at http://127.0.0.1:9: 3 records kept in" in err
-    assert "start it (`ranknas mlflow up`)" in err
+    assert "start it with `ranknas mlflow up --port 9` (and the --data-dir" in err
 
 
 def test_seed_means_computed_without_mlflow_reach_it_with_the_runs(tmp_path, server):
