@@ -262,7 +262,7 @@ class StudyLogger:
 
     def logged(self) -> set[str] | None:
         """What this study's outbox has logged, delivered or still pending: `trial:N` and
-        `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run, `...:update` for metrics
+        `baseline:NAME` (`baseline:NAME:recipe-N` for a tuning run, `update_subject` for metrics
         added to a run); None where its records were written before it kept that (a study
         logged to MLflow by an earlier version). Another server's runs are not this one's:
         a study moved to a new server logs its runs there."""
@@ -384,9 +384,14 @@ class _Writer:
             match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
             run_name = record.get("run_name") or f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
-        if record["status"] is None and not self._search(experiment_id, match):
-            return  # an update of a run this server lacks: no run of its metrics alone
-        run_id = self._find_or_create(experiment_id, match, run_name, extra, record.get("start_ms"))
+        if record["status"] is None:  # an update: of a run this server lacks, no run at all
+            found = self._search(experiment_id, match)
+            if not found:
+                return
+            run_id = found[0]
+        else:
+            run_id = self._find_or_create(experiment_id, match, run_name, extra,
+                                          record.get("start_ms"))  # fmt: skip
         if "baseline" in record and "tuning" not in record and record.get("run_name"):
             self._client.update_run(run_id, name=run_name)  # its recipe runs made it, unnamed
         self._log_batch(run_id, record)

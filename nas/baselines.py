@@ -242,9 +242,8 @@ def _tuned_recipe(
     best_ne = min((t.value for t in done_before), default=math.inf)  # earlier processes'
     grid = [dict(zip(searched, point, strict=True))
             for point in itertools.product(*(p.choices for p in searched.values()))]  # fmt: skip
-    while len(_counted(tuning)) < min(count, len(grid)):
+    while len(tried := [t.params for t in _counted(tuning)]) < min(count, len(grid)):
         trial = tuning.ask(spaces)
-        tried = [t.params for t in _counted(tuning)]
         if trial.params in tried:  # TPE drew a recipe again: the first untried one instead
             trial.set_user_attr("repeat", True)
             tuning.tell(trial, state=TrialState.FAIL)
@@ -253,7 +252,7 @@ def _tuned_recipe(
         recipe = recipe_of(base, trial.params)
         trial.set_user_attr("recipe", recipe)
         started = time.time()
-        position = len(_counted(tuning)) + 1  # counted from 1, as the log
+        position = len(tried) + 1  # counted from 1, as the log
         label = f"baseline {key} recipe {position}"
         result, model = train_architecture(arch, data, config, config.seed, recipe=recipe,
                                            label=label)  # fmt: skip
@@ -268,14 +267,13 @@ def _tuned_recipe(
                 params, summary, result.curves, {"baseline": key}, {},
                 f"baseline-{key} recipe-{position}", started))  # fmt: skip
         shown = f"validation NE {ne:.4f}" if ne is not None else result.failure_reason
-        done = len(_counted(tuning))
-        progress(f"baseline {key} recipe {done}/{min(count, len(grid))}: {shown} "
+        progress(f"baseline {key} recipe {position}/{min(count, len(grid))}: {shown} "
                  f"({', '.join(f'{k} {v}' for k, v in recipe.items())})")  # fmt: skip
     done = [t for t in tuning.trials if t.state == TrialState.COMPLETE]
     if not done:
-        return base, None, len(_counted(tuning))
+        return base, None, len(tried)
     best = min(done, key=lambda t: t.value)
-    return best.user_attrs["recipe"], kept.get(best.number), len(_counted(tuning))
+    return best.user_attrs["recipe"], kept.get(best.number), len(tried)
 
 
 def _counted(study: optuna.Study) -> list[FrozenTrial]:

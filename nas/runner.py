@@ -871,14 +871,15 @@ def log_unlogged(
     progress: Progress = print,
     reevaluated: Collection[str] = (),
 ) -> None:
-    """The finished trials and recorded baselines that were never logged to MLflow (the
-    study ran without it until now) get their runs: parameters, metrics and files; their
-    learning curves were not kept. A trial's worker marks it once its record is queued
-    (`_finish`), and each outbox knows what it logged to its server, so a trial is logged
-    again only by another machine's outbox, whose server it may not have reached; a trial
-    whose files are on another machine is left to that machine's worker. Dead trials:
-    `_log_dead_trials`. The seed means of `reevaluate` go on their runs as well: those of
-    `reevaluated` (keys of its record: this run's), and any never logged."""
+    """The finished trials and recorded baselines that were never logged to the logger's
+    MLflow server (the study ran without it until now, or with another server) get their
+    runs: parameters, metrics and files; their learning curves were not kept. A trial's
+    worker marks it with the server its record was queued for (`_finish`; a baseline's
+    record keeps the list), and the outbox knows what it logged to which server, so
+    nothing is logged there twice; a trial whose files are on another machine is left to
+    that machine's worker. Dead trials: `_log_dead_trials`. Seed means go on their runs as
+    well: those of `reevaluated` (keys of the record: this run's), and any not logged
+    with these values."""
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
@@ -946,12 +947,14 @@ def _finished_record(
     recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}
     params = (architecture_params(arch) | {"architecture": described}
               | space_params(trial.params) | recipe)  # fmt: skip
-    tags |= {k: attrs[k] for k in (TrialAttr.DIGEST, TrialAttr.DEVICE) if k in attrs}
+    if TrialAttr.DIGEST in attrs:
+        tags[TrialAttr.DIGEST] = attrs[TrialAttr.DIGEST]
     if earlier is not trial:  # as `_reused` records it, `_finish` adding the diagram
-        tags = {k: v for k, v in tags.items() if k != TrialAttr.DEVICE}
         tags[TrialAttr.REUSED_FROM] = earlier.number
         name = f"{name} (= trial {earlier.number})"
         return mlflow_record(params, _repeat_summary(earlier), {}, tags, diagram, name, *when)
+    if TrialAttr.DEVICE in attrs:
+        tags[TrialAttr.DEVICE] = attrs[TrialAttr.DEVICE]
     artifacts = _artifacts(directory) | diagram
     return mlflow_record(params, read_metrics(directory), {}, tags, artifacts, name, *when)
 
