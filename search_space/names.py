@@ -16,3 +16,10 @@ def module_key(column: str) -> str:
 def table_name(feature: str) -> str:
     """The embedding table of `feature`: `t_<feature>`, escaped (`module_key`)."""
     return f"t_{module_key(feature)}"
+
+
+def shown(name: str) -> str:
+    """A module or table name as a person reads it: `t_user%2Eid/cw0` is `t_user.id/cw0`
+    (the inverse of `module_key` on every escaped part; for display only, where a `/` in a
+    column's name may read like a shard's)."""
+    return name.replace("%2F", "/").replace("%2E", ".").replace("%25", "%")

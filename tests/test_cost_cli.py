@@ -67,6 +67,28 @@ def test_plan_takes_a_preset_s_tables(model, capsys):
     assert 0 < record["predicted_max_ms"] < 100  # tiny tables: no extrapolated nonsense
 
 
+def test_plan_names_an_architecture_s_tables_by_their_columns(tmp_path, capsys):
+    """A column `user.id` is the module `t_user%2Eid`; a person reads `t_user.id`."""
+    from search_space.schema import CategoricalFeature, DatasetSchema
+    from trainers.data.tabular import write_schema
+
+    features = (CategoricalFeature("user.id", 50), CategoricalFeature("ad/cat", 40))
+    schema = write_schema(DatasetSchema(("price",), features), tmp_path / "schema.yaml")
+    argv = ["shard", "plan", "dlrm", "--schema", str(schema), "--devices", "2"]
+    assert run([*argv, "--method", "size_greedy", "--model", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "t_user.id" in out and "t_ad/cat" in out and "%2" not in out
+    assert run([*argv, "--method", "size_greedy", "--model", str(tmp_path), "--json"]) == 0
+    assert "t_user%2Eid" in json.loads(capsys.readouterr().out)["assignment"]  # the module's
+
+
+def test_plan_keeps_a_table_file_s_names_as_written(tmp_path, capsys):
+    save_tables([TableSpec("a%2Eb", 100, 8), TableSpec("c", 100, 8)], tmp_path / "t.yaml")
+    argv = ["shard", "plan", str(tmp_path / "t.yaml"), "--devices", "2"]
+    assert run([*argv, "--method", "size_greedy", "--model", str(tmp_path)]) == 0
+    assert "a%2Eb" in capsys.readouterr().out
+
+
 def test_plan_measure_times_the_rl_plan_and_refuses_other_methods(model, table_file, capsys):
     argv = ["shard", "plan", str(table_file), "--devices", "3", "--model", str(model)]
     assert run([*argv, "--measure", "--json"]) == 0

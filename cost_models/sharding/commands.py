@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from cost_models.sharding.tables import TableSpec, load_tables, tables_from_arch
 from cost_models.sharding.topology import GIB, Topology
 from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
 from search_space.errors import RanknasError
+from search_space.names import shown
 
 
 def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
@@ -55,10 +56,22 @@ def _tables(source: str, schema: str | None) -> list[TableSpec]:
         kind = "no such file" if table_file else "neither a preset nor a file"
         raise RanknasError(f"{source}: {kind}{looked_for(path)}; give a table file (YAML/JSON "
                            f"`tables: [...]`) or a preset ({', '.join(PRESETS)})")  # fmt: skip
-    is_arch = source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
-    if is_arch:
+    if _is_architecture(source):
         return tables_from_architecture(load_architecture(source, load_schema(schema)))
     return load_tables(path)
+
+
+def _is_architecture(source: str) -> bool:
+    from search_space.presets import PRESETS
+
+    path = Path(source)
+    return source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
+
+
+def _labeller(source: str) -> Callable[[str], str]:
+    """How a table is named to a person: an architecture's tables by their columns' names
+    (`t_user.id`, not the escaped module name); a table file's as the file names them."""
+    return shown if _is_architecture(source) else str
 
 
 def _has_blocks(path: Path) -> bool:
@@ -120,13 +133,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
             record |= {"measured_ms": measured, "measured_max_ms": max(measured)}
         print(json.dumps(record, indent=2))
         return 0
+    label = _labeller(args.tables)
     print(f"{plan.method}: {len(tables)} tables on {plan.num_devices} devices in {seconds:.3f} s")
     if plan.splits:
-        cuts = ", ".join(f"{name} into {parts}" for name, parts in plan.splits.items())
+        cuts = ", ".join(f"{label(name)} into {parts}" for name, parts in plan.splits.items())
         print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
     for name, ranks in plan.row_wise.items():
         kind = "row-wise" if len(ranks) == plan.num_devices else "table-row-wise"
-        print(f"{kind}: {name} cut by rows over ranks {list(ranks)} (<table>/rw<j>)")
+        print(f"{kind}: {label(name)} cut by rows over ranks {list(ranks)} (<table>/rw<j>)")
     if predicted is None:
         print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
     else:
@@ -134,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if measured is not None:
         print(f"measured max-device cost on this machine ({measurer.device}): "
               f"{max(measured):.3f} ms per step (kernel + analytic communication)")  # fmt: skip
-    _print_devices(plan, tables, topology, predicted)
+    _print_devices(plan, tables, topology, predicted, label)
     return 0
 
 
@@ -150,7 +164,11 @@ def _plan_record(plan: Plan, predicted: np.ndarray | None, seconds: float) -> di
 
 
 def _print_devices(
-    plan: Plan, tables: Sequence[TableSpec], topology: Topology, predicted: np.ndarray | None
+    plan: Plan,
+    tables: Sequence[TableSpec],
+    topology: Topology,
+    predicted: np.ndarray | None,
+    label: Callable[[str], str],
 ) -> None:
     header = ["rank", "tables", "memory GiB", "of cap", "predicted ms (fwd+bwd+comm)", "names"]
     rows = []
@@ -161,7 +179,7 @@ def _print_devices(
             if predicted is None
             else "{:.3f} ({:.3f}+{:.3f}+{:.3f})".format(predicted[rank].sum(), *predicted[rank])
         )
-        names = ", ".join(t.name for t in device_tables[:6])
+        names = ", ".join(label(t.name) for t in device_tables[:6])
         names += f" +{len(device_tables) - 6}" if len(device_tables) > 6 else ""
         share = f"{memory / topology.memory_bytes:.0%}"
         rows.append([str(rank), str(len(device_tables)), f"{memory / GIB:.3f}", share, cost, names])
