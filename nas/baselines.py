@@ -38,6 +38,7 @@ from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
 from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     DIAGRAM_FILE,
+    INTERRUPTED,
     LOGGED,
     METRIC_ATTRS,
     RECORD_PREFIX,
@@ -105,8 +106,10 @@ def train_baselines(
                 with beating(config.heartbeat_seconds, lambda k=key: _stamp(study, k, worker)):
                     record = _train_one(study, config, key, arch, data, order, worker,
                                         logger, progress)  # fmt: skip
-            except BaseException:  # a Ctrl-C or an error: the rerun trains it, not waits on it
+            except BaseException as exc:  # a Ctrl-C or an error: the rerun trains it
                 _release(study, key)
+                if logger is not None and isinstance(exc, KeyboardInterrupt):
+                    _log_interrupted(logger, key, worker)
                 raise
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
@@ -117,6 +120,13 @@ def train_baselines(
         if not wait or all(key in found for key in archs):
             return found
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are training elsewhere
+
+
+def _log_interrupted(logger: Any, key: str, worker: str) -> None:
+    """Baseline `key`'s MLflow run (its recipe runs' parent, where it was tuned) ends KILLED,
+    as an interrupted trial's does, rather than RUNNING until a rerun trains it."""
+    tags = {"baseline": key, "worker": worker}
+    logger.log_baseline(key, **mlflow_record({}, {"status": INTERRUPTED}, {}, tags, {}))
 
 
 def distinct_baselines(

@@ -427,3 +427,38 @@ def test_seed_means_computed_without_mlflow_reach_it_with_the_runs(tmp_path, ser
     assert logger.flush(timeout_s=60) == 0
     _, runs = _runs(MlflowClient(tracking_uri=server.uri), "means")
     assert runs[int(key)].data.metrics["reeval_seeds"] == 3
+
+
+def test_a_baseline_interrupted_while_tuning_ends_its_run_killed(tmp_path, server, monkeypatch):
+    """Its run (its recipe runs' parent) stayed RUNNING until a rerun trained it."""
+    import nas.baselines
+
+    space = {"type": "dag", "num_blocks": 1, "ops": ["mlp"], "widths": [8],
+             "embedding_dims": [4], "max_inputs": 1}  # fmt: skip
+    training = {"search": {"dense_lr": {"low": 0.001, "high": 0.01}, "grid": 3}}
+    config, logger = _study(tmp_path, server, "tuning-stopped", trials=1, search_space=space,
+                            baselines=["dlrm"], training=training,
+                            best_baseline={"tune": 2, "seeds": 0})  # fmt: skip
+    train = nas.baselines.train_architecture
+
+    def stopped(*args, **kwargs):
+        if kwargs["label"] == "baseline dlrm recipe 2":
+            raise KeyboardInterrupt
+        return train(*args, **kwargs)
+
+    monkeypatch.setattr(nas.baselines, "train_architecture", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=30) == 0
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment_id = client.get_experiment_by_name("tuning-stopped").experiment_id
+    query = "tags.`ranknas.kind` = 'baseline'"
+    (run,) = client.search_runs([experiment_id], query)
+    assert run.info.status == "KILLED" and run.data.tags["status"] == "interrupted"
+
+    monkeypatch.setattr(nas.baselines, "train_architecture", train)
+    run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=30) == 0
+    (run,) = client.search_runs([experiment_id], query)  # the same run, trained and named
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "complete"
+    assert run.info.run_name.startswith("baseline-dlrm mlp>dot>mlp")
