@@ -27,8 +27,9 @@ from nas.oneshot.search import Scorer, kendall_tau
 from nas.oneshot.supernet import Supernet, sample_arch, train_supernet
 from search_space.architecture import Architecture, digest
 from search_space.builder import build_model
+from search_space.space_configs import DagConfig
 from search_space.spaces import make_space
-from search_space.spaces.dag import DagConfig, DagSpace
+from search_space.spaces.dag import DagSpace
 from trainers.data.dataset import TabularData
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 from trainers.trainer import TrainConfig, train

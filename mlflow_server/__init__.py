@@ -5,7 +5,18 @@ it (`tracking.StudyLogger`: a study is a parent run, each trial a nested run, bu
 durable outbox while the server is unreachable). Knows nothing of models.
 """
 
+from typing import Any
+
 from mlflow_server.server import ServerConfig, ServerInfo, down, status, up
-from mlflow_server.tracking import StudyLogger
 
 __all__ = ["ServerConfig", "ServerInfo", "StudyLogger", "down", "status", "up"]
+
+
+def __getattr__(name: str) -> Any:
+    # imported on first use: MLflow's client takes seconds to import, and checking or
+    # starting a server (`mlflow_server.server`) needs none of it
+    if name == "StudyLogger":
+        from mlflow_server.tracking import StudyLogger
+
+        return StudyLogger
+    raise AttributeError(f"module 'mlflow_server' has no attribute {name!r}")

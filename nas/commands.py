@@ -381,15 +381,18 @@ def _view_url(config) -> str | None:
     uri = config.mlflow.tracking_uri if config is not None else None
     if not uri:
         return None
+    from mlflow_server.server import check_reachable
+
+    try:
+        check_reachable(uri, timeout_s=2)  # before MLflow's client, whose import takes seconds
+    except RanknasError:
+        return None
     from mlflow import MlflowClient
 
-    from mlflow_server.server import check_reachable
     from mlflow_server.tracking import study_view_url
 
-    name = config.mlflow_experiment
     try:
-        check_reachable(uri, timeout_s=2)
-        experiment = MlflowClient(uri).get_experiment_by_name(name)
+        experiment = MlflowClient(uri).get_experiment_by_name(config.mlflow_experiment)
     except Exception:  # down, refused, or another server: status says what it knows
         return None
     return study_view_url(uri, experiment.experiment_id, config.name) if experiment else None

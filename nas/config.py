@@ -27,7 +27,7 @@ from search_space.errors import RanknasError
 from search_space.files import read_data_file
 from search_space.preset_names import checks_files, unknown_architecture
 from search_space.sections import Section as _Section
-from search_space.spaces import AnySpaceConfig, format_validation_error
+from search_space.space_configs import AnySpaceConfig, format_validation_error
 from trainers.config import LrSchedule, TrainConfig
 
 SEARCHERS = ("random", "evolution", "tpe", "nsga2", "ax", "oneshot", "dnas")

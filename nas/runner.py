@@ -104,8 +104,8 @@ from nas.trial_record import (
 from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError, SpecError
+from search_space.space_configs import BEST_BASELINE
 from search_space.spaces import SearchSpace, make_space
-from search_space.spaces.around import BEST_BASELINE
 from trainers import progress as bars
 from trainers.trainer import TrainResult, device_label
 

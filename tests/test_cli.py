@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -221,6 +222,27 @@ def test_reading_a_study_back_imports_neither_torch_nor_torchrec(command, tmp_pa
     code, torch_loaded, torchrec_loaded = result.stdout.split("\n")[-2].split()
     assert code == ("2" if command == "export" else "0"), result.stderr
     assert (torch_loaded, torchrec_loaded) == ("False", "False"), command
+
+
+@pytest.mark.parametrize("command", ["status", "leaderboard"])
+def test_reading_a_study_back_by_its_yaml_imports_neither_torch_nor_mlflow(command, tmp_path):
+    """README's `ranknas status study.yaml`: the config's search space is validated without
+    the block library, and MLflow's client (seconds to import, as torch) is loaded only once
+    the config's server answers."""
+    import yaml
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    recorded_study(url, [(0.86, 0.6)], baselines={"dcnv2": (0.855, 0.5)}, name="quickstart")
+    config = yaml.safe_load(Path("examples/quickstart.yaml").read_text())
+    config |= {"storage": url, "mlflow": {"tracking_uri": "http://127.0.0.1:9"}}  # nobody
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
+    script = ("import sys; from nas.cli import main; code = main(sys.argv[1:]); "
+              "print(code, 'torch' in sys.modules, 'mlflow' in sys.modules)")  # fmt: skip
+    argv = [command, str(tmp_path / "study.yaml")]
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.stdout.split("\n")[-2].split() == ["0", "False", "False"], result.stderr
+    assert "study quickstart: 1 complete" in result.stdout or command == "leaderboard"
 
 
 def test_a_storage_that_fails_mid_run_is_one_error_line(monkeypatch, tmp_path, capsys):

@@ -12,8 +12,8 @@ from nas.feature_screen import _read_from, feature_importance, screened_points, 
 from nas.runner import run_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.presets import preset
+from search_space.space_configs import AroundConfig
 from search_space.spaces import make_space
-from search_space.spaces.around import AroundConfig
 from study_helpers import tiny_config
 from trainers.data import SyntheticConfig, generate_synthetic
 

@@ -41,11 +41,15 @@ from nas.config import StudyConfig
 from search_space.blocks import DHEN_MODULES, OPS
 from search_space.params import Param
 from search_space.presets import PRESETS
+from search_space.space_configs import (
+    AGGREGATIONS,
+    DAG_OPS,
+    AroundConfig,
+    DagConfig,
+    DhenConfig,
+    WukongConfig,
+)
 from search_space.spaces import SPACES
-from search_space.spaces.around import AroundConfig
-from search_space.spaces.dag import DAG_OPS, DagConfig
-from search_space.spaces.dhen import AGGREGATIONS, DhenConfig
-from search_space.spaces.wukong import WukongConfig
 
 QUICK_EXAMPLES = 100  # per target: five targets, 500 examples in all
 LONG_EXAMPLES = 2_500  # per target: 12,500 in all

@@ -18,8 +18,9 @@ from nas.runner import run_study
 from search_space.architecture import analyze
 from search_space.builder import build_model
 from search_space.errors import RanknasError
+from search_space.space_configs import DagConfig
 from search_space.spaces import make_space
-from search_space.spaces.dag import NONE, DagConfig
+from search_space.spaces.dag import NONE
 from study_helpers import tiny_config
 from trainers.data.synthetic import SyntheticConfig, generate_synthetic
 

@@ -262,7 +262,7 @@ def test_an_around_space_without_the_bases_embedding_dim_starts_from_the_nearest
     """`embedding_dims` that leave out the base's dim: the study's starting points (which
     begin at `base_values`) were refused as "embedding_dim: 16 is not one of 2, 4"."""
     from search_space.schema import synthetic_schema
-    from search_space.spaces.around import AroundConfig
+    from search_space.space_configs import AroundConfig
 
     space = make_space(AroundConfig(base="dlrm", embedding_dims=[2, 4]), synthetic_schema())
     assert space.base.embedding.dim == 16
@@ -308,3 +308,12 @@ def test_around_points_that_leave_features_out_are_all_valid():
         params, rng = space.parameters(), random.Random(0)
         for _ in range(300):
             analyze(space.decode({k: rng.choice(p.choices) for k, p in params.items()}))
+
+
+def test_the_config_sections_name_what_the_block_library_and_the_spaces_have():
+    """`space_configs` lists them without importing torch; these must stay the same."""
+    from search_space import space_configs
+    from search_space.blocks import DHEN_MODULES
+
+    assert tuple(SPACES) == space_configs.SPACE_TYPES
+    assert tuple(DHEN_MODULES) == space_configs.DHEN_MODULE_NAMES

@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
-
-from pydantic import Field, ValidationInfo, field_validator
+from typing import Any
 
 from search_space.architecture import Architecture, BlockSpec, digest
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
+from search_space.space_configs import BEST_BASELINE, AroundConfig
 from search_space.spaces.base import (
     Categorical,
     Integer,
     Parameter,
     SearchSpace,
-    SpaceConfig,
     interaction_op,
     nearest,
     raw_inputs_reaching,
@@ -57,50 +55,6 @@ SWAPS = {
     ("sparse", "dense"): ("dot", "fm"),
     ("sparse", "sparse"): ("attention", "wukong", "dhen", "efc"),
 }
-INSERT_OPS = ("cross", "fm", "dot", "attention", "wukong", "dhen")
-BEST_BASELINE = "best_baseline"  # a study's base: its best baseline, once they have trained
-
-
-class AroundConfig(SpaceConfig):
-    type: Literal["around"] = "around"
-    base: str = Field(
-        description="a preset name, an architecture JSON file, or best_baseline (in a study: "
-        "the baseline of the best validation metric, once the baselines have trained)"
-    )
-    embedding_dims: list[int] | None = Field(  # type: ignore[assignment]
-        default=None, min_length=1, description="default: half, the same and twice the base's"
-    )
-    width_multipliers: list[float] = Field(default=[0.5, 1.0, 2.0], min_length=1)
-    swap_ops: bool = True
-    connections: bool = Field(default=True, description="search adding/removing inputs")
-    insert_ops: list[str] = Field(default=list(INSERT_OPS))
-    insert_at: list[str] | None = Field(default=None, description="default: the output block")
-    DROPS_FEATURES: ClassVar[bool] = True  # feature_dims may hold 0: a feature left out
-
-    @field_validator("base")
-    @classmethod
-    def _base(cls, base: str, info: ValidationInfo) -> str:
-        from search_space.preset_names import checks_files, unknown_architecture
-
-        problem = checks_files(info.context) and unknown_architecture(base, (BEST_BASELINE,))
-        if problem:  # before any data is read
-            raise ValueError(problem)
-        return base
-
-    @field_validator("width_multipliers")
-    @classmethod
-    def _multipliers(cls, values: list[float]) -> list[float]:
-        if any(not 0 < v <= 16 for v in values):
-            raise ValueError("every multiplier must be in (0, 16]")
-        return values
-
-    @field_validator("insert_ops")
-    @classmethod
-    def _insert_ops(cls, ops: list[str]) -> list[str]:
-        unknown = [op for op in ops if op not in INSERT_OPS]
-        if unknown:
-            raise ValueError(f"unknown op(s) {unknown}; insertable: {list(INSERT_OPS)}")
-        return ops
 
 
 class AroundSpace(SearchSpace):

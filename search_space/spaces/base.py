@@ -11,11 +11,9 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
-
-from pydantic import Field, ValidationInfo, field_validator
+from typing import Any
 
 from search_space.architecture import (
     Architecture,
@@ -26,9 +24,8 @@ from search_space.architecture import (
     digest,
 )
 from search_space.errors import SpecError
-from search_space.params import Param
 from search_space.schema import DatasetSchema
-from search_space.sections import Section
+from search_space.space_configs import SpaceConfig
 
 Value = str | int | bool
 
@@ -55,40 +52,6 @@ class Integer:
 
 
 Parameter = Categorical | Integer
-
-
-class SpaceConfig(Section):
-    """Settings every space shares: the searched embedding dims."""
-
-    embedding_dims: list[int] = Field(default=[8, 16], min_length=1)
-    feature_dims: list[int] | None = Field(
-        default=None, description="per-feature dims to search; null: one shared dim"
-    )
-    # whether `feature_dims` may hold 0: the feature left out of the model (`around` only)
-    DROPS_FEATURES: ClassVar[bool] = False
-
-    @field_validator("embedding_dims", "feature_dims")
-    @classmethod
-    def _dims(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
-        per_feature = info.field_name == "feature_dims"
-        low = 0 if cls.DROPS_FEATURES and per_feature else 1
-        if value is not None and any(v < low or v > 1024 for v in value):
-            hint = (" (0, a feature left out, is searched by the around space only)"
-                    if per_feature and low and 0 in value else "")  # fmt: skip
-            raise ValueError(f"every dim must be in [{low}, 1024]{hint}")
-        return value
-
-
-def within(values: list[int] | None, uses: Mapping[str, Param]) -> list[int] | None:
-    """`values` of a searched size, each in the range of the block parameter of every use
-    (`{"cross low_rank": ...}`): refused here, it names the file and the field; in a trial,
-    it failed the study naming neither."""
-    for value in values or ():
-        for use, param in uses.items():
-            _, problem = param.check_int(value)
-            if problem:
-                raise ValueError(f"{problem} ({use})")
-    return values
 
 
 class SearchSpace(ABC):

@@ -13,29 +13,23 @@ inputs do not reach, so every point sees both kinds of feature the data has.
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import Field, ValidationInfo, field_validator
+from typing import Any
 
 from search_space.architecture import Architecture, BlockSpec
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.params import validate_params
 from search_space.shapes import Sparse
+from search_space.space_configs import DagConfig
 from search_space.spaces.base import (
     Categorical,
     Parameter,
     SearchSpace,
-    SpaceConfig,
     interaction_op,
     raw_inputs_reaching,
-    within,
 )
 
-DAG_OPS = ("mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention", "wukong", "dhen")
 NONE = "none"
-# the block parameter a block's `width` becomes, by op (`DagSpace._params`)
-WIDTH_PARAMS = {"mlp": "widths", "sum": "width", "cross": "low_rank"}
 
 
 def block_name(i: int) -> str:
@@ -51,38 +45,6 @@ def param_name(i: int, knob: str) -> str:
 def input_param(i: int, k: int) -> str:
     """The parameter of the i-th block's k-th input (from 1)."""
     return param_name(i, f"in{k}")
-
-
-class DagConfig(SpaceConfig):
-    type: Literal["dag"] = "dag"
-    num_blocks: int = Field(default=5, ge=1, le=32)
-    ops: list[str] = Field(
-        default=["mlp", "cross", "gating", "sum", "dot", "fm", "efc", "attention"], min_length=1
-    )
-    widths: list[int] = Field(default=[16, 32, 64, 128], min_length=1)
-    counts: list[int] = Field(default=[4, 8, 16], min_length=1)
-    max_inputs: int = Field(default=2, ge=1, le=8)
-
-    @field_validator("ops")
-    @classmethod
-    def _known_ops(cls, ops: list[str]) -> list[str]:
-        unknown = [op for op in ops if op not in DAG_OPS]
-        if unknown:
-            raise ValueError(f"unknown op(s) {unknown}; the DAG space offers {list(DAG_OPS)}")
-        return ops
-
-    @field_validator("widths")
-    @classmethod
-    def _widths(cls, widths: list[int], info: ValidationInfo) -> list[int]:
-        # every width is at least an mlp's; all ops' ranges when `ops` is itself refused
-        ops = {"mlp", *(info.data.get("ops") or DAG_OPS)}
-        return within(widths, {f"{op} {name}": OPS[op].PARAMS[name]
-                               for op, name in WIDTH_PARAMS.items() if op in ops})  # fmt: skip
-
-    @field_validator("counts")
-    @classmethod
-    def _counts(cls, counts: list[int]) -> list[int]:
-        return within(counts, {"efc num_out": OPS["efc"].PARAMS["num_out"]})
 
 
 class DagSpace(SearchSpace):

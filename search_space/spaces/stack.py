@@ -7,32 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
-
 from search_space.architecture import Architecture, BlockSpec
-from search_space.blocks import OPS
 from search_space.errors import SpecError
+from search_space.space_configs import StackConfig
 from search_space.spaces.base import (
     Categorical,
     Integer,
     Parameter,
     SearchSpace,
-    SpaceConfig,
-    within,
 )
-
-
-class StackConfig(SpaceConfig):
-    max_layers: int = Field(default=3, ge=1, le=16)
-    top_width: list[int] = Field(default=[32, 64, 128], min_length=1)
-    bottom_widths: list[int] = Field(
-        default=[64], description="bottom MLP widths; a last layer of the embedding dim is added"
-    )
-
-    @field_validator("top_width", "bottom_widths")
-    @classmethod
-    def _widths(cls, widths: list[int]) -> list[int]:
-        return within(widths, {"mlp widths": OPS["mlp"].PARAMS["widths"]})
 
 
 class StackSpace(SearchSpace):

@@ -6,29 +6,11 @@ Layer parameters: `num_fm` (n_F), `num_lc` (n_L), `rank` (k), `fmb_depth` and `f
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
-
-from search_space.blocks import OPS
-from search_space.spaces.base import Categorical, Integer, Parameter, within
-from search_space.spaces.stack import StackConfig, StackSpace
-
-
-class WukongConfig(StackConfig):
-    type: Literal["wukong"] = "wukong"
-    max_layers: int = Field(default=4, ge=1, le=16)
-    num_fm: list[int] = Field(default=[4, 8, 16], min_length=1)
-    num_lc: list[int] = Field(default=[4, 8, 16], min_length=1)
-    rank: list[int] = Field(default=[8, 16, 24], min_length=1)
-    max_fmb_depth: int = Field(default=2, ge=1, le=8)
-    fmb_width: list[int] = Field(default=[32, 64, 128], min_length=1)
-
-    @field_validator("num_fm", "num_lc", "rank", "fmb_width")
-    @classmethod
-    def _sizes(cls, sizes: list[int], info: ValidationInfo) -> list[int]:
-        name = "fmb_widths" if info.field_name == "fmb_width" else info.field_name
-        return within(sizes, {f"wukong {name}": OPS["wukong"].PARAMS[name]})
+from search_space.space_configs import WukongConfig
+from search_space.spaces.base import Categorical, Integer, Parameter
+from search_space.spaces.stack import StackSpace
 
 
 class WukongSpace(StackSpace):
