@@ -24,7 +24,7 @@ from cost_models.sharding.methods import MAX_DEVICES
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
-from search_space.files import read_data_file
+from search_space.files import looked_for, read_data_file
 from search_space.preset_names import checks_files, unknown_architecture
 from search_space.sections import Section as _Section
 from search_space.space_configs import AnySpaceConfig, format_validation_error
@@ -475,6 +475,15 @@ class ShardingConfig(_Section):
         "ms measured on a 2-core CPU with gloo)",
     )
 
+    @field_validator("links", "dense_model")
+    @classmethod
+    def _file_exists(cls, path: str | None, info: ValidationInfo) -> str | None:
+        if path is not None and checks_files(info.context) and not Path(path).is_file():
+            made_by = ("`ranknas shard links --out FILE`" if info.field_name == "links"
+                       else "`ranknas latency fit --target dense_step_ms`")  # fmt: skip
+            raise ValueError(f"{path}: no such file{looked_for(Path(path))}; {made_by} makes one")
+        return path
+
     @model_validator(mode="after")
     def _hosts_divide_devices(self) -> ShardingConfig:
         if self.hosts is not None and (not self.devices or self.devices % self.hosts):
@@ -604,7 +613,8 @@ class StudyConfig(_Section):
                 raise ValueError(f"objectives.max_{cost}: base needs search_space.type: around")
         if self.objectives.needs_step_time and not self.sharding.devices:
             raise ValueError("objectives step_ms / max_step_ms predict the step on a cluster: "
-                             "set sharding.devices (and hosts)")  # fmt: skip
+                             "set sharding.devices (and hosts) to the devices it has (0, the "
+                             "default, plans nothing)")  # fmt: skip
         if self.sharding.dense_model and not self.objectives.needs_step_time:
             raise ValueError("sharding.dense_model predicts the dense part of a step: it needs "
                              "objectives.cost: step_ms or max_step_ms")  # fmt: skip

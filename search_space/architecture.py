@@ -285,8 +285,12 @@ def _parse_block(data: Any, where: str) -> BlockSpec:
         )
     if not isinstance(op, str):
         raise SpecError(f"{where} {name!r}: 'op' must be one of {', '.join(OPS)}")
-    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+    if not isinstance(inputs, list) or not inputs:
         raise SpecError(f"{where} {name!r}: 'inputs' must be a non-empty list of names")
+    for k, source in enumerate(inputs):
+        if not isinstance(source, str):
+            raise SpecError(f"{where} {name!r}: inputs[{k}]: {source!r} is not a name (give "
+                            "an earlier block's name, 'dense' or 'sparse')")  # fmt: skip
     params = data.get("params", {})
     if not isinstance(params, dict):
         raise SpecError(f"{where} {name!r}: 'params' must be an object")

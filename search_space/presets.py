@@ -112,11 +112,41 @@ if tuple(PRESETS) != PRESET_NAMES:  # the names validation reads without buildin
 
 
 def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
-    """A preset by name, bound to `schema` when one is given."""
+    """A preset by name, bound to `schema` when one is given: on data without dense columns
+    (a log of ids only) or without categorical ones, the preset without the blocks that
+    would read them, as an engineer would build it there (DLRM's dot over the embeddings
+    alone, no bottom MLP)."""
     if name not in PRESETS:
         raise SpecError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
     arch = PRESETS[name]()
-    return arch.bind(schema) if schema is not None else arch
+    if schema is None:
+        return arch
+    missing = [s for s, n in (("dense", schema.num_dense), ("sparse", schema.num_sparse)) if not n]
+    if not missing:
+        return arch.bind(schema)
+    for source in missing:
+        arch = _without_input(arch, source)
+    try:
+        arch = arch.bind(schema)
+        analyze(arch)  # here, so that the error names the preset and what the data lacks
+    except SpecError as exc:
+        kinds = " and ".join({"dense": "dense", "sparse": "categorical"}[s] for s in missing)
+        raise SpecError(f"preset {name} on data with no {kinds} column: {exc}") from None
+    return arch
+
+
+def _without_input(arch: Architecture, source: str) -> Architecture:
+    """`arch` with raw input `source` gone: from every block's inputs, and the blocks that
+    read nothing else gone with it (and so on downstream)."""
+    gone, blocks = {source}, []
+    for block in arch.blocks:
+        inputs = tuple(i for i in block.inputs if i not in gone)
+        if inputs:
+            blocks.append(BlockSpec(block.name, block.op, inputs, block.params))
+        else:
+            gone.add(block.name)
+    return Architecture(blocks=tuple(blocks), embedding=arch.embedding, name=arch.name,
+                        output=arch.output)  # fmt: skip
 
 
 def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
@@ -129,7 +159,17 @@ def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
     arch = Architecture.load(Path(name_or_file))
     try:  # here, so that the error names the file
         arch = arch.bind(schema)
-        analyze(arch)
+        _check_all_live(arch, analyze(arch).order)
     except SpecError as exc:
         raise SpecError(f"{name_or_file}: {exc}") from None
     return arch
+
+
+def _check_all_live(arch: Architecture, live: tuple[str, ...]) -> None:
+    """A file's blocks that do not feed its output would be dropped without a word (a
+    missing `output` makes it the last block): most likely not the model its author meant."""
+    dead = [b.name for b in arch.blocks if b.name not in live]
+    if dead:
+        named = "" if arch.output else ", the last block (the spec names no \"output\")"
+        raise SpecError(f"blocks {dead} do not feed the output {arch.output_block!r}{named}: "
+                        "name the block that feeds the head in \"output\", or remove them")

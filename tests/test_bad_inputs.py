@@ -154,6 +154,15 @@ CASES = {
         lambda p: ["search", _study(p, objectives={"cost": "step_ms"})],
         "objectives step_ms / max_step_ms predict the step on a cluster: set sharding.devices",
     ),
+    "a step time on 0 devices (the default: no plan)": (
+        lambda p: ["search", _study(p, objectives={"cost": "step_ms"}, sharding={"devices": 0})],
+        "set sharding.devices (and hosts) to the devices it has (0, the default, plans nothing)",
+    ),
+    "a links file that is not there": (
+        lambda p: ["search", _study(p, objectives={"cost": "step_ms"},
+                                    sharding={"devices": 2, "links": "missing.json"})],
+        "sharding.links: missing.json: no such file; looked for at",
+    ),
     "hosts that do not divide the devices": (
         lambda p: ["search", _study(p, sharding={"devices": 16, "hosts": 3})],
         "sharding: hosts: 3 must divide devices (16) evenly",

@@ -509,3 +509,37 @@ def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeyp
     monkeypatch.setattr(reevaluate, "train_architecture", counted_run)
     again = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
     assert again[0]["seeds"] == 2 and retrained == [calls[1]]  # only the failed seed again
+
+
+def test_every_preset_trains_on_a_log_of_ids_only(tmp_path):
+    """No dense column (an Avazu-like log): DLRM, DHEN and Wukong read it through a bottom
+    MLP, LR, DCNv2 and DeepFM beside the embeddings; each refused the whole study."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    effect = rng.normal(0.0, 1.5, 30)
+    lines = ["clicked,user,ad,t"]
+    for t in range(3000):
+        user, ad = rng.integers(30), rng.integers(20)
+        lines.append(f"{int(rng.random() < 1 / (1 + np.exp(-effect[user])))},u{user},a{ad},{t}")
+    (tmp_path / "ids.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "ids.yaml").write_text("label: clicked\ndense: []\ncategorical: [user, ad]\n"
+                                       "time: t\n")  # fmt: skip
+    data = {"source": str(tmp_path / "ids.csv"), "schema": str(tmp_path / "ids.yaml")}
+    names = ["logistic_regression", "dlrm", "dcnv2", "deepfm", "dhen", "wukong"]
+    config = _config(tmp_path, "ids", baselines=names, data=data, budget={"trials": 1})
+    config["search_space"] = {"type": "around", "base": "best_baseline"}
+    study = run_study(parse_config(config), progress=lambda line: None)
+    bases = recorded(study)
+    assert list(bases) == names and all(b["status"] == "complete" for b in bases.values())
+    assert all(b["val_ne"] < 1 for b in bases.values())
+    assert study.trials[0].state == TrialState.COMPLETE  # then its queued starting points
+
+
+def test_a_preset_that_needs_categorical_features_says_so_on_data_without_any():
+    from search_space.schema import DatasetSchema
+
+    dense_only = DatasetSchema(("a", "b"), ())
+    assert analyze(preset("logistic_regression", dense_only)).flops > 0  # w·dense + b
+    with pytest.raises(RanknasError, match="preset dlrm on data with no categorical column: "):
+        preset("dlrm", dense_only)

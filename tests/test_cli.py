@@ -132,6 +132,18 @@ def test_arch_show_reads_a_file_and_a_schema(tmp_path, capsys):
         ),
         (["arch", "show", "{file}"], "{not json", "not valid JSON (line 1"),
         (
+            ["arch", "show", "{file}"],
+            '{"blocks": [{"name": "a", "op": "mlp", "inputs": ["dense"]}, {"name": "b", '
+            '"op": "mlp", "inputs": [0]}], "embedding": {"dim": 4}}',
+            "blocks[1] 'b': inputs[0]: 0 is not a name (give an earlier block's name",
+        ),
+        (  # no "output": the last block's, and the others fed nothing
+            ["arch", "show", "{file}"],
+            '{"blocks": [{"name": "a", "op": "mlp", "inputs": ["dense"], "params": {"widths": '
+            '[4]}}, {"name": "b", "op": "dot", "inputs": ["sparse"]}], "embedding": {"dim": 4}}',
+            "blocks ['a'] do not feed the output 'b', the last block (the spec names no",
+        ),
+        (
             ["space", "sample", "{file}"],
             "search_space:\n  type: dag\n  widths: [0]\n",
             "search_space.widths",

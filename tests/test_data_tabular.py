@@ -171,6 +171,20 @@ def test_one_odd_cell_in_a_time_column_is_that_line_s_fault_only(tmp_path):
         assert len(data) == 19 and np.all(np.diff(data.time) > 0)
 
 
+def test_day_first_dates_are_read_day_first_throughout(tmp_path):
+    """`01/11/2023` was read month first (11 January), and `13/11/2023` refused: most lines
+    bad, and the rest out of time order."""
+    (tmp_path / "schema.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\n"
+                                          "time: t\n")  # fmt: skip
+    days = np.datetime64("2023-11-01") + np.arange(40)
+    stamps = [f"{str(d)[8:10]}/{str(d)[5:7]}/{str(d)[:4]} 10:00" for d in days]  # 01/11/2023
+    lines = ["y,price,shop,t"] + [f"{i % 2},{i},s{i % 3},{t}" for i, t in enumerate(stamps)]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    data = load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
+    steps = np.diff(data.time)
+    assert len(data) == 40 and steps.min() > 0 and np.all(steps == steps[0])  # a day each
+
+
 def test_a_study_s_split_may_be_given_as_the_cli_s_word_or_as_fractions(tmp_path):
     from nas.config import parse_config
 

@@ -300,3 +300,14 @@ def test_the_cheap_front_is_the_front_below_the_baselines_cost_and_near_its_ne(t
     near, far = front_below_baseline(study)
     assert [r["trial"] for r in near] == [2, 1] and [r["trial"] for r in far] == [3]
     assert front_below_baseline(recorded_study(url.replace("studies", "none"), TRIALS)) == ([], [])
+
+
+def test_a_trial_number_out_of_range_is_told_the_complete_ones(tmp_path):
+    """It said "a trial number below 8" of a study whose trials 5-7 were queued points."""
+    from nas.leaderboard import best_trial
+    from search_space.errors import RanknasError
+
+    study = recorded_study(f"sqlite:///{tmp_path / 's.db'}", [(0.9, 1.0), (0.8, 1.0)])
+    study.enqueue_trial({"x": 0.5})  # waiting: never exportable
+    with pytest.raises(RanknasError, match=r"a complete trial's number: 0, 1 \(`ranknas leader"):
+        best_trial(study, "7")

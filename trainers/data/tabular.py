@@ -385,20 +385,30 @@ def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
     texts = texts[texts.ne("")].head(sample)
     if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
         return False
+    return not _dates(texts).isna().any()
+
+
+def _dates(texts: Any) -> Any:
+    """Texts as dates (UTC), NaT where one is none. pandas reads `01/11/2023` month first,
+    and then refuses `13/11/2023`: where reading day first reads more of them, the column
+    is day first throughout (read month first, the rows it kept were out of time order)."""
+    pd = _import("pandas", "reading tabular data")
     with warnings.catch_warnings():  # pandas warns when it guesses the format per value
         warnings.simplefilter("ignore")
-        return not pd.to_datetime(texts, errors="coerce", utc=True).isna().any()
+        dates = pd.to_datetime(texts, errors="coerce", utc=True)
+        if dates.isna().any():
+            day_first = pd.to_datetime(texts, errors="coerce", utc=True, dayfirst=True)
+            if day_first.isna().sum() < dates.isna().sum():
+                return day_first
+    return dates
 
 
 def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
     """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
-    pd = _import("pandas", "reading tabular data")
     column = frame[spec.time]
     values, missing = _numeric(column)
     if np.isnan(values[~missing]).any():  # not all numbers: dates, if most of them are
-        with warnings.catch_warnings():  # pandas warns when it guesses the format per value
-            warnings.simplefilter("ignore")
-            dates = pd.to_datetime(column, errors="coerce", utc=True)
+        dates = _dates(column)
         as_dates = np.where(dates.isna(), np.nan, dates.astype("int64").to_numpy(np.float64))
         if np.isnan(as_dates).sum() < np.isnan(values).sum():  # one odd cell: that line only
             values = as_dates
