@@ -170,6 +170,8 @@ def _check_all_live(arch: Architecture, live: tuple[str, ...]) -> None:
     missing `output` makes it the last block): most likely not the model its author meant."""
     dead = [b.name for b in arch.blocks if b.name not in live]
     if dead:
-        named = "" if arch.output else ", the last block (the spec names no \"output\")"
-        raise SpecError(f"blocks {dead} do not feed the output {arch.output_block!r}{named}: "
-                        "name the block that feeds the head in \"output\", or remove them")
+        named = "" if arch.output else ', the last block (the spec names no "output")'
+        raise SpecError(
+            f"blocks {dead} do not feed the output {arch.output_block!r}{named}: "
+            'name the block that feeds the head in "output", or remove them'
+        )

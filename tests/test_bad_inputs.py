@@ -159,8 +159,12 @@ CASES = {
         "set sharding.devices (and hosts) to the devices it has (0, the default, plans nothing)",
     ),
     "a links file that is not there": (
-        lambda p: ["search", _study(p, objectives={"cost": "step_ms"},
-                                    sharding={"devices": 2, "links": "missing.json"})],
+        lambda p: [
+            "search",
+            _study(
+                p, objectives={"cost": "step_ms"}, sharding={"devices": 2, "links": "missing.json"}
+            ),
+        ],
         "sharding.links: missing.json: no such file; looked for at",
     ),
     "hosts that do not divide the devices": (
