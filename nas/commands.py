@@ -280,6 +280,8 @@ def best_fields(study) -> tuple[dict[str, float], dict[str, str]]:
         "best_test_ne": best["test_ne"] if best["test_ne"] is not None else float("nan"),
         "best_mflops": best["mflops"],
     }
+    if best.get("step_ms") is not None:  # a study that predicts the step on its cluster
+        metrics["best_step_ms"] = best["step_ms"]
     tags = {"best_trial": str(best["trial"]), "best_digest": best["digest"],
             "best_basis": best["basis"], "best": leaderboard.describe_best(best)}  # fmt: skip
     return metrics, tags

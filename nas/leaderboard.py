@@ -27,7 +27,8 @@ from search_space.errors import RanknasError
 # re-evaluated trials
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
            "runs", "mean_val_ne", "mean_test_ne", "seeds", "mflops", "params", "latency_ms",
-           "step_ms", "throughput", "digest", "worker", "recipe", "failure_reason")  # fmt: skip
+           "step_ms", "measured_step_ms", "throughput", "digest", "worker", "recipe",
+           "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (the verdict),
 # and the level of the two one-sided tests that show two finalists equivalent (a tie)
 SIGNIFICANCE = 0.05
@@ -39,8 +40,8 @@ TIE_MARGIN = 0.001
 # the best baseline: one run's NE moves by ~0.5% with its seed, so 1% is rarely noise
 FRONT_SLACK = 0.01
 BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "test_logloss",
-                    "val_auc", "test_auc", "mflops", "params", "step_ms", "digest", "recipe",
-                    "failure_reason")  # fmt: skip
+                    "val_auc", "test_auc", "mflops", "params", "step_ms", "measured_step_ms",
+                    "digest", "recipe", "failure_reason")  # fmt: skip
 
 
 def trial_state(trial: FrozenTrial) -> str:
@@ -198,7 +199,9 @@ def describe_best(best: dict[str, Any]) -> str:
 def costs_text(row: dict[str, Any]) -> str:
     """MFLOPs, and the predicted step where the study has one (then the tie rule's cost)."""
     text = f"{_num(row['mflops'], 3)} MFLOPs"
-    return text if row.get("step_ms") is None else f"{text} and {row['step_ms']:.3f} ms a step"
+    if row.get("step_ms") is None:
+        return text
+    return f"{text} and {row['step_ms']:.3f} ms a step (predicted)"
 
 
 def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
@@ -221,7 +224,7 @@ def estimated_ne(row: dict[str, Any]) -> float | None:
 
 
 COST_UNITS = {"mflops": "MFLOPs", "params": "params", "latency_ms": "ms forward",
-              "step_ms": "ms a step"}  # fmt: skip
+              "step_ms": "predicted ms a step"}  # fmt: skip
 
 
 def cost_key(study: optuna.Study) -> str:
@@ -642,15 +645,20 @@ def _short_recipe(recipe: dict[str, Any] | None) -> str:
     return ", ".join(f"{names[k]} {v:g}" for k, v in (recipe or {}).items()) or "-"
 
 
+# a study's step times are predicted for its cluster; a sharded trial's also measured
+PREDICTED_STEP, MEASURED_STEP = "predicted step ms", "measured step ms"
+
+
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the seed-mean and latency columns only when some trial has one."""
     header = ["trial", "state", "val NE", "mean val NE", "test NE", "mean test NE", "val AUC",
-              "test AUC", "MFLOPs", "params", "latency ms", "step ms", "digest"]  # fmt: skip
+              "test AUC", "MFLOPs", "params", "latency ms", PREDICTED_STEP, MEASURED_STEP,
+              "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
               _num(r["test_ne"]), _num(r.get("mean_test_ne")), _num(r["val_auc"]),
               _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
               _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
-              r["digest"] or "-"] for r in table]  # fmt: skip
+              _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
     if any(r.get("recipe") for r in table):  # training.search: what each trial trained with
         header.append("recipe")
         for line, r in zip(lines, table, strict=True):
@@ -660,7 +668,8 @@ def format_table(table: list[dict[str, Any]]) -> str:
         for line, r in zip(lines, table, strict=True):
             line.append(r["failure_reason"] or "")
     for key, name in (("mean_val_ne", "mean val NE"), ("mean_test_ne", "mean test NE"),
-                      ("latency_ms", "latency ms"), ("step_ms", "step ms")):  # fmt: skip
+                      ("latency_ms", "latency ms"), ("step_ms", PREDICTED_STEP),
+                      ("measured_step_ms", MEASURED_STEP)):  # fmt: skip
         if all(r.get(key) is None for r in table):
             drop = header.index(name)
             header = header[:drop] + header[drop + 1 :]
@@ -670,14 +679,16 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
     header = ["baseline", "state", "val NE", "mean val NE", "seeds", "test NE", "mean test NE",
-              "val AUC", "test AUC", "MFLOPs", "params", "step ms", "digest"]  # fmt: skip
+              "val AUC", "test AUC", "MFLOPs", "params", PREDICTED_STEP, MEASURED_STEP,
+              "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r.get("mean_val_ne")),
               str(r.get("seeds") or "-"), _num(r["test_ne"]), _num(r.get("mean_test_ne")),
               _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r.get("step_ms"), 3),
-              r["digest"] or "-"] for r in table]  # fmt: skip
+              _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
     mean_columns = ("mean val NE", "seeds", "mean test NE")
-    for key, names in (("mean_val_ne", mean_columns), ("step_ms", ("step ms",))):
+    for key, names in (("mean_val_ne", mean_columns), ("step_ms", (PREDICTED_STEP,)),
+                       ("measured_step_ms", (MEASURED_STEP,))):  # fmt: skip
         if all(r.get(key) is None for r in table):
             keep = [i for i, name in enumerate(header) if name not in names]
             header = [header[i] for i in keep]

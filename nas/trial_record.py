@@ -75,9 +75,11 @@ class StudyAttr(StrEnum):
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard (runs:
-# how many seeds a confirmed trial's metrics are the mean of).
+# how many seeds a confirmed trial's metrics are the mean of; measured_step_ms: a sharded
+# trial's step, its processes' slowest, beside the study's prediction).
 METRIC_ATTRS = ("val_ne", "val_logloss", "val_auc", "val_calibration", "test_ne", "test_logloss",
-                "test_auc", "test_calibration", "throughput", "runs")  # fmt: skip
+                "test_auc", "test_calibration", "throughput", "runs",
+                "measured_step_ms")  # fmt: skip
 # A TrainResult's status, as the MLflow run status: a pruned trial ended as planned (its
 # `status` tag says pruned); KILLED would show it as crashed. An interrupted trial was
 # stopped by its user: KILLED, MLflow's own status for that, not FAILED.

@@ -88,6 +88,12 @@ def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):
     assert trial.values[0] < 1.0
     metrics = json.loads((tmp_path / "sharded/trials/0/metrics.json").read_text())
     assert metrics["measured_step_ms"] == max(metrics["rank0_step_ms"], metrics["rank1_step_ms"])
+    # beside the prediction on every surface: it was in MLflow and the model card only
+    from nas.leaderboard import format_table, rows
+
+    (row,) = rows(study)
+    assert row["measured_step_ms"] == metrics["measured_step_ms"]
+    assert "measured step ms" in format_table([row]).splitlines()[0]
     plan = json.loads((tmp_path / "sharded/trials/0/trained_plan.json").read_text())
     assert plan["num_devices"] == 2 and set(plan["assignment"].values()) <= {0, 1}
 

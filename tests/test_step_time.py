@@ -95,11 +95,11 @@ def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_pa
             assert step_ms <= ceiling["step_ms"] and t.values[1] == step_ms
             step = json.loads((tmp_path / "steps/trials" / str(t.number) / STEP_FILE).read_text())
             assert step["step_ms"] == step_ms and step["devices"] == 16
-    assert "step ms" in format_table(rows(study)).splitlines()[0]
+    assert "predicted step ms" in format_table(rows(study)).splitlines()[0]
 
     storage = config["storage"]
     assert main(["leaderboard", "steps", "--storage", storage]) == 0
-    assert "Pareto front (validation NE vs ms a step):" in capsys.readouterr().out
+    assert "Pareto front (validation NE vs predicted ms a step):" in capsys.readouterr().out
     assert main(["status", "steps", "--storage", storage]) == 0
     assert "step time ceiling:" in capsys.readouterr().out
     out = tmp_path / "winner"
@@ -291,7 +291,7 @@ def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path,
     assert "sharding.dense_model" in err and "predicts forward_ms" in err
     assert "--target dense_step_ms" in err and "Traceback" not in err
     with pytest.raises(RanknasError, match=r"sharding.dense_model .* needs objectives.cost"):
-        parse_config(tiny_config(tmp_path, "x", sharding={"devices": 2, "dense_model": "d.json"}))
+        parse_config(tiny_config(tmp_path, "x", sharding={"devices": 2, "dense_model": str(model)}))
 
 
 def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_path):
@@ -302,7 +302,9 @@ def test_a_candidate_s_dense_part_is_timed_in_turn_with_the_ceiling_s_model(tmp_
     lines = []
     study = run_study(parse_config(config), progress=lines.append)
     trained = [line for line in lines if line.startswith("[") and "complete" in line]
-    assert trained and all(re.search(r"MFLOPs and \d+\.\d{3} ms a step", t) for t in trained)
+    assert trained and all(
+        re.search(r"MFLOPs and \d+\.\d{3} ms a step \(predicted\)", t) for t in trained
+    )
     ceiling = study.user_attrs["step_ms_ceiling"]
     base = load_architecture("dlrm", SCHEMA)
     assert ceiling["of"] == "base dlrm" and ceiling["dense_ms"] > 0
@@ -338,7 +340,7 @@ def test_a_baseline_s_line_names_its_predicted_step():
     attrs = {"status": "complete", "val_ne": 0.9, "mflops": 0.068}
     assert _line("dlrm", attrs).endswith("validation NE 0.9000, 0.068 MFLOPs")
     stepped = _line("dlrm", attrs | {"step_ms": 7.28})
-    assert stepped.endswith("0.068 MFLOPs and 7.280 ms a step")
+    assert stepped.endswith("0.068 MFLOPs and 7.280 ms a step (predicted)")
 
 
 def test_the_card_sets_a_sharded_run_s_measured_step_beside_the_prediction():
@@ -354,3 +356,17 @@ def test_the_card_sets_a_sharded_run_s_measured_step_beside_the_prediction():
             "(1.20x the prediction above)") in _step_section(step, measured)  # fmt: skip
     elsewhere = _step_section(step | {"devices": 16, "hosts": 2}, measured)
     assert "(the prediction above is for 16 devices)" in elsewhere
+
+
+def test_the_parent_run_s_metrics_hold_the_best_trial_s_predicted_step():
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from nas.commands import best_fields
+
+    study = optuna.create_study()
+    attrs = {"val_ne": 0.9, "test_ne": 0.91, "mflops": 0.5, "digest": "d", "step_ms": 7.5}
+    study.add_trial(create_trial(values=[0.9], params={"x": 0.1}, user_attrs=attrs,
+                                 distributions={"x": FloatDistribution(0, 1)}))  # fmt: skip
+    metrics, _ = best_fields(study)
+    assert metrics["best_step_ms"] == 7.5 and metrics["best_mflops"] == 0.5
