@@ -128,6 +128,8 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
     table = leaderboard.rows(study)
     print()
     print(leaderboard.format_table(table[:10]))
+    if leaderboard.traded_cost(study):  # a second objective: the front is the answer
+        print_front(study, leaderboard.pareto_front(study))
     print_comparison(study)
     if summarize and table:
         summarize_study(logger, study, table)
@@ -416,13 +418,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         print(leaderboard.to_csv(leaderboard.with_baselines(table, bases)), end="")
     else:
         print(leaderboard.format_table(table))
-        cost = leaderboard.COST_UNITS[leaderboard.cost_key(study)]
-        meaned = any(r["mean_val_ne"] is not None for r in front)
-        ne = "validation NE, seed means where re-evaluated," if meaned else "validation NE"
-        print(f"\nPareto front ({ne} vs {cost}):")
-        print(leaderboard.format_table(front))
+        print_front(study, front)
         print_comparison(study)
     return 0
+
+
+def print_front(study, front: list[dict]) -> None:
+    """The Pareto front of validation NE against the study's cost (else MFLOPs)."""
+    from nas import leaderboard
+
+    cost = leaderboard.COST_UNITS[leaderboard.cost_key(study)]
+    meaned = any(r["mean_val_ne"] is not None for r in front)
+    ne = "validation NE, seed means where re-evaluated," if meaned else "validation NE"
+    print(f"\nPareto front ({ne} vs {cost}):")
+    print(leaderboard.format_table(front))
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -1046,3 +1046,14 @@ def test_a_study_ended_by_repeats_over_its_ceiling_names_the_ceiling(tmp_path):
     _say_if_exhausted(study, config, said.append)
     assert len(said) == 1 and "few new ones fit under objectives.max_mflops=1.4e-05" in said[0]
     assert f"({REPEATS_PER_TRIAL + 1} proposals were over it" in said[0], said
+
+
+def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, capsys):
+    """As `leaderboard` shows it: with a second objective the front is the answer."""
+    config = tiny_config(tmp_path, "front", budget={"trials": 2}, objectives={"cost": "mflops"},
+                         searcher={"type": "nsga2", "startup_trials": 2})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    assert "Pareto front (validation NE vs MFLOPs):" in capsys.readouterr().out
+    plain = tiny_config(tmp_path, "plain", budget={"trials": 1})
+    assert main(["search", str(write_config(tmp_path, plain))]) == 0
+    assert "Pareto front" not in capsys.readouterr().out  # one objective: the table says it
