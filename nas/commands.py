@@ -349,6 +349,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     budget = state["budget_trials"]
     budget = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
+    bases = state["baselines"]
+    if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
+        storage = f" --storage {args.storage}" if args.storage else ""
+        print(f"baselines: {len(bases)} recorded, none complete ("
+              f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {args.study}"
+              f"{storage}` says why)")  # fmt: skip
     if state["around_base"]:
         print(f"searched around the best baseline: {state['around_base']}")
     if state["feature_importance"]:

@@ -91,3 +91,20 @@ def test_ax_fits_its_model_on_one_thread_and_gives_the_trials_theirs_back(space,
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_asks_of_a_front_print_none_of_ax_s_own_warnings(space):
+    """Ax warned at every ask of a two-objective study about thresholds it infers itself,
+    and about a tensor copied inside its code: noise a user can do nothing about."""
+    import warnings
+
+    sampler = AxSampler(space, ["ne", "mflops"], seed=0)
+    study = optuna.create_study(sampler=sampler, directions=["minimize", "minimize"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(7):  # past Ax's quasi-random start: its model's asks
+            trial = study.ask(distributions(space))
+            study.tell(trial, [0.8 + 0.01 * (k % 3), 1.0 + k])
+    assert sampler._client._generation_strategy.current_node_name == "MBM"  # the model asked
+    shown = [str(w.message) for w in caught]
+    assert not [m for m in shown if "objective thresholds" in m or "copy construct" in m], shown

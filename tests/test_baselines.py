@@ -543,3 +543,19 @@ def test_a_preset_that_needs_categorical_features_says_so_on_data_without_any():
     assert analyze(preset("logistic_regression", dense_only)).flops > 0  # w·dense + b
     with pytest.raises(RanknasError, match="preset dlrm on data with no categorical column: "):
         preset("dlrm", dense_only)
+
+
+def test_status_of_a_study_whose_baselines_all_failed_says_so(tmp_path, capsys):
+    """It said only "no trials (its search has not started: run `ranknas search`)"."""
+    from study_helpers import recorded_study
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = recorded_study(url, [], name="noise")
+    study.set_user_attr("baselines:dlrm", {"name": "dlrm", "order": 0, "status": "failed",
+                                           "val_ne": 1.01, "mflops": 0.1})  # fmt: skip
+    assert main(["status", "noise", "--storage", url]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        f"baselines: 1 recorded, none complete (dlrm; `ranknas leaderboard noise --storage {url}`"
+        in shown
+    )

@@ -275,6 +275,12 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     with pytest.raises(ValueError, match=r"dense value True in row 1, column 0 \(\w+\) \(and 2 "
                        r"more such cells\) is not a number"):  # fmt: skip
         module.prepare_dense(rows, directory)
+    numbers = case.dense.tolist()  # numbers but for one flag: torch read it as 1.0
+    numbers[1][0] = True
+    with pytest.raises(ValueError, match=r"dense value True in row 1, column 0 .* not a number"):
+        module.prepare_dense(numbers, directory)
+    with pytest.raises(ValueError, match=r"dense values are booleans \(a bool array\)"):
+        module.prepare_dense(case.dense.numpy() > 0, directory)
 
 
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:

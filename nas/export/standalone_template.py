@@ -141,7 +141,11 @@ def _cell(row: int, column: int, more: int) -> str:
 def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Tensor:
     if isinstance(dense, torch.Tensor):
         return dense.to(torch.float32)
+    if str(getattr(dense, "dtype", "")) == "bool":  # an array of flags: no measure, as in training
+        raise ValueError("dense values are booleans (a bool array): give numbers")
     try:
+        if _holds_flags(dense):  # as_tensor reads True as 1.0: cell by cell, refused there
+            raise TypeError
         values = torch.as_tensor(dense, dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError):  # texts or None among the numbers
         pass
@@ -165,6 +169,13 @@ def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Ten
             "give a number (blank, N/A or None for a missing one)"
         )
     return torch.tensor(rows, dtype=torch.float32)
+
+
+def _holds_flags(dense: Sequence[Sequence[object]]) -> bool:
+    """Whether a Python boolean stands among the rows' cells (an array's are its dtype's)."""
+    if hasattr(dense, "dtype"):
+        return False
+    return any(isinstance(value, bool) for cells in dense for value in cells)
 
 
 def encode_ids(

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import optuna
 from optuna.samplers import BaseSampler
 
@@ -42,7 +44,11 @@ def make_sampler(
 
         return RegularizedEvolutionSampler(space, population, sample_size, seed)
     if name == "ax":
-        from nas.searchers.ax_bo import AxSampler
+        logging.disable(logging.INFO)  # Ax's import announces its SQL storage, unused here
+        try:
+            from nas.searchers.ax_bo import AxSampler
+        finally:
+            logging.disable(logging.NOTSET)
 
         return AxSampler(space, objective_names, objective_thresholds, seed)
     raise ValueError(f"unknown searcher {name!r}")

@@ -12,6 +12,7 @@ NE-vs-cost Pareto front.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from ax.api.client import Client
@@ -26,6 +27,10 @@ from nas.searchers.base import SpaceSampler
 from search_space.spaces import SearchSpace
 
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+# Warnings of Ax's about its own workings, at every ask, that a study can do nothing about:
+# a front without thresholds (Ax infers them) and a tensor copied inside its MOO code.
+LIBRARY_NOISE = ("Encountered a `MultiObjective` without objective thresholds",
+                 "To copy construct from a tensor")  # fmt: skip
 
 
 def _ax_name(name: str) -> str:
@@ -62,7 +67,9 @@ class AxSampler(SpaceSampler):
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         client = self._updated_client(study)
-        with torch_threads(1):  # a GP of a few dozen rows: more threads only wait
+        with torch_threads(1), warnings.catch_warnings():  # a GP of a few dozen rows: 1 thread
+            for message in LIBRARY_NOISE:
+                warnings.filterwarnings("ignore", message=message)
             ((index, parameters),) = client.get_next_trials(max_trials=1).items()
         self._proposed[trial.number] = index
         by_ax_name = {_ax_name(n): n for n in self.space.parameters()}
