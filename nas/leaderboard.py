@@ -123,7 +123,7 @@ def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[st
     key = cost_key(study)
     chosen = min([lowest, *ties], key=lambda r: (_cost(r, key), r["mean_val_ne"]))
     means = seed_means(study)[str(chosen["trial"])]
-    basis = f"seed means over {min(r['seeds'] for r in finalists)} fresh seeds"
+    basis = f"seed means over {seeds_text(min(r['seeds'] for r in finalists))}"
     return _best(chosen, basis, means["val_ne"], means["test_ne"], lowest, ties)
 
 
@@ -194,6 +194,11 @@ def describe_best(best: dict[str, Any]) -> str:
     if lowest["trial"] != best["trial"]:
         line += f" (trial {lowest['trial']} has the lowest mean)"
     return line
+
+
+def seeds_text(count: int, fresh: bool = True) -> str:
+    """`5 fresh seeds`, `1 fresh seed`."""
+    return f"{count} {'fresh ' if fresh else ''}seed{'s' if count != 1 else ''}"
 
 
 def costs_text(row: dict[str, Any]) -> str:
@@ -306,8 +311,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         not_compared = [r["baseline"] for r in bases if r not in meaned]
         bases = [r | means[f"baseline:{r['baseline']}"] for r in meaned]
         seeds = min(means[f"baseline:{r['baseline']}"]["seeds"] for r in meaned)
-        basis = (f"seed means over {seeds} fresh seeds" if on_means else
-                 f"recorded runs against the baselines' seed means over {seeds} seeds")  # fmt: skip
+        basis = (f"seed means over {seeds_text(seeds)}" if on_means else
+                 f"recorded runs against the baselines' seed means over "
+                 f"{seeds_text(seeds, fresh=False)}")  # fmt: skip
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
@@ -522,8 +528,8 @@ def _paired_words(v: dict[str, Any]) -> str:
     noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
     test = "" if p is None else f", paired t-test p={p:.2g}"
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
-            f"{paired['found_better']} of {paired['seeds']} seeds (the differences' sd "
-            f"{paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
+            f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)} (the "
+            f"differences' sd {paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
 
 
 def _cheapest_words(v: dict[str, Any]) -> str:
@@ -546,7 +552,7 @@ def _cheapest_words(v: dict[str, Any]) -> str:
             f"within seed noise): cheapest trial "
             f"{cheapest['trial']} at {_times(cheapest['cost_ratio'])} its {cost}, validation NE "
             f"{_num(cheapest['val_ne'])} ({cheapest['delta_val_ne']:+.4f}; lower on "
-            f"{paired['found_better']} of {paired['seeds']} seeds{test})"
+            f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)}{test})"
             + ("" if cheapest.get("delta_test_ne") is None else
                f", test NE {cheapest['delta_test_ne']:+.4f}"))  # fmt: skip
 
@@ -741,7 +747,8 @@ def format_reevaluation(table: list[dict[str, Any]]) -> str:
     """The rows of `nas.reevaluate.reevaluate_study`."""
     header = ["trial", "recorded val NE", "mean val NE", "sd", "mean test NE", "MFLOPs", "seeds"]
     lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
-              _num(r["sd_val_ne"]), _num(r["mean_test_ne"]), _num(r["mflops"], 3),
+              _num(r["sd_val_ne"] if r["seeds"] > 1 else None), _num(r["mean_test_ne"]),
+              _num(r["mflops"], 3),
               str(r["seeds"])] for r in table]  # fmt: skip
     if any(r.get("step_ms") is not None for r in table):
         header.insert(-1, "step ms")

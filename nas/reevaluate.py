@@ -84,8 +84,9 @@ def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
         return ", ".join(str(r["trial"]) for r in rows)
 
     slack = f"{leaderboard.FRONT_SLACK:.0%}"
-    line = (f"front: {len(near) + len(far)} of the Pareto front's trials are cheaper than the "
-            f"best baseline; retraining {len(near)} within {slack} of its NE"
+    cheaper = len(near) + len(far)
+    line = (f"front: {cheaper} of the Pareto front's trials {'is' if cheaper == 1 else 'are'} "
+            f"cheaper than the best baseline; retraining {len(near)} within {slack} of its NE"
             + (f" (trials {names(near)})" if near else ""))  # fmt: skip
     if far:
         line += f"; not {names(far)}, more than {slack} worse on their recorded runs"

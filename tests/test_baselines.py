@@ -161,7 +161,7 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
             "the search leads on single runs, not yet a verdict (validation only: test NE "
             "disagrees): trial 3",
         ),
-        ("seed means over 1 fresh seeds", -0.001, "the search leads on too few seeds to test"),
+        ("seed means over 1 fresh seed", -0.001, "the search leads on too few seeds to test"),
     ],
 )
 def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
@@ -559,3 +559,13 @@ def test_status_of_a_study_whose_baselines_all_failed_says_so(tmp_path, capsys):
         f"baselines: 1 recorded, none complete (dlrm; `ranknas leaderboard noise --storage {url}`"
         in shown
     )
+
+
+def test_one_seed_reads_as_one():
+    """`reevaluate --seeds 1` said "seed means over 1 fresh seeds" and an sd of 0.0000."""
+    from nas.leaderboard import format_reevaluation, seeds_text
+
+    assert seeds_text(1) == "1 fresh seed" and seeds_text(5, fresh=False) == "5 seeds"
+    row = {"trial": 2, "recorded_val_ne": 0.98, "mean_val_ne": 0.99, "sd_val_ne": 0.0,
+           "mean_test_ne": 0.99, "mflops": 0.08, "seeds": 1}  # fmt: skip
+    assert format_reevaluation([row]).splitlines()[1].split()[3] == "-"  # no spread of one
