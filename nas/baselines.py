@@ -48,10 +48,10 @@ from nas.trial_record import (
     summary_name,
     write_architecture,
 )
-from search_space.architecture import Architecture, digest, unbound_problems
+from search_space.architecture import Architecture, digest
 from search_space.errors import RanknasError
 from search_space.preset_names import PRESET_NAMES
-from search_space.presets import load_architecture, preset
+from search_space.presets import check_before_the_data, load_architecture, preset
 from search_space.schema import DatasetSchema
 
 CLAIM_PREFIX = "baseline-claim:"
@@ -67,13 +67,11 @@ def load_baseline(name_or_file: str, schema: DatasetSchema) -> Architecture:
 def check_baseline_files(names: list[str]) -> None:
     """The baselines given as architecture files, checked as far as they can be without the
     data's schema (`unbound_problems`), before the data loads."""
-    for name in (n for n in names if n not in PRESET_NAMES):
+    for name in names:
         try:
-            problems = unbound_problems(Architecture.load(name))
+            check_before_the_data(name)
         except RanknasError as exc:
             raise RanknasError(f"baselines: {exc}") from None
-        if problems:
-            raise RanknasError(f"baselines: {name}: " + "\n".join(problems))
 
 
 def best_baseline(study: optuna.Study, metric: str = "ne") -> tuple[str, dict[str, Any]] | None:

@@ -812,7 +812,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from nas.protocol import describe_split, fit_on_training, split_method
     from search_space.builder import build_model
-    from search_space.presets import load_architecture, unknown_architecture
+    from search_space.presets import check_before_the_data, load_architecture, unknown_architecture
     from trainers.data import bayes_metrics, load_dataset
     from trainers.data.preprocess import apply_preprocessing, describe
     from trainers.trainer import train
@@ -820,6 +820,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     problem = unknown_architecture(args.arch)
     if problem:  # before the data is read
         raise RanknasError(f"--arch {problem}")
+    check_before_the_data(args.arch)
     torch.set_num_threads(args.threads)
     if args.stream:
         return _train_streamed(args)

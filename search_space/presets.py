@@ -10,7 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from search_space.architecture import Architecture, BlockSpec, EmbeddingConfig, analyze
+from search_space.architecture import (
+    Architecture,
+    BlockSpec,
+    EmbeddingConfig,
+    analyze,
+    unbound_problems,
+)
 from search_space.errors import SpecError
 from search_space.preset_names import PRESET_NAMES, unknown_architecture
 from search_space.schema import DatasetSchema
@@ -163,6 +169,17 @@ def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
     except SpecError as exc:
         raise SpecError(f"{name_or_file}: {exc}") from None
     return arch
+
+
+def check_before_the_data(name_or_file: str) -> None:
+    """An architecture file checked as far as it can be without the data's schema (ops,
+    inputs, output, cycles, params: `unbound_problems`), so that a mistake is told before
+    the data loads, which can take minutes; a preset or a missing file passes (told later)."""
+    if name_or_file in PRESETS or unknown_architecture(name_or_file):
+        return
+    problems = unbound_problems(Architecture.load(Path(name_or_file)))
+    if problems:
+        raise SpecError(f"{name_or_file}: " + "\n".join(problems))
 
 
 def _check_all_live(arch: Architecture, live: tuple[str, ...]) -> None:

@@ -279,3 +279,14 @@ def test_presets_say_how_their_tables_are_sized(capsys):
     the same data: the schema's cardinalities against the training split's vocabulary."""
     assert main(["presets"]) == 0
     assert "emb.params: tables sized by the schema's cardinalities" in capsys.readouterr().out
+
+
+def test_train_checks_an_architecture_file_before_it_reads_the_data(tmp_path, capsys):
+    """It loaded and split the data first: minutes on a large file, then the spec's error."""
+    spec = tmp_path / "model.json"
+    spec.write_text(
+        '{"blocks": [{"name": "a", "op": "mlpp", "inputs": ["dense"]}], "embedding": {"dim": 4}}'
+    )
+    assert main(["train", "--arch", str(spec), "--data", "synthetic", "--rows", "2000"]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}: block 'a': unknown op 'mlpp'" in err and "split" not in err
