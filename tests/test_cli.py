@@ -290,3 +290,9 @@ def test_train_checks_an_architecture_file_before_it_reads_the_data(tmp_path, ca
     assert main(["train", "--arch", str(spec), "--data", "synthetic", "--rows", "2000"]) == 2
     err = capsys.readouterr().err
     assert f"{spec}: block 'a': unknown op 'mlpp'" in err and "split" not in err
+
+
+def test_fewer_training_rows_than_a_batch_says_what_to_change(capsys):
+    assert main(["train", "--arch", "dlrm", "--data", "synthetic", "--rows", "600"]) == 2
+    err = capsys.readouterr().err
+    assert "480 rows, fewer than one batch of 512: give more rows, or a smaller batch" in err

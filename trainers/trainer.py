@@ -160,7 +160,9 @@ def _batches(data: Rows, config: TrainConfig, resident_on: torch.device | None =
         loader = data.loader(config.batch_size, shuffle=True, seed=config.seed, drop_last=True)
     if len(loader) == 0:
         raise RanknasError(
-            f"the training split has {len(data)} rows, fewer than one batch of {config.batch_size}"
+            f"the training split has {len(data)} rows, fewer than one batch of "
+            f"{config.batch_size}: give more rows, or a smaller batch (training.batch_size in a "
+            "study, --batch-size to ranknas train)"
         )
     while True:
         yield from loader
