@@ -158,9 +158,36 @@ def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str
         name = f"{prefix}{key}"
         if isinstance(old, dict) and isinstance(new, dict):
             changes += _protocol_changes(old, new, f"{name}.")
+        elif _lists_of_mappings(old, new) and old != new:  # the items that changed, by name
+            changes += _item_changes(name, old, new)
         elif old != new:
             changes.append(f"{name}: {_short(old)} -> {_short(new)}")
     return changes
+
+
+def _lists_of_mappings(old: Any, new: Any) -> bool:
+    """Two lists of as many mappings (a schema's columns): told item by item, as a whole
+    they are cut short before the change shows."""
+    lists = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
+    return lists and all(isinstance(item, dict) for item in (*old, *new))
+
+
+def _item_changes(name: str, old: list[dict], new: list[dict], most: int = 2) -> list[str]:
+    """What changed in the items of two lists of mappings: each setting of up to `most`
+    items, else which items (a data set rewritten: every column's cardinality moved)."""
+    items = [(f"{name}[{_item_name(a, b, i)}]", a, b)
+             for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]  # fmt: skip
+    if len(items) > most:
+        names = ", ".join(item.removeprefix(name) for item, _, _ in items[:6])
+        return [f"{name}: {len(items)} of {len(old)} changed ({names}{', ...' * (len(items) > 6)})"]
+    return [change for item, a, b in items for change in _protocol_changes({item: a}, {item: b})]
+
+
+def _item_name(old: Any, new: Any, index: int) -> str:
+    """A list item by its `name` where both have the same one (a schema's columns), else
+    by its index."""
+    named = isinstance(old, dict) and isinstance(new, dict) and "name" in old
+    return str(old["name"]) if named and old["name"] == new.get("name") else str(index)
 
 
 def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) -> None:

@@ -1057,3 +1057,13 @@ def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, caps
     plain = tiny_config(tmp_path, "plain", budget={"trials": 1})
     assert main(["search", str(write_config(tmp_path, plain))]) == 0
     assert "Pareto front" not in capsys.readouterr().out  # one objective: the table says it
+
+
+def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
+    """The schema's columns were one list, cut short at 60 characters before the change."""
+    from nas.protocol import _protocol_changes
+
+    columns = [{"name": f"c{i}", "cardinality": 10} for i in range(8)]
+    changed = [*columns[:7], {"name": "c7", "cardinality": 9}]
+    old, new = ({"data": {"schema": {"categorical": c}}} for c in (columns, changed))
+    assert _protocol_changes(old, new) == ["data.schema.categorical[c7].cardinality: 10 -> 9"]
