@@ -154,6 +154,35 @@ def test_a_time_split_puts_validation_and_test_after_training(tmp_path):
         data.split(method="later")
 
 
+def _day_log(tmp_path, days):
+    """A log whose time column holds each row's day (in the given order)."""
+    lines = ["y,price,shop,day"] + [
+        f"{i % 2},{i}.5,s{i % 7},{np.datetime64('2026-01-01') + int(d)}" for i, d in enumerate(days)
+    ]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "schema.yaml").write_text(
+        "label: y\ndense: [price]\ncategorical: [shop]\ntime: day\n"
+    )
+    return load_tabular(tmp_path / "log.csv", tmp_path / "schema.yaml")
+
+
+def test_a_time_split_never_puts_rows_of_one_time_on_both_sides(tmp_path):
+    """With a column of days, 46 validation rows shared training's last day: each boundary
+    moves to the nearest change of day (the earlier one where two are as near), unless a part
+    would then be empty."""
+    rng = np.random.default_rng(0)
+    counts = [23, 31, 27, 35, 29, 33, 26, 30, 32, 34]  # rows per day: 300 in all
+    data = _day_log(tmp_path, rng.permutation(np.repeat(np.arange(10), counts)))
+    train, valid, test = data.split(method="time")
+    assert train.time.max() < valid.time.min() and valid.time.max() < test.time.min()
+    assert [len(p) for p in (train, valid, test)] == [234, 32, 34]  # 240 and 270 moved
+    train, valid, test = data.split(fractions=(0.73, 0.27, 0.0), method="time")
+    assert [len(p) for p in (train, valid, test)] == [204, 96, 0]  # 219: as near to 234
+    # two days of 150 rows: both boundaries would move to 150, emptying validation
+    data = _day_log(tmp_path, np.repeat([0, 1], 150))
+    assert [len(p) for p in data.split(method="time")] == [240, 30, 30]
+
+
 def test_one_odd_cell_in_a_time_column_is_that_line_s_fault_only(tmp_path):
     """A column of numbers (hours as 14102100) with one date in it, and a column of dates
     with one cell that is neither: the odd line is reported, the others keep their times."""
@@ -615,6 +644,71 @@ def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):
     schema = yaml.safe_load(text)
     assert schema["time"] == "event_time" and schema["dense"] == ["price"]
     assert [c["name"] for c in schema["categorical"]] == ["user"]  # ids like U-000003: no date
+
+
+def test_data_schema_refuses_a_time_column_of_words(tmp_path, capsys):
+    """`--time city` (a column of words) was written as the time: training then found all
+    its lines malformed ("time not a number or a date (city)")."""
+    from nas.cli import main
+
+    rows = [f"{i % 2},{('Paris', 'Lyon', 'Nice')[i % 3]},{i * 0.37:.2f},{i}" for i in range(200)]
+    (tmp_path / "v.csv").write_text("clicked,city,price,t\n" + "\n".join(rows) + "\n")
+    args = ["data", "schema", str(tmp_path / "v.csv"), "--label", "clicked", "--time"]
+    assert main([*args, "city"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1
+    assert "v.csv: the time column 'city' holds 'Paris', 'Lyon', 'Nice', not numbers or " in err
+    assert "a time column holds numbers (epoch seconds) or dates" in err
+    assert main([*args, "t"]) == 0 and yaml.safe_load(capsys.readouterr().out)["time"] == "t"
+
+
+def test_schema_inference_says_a_column_has_thousands_separators(tmp_path, caplog):
+    """A price written "1,234.56" (quoted in the CSV) is no number to pandas, nor to training:
+    the column was left out as a row key, with advice to add it under categorical."""
+    from trainers.data.tabular import infer_schema
+
+    rng = np.random.default_rng(0)
+    prices = [f'"{p:,.2f}"' for p in rng.uniform(10, 5000, 300)]  # some under 1,000
+    rows = [f"{i % 2},{p},{i * 0.37:.2f}" for i, p in enumerate(prices)]
+    (tmp_path / "log.csv").write_text("clicked,price,x\n" + "\n".join(rows) + "\n")
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(tmp_path / "log.csv", "clicked")
+    assert schema["dense"] == ["x"] and schema["categorical"] == []
+    first = next(p.strip('"') for p in prices if "," in p)
+    said = f"left out price: it holds numbers written with thousands separators ({first!r}); "
+    assert said + "write them without the separators to use it as a dense feature" in caplog.text
+    assert "names the row" not in caplog.text
+
+
+def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, caplog):
+    """Epoch seconds in `ts` (and milliseconds in `event_time`) were listed under dense;
+    they are left out with the `--time` to pass. Large numbers under another name (`bytes`)
+    and small numbers in `ts` stay dense; with --time the other columns are as they were."""
+    from trainers.data.tabular import infer_schema
+
+    start = 1_772_323_200  # 2026-03-01 00:00 UTC
+    columns = {
+        "clicked": [i % 2 for i in range(200)],
+        "ts": [start + 97 * i for i in range(200)],
+        "event_time": [(start + 86_400 + 13 * i) * 1000 for i in range(200)],
+        "bytes": [start + 31 * i for i in range(200)],
+        "step": list(range(200)),
+    }
+    path = tmp_path / "log.csv"
+    path.write_text(",".join(columns) + "\n" + "\n".join(
+        ",".join(str(values[i]) for values in columns.values()) for i in range(200)))  # fmt: skip
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(path, "clicked")
+    assert "time" not in schema and schema["dense"] == ["bytes", "step"]
+    assert ("left out ts: it looks like a time column (epoch seconds, 2026-03-01 to 2026-03-01); "
+            "pass --time ts to split in time order") in caplog.text  # fmt: skip
+    assert "left out event_time: it looks like a time column (epoch milliseconds, 2026-03-02" in (
+        caplog.text
+    )
+    assert infer_schema(path, "clicked", time="ts")["dense"] == ["event_time", "bytes", "step"]
+    small = [f"{i % 2},{i}" for i in range(200)]
+    (tmp_path / "small.csv").write_text("clicked,ts\n" + "\n".join(small))
+    assert infer_schema(tmp_path / "small.csv", "clicked")["dense"] == ["ts"]
 
 
 def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):

@@ -160,7 +160,8 @@ class TabularData:
 
         `random`: a seeded permutation (indices sorted within a split); `ordered`: contiguous
         in file order; `time`: contiguous in the order of `time` (ties in file order), so that
-        validation and test are the future of training, as production is.
+        validation and test are the future of training, as production is; rows of the same
+        time stay on one side of each boundary (see `_at_time_changes`).
         """
         n = len(self)
         bounds = split_bounds(n, fractions)
@@ -170,6 +171,7 @@ class TabularData:
             order = np.arange(n)
         elif method == "time" and self.time is not None:
             order = np.argsort(self.time, kind="stable")
+            bounds = _at_time_changes(self.time[order], bounds)
         else:
             raise RanknasError(
                 f"split method {method!r}: use random, ordered, or time (with a time column "
@@ -231,6 +233,25 @@ def split_bounds(rows: int, fractions: Sequence[float]) -> np.ndarray:
             "(train, valid, test) that sum to 1"
         )
     return np.round(np.cumsum(fractions)[:2] * rows).astype(np.int64)
+
+
+def _at_time_changes(times: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """`bounds` into rows sorted by `times`, each moved to the nearest row where the time
+    changes (the earlier one where two are as near), so that no time (a day, with a column of
+    days) lies on both sides; as they were where that would empty a part they do not."""
+    changes = np.flatnonzero(times[1:] != times[:-1]) + 1
+    if not changes.size:
+        return bounds
+    after = np.minimum(np.searchsorted(changes, bounds), changes.size - 1)  # first >= bound
+    before = np.maximum(after - 1, 0)
+    nearer_before = bounds - changes[before] <= np.abs(changes[after] - bounds)
+    moved = np.where(nearer_before & (changes[before] <= bounds), changes[before], changes[after])
+    inside = (bounds > 0) & (bounds < len(times))  # a part asked to be empty stays empty
+    moved = np.where(inside, moved, bounds)
+    edges, moved_edges = (np.concatenate([[0], b, [len(times)]]) for b in (bounds, moved))
+    if np.any((np.diff(moved_edges) == 0) & (np.diff(edges) > 0)):
+        return bounds
+    return moved
 
 
 def check_batch_size(batch_size: object) -> None:

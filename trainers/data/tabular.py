@@ -403,15 +403,20 @@ def _dates(texts: Any) -> Any:
     return dates
 
 
-def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
-    """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
-    column = frame[spec.time]
+def _time_values(column: Any) -> np.ndarray:
+    """A time column as numbers (dates as nanoseconds), NaN where a cell holds neither."""
     values, missing = _numeric(column)
     if np.isnan(values[~missing]).any():  # not all numbers: dates, if most of them are
         dates = _dates(column)
         as_dates = np.where(dates.isna(), np.nan, dates.astype("int64").to_numpy(np.float64))
         if np.isnan(as_dates).sum() < np.isnan(values).sum():  # one odd cell: that line only
             values = as_dates
+    return values
+
+
+def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarray) -> np.ndarray:
+    """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
+    values = _time_values(frame[spec.time])
     wrong = np.isnan(values)
     first = 2 if report.unit == "line" else 1
     report.add(f"time not a number or a date ({spec.time})", np.flatnonzero(wrong) + first)
@@ -716,6 +721,15 @@ ID_NAME = re.compile(
     r"app|site|device|city)s?$"
 )
 ROW_KEY_SHARE = 0.95  # of the rows with a distinct id: the column names rows, not features
+# A column named as a time ("ts", "timestamp", "event_time", "clickTime", "date"): epoch
+# numbers in it are when the row happened, not a feature (a time split orders by them).
+TIME_NAME = re.compile(
+    r"(?:^|[_\-\s.])(?i:ts|time|timestamp|date|datetime|epoch)$|[a-z0-9](?:Time|Timestamp|Date|Ts)$"
+)
+EPOCH_SECONDS = (946_684_800, 4_102_444_800)  # 2000-01-01 and 2100-01-01, UTC
+# "1,234.56" is no number to pandas, so none to training either (and "1,234" may mean 1.234
+# elsewhere): such a column is left out, and said, rather than read with its commas dropped.
+THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
 
 
 LIST_SEPARATORS = ("|", ";")  # a CSV text column holding lists separates items by one
@@ -740,6 +754,40 @@ def _check_label(path: Path, column: Any) -> None:
         )
 
 
+def _check_time_values(path: Path, column: Any) -> None:
+    """Refuse a time column (given by --time) that holds no value, or whose cells are not
+    numbers or dates in more rows than a training load tolerates as malformed."""
+    blank = _numeric(column)[1]
+    if blank.all():
+        raise RanknasError(f"{path}: the time column {column.name!r} is blank in every row; "
+                           "pass another --time, or none")  # fmt: skip
+    wrong = ~blank & np.isnan(_time_values(column))
+    if wrong.sum() > (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
+        found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:3])
+        raise RanknasError(
+            f"{path}: the time column {column.name!r} holds {found}, not numbers or dates, in "
+            f"{int(wrong.sum()):,} of {int((~blank).sum()):,} rows: a time column holds numbers "
+            "(epoch seconds) or dates (2026-03-01 10:00); pass another --time, or none"
+        )
+
+
+def _epoch_times(values: np.ndarray) -> str | None:
+    """How numbers that are all epoch times from 2000 to 2100 read ("epoch seconds,
+    2026-03-01 to 2026-03-31"), in seconds or milliseconds; None where they are not."""
+    start, end = EPOCH_SECONDS
+    for unit, scale in (("seconds", 1), ("milliseconds", 1000)):
+        if values.size and np.all((values >= start * scale) & (values < end * scale)):
+            span = (np.array([values.min(), values.max()]) // scale).astype(np.int64)
+            first, last = span.astype("datetime64[s]").astype("datetime64[D]")
+            return f"epoch {unit}, {first} to {last}"
+    return None
+
+
+def _with_thousands_separators(texts: Any) -> bool:
+    """Whether every text is a number written with thousands separators ("1,234.56")."""
+    return bool(len(texts)) and bool(texts.astype(str).str.strip().str.fullmatch(THOUSANDS).all())
+
+
 def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[str, Any]:
     """A schema for a CSV/Parquet file, to edit: numeric columns with many values (or any
     fraction) are dense unless named as ids (`ID_NAME`), the others categorical with ids
@@ -747,10 +795,13 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     and out of vocabulary; training counts the training split's own); a column of lists
     (Parquet), or of texts of which at least `LIST_SHARE` hold a separator of
     `LIST_SEPARATORS` (CSV), is multi-valued. Without `time`, the first column of dates
-    becomes the time column. A column of ids (text, or whole numbers named as ids) with a
-    different value on nearly every row (a request or impression id) is left out, with a
-    warning, as is a column with one value (or none) in every row: it tells no row from
-    another, and the synthetic data's `TRUE_PROB_COLUMN`."""
+    becomes the time column, and a column named as a time (`TIME_NAME`) that holds epoch
+    seconds or milliseconds is left out with a warning that suggests it as `--time`; a given
+    `time` that holds no numbers or dates is refused. A column of ids (text, or whole numbers
+    named as ids) with a different value on nearly every row (a request or impression id) is
+    left out, with a warning, as is a column with one value (or none) in every row: it tells
+    no row from another, a column of numbers written with thousands separators (`THOUSANDS`),
+    and the synthetic data's `TRUE_PROB_COLUMN`."""
     path = Path(path)
     spec = TabularSchema(label=label, dense=(), categorical=(), source=str(path))
     frame, report = _read_frame(path, replace(spec, dense=(), categorical=()), columns=None)
@@ -768,9 +819,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             _no_rows(path))  # fmt: skip
         raise RanknasError(f"{path}: no schema to infer: {why}")
     _check_label(path, frame[label])
+    suggest_time = time is None
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
+    else:
+        _check_time_values(path, frame[time])
     dense, categorical, row_keys, constant, counts = [], [], [], [], []
     for column in frame.columns:
         if column in (label, time):
@@ -790,12 +844,22 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         words = np.isnan(values[~blank])
         distinct = frame[column][~blank].nunique()
         named_ids = ID_NAME.search(str(column)) is not None
+        named_time = suggest_time and TIME_NAME.search(str(column)) is not None
+        if named_time and not words.any() and (epochs := _epoch_times(values[~blank])):
+            logger.warning("%s: left out %s: it looks like a time column (%s); pass --time %s "
+                           "to split in time order", path, column, epochs, column)  # fmt: skip
+            continue
+        texts = frame[column][~blank][words]
+        if not named_ids and _with_thousands_separators(texts):
+            logger.warning("%s: left out %s: it holds numbers written with thousands separators "
+                           "(%r); write them without the separators to use it as a dense "
+                           "feature", path, column, texts.iloc[0])  # fmt: skip
+            continue
         if (words.any() and words.mean() <= STRAY_WORDS_SHARE and not named_ids
                 and distinct >= DENSE_MIN_DISTINCT):  # fmt: skip
-            stray = frame[column][~blank][words]
             logger.warning("%s: %s taken as dense: %d of %d values are not numbers (e.g. %r); "
                            "training skips their rows under the bad-row limits", path, column,
-                           len(stray), int((~blank).sum()), stray.iloc[0])  # fmt: skip
+                           len(texts), int((~blank).sum()), texts.iloc[0])  # fmt: skip
             dense.append(str(column))
             continue
         numeric = not words.any()
