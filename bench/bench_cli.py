@@ -3,6 +3,7 @@ given a recorded study, `status` and `leaderboard` (rows read from its storage).
 
     .venv/bin/python bench/bench_cli.py --repeats 7
     .venv/bin/python bench/bench_cli.py --study quickstart --storage sqlite:///ranknas-data/studies.db
+    .venv/bin/python bench/bench_cli.py --config examples/quickstart.yaml   # given its YAML
 
 Prints one Markdown row per command: the median wall time of a fresh process and the
 spread, as a user waits for it.
@@ -26,10 +27,14 @@ def main() -> None:
     parser.add_argument("--study", help="also time `status` and `leaderboard` of this study")
     parser.add_argument("--storage", default="sqlite:///ranknas-data/studies.db",
                         help="the study's storage URL")  # fmt: skip
+    parser.add_argument("--config", help="also time them given this study YAML")
+    parser.add_argument("--only-study", action="store_true", help="skip the --help commands")
     args = parser.parse_args()
-    commands = list(COMMANDS)
+    commands = [] if args.only_study else list(COMMANDS)
     if args.study:
         commands += [f"{c} {args.study} --storage {args.storage}" for c in STUDY_COMMANDS]
+    if args.config:
+        commands += [f"{c} {args.config}" for c in STUDY_COMMANDS]
     print("| command | median s | spread s |\n|---|---|---|")
     for command in commands:
         times = []

@@ -351,7 +351,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
     bases = state["baselines"]
     if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
-        storage = f" --storage {args.storage}" if args.storage else ""
+        from nas.storage import redact
+
+        storage = f" --storage {redact(args.storage)}" if args.storage else ""
         print(f"baselines: {len(bases)} recorded, none complete ("
               f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {args.study}"
               f"{storage}` says why)")  # fmt: skip
@@ -395,7 +397,7 @@ def _view_url(config) -> str | None:
 
     try:
         check_reachable(uri, timeout_s=2)  # before MLflow's client, whose import takes seconds
-    except RanknasError:
+    except Exception:  # down, or no URI at all: status says what it knows
         return None
     from mlflow import MlflowClient
 

@@ -466,7 +466,23 @@ def unbound_problems(arch: Architecture) -> list[str]:
     """What is wrong with `arch` before a schema binds it: ops, inputs, output, cycles and
     params (a study says so before it loads the data, which can take minutes)."""
     blocks = {b.name: b for b in arch.blocks}
-    return _structural_problems(arch, blocks) + _param_problems(arch.blocks)
+    problems = _structural_problems(arch, blocks) + _param_problems(arch.blocks)
+    return problems or _unfed_blocks(arch, blocks)
+
+
+def _unfed_blocks(arch: Architecture, blocks: dict[str, BlockSpec]) -> list[str]:
+    """A spec that names no `output` has its last block's; blocks that do not feed that one
+    would be dropped without a word: in a file, most likely not the model its author meant
+    (the files ranknas writes name their output, and may hold unused blocks)."""
+    if arch.output is not None:
+        return []
+    live = set(_live_order(arch, blocks))
+    dead = [b.name for b in arch.blocks if b.name not in live]
+    if not dead:
+        return []
+    return [f"blocks {dead} do not feed the last block {arch.output_block!r}, the output as "
+            'the spec names no "output": name the block that feeds the head in "output", or '
+            "remove them"]  # fmt: skip
 
 
 def _param_problems(blocks: tuple[BlockSpec, ...]) -> list[str]:

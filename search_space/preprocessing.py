@@ -55,9 +55,14 @@ def dense_value(value: Any) -> float:
         return float("nan")
     if isinstance(value, str) and value.strip().lower() in MISSING_NUMBERS:
         return float("nan")
-    if isinstance(value, bool):  # float(True) is 1.0: a flag is no measure
+    if is_flag(value):  # float(True) is 1.0: a flag is no measure
         raise ValueError(f"{value!r} is a boolean, not a number")
     return float(value)
+
+
+def is_flag(value: Any) -> bool:
+    """True or False, Python's or numpy's (whose `bool` is no subclass of Python's)."""
+    return isinstance(value, bool) or type(value).__name__ in ("bool", "bool_")
 
 
 MISSING_ID = 0

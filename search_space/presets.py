@@ -164,8 +164,11 @@ def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:
         raise SpecError(problem)
     arch = Architecture.load(Path(name_or_file))
     try:  # here, so that the error names the file
+        problems = unbound_problems(arch)
+        if problems:
+            raise SpecError("\n".join(problems))
         arch = arch.bind(schema)
-        _check_all_live(arch, analyze(arch).order)
+        analyze(arch)
     except SpecError as exc:
         raise SpecError(f"{name_or_file}: {exc}") from None
     return arch
@@ -180,15 +183,3 @@ def check_before_the_data(name_or_file: str) -> None:
     problems = unbound_problems(Architecture.load(Path(name_or_file)))
     if problems:
         raise SpecError(f"{name_or_file}: " + "\n".join(problems))
-
-
-def _check_all_live(arch: Architecture, live: tuple[str, ...]) -> None:
-    """A file's blocks that do not feed its output would be dropped without a word (a
-    missing `output` makes it the last block): most likely not the model its author meant."""
-    dead = [b.name for b in arch.blocks if b.name not in live]
-    if dead:
-        named = "" if arch.output else ', the last block (the spec names no "output")'
-        raise SpecError(
-            f"blocks {dead} do not feed the output {arch.output_block!r}{named}: "
-            'name the block that feeds the head in "output", or remove them'
-        )

@@ -141,7 +141,7 @@ def test_arch_show_reads_a_file_and_a_schema(tmp_path, capsys):
             ["arch", "show", "{file}"],
             '{"blocks": [{"name": "a", "op": "mlp", "inputs": ["dense"], "params": {"widths": '
             '[4]}}, {"name": "b", "op": "dot", "inputs": ["sparse"]}], "embedding": {"dim": 4}}',
-            "blocks ['a'] do not feed the output 'b', the last block (the spec names no",
+            "blocks ['a'] do not feed the last block 'b', the output as the spec names no",
         ),
         (
             ["space", "sample", "{file}"],

@@ -279,8 +279,12 @@ def test_raw_input_mistakes_name_the_feature_row_and_fix(cases: dict[str, Case])
     numbers[1][0] = True
     with pytest.raises(ValueError, match=r"dense value True in row 1, column 0 .* not a number"):
         module.prepare_dense(numbers, directory)
-    with pytest.raises(ValueError, match=r"dense values are booleans \(a bool array\)"):
-        module.prepare_dense(case.dense.numpy() > 0, directory)
+    for flags in (case.dense.numpy() > 0, case.dense > 0):  # numpy's and torch's
+        with pytest.raises(ValueError, match=r"dense values are booleans \(a bool array\)"):
+            module.prepare_dense(flags, directory)
+    numbers[1][0] = (case.dense.numpy() > 0)[1, 0]  # numpy's True, in a list
+    with pytest.raises(ValueError, match=r"dense value .* in row 1, column 0 .* not a number"):
+        module.prepare_dense(numbers, directory)
 
 
 def test_weights_are_plain_safetensors(cases: dict[str, Case]) -> None:

@@ -21,6 +21,7 @@ from search_space.names import table_name
 from search_space.preprocessing import (
     dense_value,
     encode_value,
+    is_flag,
     split_cell,
     transform_dense,
     vocabulary_index,
@@ -139,10 +140,10 @@ def _cell(row: int, column: int, more: int) -> str:
 
 
 def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Tensor:
+    if str(getattr(dense, "dtype", "")) in ("bool", "torch.bool"):  # flags: no measure
+        raise ValueError("dense values are booleans (a bool array): give numbers")
     if isinstance(dense, torch.Tensor):
         return dense.to(torch.float32)
-    if str(getattr(dense, "dtype", "")) == "bool":  # an array of flags: no measure, as in training
-        raise ValueError("dense values are booleans (a bool array): give numbers")
     try:
         if _holds_flags(dense):  # as_tensor reads True as 1.0: cell by cell, refused there
             raise TypeError
@@ -172,10 +173,12 @@ def _dense_tensor(dense: torch.Tensor | Sequence[Sequence[object]]) -> torch.Ten
 
 
 def _holds_flags(dense: Sequence[Sequence[object]]) -> bool:
-    """Whether a Python boolean stands among the rows' cells (an array's are its dtype's)."""
+    """Whether a boolean (Python's or numpy's) stands among the rows' cells; an array's
+    cells are its dtype's."""
     if hasattr(dense, "dtype"):
         return False
-    return any(isinstance(value, bool) for cells in dense for value in cells)
+    rows = (cells for cells in dense if isinstance(cells, Sequence) and not isinstance(cells, str))
+    return any(is_flag(value) for cells in rows for value in cells)
 
 
 def encode_ids(

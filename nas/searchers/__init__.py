@@ -44,11 +44,12 @@ def make_sampler(
 
         return RegularizedEvolutionSampler(space, population, sample_size, seed)
     if name == "ax":
-        logging.disable(logging.INFO)  # Ax's import announces its SQL storage, unused here
+        disabled = logging.root.manager.disable
+        logging.disable(max(disabled, logging.INFO))  # Ax's import announces its SQL storage
         try:
             from nas.searchers.ax_bo import AxSampler
         finally:
-            logging.disable(logging.NOTSET)
+            logging.disable(disabled)
 
         return AxSampler(space, objective_names, objective_thresholds, seed)
     raise ValueError(f"unknown searcher {name!r}")
