@@ -43,6 +43,12 @@ class SplitConfig(_Section):
     )
     column: str | None = Field(default=None, description="time: the event-time column")
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    ties: Literal["together", "file_order"] | None = Field(
+        default=None,
+        description="time: rows of one time on one side of each boundary (together, the "
+        "default), or in file order across it, as a study recorded before that rule (2026-12-01) "
+        "was split",
+    )
 
     @field_validator("fractions", mode="before")
     @classmethod

@@ -73,7 +73,8 @@ def prepare_data(config: StudyConfig) -> StudyData:
         options["time_column"] = d.split.column
     data = load_dataset(d.source, d.schema_path, **options)
     method = split_method(d.split.method, data, d.source)
-    parts = data.split(d.split.fractions, seed=d.seed, method=method)
+    parts = data.split(d.split.fractions, seed=d.seed, method=method,
+                       ties_together=d.split.ties != "file_order")  # fmt: skip
     fitted = fit_on_training(parts[0], d.preprocessing, d.source)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None
@@ -114,7 +115,8 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
     threads or file paths: workers on other machines may differ in those."""
     d = config.data
     parts = (data.train, data.valid, data.test)
-    described = {"split": d.split.model_dump(mode="json"), "seed": d.seed,
+    split = d.split.model_dump(mode="json") | {"ties": d.split.ties or "together"}
+    described = {"split": split, "seed": d.seed,
                  "preprocessing": d.preprocessing, "rows": [len(p) for p in parts],
                  "schema": data.train.schema.to_dict()}  # fmt: skip
     positives = [_positives(p) for p in parts]
@@ -205,13 +207,21 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
         now["data"].pop("positives", None)  # recorded, or cached, before they were counted
         recorded = recorded | {"data": {k: v for k, v in recorded["data"].items()
                                         if k != "positives"}}  # fmt: skip
+    # a study split before the tie rule: its rows say whether the split is the same
+    recorded_split = recorded["data"].get("split") or {}
+    ties = now["data"]["split"].pop("ties") if "ties" not in recorded_split else None
     changes = _protocol_changes(recorded | {"training": training}, now)
     if changes:
         more = len(changes) - 4
         shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
+        moved = any(c.startswith("data.rows:") for c in changes)
+        why = ("" if ties != "together" or not moved or not data.split.startswith("in time")
+               else " (a time split now keeps rows of one time on one side of each boundary, "
+               "since 2026-12-01; `data.split.ties: file_order` splits as this study "
+               "did)")  # fmt: skip
         raise RanknasError(
             f"study {config.name!r} in {redact(config.storage)} was run with other settings "
-            f"({shown}): runs under both would not compare; put them back, or give the "
+            f"({shown}){why}: runs under both would not compare; put them back, or give the "
             "study a new name"
         )
 

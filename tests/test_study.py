@@ -22,7 +22,7 @@ from nas.storage import load_study, study_lock
 from nas.trial_record import TrialAttr
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
-from study_helpers import counted, pruned_repeats_config, tiny_config, write_config
+from study_helpers import counted, merged, pruned_repeats_config, tiny_config, write_config
 
 
 def _states(study: optuna.Study) -> dict[str, int]:
@@ -1067,3 +1067,32 @@ def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
     changed = [*columns[:7], {"name": "c7", "cardinality": 9}]
     old, new = ({"data": {"schema": {"categorical": c}}} for c in (columns, changed))
     assert _protocol_changes(old, new) == ["data.schema.categorical[c7].cardinality: 10 -> 9"]
+
+
+def test_a_study_split_before_ties_were_kept_together_resumes_as_it_was_split(tmp_path):
+    """Rows of one day were split across a time split's boundaries until 2026-12-01: such a
+    study's recorded rows then differ, and `data.split.ties: file_order` splits as it did."""
+    from nas.trial_record import StudyAttr
+
+    lines = ["y,price,shop,day"] + [
+        f"{int(i % 5 < 2)},{i}.5,s{i % 5},{i // 37}" for i in range(600)
+    ]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "log.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\ntime: day\n")
+    data = {"source": str(tmp_path / "log.csv"), "schema": str(tmp_path / "log.yaml")}
+    config = tiny_config(tmp_path, "days", data=data, budget={"trials": 1, "max_failures": 9},
+                         training={"batch_size": 32, "evals": 2})  # fmt: skip
+    study = run_study(parse_config(config), progress=lambda line: None)
+    protocol = study.user_attrs[StudyAttr.PROTOCOL]
+    assert protocol["data"]["split"]["ties"] == "together"
+    old = parse_config(merged(config, {"data": data | {"split": {"ties": "file_order"}}}))
+    parts = prepare_data(old)
+    before = {**protocol["data"], "rows": [len(p) for p in (parts.train, parts.valid, parts.test)]}
+    before["split"] = {k: v for k, v in protocol["data"]["split"].items() if k != "ties"}
+    before.pop("positives")
+    study.set_user_attr(StudyAttr.PROTOCOL, protocol | {"data": before})  # as recorded then
+    with pytest.raises(RanknasError, match=r"data.rows: .*`data.split.ties: file_order` splits "
+                                           "as this study did"):  # fmt: skip
+        run_study(parse_config(config), progress=lambda line: None)
+    resumed = run_study(old, progress=lambda line: None)
+    assert len(resumed.trials) >= 1

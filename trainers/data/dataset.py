@@ -154,14 +154,19 @@ class TabularData:
         return self.take(np.arange(min(rows, len(self))))
 
     def split_indices(
-        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
+        self,
+        fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        method: str = "random",
+        ties_together: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row indices of train/valid/test: disjoint, covering, deterministic in `seed`.
 
         `random`: a seeded permutation (indices sorted within a split); `ordered`: contiguous
         in file order; `time`: contiguous in the order of `time` (ties in file order), so that
         validation and test are the future of training, as production is; rows of the same
-        time stay on one side of each boundary (see `_at_time_changes`).
+        time stay on one side of each boundary (see `_at_time_changes`) unless not
+        `ties_together` (as studies split before that rule: `data.split.ties: file_order`).
         """
         n = len(self)
         bounds = split_bounds(n, fractions)
@@ -171,7 +176,8 @@ class TabularData:
             order = np.arange(n)
         elif method == "time" and self.time is not None:
             order = np.argsort(self.time, kind="stable")
-            bounds = _at_time_changes(self.time[order], bounds)
+            if ties_together:
+                bounds = _at_time_changes(self.time[order], bounds)
         else:
             raise RanknasError(
                 f"split method {method!r}: use random, ordered, or time (with a time column "
@@ -181,11 +187,16 @@ class TabularData:
         return tuple(np.sort(p) for p in parts)  # type: ignore[return-value]
 
     def split(
-        self, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0, method: str = "random"
+        self,
+        fractions: Sequence[float] = (0.8, 0.1, 0.1),
+        seed: int = 0,
+        method: str = "random",
+        ties_together: bool = True,
     ) -> tuple[TabularData, TabularData, TabularData]:
         """Train, validation and test sets; see `split_indices`. Each must hold both labels:
         NE (logloss over the base rate's entropy) is undefined where it does not."""
-        parts = tuple(self.take(p) for p in self.split_indices(fractions, seed, method))
+        indices = self.split_indices(fractions, seed, method, ties_together)
+        parts = tuple(self.take(p) for p in indices)
         for name, part in zip(("training", "validation", "test"), parts, strict=True):
             positives = int(np.count_nonzero(part.labels))
             if len(part) and positives in (0, len(part)):  # (an empty part is asked for)
