@@ -680,6 +680,18 @@ def test_schema_inference_says_a_column_has_thousands_separators(tmp_path, caplo
     assert "names the row" not in caplog.text
 
 
+def test_one_number_with_a_separator_leaves_its_dense_column_dense(tmp_path):
+    """One stray "1,234" among 300 plain numbers is a bad row of a dense column (skipped
+    under the bad-row limits), not a column written with separators."""
+    from trainers.data.tabular import infer_schema
+
+    prices = [f"{10 + i * 1.5:.2f}" for i in range(300)]
+    prices[7] = '"1,234.50"'
+    rows = [f"{i % 2},{p}" for i, p in enumerate(prices)]
+    (tmp_path / "log.csv").write_text("clicked,price\n" + "\n".join(rows) + "\n")
+    assert infer_schema(tmp_path / "log.csv", "clicked")["dense"] == ["price"]
+
+
 def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, caplog):
     """Epoch seconds in `ts` (and milliseconds in `event_time`) were listed under dense;
     they are left out with the `--time` to pass. Large numbers under another name (`bytes`)

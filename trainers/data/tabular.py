@@ -850,7 +850,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
                            "to split in time order", path, column, epochs, column)  # fmt: skip
             continue
         texts = frame[column][~blank][words]
-        if not named_ids and _with_thousands_separators(texts):
+        # more than a few such cells (a few: stray rows of a dense column, below)
+        if not named_ids and words.mean() > STRAY_WORDS_SHARE and _with_thousands_separators(texts):
             logger.warning("%s: left out %s: it holds numbers written with thousands separators "
                            "(%r); write them without the separators to use it as a dense "
                            "feature", path, column, texts.iloc[0])  # fmt: skip
