@@ -7,6 +7,7 @@ below leave `num_dense` and the features to the schema.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def preset(name: str, schema: DatasetSchema | None = None) -> Architecture:
         arch = arch.bind(schema)
         analyze(arch)  # here, so that the error names the preset and what the data lacks
     except SpecError as exc:
-        kinds = " and ".join({"dense": "dense", "sparse": "categorical"}[s] for s in missing)
+        kinds = " and ".join({"sparse": "categorical"}.get(s, s) for s in missing)
         raise SpecError(f"preset {name} on data with no {kinds} column: {exc}") from None
     return arch
 
@@ -151,8 +152,7 @@ def _without_input(arch: Architecture, source: str) -> Architecture:
             blocks.append(BlockSpec(block.name, block.op, inputs, block.params))
         else:
             gone.add(block.name)
-    return Architecture(blocks=tuple(blocks), embedding=arch.embedding, name=arch.name,
-                        output=arch.output)  # fmt: skip
+    return replace(arch, blocks=tuple(blocks))
 
 
 def load_architecture(name_or_file: str, schema: DatasetSchema) -> Architecture:

@@ -73,6 +73,14 @@ def within(values: list[int] | None, uses: Mapping[str, Param]) -> list[int] | N
     return values
 
 
+def known(values: list[str], allowed: Sequence[str], kind: str, offered: str) -> list[str]:
+    """`values` where each is one of `allowed`; else the unknown ones, and what is offered."""
+    unknown = [v for v in values if v not in allowed]
+    if unknown:
+        raise ValueError(f"unknown {kind}(s) {unknown}; {offered} {list(allowed)}")
+    return values
+
+
 def block_param(op: str, name: str) -> Param:
     """Block parameter `name` of `op` as the block library declares it (its range)."""
     from search_space.blocks import OPS  # torch: only once a config names a size
@@ -93,10 +101,7 @@ class DagConfig(SpaceConfig):
     @field_validator("ops")
     @classmethod
     def _known_ops(cls, ops: list[str]) -> list[str]:
-        unknown = [op for op in ops if op not in DAG_OPS]
-        if unknown:
-            raise ValueError(f"unknown op(s) {unknown}; the DAG space offers {list(DAG_OPS)}")
-        return ops
+        return known(ops, DAG_OPS, "op", "the DAG space offers")
 
     @field_validator("widths")
     @classmethod
@@ -151,10 +156,7 @@ class DhenConfig(StackConfig):
     @field_validator("modules")
     @classmethod
     def _known_modules(cls, modules: list[str]) -> list[str]:
-        unknown = [m for m in modules if m not in DHEN_MODULE_NAMES]
-        if unknown:
-            raise ValueError(f"unknown module(s) {unknown}; DHEN offers {list(DHEN_MODULE_NAMES)}")
-        return modules
+        return known(modules, DHEN_MODULE_NAMES, "module", "DHEN offers")
 
     @field_validator("hidden")
     @classmethod
@@ -164,10 +166,7 @@ class DhenConfig(StackConfig):
     @field_validator("aggregations")
     @classmethod
     def _known_aggregations(cls, aggregations: list[str]) -> list[str]:
-        unknown = [a for a in aggregations if a not in AGGREGATIONS]
-        if unknown:
-            raise ValueError(f"unknown aggregation(s) {unknown}; allowed {list(AGGREGATIONS)}")
-        return aggregations
+        return known(aggregations, AGGREGATIONS, "aggregation", "allowed")
 
 
 class AroundConfig(SpaceConfig):
@@ -206,10 +205,7 @@ class AroundConfig(SpaceConfig):
     @field_validator("insert_ops")
     @classmethod
     def _insert_ops(cls, ops: list[str]) -> list[str]:
-        unknown = [op for op in ops if op not in INSERT_OPS]
-        if unknown:
-            raise ValueError(f"unknown op(s) {unknown}; insertable: {list(INSERT_OPS)}")
-        return ops
+        return known(ops, INSERT_OPS, "op", "insertable:")
 
 
 def _space_type(value: Any) -> Any:
