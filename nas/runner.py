@@ -116,6 +116,7 @@ DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (
 IDLE_POLL_SECONDS = 1.0  # a worker with no trial to ask, while others' trials run
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
+SEED_OF = "ranknas:seed_of"  # a queued retry's first run: its seed is that trial's (`trial_seed`)
 
 
 def _repeats(trials: list[FrozenTrial]) -> int:
@@ -315,7 +316,7 @@ def _next_trial(
                 study.tell(trial, state=TrialState.FAIL)
                 if trial.params:
                     with study_lock(config.storage, config.name):
-                        retry_first(study, trial.params)  # retried on resume
+                        retry_first(study, trial)  # retried on resume
             raise
         # the rest are running elsewhere: a worker whose last trial ends, or fails and
         # wants a retry, is seen within a second (the launcher waits for every worker)
@@ -360,22 +361,47 @@ def _drawn(trial: Trial, space: SearchSpace) -> Trial:
     return trial
 
 
-def retry_first(study: optuna.Study, params: dict[str, Any]) -> None:
-    """Queue an interrupted trial's `params` ahead of the starting points still waiting
+def retry_first(study: optuna.Study, trial: Trial | FrozenTrial) -> None:
+    """Queue an interrupted trial's point ahead of the starting points still waiting
     (Optuna pops the oldest waiting trial first; a small budget could end before reaching
-    a retry queued last): they take the oldest waiting trial, whose own params are queued
-    again at the end. Call it holding the study lock, so no worker pops that trial between
-    the read and the write. A waiting copy of a dead worker's trial is passed over: it holds
-    its own params, which Optuna uses instead of any queued ones."""
+    a retry queued last): they take the oldest waiting trial, whose own point is queued
+    again at the end. The retry trains with the interrupted run's seed (`trial_seed`).
+    Call it holding the study lock, so no worker pops that trial between the read and the
+    write. A waiting copy of a dead worker's trial is passed over: it holds its own params,
+    which Optuna uses instead of any queued ones."""
+    storage = study._storage
+    seed_of = _first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     waiting = [t for t in waiting if not t.params]
     if not waiting:
-        study.enqueue_trial(params)
+        study.enqueue_trial(trial.params)
+        storage.set_trial_system_attr(_last_waiting(study), SEED_OF, seed_of)
         return
     first = waiting[0]
     moved = first.system_attrs.get("fixed_params", first.params)
-    study._storage.set_trial_system_attr(first._trial_id, "fixed_params", params)
+    storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
+    storage.set_trial_system_attr(first._trial_id, SEED_OF, seed_of)
     study.enqueue_trial(moved)
+    if SEED_OF in first.system_attrs:  # a retry queued before moves on with its own seed
+        storage.set_trial_system_attr(_last_waiting(study), SEED_OF, first.system_attrs[SEED_OF])
+
+
+def _last_waiting(study: optuna.Study) -> int:
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[-1]._trial_id
+
+
+def trial_seed(trial: Trial, config: StudyConfig) -> int:
+    """The training seed of `trial`: the study's seed plus the number of the trial whose
+    run it is, its own or, for a retry of an interrupted or dead worker's trial, the first
+    one's, so that a study stopped and resumed trains what one run through would have."""
+    system_attrs = trial.study._storage.get_trial_system_attrs(trial._trial_id)
+    return config.seed + _first_run(trial.number, system_attrs)
+
+
+def _first_run(number: int, system_attrs: dict[str, Any]) -> int:
+    """Of the trials one run passed through (interrupted, or its worker died, and retried),
+    the first one's number: ranknas's mark, else Optuna's heartbeat retry's."""
+    return system_attrs.get(SEED_OF, system_attrs.get("failed_trial", number))
 
 
 @contextmanager
@@ -524,7 +550,7 @@ def _run_study(
                     stopped = _failed(trial, INTERRUPTED, config, worker, space)
                     _finish(study, trial, stopped, logger)
                     with study_lock(config.storage, config.name):  # no worker pops the queue
-                        retry_first(study, trial.params)  # the next run retries this architecture
+                        retry_first(study, trial)  # the next run retries this architecture
                 raise
             except RanknasError:
                 invalid = _failed(trial, "invalid input", config, worker, space)
@@ -1054,7 +1080,7 @@ def _train(
         trial.report(metrics[config.objectives.metric], step)
         return trial.should_prune()
 
-    seed = config.seed + trial.number
+    seed = trial_seed(trial, config)
     return train_architecture(arch, data, config, seed, report, f"trial {trial.number}", recipe)
 
 
@@ -1077,7 +1103,7 @@ def _confirmed(
     values = _outcome(result, config, costs)[1]
     if not config.budget.confirm_seeds or values is None or not _joins_best(trial, values):
         return result, model, {}
-    seed = config.seed + trial.number
+    seed = trial_seed(trial, config)
     runs = [(seed, result, model)]
     for k in range(1, config.budget.confirm_seeds + 1):
         other = seed + CONFIRM_SEED_STRIDE * k

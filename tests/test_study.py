@@ -930,11 +930,11 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     x = optuna.distributions.IntDistribution(0, 9)
     for start in (1, 2, 3):
         study.enqueue_trial({"x": start})
-    retry_first(study, {"x": 7})
+    retry_first(study, _interrupted(study, {"x": 7}))
     # the retry first; every starting point still runs
     assert _asked_in_turn(study, x, 4) == [7, 2, 3, 1]
     fresh = optuna.create_study()
-    retry_first(fresh, {"x": 5})  # nothing waiting: queued as usual
+    retry_first(fresh, _interrupted(fresh, {"x": 5}))  # nothing waiting: queued as usual
     assert fresh.ask({"x": x}).params == {"x": 5}
 
 
@@ -949,8 +949,73 @@ def test_a_retry_does_not_go_into_a_dead_worker_s_waiting_copy():
                                      distributions={"x": x})  # fmt: skip
     study._storage.create_new_trial(study._study_id, template_trial=copy)
     study.enqueue_trial({"x": 1})
-    retry_first(study, {"x": 7})
+    retry_first(study, _interrupted(study, {"x": 7}))
     assert _asked_in_turn(study, x, 3) == [4, 7, 1]
+
+
+def _interrupted(study: optuna.Study, params: dict) -> optuna.trial.FrozenTrial:
+    """A trial of `study` at `params` that a Ctrl-C stopped."""
+    x = optuna.distributions.IntDistribution(0, 9)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params=params,
+                                              distributions={"x": x}))  # fmt: skip
+    return study.get_trials(deepcopy=False)[-1]
+
+
+def test_a_retry_trains_with_the_seed_of_the_run_it_retries(tmp_path, monkeypatch):
+    """A retried trial trained with its own number's seed: a study stopped by a Ctrl-C and
+    resumed trained another model of that architecture than one run through (a user's:
+    validation NE 0.8220 after the resume, 0.9502 without the stop). The retry trains the
+    interrupted run's model, a retry of a retry and Optuna's retry of a dead worker's trial
+    too."""
+    import nas.runner as runner
+
+    config = parse_config(tiny_config(tmp_path, "through", budget={"trials": 3}))
+    run_study(config)
+    through = {_point(t): t.values for t in counted(load_study("through", config.storage))}
+    real, calls = runner.train_architecture, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(args[3])  # the seed
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "train_architecture", stopped_at_the_second)
+    stopped = parse_config(tiny_config(tmp_path, "stopped", budget={"trials": 3}))
+    _run_until_interrupted(stopped)
+    monkeypatch.setattr(runner, "train_architecture", real)
+    run_study(stopped)
+    study = load_study("stopped", stopped.storage)
+    retried = next(t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted")
+    again = next(t for t in counted(study) if _point(t) == _point(retried))
+    assert again.number != retried.number
+    assert again.values == through[_point(retried)]  # the same run, as if never stopped
+
+    queue, x = optuna.create_study(), {"x": optuna.distributions.IntDistribution(0, 9)}  # seed 0
+    first = _interrupted(queue, {"x": 7})
+    queue.enqueue_trial({"x": 1})  # a starting point: the retry goes ahead of it
+    runner.retry_first(queue, first)
+    second = queue.ask(x)
+    assert second.params == {"x": 7} and runner.trial_seed(second, stopped) == first.number
+    runner.retry_first(queue, queue.get_trials(deepcopy=False)[second.number])
+    queue.tell(second, state=TrialState.FAIL)
+    third = queue.ask(x)
+    assert third.params == {"x": 7} and runner.trial_seed(third, stopped) == first.number
+    starting_point = queue.ask(x)
+    assert starting_point.params == {"x": 1}
+    assert runner.trial_seed(starting_point, stopped) == starting_point.number
+    optuna.storages.RetryHeartbeatStaleTrialCallback()(queue, queue.trials[third.number])
+    died = queue.ask(x)  # the dead worker's trial, again
+    assert died.params == {"x": 7} and runner.trial_seed(died, stopped) == first.number
+    one, other = _interrupted(queue, {"x": 2}), _interrupted(queue, {"x": 3})
+    runner.retry_first(queue, one)
+    runner.retry_first(queue, other)  # goes first; the retry it moves keeps its seed
+    assert [(t.params, runner.trial_seed(t, stopped)) for t in (queue.ask(x), queue.ask(x))] == [
+        ({"x": 3}, other.number), ({"x": 2}, one.number)]  # fmt: skip
+
+
+def _point(trial: optuna.trial.FrozenTrial) -> str:
+    return json.dumps(trial.params, sort_keys=True)
 
 
 def _asked_in_turn(study: optuna.Study, x, count: int) -> list[int]:
