@@ -152,6 +152,16 @@ def _with_split_method(protocol: dict[str, Any], method: str) -> dict[str, Any]:
     return protocol | {"data": protocol["data"] | {"split": split | {"method": method}}}
 
 
+def _with_split_column(protocol: dict[str, Any]) -> dict[str, Any]:
+    """`protocol` with its time split's column named: none named splits on the schema's time
+    column, as naming that column does."""
+    split = protocol["data"].get("split") or {}
+    time = (protocol["data"].get("schema") or {}).get("time")
+    if split.get("method") != "time" or split.get("column") or not time:
+        return protocol
+    return protocol | {"data": protocol["data"] | {"split": split | {"column": time}}}
+
+
 def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
     """The settings that differ between two protocols, as `name: old -> new`."""
     changes = []
@@ -160,6 +170,8 @@ def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str
         name = f"{prefix}{key}"
         if isinstance(old, dict) and isinstance(new, dict):
             changes += _protocol_changes(old, new, f"{name}.")
+        elif _named_lists(old, new) and old != new:  # (a schema's columns)
+            changes += _named_changes(name, old, new)
         elif _lists_of_mappings(old, new) and old != new:  # the items that changed, by name
             changes += _item_changes(name, old, new)
         elif old != new:
@@ -172,6 +184,46 @@ def _lists_of_mappings(old: Any, new: Any) -> bool:
     they are cut short before the change shows."""
     lists = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
     return lists and all(isinstance(item, dict) for item in (*old, *new))
+
+
+def _named_lists(old: Any, new: Any) -> bool:
+    """Two lists of distinct names, or of mappings with distinct names: told by the names
+    added, left out and changed, as a whole they are cut short before the change shows."""
+    names = [_list_names(v) for v in (old, new)]
+    return all(n is not None and len(set(n)) == len(n) for n in names)
+
+
+def _list_names(value: Any) -> list[str] | None:
+    if not isinstance(value, list):
+        return None
+    if all(isinstance(item, str) for item in value):
+        return value
+    if all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in value):
+        return [item["name"] for item in value]
+    return None
+
+
+def _named_changes(name: str, old: list, new: list) -> list[str]:
+    """`name: added a, b; left out c` and what changed in the items both name; or that the
+    same items are in another order."""
+    before, after = (dict(zip(_list_names(v), v, strict=True)) for v in (old, new))
+    added = [n for n in after if n not in before]
+    left_out = [n for n in before if n not in after]
+    named = (("added", added), ("left out", left_out))
+    parts = [f"{what} {_names(names)}" for what, names in named if names]
+    changes = [f"{name}: {'; '.join(parts)}"] if parts else []
+    both = [n for n in before if n in after]
+    kept = [before[n] for n in both], [after[n] for n in both]
+    if kept[0] != kept[1] and all(isinstance(item, dict) for item in kept[0]):
+        changes += _item_changes(name, *kept)
+    if not changes:
+        changes.append(f"{name}: the same items in another order ({_names(list(after))})")
+    return changes
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    more = f", and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def _item_changes(name: str, old: list[dict], new: list[dict], most: int = 2) -> list[str]:
@@ -203,6 +255,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
     if _split_methods(recorded) | _split_methods(now) == {"auto", data.auto_split}:
         recorded, now = (_with_split_method(p, data.auto_split) for p in (recorded, now))
+    recorded, now = _with_split_column(recorded), _with_split_column(now)
     if "positives" not in recorded["data"] or "positives" not in now["data"]:
         now["data"].pop("positives", None)  # recorded, or cached, before they were counted
         recorded = recorded | {"data": {k: v for k, v in recorded["data"].items()

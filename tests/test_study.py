@@ -860,6 +860,27 @@ def test_export_never_writes_over_files_it_did_not_write_unless_forced(
     assert (fresh / "model.safetensors").read_bytes() != exported["model.safetensors"]
 
 
+def test_export_again_keeps_what_a_person_changed_in_the_earlier_one(two_trials, tmp_path, capsys):
+    """An export of the same model again wrote over a model card and a module a person had
+    edited, without a word (exit 0)."""
+    _, storage = two_trials
+    out = tmp_path / "winner"
+    assert main(["export", "two", *storage, "--out", str(out)]) == 0
+    sums = (out / "SHA256SUMS").read_text()
+    assert "  model_card.md\n" in sums and "  model.safetensors\n" in sums
+    assert main(["export", "two", *storage, "--out", str(out)]) == 0  # untouched: written again
+    with (out / "model_card.md").open("a") as card:
+        card.write("\nServed by the ranking team since Monday.\n")
+    edited = (out / "model_card.md").read_text()
+    capsys.readouterr()
+    assert main(["export", "two", *storage, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "model_card.md changed since it was written" in err and "--force" in err, err
+    assert "Traceback" not in err and (out / "model_card.md").read_text() == edited
+    assert main(["export", "two", *storage, "--out", str(out), "--force"]) == 0
+    assert "Served by" not in (out / "model_card.md").read_text()
+
+
 def test_storage_given_with_a_config_is_the_one_read(two_trials, tmp_path, capsys):
     """`status CONFIG --storage URL` read the config's storage and ignored the flag."""
     config, storage = two_trials
@@ -1132,6 +1153,54 @@ def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
     changed = [*columns[:7], {"name": "c7", "cardinality": 9}]
     old, new = ({"data": {"schema": {"categorical": c}}} for c in (columns, changed))
     assert _protocol_changes(old, new) == ["data.schema.categorical[c7].cardinality: 10 -> 9"]
+
+
+def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
+    """Lists of other lengths were cut short, both at the same place: `[{"name": "user_id",
+    "cardinality": 302}, {"name": "item_... -> [{"name": "user_id", ...` hid the change."""
+    from nas.protocol import _protocol_changes
+
+    def schema(dense, categorical):
+        columns = [{"name": name, "cardinality": 300 + len(name)} for name in categorical]
+        return {"data": {"schema": {"dense": dense, "categorical": columns}}}
+
+    users = ["user_id", "item_id", "category", "tags"]
+    recorded = schema(["price", "age_days"], users)
+    assert _protocol_changes(recorded, schema(["price", "age_days"], users[:2] + users[3:])) == [
+        "data.schema.categorical: left out category"
+    ]
+    assert _protocol_changes(recorded, schema(["price", "age_days", "user_id"], users[1:])) == [
+        "data.schema.categorical: left out user_id",
+        "data.schema.dense: added user_id",
+    ]
+    assert _protocol_changes(recorded, schema(["age_days", "price"], users)) == [
+        "data.schema.dense: the same items in another order (age_days, price)"
+    ]
+    recorded["data"]["schema"]["categorical"][3] |= {"multi_valued": True}
+    assert _protocol_changes(recorded, schema(["price", "age_days"], [*users, "shop"])) == [
+        "data.schema.categorical: added shop",
+        "data.schema.categorical[tags].multi_valued: true -> (not set)",
+    ]
+
+
+def test_naming_the_schema_s_time_column_splits_as_before(tmp_path):
+    """A study split in time order on its schema's time column was refused when the config
+    then named that column (`data.split.column: null -> "event_time"`): the same split."""
+    lines = ["y,price,shop,day"] + [
+        f"{int(i % 5 < 2)},{i}.5,s{i % 5},{i // 37}" for i in range(600)
+    ]
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "log.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\ntime: day\n")
+    data = {"source": str(tmp_path / "log.csv"), "schema": str(tmp_path / "log.yaml")}
+    config = tiny_config(tmp_path, "days", data=data, budget={"trials": 1, "max_failures": 9},
+                         training={"batch_size": 32, "evals": 2})  # fmt: skip
+    run_study(parse_config(config), progress=lambda line: None)
+    for split in ({"method": "time", "column": "day"}, {"method": "time"}):
+        named = merged(config, {"data": data | {"split": split}, "budget": {"trials": 2}})
+        assert len(counted(run_study(parse_config(named), progress=lambda line: None))) == 2
+    other = merged(config, {"data": data | {"split": {"method": "time", "column": "price"}}})
+    with pytest.raises(RanknasError, match=r'data\.split\.column: "day" -> "price"'):
+        run_study(parse_config(other), progress=lambda line: None)
 
 
 def test_a_study_split_before_ties_were_kept_together_resumes_as_it_was_split(tmp_path):

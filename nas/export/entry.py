@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -23,6 +24,7 @@ from nas.export.layout import (
     CARD_FILE,
     EXPORT_FILES,
     MODULE_FILE,
+    SUMS_FILE,
     WEIGHTS_FILE,
     ExportResult,
     _Columns,
@@ -105,6 +107,9 @@ def export_model(
         (out / SHARDING_FILE).write_text(json.dumps(sharding_export(arch, step), indent=2))
     card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance, step)
     result.model_card.write_text(card)
+    written = [ARCHITECTURE_FILE, PREPROCESSING_FILE, WEIGHTS_FILE, MODULE_FILE, DIAGRAM_FILE,
+               *([SHARDING_FILE] if step is not None else []), CARD_FILE]  # fmt: skip
+    (out / SUMS_FILE).write_text("".join(f"{_sha256(out / n)}  {n}\n" for n in written))
     if register is None:
         return result
     return _register(result, analysis, metrics, columns, register, tracking_uri, alias,
@@ -143,9 +148,9 @@ def check_out_dir(
     out: Path, records: Iterable[Path], force: bool, weights: Mapping[str, torch.Tensor]
 ) -> None:
     """Refuse to export into `out` where that would overwrite files that are not an earlier
-    export of these `weights` (another model's export, or a person's own files: unless
-    `force`), or a study's records (a directory in `records`, or one that holds a trial's
-    metrics: even with `force`)."""
+    export of these `weights` as it wrote them (another model's export, a person's own files
+    or edits to the export's: unless `force`), or a study's records (a directory in
+    `records`, or one that holds a trial's metrics: even with `force`)."""
     inside = next((r for r in records if _within(out, r)), None)
     if inside is not None or (out / METRICS_FILE).exists():
         where = f"inside the study's directory {inside}" if inside else "a trial's record"
@@ -164,6 +169,32 @@ def check_out_dir(
         raise RanknasError(f"--out {out} holds the export of another model (see its "
                            f"{CARD_FILE}); choose a new directory, or pass --force to replace "
                            "it")  # fmt: skip
+    edited = _edited(out)
+    if edited:
+        raise RanknasError(f"--out {out} holds an earlier export of this model whose "
+                           f"{', '.join(edited)} changed since it was written ({SUMS_FILE}); "
+                           "the export would write over that: copy what you changed elsewhere, "
+                           "choose a new directory, or pass --force")  # fmt: skip
+
+
+def _edited(out: Path) -> list[str]:
+    """The files of the export in `out` that differ from what it wrote (its `SHA256SUMS`;
+    an export written before those were kept: none)."""
+    sums = out / SUMS_FILE
+    if not sums.is_file():
+        return []
+    edited = []
+    for line in sums.read_text().splitlines():
+        recorded, _, name = line.partition("  ")
+        path = out / name
+        if name and path.is_file() and _sha256(path) != recorded:
+            edited.append(name)
+    return edited
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _same_weights(path: Path, weights: Mapping[str, torch.Tensor]) -> bool:

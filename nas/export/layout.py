@@ -14,9 +14,10 @@ from search_space.schema import DatasetSchema
 
 MODULE_FILE = "ranknas_model.py"
 CARD_FILE = "model_card.md"
+SUMS_FILE = "SHA256SUMS"  # what the export wrote, as `sha256sum -c` reads it: edits show
 # What an export directory holds (__pycache__: from loading its module)
 EXPORT_FILES = frozenset({ARCHITECTURE_FILE, WEIGHTS_FILE, MODULE_FILE, CARD_FILE,
-                          PREPROCESSING_FILE, DIAGRAM_FILE, SHARDING_FILE,
+                          PREPROCESSING_FILE, DIAGRAM_FILE, SHARDING_FILE, SUMS_FILE,
                           "__pycache__"})  # fmt: skip
 EXPERIMENT = "ranknas-export"  # the MLflow experiment of the runs that log exported models
 
