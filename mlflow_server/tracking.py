@@ -70,8 +70,9 @@ BASELINE_TAG = "ranknas.baseline"
 # A study's view of its experiment's runs table, stored where the UI's "share view" keeps
 # one (an experiment tag of this prefix, the URL naming its key): the study's runs only,
 # every row sorted by the one metric every trial and baseline logs (`VIEW_ORDER`, best
-# first), with the columns a comparison needs (the UI shows none of the metrics until a
-# person picks them): those every trained run logs, and once re-evaluated the seed means.
+# first), once re-evaluated by the seed means, as the study's best and verdict go (the
+# runs without them after), with the columns a comparison needs (the UI shows none of the
+# metrics until a person picks them): those every trained run logs, and the seed means.
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 VIEW_ORDER = "val_ne"
 VIEW_COLUMNS = (
@@ -79,6 +80,7 @@ VIEW_COLUMNS = (
     f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
 )  # fmt: skip
 REEVAL_COLUMNS = (*(f"metrics.`reeval_{m}`" for m in ("mean_val_ne", "mean_test_ne", "seeds")),)
+REEVAL_ORDER = "reeval_mean_val_ne"
 NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
@@ -505,14 +507,15 @@ def view_key(study: str) -> str:
 
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs but
-    the study's own and the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`,
-    lowest first (a flat list: a sort by a metric lists nested runs by value), with
+    the study's own and the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`
+    (`REEVAL_ORDER` once `reevaluated`: MLflow lists the runs without it last), lowest
+    first (a flat list: a sort by a metric lists nested runs by value), with
     `view_columns`."""
     columns = view_columns(reevaluated)
     kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning"))
     return {
         "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds}",
-        "orderByKey": f"metrics.`{VIEW_ORDER}`",
+        "orderByKey": f"metrics.`{REEVAL_ORDER if reevaluated else VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": [NAME_COLUMN, *columns],

@@ -18,7 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlflow_server.tracking import KIND_TAG, NAME_COLUMN, STUDY_TAG, study_view_url
+from mlflow_server.tracking import (
+    KIND_TAG,
+    NAME_COLUMN,
+    REEVAL_ORDER,
+    STUDY_TAG,
+    study_view_url,
+)
 from nas.trial_record import DIAGRAM_FILE
 from search_space.errors import RanknasError
 
@@ -118,10 +124,12 @@ def _close_assistant(page, switch: bool = True) -> None:
         page.wait_for_selector("text=matching runs", timeout=60_000)
 
 
-def _shown_first(run) -> tuple[bool, float]:
-    """The run whose page is shown: the best validation NE of a run that trained (a reused
-    trial points to the one that did)."""
-    return "reused_from" in run.data.tags, run.data.metrics.get("val_ne", float("inf"))
+def _shown_first(run) -> tuple[bool, float, float]:
+    """The run whose page is shown: the best seed mean, else validation NE, of a run that
+    trained (a reused trial points to the one that did), as the study's view lists them."""
+    metrics = run.data.metrics
+    return ("reused_from" in run.data.tags, metrics.get(REEVAL_ORDER, float("inf")),
+            metrics.get("val_ne", float("inf")))  # fmt: skip
 
 
 def _expand_parents(page, parents: int) -> None:

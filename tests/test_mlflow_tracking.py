@@ -296,19 +296,22 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
     assert {r.data.tags["ranknas.study"] for r in shown} == {"view b"}
     names = [r.info.run_name for r in shown]  # the baseline, without val_ne, last
     assert names == ["trial-1", "trial-0", "trial-2", "baseline-dlrm"]  # not the study's run
-    # after `reevaluate` (seed means on trial 2 only): still one key for every row, and
+    # after `reevaluate` (seed means on trials 1 and 2): by the seed means, as the study's
+    # best goes (trial 1 led by one run, trial 2 by its seeds), the runs without them after;
     # the seed means' columns shown
     loggers["view b"].start_study("view b", experiment_name="views", reevaluated=True)
-    loggers["view b"].log_trial(2, metrics={"reeval_mean_val_ne": 0.90}, status=None)
+    for number, mean in ((1, 0.92), (2, 0.90)):
+        loggers["view b"].log_trial(number, metrics={"reeval_mean_val_ne": mean}, status=None)
     assert loggers["view b"].flush(timeout_s=30) == 0
     experiment = client.get_experiment_by_name("views")
     view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
-    assert view["orderByKey"] == "metrics.`val_ne`"
+    assert view["orderByKey"] == "metrics.`reeval_mean_val_ne`" and view["orderByAsc"] is True
     assert set(REEVAL_COLUMNS) < set(view["selectedColumns"]) == set(view["columnOrder"][1:])
     shown = client.search_runs([experiment.experiment_id], filter_string=view["searchFilter"],
-                               order_by=["metrics.val_ne ASC"])  # fmt: skip
-    names = [r.info.run_name for r in shown]  # the baseline, without val_ne, last
-    assert names == ["trial-1", "trial-0", "trial-2", "baseline-dlrm"]  # not the study's run
+                               order_by=["metrics.reeval_mean_val_ne ASC"])  # fmt: skip
+    names = [r.info.run_name for r in shown]
+    assert names[:2] == ["trial-2", "trial-1"]  # then the runs without seed means
+    assert set(names[2:]) == {"trial-0", "baseline-dlrm"}  # not the study's run
 
 
 def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_path: Path) -> None:
