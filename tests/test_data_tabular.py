@@ -326,6 +326,18 @@ def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(
     assert "the label column 'clicked' holds '2', not 0/1, in 1 of 500 rows: training" in (
         caplog.text
     )
+    # blank labels too: inferred without a word, then the study refused the file
+    for every, expected in ((10, "refused"), (100, "said")):
+        rows = [f"{'' if i % every == 3 else i % 2},{i * 0.37:.2f},u{i % 9}" for i in range(500)]
+        (tmp_path / "events.csv").write_text("clicked,price,user\n" + "\n".join(rows) + "\n")
+        caplog.clear()
+        code = main(["data", "schema", str(tmp_path / "events.csv"), "--label", "clicked"])
+        err = capsys.readouterr().err
+        if expected == "refused":
+            assert code == 2 and "'clicked' holds blanks, not 0/1" in err, err
+            assert "in 50 of 500 rows" in err and "in every row" in err
+        else:
+            assert code == 0 and "holds blanks, not 0/1, in 5 of 500 rows" in caplog.text
 
 
 def test_labels_as_words_and_missing_numbers_as_exports_write_them(files, tmp_path):

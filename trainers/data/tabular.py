@@ -741,16 +741,18 @@ def _check_label(path: Path, column: Any) -> None:
     than a training load tolerates as malformed rows: say it now, with the values found."""
     values, blank = _label(column)
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
-    found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5])
-    if 0 < wrong.sum() <= (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
+    shown = [repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5]]
+    found = ", ".join(shown + ["blanks"] * bool(blank.any()))
+    bad = int((wrong | blank).sum())
+    if 0 < bad <= (BadRowLimits().max_bad_fraction or 0) * len(column):
         logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: "
-                       "training skips those as malformed", path, column.name, found,
-                       int(wrong.sum()), int((~blank).sum()))  # fmt: skip
-    elif wrong.sum():
+                       "training skips those as malformed", path, column.name, found, bad,
+                       len(column))  # fmt: skip
+    elif bad:
         raise RanknasError(
             f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
-            f"yes/no), in {int(wrong.sum()):,} of {int((~blank).sum()):,} rows; write it as 1 "
-            "(clicked, converted) and 0 (not), then infer the schema again"
+            f"yes/no), in {bad:,} of {len(column):,} rows; write it as 1 (clicked, converted) "
+            "and 0 (not) in every row, then infer the schema again"
         )
 
 
