@@ -579,6 +579,21 @@ def test_a_bad_list_cell_names_the_column_and_the_line(tmp_path):
     assert len(data) == 39 and data.bad_rows.bad == 1
 
 
+def test_a_separator_that_splits_no_cell_is_said(tmp_path, caplog):
+    """A schema naming `;` for a column of `a|b` cells trained on each whole text as one
+    item, without a word (2,776 \"tags\" where 30 were meant)."""
+    from helpers import write_genre_log
+
+    csv, schema = write_genre_log(tmp_path, rows=40)
+    load_tabular(csv, schema)
+    assert "holds its separator" not in caplog.text  # the right one: nothing to say
+    schema.write_text(schema.read_text().replace('separator: "|"', "separator: ';'"))
+    data = load_tabular(csv, schema)
+    assert data.multi_hot["genres"].values.size == len(data)  # one item a row: as it was said
+    assert "no cell of the multi-valued column 'genres' holds its separator ';'" in caplog.text
+    assert "set `separator: '|'` in the schema" in caplog.text
+
+
 def test_a_parquet_list_column_reads_as_its_csv_form(tmp_path):
     pd = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow", reason="Parquet needs pyarrow")

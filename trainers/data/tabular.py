@@ -357,11 +357,26 @@ def _raw_column(
     for problem, rows in problems.items():
         report.add(f"bad list cell ({column.name}): {problem}", np.asarray(rows) + first)
         bad[rows] = True
+    if lengths.max(initial=0) <= 1:
+        _warn_other_separator(series, column, report.source)
     pd = _import("pandas", "reading tabular data")
     codes, values = _factorized(pd.Series(items, dtype=object))
     offsets = np.zeros(len(series) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return RawColumn(Jagged(offsets, codes), values, separator=column.separator, multi_valued=True)
+
+
+def _warn_other_separator(series: Any, column: CategoricalColumn, source: str) -> None:
+    """Say so where a multi-valued column's separator splits no cell while another one is in
+    many: every cell would be read as one item (a schema that names `;` for a `|` file)."""
+    texts = [c for c in series.tolist() if isinstance(c, str) and c.strip()]
+    shares = {s: sum(s in t for t in texts) / len(texts) for s in LIST_SEPARATORS if texts}
+    other = max(shares, key=shares.__getitem__, default=None)
+    if other is not None and other != column.separator and shares[other] >= LIST_SHARE:
+        logger.warning("%s: no cell of the multi-valued column %r holds its separator %r, and "
+                       "%.0f%% hold %r: each cell is read as one item; set `separator: %r` in "
+                       "the schema if that one separates its items", source, column.name,
+                       column.separator, 100 * shares[other], other, other)  # fmt: skip
 
 
 def _factorized(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
