@@ -344,8 +344,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     # WAITING: starting points queued when the study began and not run (yet, or at all:
     # the budget may have been reached first)
-    words = {"waiting": "queued starting points not run"}
-    counts = ", ".join(f"{n} {words.get(k, k)}" for k, n in state["trials"].items() if n)
+    words = {"waiting": "queued starting point{s} not run"}
+    counts = ", ".join(f"{n} {words.get(k, k).format(s='s' * (n != 1))}"
+                       for k, n in state["trials"].items() if n)  # fmt: skip
     budget = state["budget_trials"]
     budget = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")

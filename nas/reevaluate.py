@@ -23,7 +23,7 @@ import torch
 from nas import leaderboard
 from nas.baselines import recorded
 from nas.config import StudyConfig
-from nas.leaderboard import baseline_rows, front_below_baseline, rows
+from nas.leaderboard import baseline_rows, front_below_baseline, rows, seeds_text
 from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
@@ -162,8 +162,8 @@ def best_baseline_by_seed_means(
                      "retrained with seeds: there is no other to choose from")  # fmt: skip
         return None
     which = "every baseline" if choice.top is None else "the best single runs"
-    progress(f"best baseline: {which} ({', '.join(bases)}) retrained with {choice.seeds} "
-             "fresh seeds")  # fmt: skip
+    progress(f"best baseline: {which} ({', '.join(bases)}) retrained with "
+             f"{seeds_text(choice.seeds)}")  # fmt: skip
     archs = {f"baseline:{key}": directory for key, directory in bases.items()}
     recipes = _baseline_recipes(study, list(bases))
     record = retrain(study, config, archs, choice.seeds, progress, data, recipes)

@@ -576,6 +576,10 @@ def _run_study(
 def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:
     trials = study.get_trials(deepcopy=False)
     done = counted_trials(trials)
+    if done > config.budget.trials:  # a budget lowered under what a run before counted
+        progress(f"study {config.name!r} already holds {done} counted trials, more than "
+                 f"budget.trials ({config.budget.trials}): none trained; raise budget.trials "
+                 "above it to search further")  # fmt: skip
     if done < config.budget.trials and _exhausted(trials, config):
         why = "the space holds few new ones; widen search_space or lower budget.trials"
         skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)

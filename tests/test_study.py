@@ -881,6 +881,17 @@ def test_export_again_keeps_what_a_person_changed_in_the_earlier_one(two_trials,
     assert "Served by" not in (out / "model_card.md").read_text()
 
 
+def test_a_budget_lowered_under_the_trials_counted_says_so(two_trials, tmp_path, capsys):
+    """`search` with budget.trials under what the study counted trained nothing, silently."""
+    config, storage = two_trials
+    lowered = merged(config, {"budget": {"trials": 1}})
+    capsys.readouterr()
+    assert main(["search", str(write_config(tmp_path, lowered)), "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert "already holds 2 counted trials, more than budget.trials (1): none trained" in out
+    assert len(load_study("two", storage[1]).trials) == 2
+
+
 def test_storage_given_with_a_config_is_the_one_read(two_trials, tmp_path, capsys):
     """`status CONFIG --storage URL` read the config's storage and ignored the flag."""
     config, storage = two_trials
