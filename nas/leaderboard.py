@@ -786,10 +786,10 @@ def pareto_png(study: optuna.Study) -> bytes:
 
 def pareto_figure(study: optuna.Study) -> Any:
     """The Pareto plot: the front red and labelled, the other trials grey, the study's best marked,
-    baselines as labelled stars, labels off the other markers. The log MFLOPs axis spans
-    the bulk of the points (`cost_range`) and the NE axis stops above them (`ne_ceiling`):
-    an outlier is drawn at the edge with its cost or NE in its label. A Bayes floor far
-    below the points is named in the legend, not drawn."""
+    baselines as labelled stars, seed means ringed, labels off the other markers. The log
+    MFLOPs axis spans the bulk of the points (`cost_range`) and the NE axis stops above them
+    (`ne_ceiling`): an outlier is drawn at the edge with its cost or NE in its label. A Bayes
+    floor far below the points is named in the legend, not drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -826,6 +826,15 @@ def pareto_figure(study: optuna.Study) -> Any:
                      marker="*", s=BASELINE_SIZE, color="tab:blue", zorder=3,
                      label="baselines")  # fmt: skip
         labels += [(b["baseline"], b[key], estimated_ne(b), "tab:blue") for b in bases]
+    ringed = 2.5  # a seed mean's ring, in its marker's size
+    sized = [(p, size * (ringed if p.get("mean_val_ne") is not None else 1))
+             for p, size in [*((p, TRIAL_SIZE) for p in points),
+                             *((b, BASELINE_SIZE) for b in bases)]]  # fmt: skip
+    means = [(p, size) for p, size in sized if p.get("mean_val_ne") is not None]
+    if means:  # beside single runs: a single run may lie below a better model's mean
+        axes.scatter([_clip(p[key], low, high) for p, _ in means], [ne(p) for p, _ in means],
+                     s=[size for _, size in means], facecolors="none", zorder=5,
+                     edgecolors="tab:green", label="seed means (the others: one run)")  # fmt: skip
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         nes = [ne(p) for p in [*points, *bases]]
@@ -845,13 +854,30 @@ def pareto_figure(study: optuna.Study) -> Any:
     axes.set(xlabel=xlabel, ylabel="validation NE", title=study.study_name)
     axes.set_xscale("log")
     axes.set_xlim(low, high)
+    _plain_log_labels(axes.xaxis, low, high)
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
-    sized = [(p, TRIAL_SIZE) for p in points] + [(b, BASELINE_SIZE) for b in bases]
     markers = [((_clip(p[key], low, high), ne(p)), size) for p, size in sized]
     _label(axes, labels, (low, high), top, COST_UNITS[key], markers)
     return figure
+
+
+def _plain_log_labels(axis: Any, low: float, high: float) -> None:
+    """A log axis's ticks labelled as plain numbers ("0.03", not "3×10⁻²", whose labels ran
+    into each other): every tick within a decade, those at 2, 3 and 5 over up to 2.5
+    decades, the powers of ten beyond."""
+    from matplotlib.ticker import FuncFormatter
+
+    decades = math.log10(high / low)
+
+    def minor(value: float, _position: int) -> str:
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
+        shown = decades <= 1 or (decades <= 2.5 and mantissa in (2, 3, 5))
+        return f"{value:g}" if shown else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def ne_ceiling(values: list[float]) -> float:
