@@ -261,6 +261,64 @@ def study_rows(args, results: dict, save) -> None:
         subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
 
 
+def concurrent_rows(args, results: dict, save) -> None:
+    """N processes each training dcnv2 at batch 512 side by side, with no study around them
+    (`--workers` gives the Ns; MPS as `--mps`): their summed examples/s against one alone.
+    Where it scales about N-fold and a study of N workers does not, the study's host work is
+    what bounds it; where it does not, the GPU's sharing of small kernels is."""
+    import multiprocessing
+    import subprocess
+
+    if args.mps:
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
+    context = multiprocessing.get_context("spawn")  # CUDA in the parent: no fork
+    cuda = args.device.startswith("cuda")
+    alone = None
+    for count in map(int, args.workers.split(",")):
+        barrier, queue = context.Barrier(count + 1), context.Queue()
+        threads = max(1, (os.cpu_count() or 1) // count)  # as the launcher splits the cores
+        children = [context.Process(target=_train_beside, args=(args.device, args.rows,
+                    args.steps, threads, barrier, queue)) for _ in range(count)]  # fmt: skip
+        for child in children:
+            child.start()
+        sampler = _gpu_sampler(args.out.parent / f"smi-concurrent-{count}.csv") if cuda else None
+        barrier.wait(timeout=600)  # every child built its model and warmed up: timed from here
+        started = time.perf_counter()
+        speeds = [queue.get(timeout=600) for _ in children]
+        wall = time.perf_counter() - started
+        for child in children:
+            child.join()
+        if sampler is not None:
+            sampler.terminate()
+            sampler.wait()
+        total = count * args.steps * 512 / wall
+        alone = alone or total / count
+        row = {"processes": count, "mps": args.mps, "wall_s": round(wall, 2),
+               "examples_per_s_each": round(statistics.median(speeds)),
+               "examples_per_s_total": round(total),
+               "vs_one_alone": round(total / alone, 2)}  # fmt: skip
+        smi = args.out.parent / f"smi-concurrent-{count}.csv"
+        samples = [float(x) for x in smi.read_text().split() if x.replace(".", "").isdigit()] \
+            if smi.exists() else []  # fmt: skip
+        if samples:
+            row["gpu_busy_pct"] = round(statistics.mean(samples), 1)
+        results.setdefault("concurrent", []).append(row)
+        save()
+        print(f"concurrent, {count} processes: {json.dumps(row)}", flush=True)
+    if args.mps:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
+
+
+def _train_beside(device: str, rows: int, steps: int, threads: int, barrier, queue) -> None:
+    """One of `concurrent_rows`' processes: a warm-up run, the others awaited, a timed run."""
+    torch.set_num_threads(threads)
+    data = generate_synthetic(SyntheticConfig(rows=rows))
+    arch = preset("dcnv2").bind(data.schema)
+    run_once(arch, data, 512, max(5, steps // 10), device)
+    barrier.wait(timeout=600)
+    queue.put(run_once(arch, data, 512, steps, device)["throughput"])
+
+
 def profile_rows(args, small, criteo) -> None:
     """Where a step's GPU time goes: torch.profiler's kernels over 30 steps replayed as a
     graph, the MLPerf shape at its batch compiled (the step its MFU target is measured on),
@@ -383,6 +441,8 @@ def suite_study(args) -> None:
         ne_rows(args, results, save)
     if "study" in parts:
         study_rows(args, results, save)
+    if "concurrent" in parts:
+        concurrent_rows(args, results, save)
     if rest and "steps" in parts:
         step_rows(argparse.Namespace(**vars(args) | {"batches": rest, "mlperf_batch": 0}),
                   results, save, small, criteo)  # fmt: skip
@@ -429,7 +489,8 @@ def main() -> None:
         help="study suite: each study's processes under cProfile, summed",
     )
     parser.add_argument("--parts", default="steps,ne,study",
-                        help="study suite: which of profile, steps, ne, study to run")  # fmt: skip
+                        help="study suite: which of profile, steps, ne, study, concurrent "
+                        "to run")  # fmt: skip
     parser.add_argument("--logs-out", type=Path, help="study suite: archive workers' logs here")
     args = parser.parse_args()
     if args.threads:

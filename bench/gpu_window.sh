@@ -13,7 +13,10 @@
 #    bf16 under autocast (`builder.AUTOCAST_INPUTS`, new) and left in fp32 (as before; the
 #    cross layers' bias is in the product in both), then a profile of the compiled step
 #    (its tables in "$out/mfu.txt").
-# 3. The 8 workers again, each started afresh (spawn): what the forked start saves.
+# 3. What bounds the 8 workers: 1 and 8 processes training dcnv2 at 512 side by side under
+#    MPS with no study around them (`--parts concurrent`). Summed examples/s near 8x one
+#    alone: the study's host work bounds it; far below: the GPU's sharing of small kernels.
+#    (It replaces the forked-against-spawned workers' run, which saves start-up only.)
 # 4. The co-design schema's dense step timed on the GPU for 100 architectures around DLRM
 #    and DCNv2: the predictor `bench/codesign_gpu_dense.yaml` uses, so that a study on this
 #    CPU predicts the step of a 16-GPU cluster with a GPU's dense part (issue 41).
@@ -34,9 +37,9 @@ timeout 240 python3 bench/bench_gpu.py --suite study --device cuda --parts study
 timeout 150 python3 bench/bench_gpu.py --suite study --device cuda --parts profile,steps \
     --step-models "" --ways compile,compile-fp32in --rows 200000 --repeats 3 \
     --out "$out/mfu.json" 2>&1 | tee "$out/mfu.txt" | grep -E "^\||^###|rror" | tail -n 20
-# the 8 workers again, each started afresh: what the forked start saved on this machine
-RANKNAS_WORKER_START=spawn timeout 120 python3 bench/bench_gpu.py --suite study --device cuda \
-    --parts study --rows 200000 --workers 8 --study-trials 120 --mps \
-    --out "$out/study_spawn.json" 2>&1 | tail -n 10
+# 1 and 8 processes training side by side, no study: what the GPU gives 8 at once
+timeout 120 python3 bench/bench_gpu.py --suite study --device cuda --parts concurrent \
+    --rows 200000 --workers 1,8 --steps 2000 --mps --out "$out/concurrent.json" \
+    2>&1 | grep -E "^concurrent|rror" | tail -n 10
 timeout 80 python3 bench/bench_latency.py --config bench/codesign.yaml --bases dlrm,dcnv2 \
     --archs 50 --device cuda --save "$out/dense_step_codesign_gpu.json" 2>&1 | tail -n 20

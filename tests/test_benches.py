@@ -44,6 +44,10 @@ def test_the_gpu_windows_benchmarks_run_on_cpu(tmp_path):
                  "study", "--rows", "4000", "--workers", "1", "--study-trials", "1",
                  "--out", str(study))  # fmt: skip
     assert '"exit": 0' in out and study.exists()
+    side_by_side = _bench("bench/bench_gpu.py", "--suite", "study", "--device", "cpu", "--parts",
+                          "concurrent", "--rows", "4000", "--workers", "1", "--steps", "10",
+                          "--out", str(tmp_path / "concurrent.json"))  # fmt: skip
+    assert 'concurrent, 1 processes: {"processes": 1' in side_by_side
     mfu = _bench("bench/bench_gpu.py", "--suite", "study", "--device", "cpu", "--parts", "steps",
                  "--step-models", "", "--ways", "graph-fp32in", "--mlperf-batch", "64",
                  "--rows", "4000", "--steps", "5", "--repeats", "1",
