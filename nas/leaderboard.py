@@ -827,14 +827,14 @@ def pareto_figure(study: optuna.Study) -> Any:
                      label="baselines")  # fmt: skip
         labels += [(b["baseline"], b[key], estimated_ne(b), "tab:blue") for b in bases]
     ringed = 2.5  # a seed mean's ring, in its marker's size
-    sized = [(p, size * (ringed if p.get("mean_val_ne") is not None else 1))
+    sized = [(p, size * (ringed if _seed_mean(p) else 1))
              for p, size in [*((p, TRIAL_SIZE) for p in points),
                              *((b, BASELINE_SIZE) for b in bases)]]  # fmt: skip
-    means = [(p, size) for p, size in sized if p.get("mean_val_ne") is not None]
+    means = [(p, size) for p, size in sized if _seed_mean(p)]
     if means:  # beside single runs: a single run may lie below a better model's mean
         axes.scatter([_clip(p[key], low, high) for p, _ in means], [ne(p) for p, _ in means],
                      s=[size for _, size in means], facecolors="none", zorder=5,
-                     edgecolors="tab:green", label="seed means (the others: one run)")  # fmt: skip
+                     edgecolors="tab:purple", label="seed means (the others: one run)")  # fmt: skip
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
         nes = [ne(p) for p in [*points, *bases]]
@@ -858,26 +858,53 @@ def pareto_figure(study: optuna.Study) -> Any:
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.canvas.draw()  # the layout is final: labels are placed in pixels
+    _keep_apart(axes.xaxis)
     markers = [((_clip(p[key], low, high), ne(p)), size) for p, size in sized]
     _label(axes, labels, (low, high), top, COST_UNITS[key], markers)
     return figure
 
 
+def _seed_mean(row: dict[str, Any]) -> bool:
+    """Whether a row's NE is a mean over seeds: re-evaluated, or confirmed while searched."""
+    return row.get("mean_val_ne") is not None or (row.get("runs") or 1) > 1
+
+
 def _plain_log_labels(axis: Any, low: float, high: float) -> None:
-    """A log axis's ticks labelled as plain numbers ("0.03", not "3×10⁻²", whose labels ran
-    into each other): every tick within a decade, those at 2, 3 and 5 over up to 2.5
-    decades, the powers of ten beyond."""
+    """A log axis's ticks labelled as plain numbers ("0.03", "200k", "2M"; not "3×10⁻²",
+    whose labels ran into each other): every tick within a decade, those at 2, 3 and 5 over
+    up to 2.5 decades, the powers of ten beyond. Call `_keep_apart` once drawn."""
     from matplotlib.ticker import FuncFormatter
 
-    decades = math.log10(high / low)
+    decades = math.log10(high / low) if 0 < low < high else math.inf
 
     def minor(value: float, _position: int) -> str:
         mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
         shown = decades <= 1 or (decades <= 2.5 and mantissa in (2, 3, 5))
-        return f"{value:g}" if shown else ""
+        return _compact(value) if shown else ""
 
-    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:g}"))
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: _compact(value)))
     axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def _compact(value: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def _keep_apart(axis: Any) -> None:
+    """Hide the drawn tick labels of `axis` that would overlap one shown before them, the
+    powers of ten first."""
+    shown: list[Any] = []
+    for label in [*axis.get_ticklabels(), *axis.get_ticklabels(minor=True)]:
+        if not label.get_text() or not label.get_visible():
+            continue
+        box = label.get_window_extent()
+        if any(box.overlaps(other) for other in shown):
+            label.set_visible(False)
+        else:
+            shown.append(box)
 
 
 def ne_ceiling(values: list[float]) -> float:

@@ -153,11 +153,11 @@ def _with_split_method(protocol: dict[str, Any], method: str) -> dict[str, Any]:
 
 
 def _with_split_column(protocol: dict[str, Any]) -> dict[str, Any]:
-    """`protocol` with its time split's column named: none named splits on the schema's time
-    column, as naming that column does."""
+    """`protocol` with its split's time column named: none named splits on the schema's time
+    column, as naming that column does (`column` only overrides the schema's `time`)."""
     split = protocol["data"].get("split") or {}
     time = (protocol["data"].get("schema") or {}).get("time")
-    if split.get("method") != "time" or split.get("column") or not time:
+    if split.get("method") not in ("auto", "time") or split.get("column") or not time:
         return protocol
     return protocol | {"data": protocol["data"] | {"split": split | {"column": time}}}
 
@@ -187,10 +187,13 @@ def _lists_of_mappings(old: Any, new: Any) -> bool:
 
 
 def _named_lists(old: Any, new: Any) -> bool:
-    """Two lists of distinct names, or of mappings with distinct names: told by the names
-    added, left out and changed, as a whole they are cut short before the change shows."""
+    """Two lists of distinct names, or two of mappings with distinct names: told by the
+    names added, left out, moved and changed, as a whole they are cut short before the
+    change shows."""
     names = [_list_names(v) for v in (old, new)]
-    return all(n is not None and len(set(n)) == len(n) for n in names)
+    if any(n is None or len(set(n)) != len(n) for n in names):
+        return False
+    return len({type(item) for item in (*old, *new)}) <= 1
 
 
 def _list_names(value: Any) -> list[str] | None:
@@ -213,11 +216,11 @@ def _named_changes(name: str, old: list, new: list) -> list[str]:
     parts = [f"{what} {_names(names)}" for what, names in named if names]
     changes = [f"{name}: {'; '.join(parts)}"] if parts else []
     both = [n for n in before if n in after]
+    if both != [n for n in after if n in before]:  # a column's place is its input's index
+        changes.append(f"{name}: {_names([n for n in after if n in before])} in another order")
     kept = [before[n] for n in both], [after[n] for n in both]
     if kept[0] != kept[1] and all(isinstance(item, dict) for item in kept[0]):
         changes += _item_changes(name, *kept)
-    if not changes:
-        changes.append(f"{name}: the same items in another order ({_names(list(after))})")
     return changes
 
 

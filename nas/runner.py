@@ -374,26 +374,27 @@ def retry_first(study: optuna.Study, trial: Trial | FrozenTrial) -> None:
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     waiting = [t for t in waiting if not t.params]
     if not waiting:
-        study.enqueue_trial(trial.params)
-        storage.set_trial_system_attr(_last_waiting(study), SEED_OF, seed_of)
+        _enqueue(study, trial.params, {SEED_OF: seed_of})
         return
     first = waiting[0]
     moved = first.system_attrs.get("fixed_params", first.params)
     storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
     storage.set_trial_system_attr(first._trial_id, SEED_OF, seed_of)
-    study.enqueue_trial(moved)
-    if SEED_OF in first.system_attrs:  # a retry queued before moves on with its own seed
-        storage.set_trial_system_attr(_last_waiting(study), SEED_OF, first.system_attrs[SEED_OF])
+    # a retry queued before moves on with its own seed
+    _enqueue(study, moved, {k: v for k, v in first.system_attrs.items() if k == SEED_OF})
 
 
-def _last_waiting(study: optuna.Study) -> int:
-    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[-1]._trial_id
+def _enqueue(study: optuna.Study, params: dict[str, Any], marks: dict[str, Any]) -> None:
+    """`study.enqueue_trial(params)` with `marks` among the queued trial's system attributes,
+    in one write (another worker may queue a trial in between two)."""
+    marked = {"fixed_params": params} | marks
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, system_attrs=marked))
 
 
 def trial_seed(trial: Trial, config: StudyConfig) -> int:
     """The training seed of `trial`: the study's seed plus the number of the trial whose
     run it is, its own or, for a retry of an interrupted or dead worker's trial, the first
-    one's, so that a study stopped and resumed trains what one run through would have."""
+    one's, so that the retry trains the model the interrupted run would have."""
     system_attrs = trial.study._storage.get_trial_system_attrs(trial._trial_id)
     return config.seed + _first_run(trial.number, system_attrs)
 
@@ -577,9 +578,9 @@ def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progre
     trials = study.get_trials(deepcopy=False)
     done = counted_trials(trials)
     if done > config.budget.trials:  # a budget lowered under what a run before counted
-        progress(f"study {config.name!r} already holds {done} counted trials, more than "
-                 f"budget.trials ({config.budget.trials}): none trained; raise budget.trials "
-                 "above it to search further")  # fmt: skip
+        progress(f"study {config.name!r} already holds {done} counted trials, more than its "
+                 f"budget of {config.budget.trials}: none trained; raise budget.trials (or "
+                 "--trials) above it to search further")  # fmt: skip
     if done < config.budget.trials and _exhausted(trials, config):
         why = "the space holds few new ones; widen search_space or lower budget.trials"
         skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)

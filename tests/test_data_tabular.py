@@ -338,6 +338,15 @@ def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(
             assert "in 50 of 500 rows" in err and "in every row" in err
         else:
             assert code == 0 and "holds blanks, not 0/1, in 5 of 500 rows" in caplog.text
+    # under 1% but over a load's 1,000 rows: refused, as the study's load would refuse it
+    import pandas as pd
+
+    from trainers.data.tabular import _check_label
+
+    labels = pd.Series(["1", "0"] * 100_000, name="clicked")
+    labels[:1_500] = ""
+    with pytest.raises(RanknasError, match="in 1,500 of 200,000 rows"):
+        _check_label(tmp_path / "events.csv", labels)
 
 
 def test_labels_as_words_and_missing_numbers_as_exports_write_them(files, tmp_path):

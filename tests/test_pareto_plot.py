@@ -103,19 +103,23 @@ def test_the_cost_axis_labels_are_plain_numbers_that_keep_apart():
     """Labels like `3×10⁻²` and `4×10⁻²` on a log axis of a decade or so ran into each other."""
     import matplotlib.pyplot as plt
 
-    from nas.leaderboard import _plain_log_labels
+    from nas.leaderboard import _keep_apart, _plain_log_labels
 
     for low, high, shown in ((0.025, 0.5, {"0.03", "0.05", "0.1", "0.2", "0.3", "0.5"}),
                              (0.38, 0.45, {"0.38", "0.4", "0.42", "0.45"}),
-                             (0.01, 400.0, {"0.1", "1", "10", "100"})):  # fmt: skip
+                             (0.01, 400.0, {"0.1", "1", "10", "100"}),
+                             (2e5, 3e6, {"200k", "300k", "500k", "1M", "2M", "3M"}),
+                             (8.5e6, 5e7, {"10M", "20M", "30M", "50M"})):  # fmt: skip
         figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
         axes.scatter([low, high], [0.9, 0.95])
         axes.set_xscale("log")
         axes.set_xlim(low, high)
         _plain_log_labels(axes.xaxis, low, high)
         figure.canvas.draw()
-        labels = [t for t in [*axes.get_xticklabels(), *axes.get_xticklabels(minor=True)]
-                  if t.get_text() and low <= t.get_position()[0] <= high]  # fmt: skip
+        _keep_apart(axes.xaxis)
+        ticks = [*axes.get_xticklabels(), *axes.get_xticklabels(minor=True)]
+        labels = [t for t in ticks if t.get_text() and t.get_visible()
+                  and low <= t.get_position()[0] <= high]  # fmt: skip
         assert shown <= {t.get_text() for t in labels}, (low, high, labels)
         boxes = [t.get_window_extent() for t in labels]
         assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]

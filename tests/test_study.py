@@ -888,7 +888,7 @@ def test_a_budget_lowered_under_the_trials_counted_says_so(two_trials, tmp_path,
     capsys.readouterr()
     assert main(["search", str(write_config(tmp_path, lowered)), "--no-mlflow"]) == 0
     out = capsys.readouterr().out
-    assert "already holds 2 counted trials, more than budget.trials (1): none trained" in out
+    assert "already holds 2 counted trials, more than its budget of 1: none trained" in out
     assert len(load_study("two", storage[1]).trials) == 2
 
 
@@ -1185,7 +1185,11 @@ def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
         "data.schema.dense: added user_id",
     ]
     assert _protocol_changes(recorded, schema(["age_days", "price"], users)) == [
-        "data.schema.dense: the same items in another order (age_days, price)"
+        "data.schema.dense: age_days, price in another order"
+    ]
+    assert _protocol_changes(recorded, schema(["age_days", "price", "ctr"], users)) == [
+        "data.schema.dense: added ctr",
+        "data.schema.dense: age_days, price in another order",
     ]
     recorded["data"]["schema"]["categorical"][3] |= {"multi_valued": True}
     assert _protocol_changes(recorded, schema(["price", "age_days"], [*users, "shop"])) == [
@@ -1206,9 +1210,10 @@ def test_naming_the_schema_s_time_column_splits_as_before(tmp_path):
     config = tiny_config(tmp_path, "days", data=data, budget={"trials": 1, "max_failures": 9},
                          training={"batch_size": 32, "evals": 2})  # fmt: skip
     run_study(parse_config(config), progress=lambda line: None)
-    for split in ({"method": "time", "column": "day"}, {"method": "time"}):
-        named = merged(config, {"data": data | {"split": split}, "budget": {"trials": 2}})
-        assert len(counted(run_study(parse_config(named), progress=lambda line: None))) == 2
+    for split in ({"method": "time", "column": "day"}, {"method": "auto", "column": "day"},
+                  {"method": "time"}):  # fmt: skip
+        named = merged(config, {"data": data | {"split": split}, "budget": {"trials": 1}})
+        assert len(counted(run_study(parse_config(named), progress=lambda line: None))) == 1
     other = merged(config, {"data": data | {"split": {"method": "time", "column": "price"}}})
     with pytest.raises(RanknasError, match=r'data\.split\.column: "day" -> "price"'):
         run_study(parse_config(other), progress=lambda line: None)

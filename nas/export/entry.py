@@ -82,6 +82,7 @@ def export_model(
     except OSError as exc:
         raise RanknasError(f"cannot create the export directory {out} ({exc.strerror})") from None
     arch_digest = digest(arch)
+    (out / SUMS_FILE).unlink(missing_ok=True)  # stale while the files below are rewritten
     result = ExportResult(
         out_dir=out,
         architecture=out / ARCHITECTURE_FILE,

@@ -104,16 +104,18 @@ class BadRowLimits:
         ):
             raise RanknasError(f"max_bad_fraction must be in [0, 1] or None (got {fraction!r})")
 
+    def tolerates(self, bad: int, rows: int, final: bool = True) -> bool:
+        """Whether a load that read `rows` rows, `bad` of them malformed, goes on."""
+        over_count = self.max_bad_rows is not None and bad > self.max_bad_rows
+        over_fraction = (
+            final and self.max_bad_fraction is not None and rows > 0
+            and bad / rows > self.max_bad_fraction
+        )  # fmt: skip
+        return not (over_count or over_fraction)
+
     def check(self, report: BadRowReport, final: bool) -> None:
         """Raise a `RanknasError` naming the file, the count and example numbers if over."""
-        over_count = self.max_bad_rows is not None and report.bad > self.max_bad_rows
-        over_fraction = (
-            final
-            and self.max_bad_fraction is not None
-            and report.rows > 0
-            and report.bad / report.rows > self.max_bad_fraction
-        )
-        if not (over_count or over_fraction):
+        if self.tolerates(report.bad, report.rows, final):
             return
         where = f"of {report.rows} {report.unit}s" + ("" if final else " read so far")
         if final and report.bad == report.rows:  # higher limits would leave nothing to train on

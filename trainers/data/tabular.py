@@ -312,10 +312,8 @@ def _list_column(series: Any) -> dict[str, Any] | None:
     if any(isinstance(c, list | tuple) or hasattr(c, "tolist") for c in cells):
         separator = None
     else:
-        texts = [c for c in cells if isinstance(c, str)]
-        shares = {s: sum(s in t for t in texts) / len(cells) for s in LIST_SEPARATORS}
-        separator = max(shares, key=shares.__getitem__)
-        if shares[separator] < LIST_SHARE:
+        separator, share = _likeliest_separator(cells)
+        if share < LIST_SHARE:
             return None
     items = set()
     for cell in cells:
@@ -369,14 +367,21 @@ def _raw_column(
 def _warn_other_separator(series: Any, column: CategoricalColumn, source: str) -> None:
     """Say so where a multi-valued column's separator splits no cell while another one is in
     many: every cell would be read as one item (a schema that names `;` for a `|` file)."""
-    texts = [c for c in series.tolist() if isinstance(c, str) and c.strip()]
-    shares = {s: sum(s in t for t in texts) / len(texts) for s in LIST_SEPARATORS if texts}
-    other = max(shares, key=shares.__getitem__, default=None)
-    if other is not None and other != column.separator and shares[other] >= LIST_SHARE:
+    cells = [c for c in series.tolist() if not _blank_cell(c)]
+    other, share = _likeliest_separator(cells) if cells else (None, 0.0)
+    if other != column.separator and share >= LIST_SHARE:
         logger.warning("%s: no cell of the multi-valued column %r holds its separator %r, and "
                        "%.0f%% hold %r: each cell is read as one item; set `separator: %r` in "
                        "the schema if that one separates its items", source, column.name,
-                       column.separator, 100 * shares[other], other, other)  # fmt: skip
+                       column.separator, 100 * share, other, other)  # fmt: skip
+
+
+def _likeliest_separator(cells: list[Any]) -> tuple[str, float]:
+    """Of `LIST_SEPARATORS`, the one most of the (non-blank) `cells` hold, and their share."""
+    texts = [c for c in cells if isinstance(c, str)]
+    shares = {s: sum(s in t for t in texts) / len(cells) for s in LIST_SEPARATORS}
+    separator = max(shares, key=shares.__getitem__)
+    return separator, shares[separator]
 
 
 def _factorized(series: Any) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -759,7 +764,7 @@ def _check_label(path: Path, column: Any) -> None:
     shown = [repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5]]
     found = ", ".join(shown + ["blanks"] * bool(blank.any()))
     bad = int((wrong | blank).sum())
-    if 0 < bad <= (BadRowLimits().max_bad_fraction or 0) * len(column):
+    if bad and BadRowLimits().tolerates(bad, len(column)):
         logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: "
                        "training skips those as malformed", path, column.name, found, bad,
                        len(column))  # fmt: skip
@@ -779,7 +784,7 @@ def _check_time_values(path: Path, column: Any) -> None:
         raise RanknasError(f"{path}: the time column {column.name!r} is blank in every row; "
                            "pass another --time, or none")  # fmt: skip
     wrong = ~blank & np.isnan(_time_values(column))
-    if wrong.sum() > (BadRowLimits().max_bad_fraction or 0) * (~blank).sum():
+    if not BadRowLimits().tolerates(int(wrong.sum()), int((~blank).sum())):
         found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:3])
         raise RanknasError(
             f"{path}: the time column {column.name!r} holds {found}, not numbers or dates, in "
