@@ -24,11 +24,11 @@ from nas.trial_record import (
 from search_space.errors import RanknasError
 
 # mean_val_ne, mean_test_ne, seeds: the means over `reevaluate`'s fresh seeds, on
-# re-evaluated trials
+# re-evaluated trials; diverged: how many of those seeds' runs ended at NE >= 1 (in the mean)
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
-           "runs", "mean_val_ne", "mean_test_ne", "seeds", "mflops", "params", "latency_ms",
-           "step_ms", "measured_step_ms", "throughput", "digest", "worker", "recipe",
-           "failure_reason")  # fmt: skip
+           "runs", "mean_val_ne", "mean_test_ne", "seeds", "diverged", "mflops", "params",
+           "latency_ms", "step_ms", "measured_step_ms", "throughput", "digest", "worker",
+           "recipe", "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (the verdict),
 # and the level of the two one-sided tests that show two finalists equivalent (a tie)
 SIGNIFICANCE = 0.05
@@ -93,7 +93,8 @@ def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
         mean = means.get(str(t.number), {})
         table.append(trial_row(t) | {"mean_val_ne": mean.get("val_ne"),
                                      "mean_test_ne": mean.get("test_ne"),
-                                     "seeds": mean.get("seeds")})  # fmt: skip
+                                     "seeds": mean.get("seeds"),
+                                     "diverged": mean.get("diverged")})  # fmt: skip
     return table
 
 
@@ -218,7 +219,8 @@ def baseline_rows(study: optuna.Study) -> list[dict[str, Any]]:
         row |= {c: record.get(c) for c in BASELINE_COLUMNS if c not in row}
         mean = means.get(f"baseline:{key}", {})
         table.append(row | {"mean_val_ne": mean.get("val_ne"), "mean_test_ne": mean.get("test_ne"),
-                            "seeds": mean.get("seeds")})  # fmt: skip
+                            "seeds": mean.get("seeds"),
+                            "diverged": mean.get("diverged")})  # fmt: skip
     return table
 
 
@@ -441,13 +443,16 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
 
 
 def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    """Mean validation and test NE of each re-evaluated trial and baseline."""
+    """Mean validation and test NE of each re-evaluated trial and baseline, and how many of
+    its seeds diverged (NE >= 1: worse than the base rate, yet that seed's outcome, so in
+    the mean, which it raises)."""
     out = {}
     for key, runs in study.user_attrs.get(StudyAttr.REEVALUATION, {}).items():
         val = [v for v, _ in runs.values() if v is not None]
         test = [t for _, t in runs.values() if t is not None]
         if val:
             out[key] = {"val_ne": statistics.fmean(val), "seeds": len(val),
+                        "diverged": sum(v >= 1 for v in val),
                         "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
                         "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
     return out
@@ -688,7 +693,7 @@ def format_baselines(table: list[dict[str, Any]]) -> str:
               "val AUC", "test AUC", "MFLOPs", "params", PREDICTED_STEP, MEASURED_STEP,
               "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r.get("mean_val_ne")),
-              str(r.get("seeds") or "-"), _num(r["test_ne"]), _num(r.get("mean_test_ne")),
+              seeds_cell(r), _num(r["test_ne"]), _num(r.get("mean_test_ne")),
               _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
@@ -748,13 +753,18 @@ def format_reevaluation(table: list[dict[str, Any]]) -> str:
     header = ["trial", "recorded val NE", "mean val NE", "sd", "mean test NE", "MFLOPs", "seeds"]
     lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
               _num(r["sd_val_ne"] if r["seeds"] > 1 else None), _num(r["mean_test_ne"]),
-              _num(r["mflops"], 3),
-              str(r["seeds"])] for r in table]  # fmt: skip
+              _num(r["mflops"], 3), seeds_cell(r)] for r in table]  # fmt: skip
     if any(r.get("step_ms") is not None for r in table):
         header.insert(-1, "step ms")
         for line, r in zip(lines, table, strict=True):
             line.insert(-1, _num(r.get("step_ms"), 3))
     return align(header, lines)
+
+
+def seeds_cell(row: dict[str, Any]) -> str:
+    """`5`, or `5 (1 diverged)` where seeds' runs ended worse than the base rate."""
+    diverged = f" ({row['diverged']} diverged)" if row.get("diverged") else ""
+    return f"{row['seeds']}{diverged}" if row.get("seeds") else "-"
 
 
 def _num(value: float | None, digits: int = 4) -> str:

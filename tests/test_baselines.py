@@ -511,6 +511,44 @@ def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeyp
     assert again[0]["seeds"] == 2 and retrained == [calls[1]]  # only the failed seed again
 
 
+def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
+    """A seed whose run ended worse than the base rate (logistic regression at 1.0522 among
+    0.92s) was averaged into the baseline's mean (0.9859, "2 seeds") without a word on any
+    surface. It stays in the mean (it is what that seed gave), and every table says it."""
+    from dataclasses import replace
+
+    from nas import reevaluate
+    from nas.leaderboard import COLUMNS, baseline_rows, format_baselines, format_reevaluation
+
+    config = parse_config(_config(tmp_path, "wild", budget={"trials": 1},
+                                  best_baseline={"seeds": 0}))  # fmt: skip
+    run_study(config, progress=lambda line: None)
+    real, calls = reevaluate.train_architecture, []
+
+    def second_run_diverges(arch, data, config, seed, **options):
+        calls.append(seed)
+        result, model = real(arch, data, config, seed, **options)
+        if len(calls) == 2:
+            result = replace(result, validation=result.validation | {"ne": 1.05})
+        return result, model
+
+    monkeypatch.setattr(reevaluate, "train_architecture", second_run_diverges)
+    table = reevaluate_study(config, top=1, seeds=2, progress=lambda line: None, baselines=1)
+    study = load_study(config.name, config.storage)
+    runs = study.user_attrs["reevaluation"]
+    diverged = {key: sum(val >= 1 for val, _ in seeds.values()) for key, seeds in runs.items()}
+    assert diverged["0"] >= 1  # the run made to diverge: in the mean, and counted
+    rows = {str(row["trial"]): row for row in table}
+    assert {key: rows[key]["diverged"] for key in runs} == diverged
+    assert rows["0"]["mean_val_ne"] > max(val for val, _ in runs["0"].values() if val < 1)
+    assert f"2 ({diverged['0']} diverged)" in format_reevaluation(table)
+    bases = [b for b in baseline_rows(study) if b["seeds"]]
+    assert [b["diverged"] for b in bases] == [diverged["baseline:dlrm"]]
+    assert "diverged" in COLUMNS  # in the JSON and CSV
+    bases[0]["diverged"] = 1
+    assert " 2 (1 diverged) " in format_baselines(bases)
+
+
 def test_every_preset_trains_on_a_log_of_ids_only(tmp_path):
     """No dense column (an Avazu-like log): DLRM, DHEN and Wukong read it through a bottom
     MLP, LR, DCNv2 and DeepFM beside the embeddings; each refused the whole study."""
