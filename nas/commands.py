@@ -350,6 +350,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     budget = state["budget_trials"]
     budget = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
+    if state["time_limited"]:
+        limited = state["time_limited"]
+        print(f"its last search stopped at budget.time_limit_minutes ({limited['minutes']:g} "
+              f"min) with {limited['counted']} trials counted: `ranknas search` goes "
+              "on")  # fmt: skip
     bases = state["baselines"]
     if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
         from nas.storage import redact

@@ -599,6 +599,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
     return {
         "study": study.study_name,
         "budget_trials": study.user_attrs.get(StudyAttr.BUDGET_TRIALS),
+        "time_limited": study.user_attrs.get(StudyAttr.TIME_LIMITED),
         "searcher": study.user_attrs.get(StudyAttr.SEARCHER),
         "objectives": study.user_attrs.get(StudyAttr.OBJECTIVES),
         "trials": counts,

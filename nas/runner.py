@@ -564,14 +564,32 @@ def _run_study(
             # the trial RUNNING, to be failed on resume as "the worker died"
             with _interrupts_held():
                 _finish(study, trial, outcome, logger)
-            line, done, best = _progress_line(study, config, outcome.record, started)
+            line, done, best = _progress_line(study, config, outcome.record, started, deadline)
             progress(line)
             bar.show(f"best {config.objectives.metric}", best)
             bar.update(done - bar.n)
     if logger is not None:  # trials whose worker died while this one ran
         _log_dead_trials(study, logger, space)
+    _say_if_timed_out(study, config, deadline, progress)
     _say_if_exhausted(study, config, progress)
     return study
+
+
+def _say_if_timed_out(
+    study: optuna.Study, config: StudyConfig, deadline: float | None, progress: Progress
+) -> None:
+    """Say, and keep in the study for `status`, that `budget.time_limit_minutes` ended this
+    run's search before its budget of trials (each `search` gets the limit anew)."""
+    done = counted_trials(study.get_trials(deepcopy=False))
+    if deadline is None or time.monotonic() < deadline or done >= config.budget.trials:
+        if study.user_attrs.get(StudyAttr.TIME_LIMITED):  # an earlier run's, gone on since
+            study.set_user_attr(StudyAttr.TIME_LIMITED, None)
+        return
+    minutes = config.budget.time_limit_minutes
+    study.set_user_attr(StudyAttr.TIME_LIMITED, {"minutes": minutes, "counted": done})
+    progress(f"search: stopped by budget.time_limit_minutes ({minutes:g} min of searching) at "
+             f"{done} of {config.budget.trials} trials; the same command searches as long "
+             "again")  # fmt: skip
 
 
 def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:
@@ -1199,9 +1217,11 @@ def _best_so_far(
 
 
 def _progress_line(
-    study: optuna.Study, config: StudyConfig, record: dict, started: float
-) -> tuple[str, int, float]:
-    """The line printed after a trial, with the study's done trials and best value."""
+    study: optuna.Study, config: StudyConfig, record: dict, started: float,
+    deadline: float | None = None,
+) -> tuple[str, int, float]:  # fmt: skip
+    """The line printed after a trial, with the study's done trials and best value, and the
+    time left (to the budget of trials, or to `deadline` where that comes first)."""
     trials = study.get_trials(deepcopy=False)
     done = counted_trials(trials)
     best, best_words = _best_so_far(study, config, trials)
@@ -1212,6 +1232,8 @@ def _progress_line(
     mine = max(1, sum(counted(t) and t.user_attrs.get(TrialAttr.WORKER) == worker
                       for t in trials))  # fmt: skip
     left = max(0, config.budget.trials - done) * elapsed / mine
+    if deadline is not None:
+        left = min(left, max(0.0, deadline - time.monotonic()))
     shown = f"{value:.4f}" if value is not None else "-"
     if record["metrics"].get("runs", 1) > 1:
         shown += f" (mean of {record['metrics']['runs']} seeds)"

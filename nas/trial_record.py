@@ -72,6 +72,7 @@ class StudyAttr(StrEnum):
     STEP_DEVICES = "step_devices"  # sharding.devices that step_ms is predicted for
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
     FEATURE_IMPORTANCE = "feature_importance"  # the around base's (`nas.feature_screen`)
+    TIME_LIMITED = "time_limited"  # the last search stopped by budget.time_limit_minutes
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard (runs:

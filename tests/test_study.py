@@ -892,6 +892,29 @@ def test_a_budget_lowered_under_the_trials_counted_says_so(two_trials, tmp_path,
     assert len(load_study("two", storage[1]).trials) == 2
 
 
+def test_a_study_stopped_by_its_time_limit_says_so(tmp_path, capsys):
+    """`budget.time_limit_minutes` ended a search at 46 of 500 trials without a word, and
+    `status` and `--json` did not say how it had ended."""
+    config = tiny_config(tmp_path, "timed", budget={"trials": 500, "time_limit_minutes": 0.02})
+    path = str(write_config(tmp_path, config))
+    assert main(["search", path, "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    done = len(counted(load_study("timed", config["storage"])))
+    assert 0 < done < 500
+    assert f"stopped by budget.time_limit_minutes (0.02 min of searching) at {done} of 500" in out
+    assert main(["status", path]) == 0
+    assert f"stopped at budget.time_limit_minutes (0.02 min) with {done} trials" in (
+        capsys.readouterr().out
+    )
+    assert main(["status", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_limited"] == {"minutes": 0.02, "counted": done}
+    finished = merged(config, {"budget": {"trials": done + 1, "time_limit_minutes": 5}})
+    assert main(["search", str(write_config(tmp_path, finished)), "--no-mlflow"]) == 0
+    capsys.readouterr()
+    assert main(["status", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_limited"] is None  # gone on since
+
+
 def test_storage_given_with_a_config_is_the_one_read(two_trials, tmp_path, capsys):
     """`status CONFIG --storage URL` read the config's storage and ignored the flag."""
     config, storage = two_trials
