@@ -496,6 +496,9 @@ def format_verdict(v: dict[str, Any]) -> str:
             f" and {_times(v['step_ratio'])} its predicted step time on {v['step_devices']} devices"
         )
     dominated = ", ".join(v["dominated_baselines"]) or "none"
+    # on seed means, by the re-evaluated trials only: another's single run is a lucky draw
+    by = ("the re-evaluated architectures' seed means" if v.get("seed_means")
+          else "found architectures")  # fmt: skip
     left_out = v.get("not_compared")
     basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)} "
                           "(`ranknas reevaluate` retrains them with the same seeds)"
@@ -508,7 +511,7 @@ def format_verdict(v: dict[str, Any]) -> str:
     return (f"verdict ({basis}): {said}: trial {found['trial']} validation NE "
             f"{_num(found['val_ne'])} vs baseline {base['baseline']} {_num(base['val_ne'])} "
             f"({v['delta_val_ne']:+.4f}){test}{ratio}\n"
-            f"baselines Pareto-dominated by found architectures: {dominated}; baselines "
+            f"baselines Pareto-dominated by {by}: {dominated}; baselines "
             f"{recipe}"
             + _paired_words(v)
             + _cheapest_words(v)
