@@ -515,6 +515,34 @@ def _profiled(handler, args: argparse.Namespace) -> int:
         profiler.dump_stats(Path(folder) / f"{args.command}-{os.getpid()}.prof")
 
 
+class _ReaderGone:
+    """Standard output that, once the reader of its pipe stops reading (`... | head`), goes
+    to /dev/null: the command finishes its work (a study, its records) instead of stopping
+    half way at its next line of progress."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # torchrec 1.8 calls a torch.fx helper that torch 2.13 warns about; it is not actionable.
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
@@ -527,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # first signal counts (`_interrupt_once`)
         signal.signal(signal.SIGINT, _interrupt_once)
         signal.signal(signal.SIGTERM, _interrupt_once)
+    if not isinstance(sys.stdout, _ReaderGone) and sys.stdout is sys.__stdout__:
+        sys.stdout = _ReaderGone(sys.stdout)
     try:
         progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
         return _profiled(args.handler, args)

@@ -36,6 +36,21 @@ def test_output_into_a_pipe_that_closes_early_is_no_error():
     assert result.stdout.strip() == "rc=0"
 
 
+def test_a_study_piped_into_head_finishes_its_work(tmp_path):
+    """`ranknas search ... | head -2` stopped the study at its next line of progress, exit 0
+    and not a word (a reevaluate announced 3 runs and recorded 1)."""
+    from nas.storage import load_study
+    from study_helpers import counted, tiny_config, write_config
+
+    config = tiny_config(tmp_path, "piped", budget={"trials": 3})
+    command = (f"{sys.executable} -m nas.cli search {write_config(tmp_path, config)} "
+               "--no-mlflow | head -2; echo rc=${PIPESTATUS[0]}")  # fmt: skip
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
+    assert result.stdout.splitlines()[-1] == "rc=0", result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+    assert len(counted(load_study("piped", config["storage"]))) == 3
+
+
 def every_parser(
     parser: argparse.ArgumentParser, path: str = "ranknas"
 ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
