@@ -96,8 +96,10 @@ def train_baselines(
     recorded (nor another worker is training); with `wait`, until all of them are recorded
     (those that other workers train included: a claim whose worker died is taken over).
     Returns the study's baselines."""
+    before = [r.get("order", 0) for k, r in recorded(study).items() if k not in archs]
+    first = max(before, default=-1) + 1  # `baseline add`: after those the study holds
     while True:
-        for order, (key, arch) in enumerate(archs.items()):
+        for order, (key, arch) in enumerate(archs.items(), start=first):
             if not _claim(study, config, key):
                 continue
             try:

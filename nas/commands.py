@@ -469,10 +469,31 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_held(study: Any, baselines: dict[str, Any]) -> dict[str, Any]:
+    """`baselines` less those whose architecture the study holds as a baseline under another
+    name (trained again, it would be compared with itself), saying so; one it holds under
+    its own name is said, and its record kept."""
+    from nas.baselines import recorded
+    from search_space.architecture import digest
+
+    held = {record.get("digest"): key for key, record in recorded(study).items()}
+    kept = {}
+    for key, arch in baselines.items():
+        other = held.get(digest(arch))
+        if other == key:
+            print(f"baseline {key}: recorded already, not trained again")
+        elif other is not None:
+            print(f"baseline {key}: the architecture of baseline {other} (digest "
+                  f"{digest(arch)}), not added: the study compares it as {other}")  # fmt: skip
+            continue
+        kept[key] = arch
+    return kept
+
+
 def cmd_baseline_add(args: argparse.Namespace) -> int:
     import torch
 
-    from nas.baselines import distinct_baselines, train_baselines
+    from nas.baselines import distinct_baselines, recorded, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
     from nas.runner import claim_output_dir
@@ -491,13 +512,15 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     check_protocol(study, config, data)
     # a wrong name or file, or another model under a recorded name, stops it before the
     # study's MLflow run is touched
-    baselines = distinct_baselines(study, args.baselines, data.train.schema)
+    baselines = _not_held(study, distinct_baselines(study, args.baselines, data.train.schema))
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:
         start_study_run(logger, config, study)
-    print(f"study {config.name!r}: training {', '.join(args.baselines)} as the study trains a "
-          "trial")  # fmt: skip
+    found = recorded(study)
+    new = [key for key in baselines if key not in found]
+    if new:
+        print(f"study {config.name!r}: training {', '.join(new)} as the study trains a trial")
     with parent_run_ended_on_error(logger, config):
         train_baselines(study, config, baselines, data, logger, bars.write)
     if logger is not None:

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from nas.baselines import recorded
 from nas.cli import main
 from nas.config import BestBaselineConfig, parse_config
-from nas.leaderboard import format_verdict, status, verdict
+from nas.leaderboard import baseline_rows, format_verdict, status, verdict
 from nas.protocol import prepare_data
 from nas.reevaluate import REEVAL_SEED, best_baseline_by_seed_means, reevaluate_study
 from nas.runner import run_study
@@ -245,15 +245,29 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert "verdict (recorded runs)" in capsys.readouterr().out
     study = load_study("later", config["storage"])
     assert list(recorded(study)) == ["dlrm"] and len(study.trials) == 2
+    # added again, or its architecture under another name: nothing trained, and said
+    schema = prepare_data(parse_config(config)).train.schema
+    (tmp_path / "mine.json").write_text(preset("dlrm", schema).to_json())
+    assert main(["baseline", "add", str(path), "dlrm", str(tmp_path / "mine.json"),
+                 "dcnv2", "--no-mlflow"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "baseline dlrm: recorded already, not trained again" in out
+    assert "baseline mine: the architecture of baseline dlrm (digest" in out
+    assert "training dcnv2 as the study trains a trial" in out
+    study = load_study("later", config["storage"])
+    assert list(recorded(study)) == ["dlrm", "dcnv2"]  # in the order they were added
+    assert [b["baseline"] for b in baseline_rows(study)] == ["dlrm", "dcnv2"]
 
     table = reevaluate_study(parse_config(config), top=1, seeds=2, progress=lambda line: None)
-    assert len(table) == 2 and "baseline:dlrm" in {str(r["trial"]) for r in table}
+    assert len(table) == 3 and "baseline:dlrm" in {str(r["trial"]) for r in table}
     runs = load_study("later", config["storage"]).user_attrs["reevaluation"]
     assert set(runs["baseline:dlrm"]) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)}
     v = verdict(load_study("later", config["storage"]))
     assert v["basis"] == "seed means over 2 fresh seeds"
-    mean_dlrm = sum(val for val, _ in runs["baseline:dlrm"].values()) / 2
-    assert v["best_baseline"]["val_ne"] == mean_dlrm
+    best = v["best_baseline"]["baseline"]
+    assert (
+        v["best_baseline"]["val_ne"] == sum(val for val, _ in runs[f"baseline:{best}"].values()) / 2
+    )
 
     def no_data(config):
         raise AssertionError("the data was loaded before the baseline's name was checked")
@@ -290,7 +304,7 @@ def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys)
     run_study(parse_config(config), progress=lambda line: None)
     schema = prepare_data(parse_config(config)).train.schema
     (tmp_path / "other").mkdir()
-    for path, model in ((tmp_path / "dlrm.json", "deepfm"), (tmp_path / "mine.json", "dlrm"),
+    for path, model in ((tmp_path / "dlrm.json", "deepfm"), (tmp_path / "mine.json", "dcnv2"),
                         (tmp_path / "other" / "mine.json", "deepfm")):  # fmt: skip
         path.write_text(preset(model, schema).to_json())
     add = ["baseline", "add", str(write_config(tmp_path, config)), "--no-mlflow"]
