@@ -260,7 +260,10 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
         if pooling not in POOLINGS:
             raise SpecError(f"{at} ({entry['name']}): pooling must be one of {POOLINGS}")
         if not _is_int(rows) or rows < 1:
-            raise SpecError(f"{at} ({entry['name']}): num_embeddings must be an integer >= 1")
+            raise SpecError(f"{at} ({entry['name']}): num_embeddings must be an integer >= 1 "
+                            "(its table's rows: the schema's cardinality); or leave "
+                            "'features' out to take every feature from the data's schema at "
+                            "embedding.dim")  # fmt: skip
         if fdim is not None and (not _is_int(fdim) or not 0 <= fdim <= 4096):
             raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [0, 4096] (0: "
                             "the model does not use the feature)")  # fmt: skip

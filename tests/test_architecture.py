@@ -171,6 +171,11 @@ def test_every_problem_is_reported_at_once(small_schema):
             "embedding.features[0] (c0): unknown field(s) ['cardinality']; allowed: dim, name, "
             "num_embeddings, pooling",
         ),
+        (  # a feature's own dim, its rows left to the schema: say how that is written
+            {"embedding": {"dim": 4, "features": [{"name": "c0", "dim": 16}]}, "blocks": DLRM_LIKE},
+            "num_embeddings must be an integer >= 1 (its table's rows: the schema's cardinality)"
+            "; or leave 'features' out",
+        ),
     ],
 )
 def test_malformed_documents_name_the_field(data, expected, small_schema):
