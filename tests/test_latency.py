@@ -140,6 +140,17 @@ def test_cli_measures_fits_and_predicts(tmp_path, capsys):
     assert "predictor" in printed and "FLOPs-only line" in printed and "Kendall tau" in printed
     assert main(["latency", "predict", str(out), "dlrm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_size"] == 16
+    # fitted on a schema of its own: a preset is sized by it, not by the built-in one
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("label: y\ndense: [price]\ncategorical: [{name: shop, cardinality: 7}]\n")
+    assert main(["latency", "fit", str(space), "--archs", "6", "--batch-size", "16",
+                 "--repeats", "2", "--schema", str(schema), "--out", str(out)]) == 0  # fmt: skip
+    assert LatencyPredictor.load(out).schema["dense"] == ["price"]
+    capsys.readouterr()
+    assert main(["latency", "predict", str(out), "dlrm", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["sized_by"] == "the fit's schema"
+    assert predicted["features"] == {"dense": 1, "categorical": 1}
 
 
 def test_collect_measures_distinct_architectures(tmp_path):

@@ -72,26 +72,27 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument(
         "predictor", metavar="FILE", help="predictor JSON written by `ranknas latency fit`"
     )
-    _arch_options(predict)
+    _arch_options(predict, default="the schema the predictor was fitted on")
     predict.add_argument("--json", action="store_true", help="print JSON instead of a line")
     predict.set_defaults(handler=_handler("cmd_predict"))
 
 
-def _arch_options(parser: argparse.ArgumentParser) -> None:
+def _arch_options(parser: argparse.ArgumentParser, default: str = "") -> None:
     parser.add_argument(
         "arch",
         metavar="NAME_OR_FILE",
         help="a preset name (`ranknas presets`) or an architecture JSON file",
     )
-    _schema_option(parser)
+    _schema_option(parser, default)
 
 
-def _schema_option(parser: argparse.ArgumentParser) -> None:
+def _schema_option(parser: argparse.ArgumentParser, default: str = "") -> None:
+    builtin = "the built-in synthetic data's schema"
     parser.add_argument(
         "--schema",
         metavar="FILE",
-        help="dataset schema YAML: its features size the model (default: the "
-        "built-in synthetic data's schema)",
+        help="dataset schema YAML: its features size the model (default: "
+        f"{f'{default}, else {builtin}' if default else builtin})",
     )
 
 

@@ -76,6 +76,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     _report_held_out(archs, latencies, args.holdout, args.seed, args.target)
     device = measured[0][1].device
     predictor = LatencyPredictor(args.batch_size, device, args.target).fit(archs, latencies)
+    predictor.schema = schema.to_dict()  # `predict` sizes a preset by it
     predictor.save(args.out)
     print(f"saved {args.out}: {TARGETS[args.target]}, fitted on all {len(archs)} "
           f"measurements ({predictor.device})")  # fmt: skip
@@ -101,17 +102,24 @@ def _report_held_out(
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from search_space.presets import load_architecture
-    from search_space.schema import load_schema
+    from search_space.schema import DatasetSchema, load_schema
 
     predictor = LatencyPredictor.load(args.predictor)
-    arch = load_architecture(args.arch, load_schema(args.schema))
+    if args.schema is None and predictor.schema is not None:  # the data it was fitted on
+        schema, sized_by = DatasetSchema.from_dict(predictor.schema), "the fit's schema"
+    else:
+        schema, sized_by = load_schema(args.schema), args.schema or "the built-in schema"
+    arch = load_architecture(args.arch, schema)
     predicted = float(predictor.predict([arch])[0])
+    features = {"dense": schema.num_dense, "categorical": schema.num_sparse}
     if args.json:
         record = {"architecture": arch.name or args.arch, predictor.target: predicted,
-                  "batch_size": predictor.batch_size, "device": predictor.device}  # fmt: skip
+                  "batch_size": predictor.batch_size, "device": predictor.device,
+                  "sized_by": sized_by, "features": features}  # fmt: skip
         print(json.dumps(record, indent=2))
     else:
         print(f"{arch.name or args.arch}: predicted {TARGETS[predictor.target]} "
-              f"{predicted:.3f} ms at batch "
-              f"{predictor.batch_size} on {predictor.device}")  # fmt: skip
+              f"{predicted:.3f} ms at batch {predictor.batch_size} on {predictor.device} "
+              f"(sized by {sized_by}: {features['dense']} dense, {features['categorical']} "
+              "categorical features)")  # fmt: skip
     return 0

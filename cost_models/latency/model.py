@@ -289,6 +289,7 @@ class LatencyPredictor:
     def __init__(self, batch_size: int = 512, device: str = "", target: str = "forward_ms") -> None:
         self.batch_size, self.device, self.target = batch_size, device, target
         self.source = "latency predictor"  # named in errors; the file once loaded
+        self.schema: dict[str, Any] | None = None  # the data's its architectures were sized by
         self.feature_names: list[str] = []
         self.features = np.empty((0, 0))
         self.latencies = np.empty(0)
@@ -333,7 +334,7 @@ class LatencyPredictor:
             "feature_names": self.feature_names,
             "features": self.features.tolist(),
             "latencies_ms": self.latencies.tolist(),
-        }
+        } | ({"schema": self.schema} if self.schema else {})
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -345,6 +346,7 @@ class LatencyPredictor:
         data = _read_predictor_file(Path(path))
         predictor = cls(data["batch_size"], data["device"], data["target"])
         predictor.source = str(path)
+        predictor.schema = data.get("schema") if isinstance(data.get("schema"), dict) else None
         features = np.asarray(data["features"], dtype=np.float64)
         try:
             predictor.params = data["regressor"]["params"]
