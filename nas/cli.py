@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      help="`ranknas COMMAND --help` shows its options")  # fmt: skip
 
     def command(name: str, handler: Handler, help: str, parent=commands):
-        sub = parent.add_parser(name, help=help, description=help)
+        sub = parent.add_parser(name, **arguments.said(help))
         sub.set_defaults(handler=handler)
         return sub
 
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema_option(presets)
     presets.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    arch = commands.add_parser("arch", help="inspect architectures")
+    arch = commands.add_parser("arch", **arguments.said("inspect architectures"))
     arch_commands = arch.add_subparsers(dest="arch_command", metavar="COMMAND", required=True,
                                         help="what to do")  # fmt: skip
     show = command("show", cmd_arch_show, "print a spec with its FLOPs and params", arch_commands)
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also draw the graph to this PNG file",
     )
 
-    space = commands.add_parser("space", help="work with search spaces")
+    space = commands.add_parser("space", **arguments.said("work with search spaces"))
     space_commands = space.add_subparsers(dest="space_command", metavar="COMMAND", required=True,
                                           help="what to do")  # fmt: skip
     sample = command(
@@ -319,7 +319,9 @@ def _study_commands(command, commands) -> None:
     board.add_argument("--host", default="127.0.0.1",
                        help="address to serve on (loopback: this machine only)")  # fmt: skip
     board.add_argument("--port", type=arguments.port, default=8080, help="TCP port to serve on")
-    baseline = commands.add_parser("baseline", help="baselines: your own models in a study")
+    baseline = commands.add_parser(
+        "baseline", **arguments.said("baselines: your own models in a study")
+    )
     baseline_commands = baseline.add_subparsers(
         dest="baseline_command", metavar="COMMAND", required=True, help="what to do"
     )
@@ -340,8 +342,9 @@ def _study_commands(command, commands) -> None:
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
     export.add_argument("--trial", default="best", metavar="best|N",
-                        help="which trial: 'best' (the best mean validation NE of the "
-                        "re-evaluated trials, else the best first objective) or a trial "
+                        help="which trial: 'best' (the one `status` names: the best "
+                        "mean validation NE of the re-evaluated trials, or a cheaper one the "
+                        "seeds show equal; else the best first objective) or a trial "
                         "number")  # fmt: skip
     export.add_argument("--out", type=arguments.output_dir, required=True, metavar="DIR",
                         help="directory to write the spec, weights and module to")  # fmt: skip
@@ -458,7 +461,7 @@ def _tool_commands(command, commands) -> None:
     train.add_argument("--json", action="store_true",
                        help="print the metrics as one JSON object instead of lines")  # fmt: skip
 
-    data = commands.add_parser("data", help="data sets")
+    data = commands.add_parser("data", **arguments.said("data sets"))
     data_commands = data.add_subparsers(dest="data_command", metavar="COMMAND", required=True,
                                         help="what to do")  # fmt: skip
     infer = command(

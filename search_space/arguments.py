@@ -85,3 +85,8 @@ def output_dir(text: str) -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write in {existing} (permission denied)")
     return text
+
+
+def said(text: str) -> dict[str, str]:
+    """A command's one line, for `add_parser`: in its parent's list and atop its --help."""
+    return {"help": text, "description": text}

@@ -62,6 +62,14 @@ def every_parser(
                 yield from every_parser(sub, f"{path} {name}")
 
 
+def test_every_command_s_help_opens_with_what_it_does():
+    """`ranknas shard plan --help`, `latency fit --help` and the command groups' began with
+    their usage alone: the line their parent lists is atop their own help too."""
+    bare = [path for path, parser in every_parser(build_parser())
+            if path != "ranknas" and not (parser.description or "").strip()]  # fmt: skip
+    assert not bare, bare
+
+
 def test_every_option_positional_and_command_has_a_help():
     undocumented = []
     for path, parser in every_parser(build_parser()):

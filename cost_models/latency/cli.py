@@ -16,18 +16,24 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `latency measure|fit|predict` to a subparsers object."""
-    latency = commands.add_parser("latency", help="architecture latency: measure, fit, predict")
+    latency = commands.add_parser(
+        "latency", **arguments.said("architecture latency: measure, fit, predict")
+    )
     sub = latency.add_subparsers(
         dest="latency_command", metavar="COMMAND", required=True, help="what to do"
     )
 
-    measure = sub.add_parser("measure", help="time an architecture's forward and training step")
+    measure = sub.add_parser(
+        "measure", **arguments.said("time an architecture's forward and training step")
+    )
     _arch_options(measure)
     _measure_options(measure)
     measure.add_argument("--json", action="store_true", help="print JSON instead of a line")
     measure.set_defaults(handler=_handler("cmd_measure"))
 
-    fit = sub.add_parser("fit", help="measure sampled architectures and fit a predictor")
+    fit = sub.add_parser(
+        "fit", **arguments.said("measure sampled architectures and fit a predictor")
+    )
     fit.add_argument("space", metavar="SPACE", help="YAML file with a search_space section")
     fit.add_argument(
         "--archs",
@@ -68,7 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _measure_options(fit)
     fit.set_defaults(handler=_handler("cmd_fit"))
 
-    predict = sub.add_parser("predict", help="predict an architecture's latency")
+    predict = sub.add_parser("predict", **arguments.said("predict an architecture's latency"))
     predict.add_argument(
         "predictor", metavar="FILE", help="predictor JSON written by `ranknas latency fit`"
     )

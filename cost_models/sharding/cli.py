@@ -24,12 +24,14 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `shard plan|train|compare|links` to a subparsers object."""
-    shard = commands.add_parser("shard", help="embedding sharding: plan, train, compare")
+    shard = commands.add_parser(
+        "shard", **arguments.said("embedding sharding: plan, train, compare")
+    )
     sub = shard.add_subparsers(
         dest="shard_command", metavar="COMMAND", required=True, help="what to do"
     )
 
-    plan = sub.add_parser("plan", help="place tables on devices and print the plan")
+    plan = sub.add_parser("plan", **arguments.said("place tables on devices and print the plan"))
     _workload_options(plan)
     plan.add_argument(
         "--method",
@@ -46,7 +48,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     plan.set_defaults(handler=_handler("cmd_plan"))
 
-    compare = sub.add_parser("compare", help="measure every sharder's plan on the real kernel")
+    compare = sub.add_parser(
+        "compare", **arguments.said("measure every sharder's plan on the real kernel")
+    )
     _workload_options(compare)
     compare.add_argument(
         "--cache",
@@ -57,7 +61,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     compare.set_defaults(handler=_handler("cmd_compare"))
 
-    train = sub.add_parser("train", help="measure, train the cost model and the RL policy")
+    train = sub.add_parser(
+        "train", **arguments.said("measure, train the cost model and the RL policy")
+    )
     train.add_argument(
         "--out",
         type=lambda text: Path(arguments.output_dir(text)),
@@ -92,7 +98,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(handler=_handler("cmd_train"))
 
     links = sub.add_parser(
-        "links", help="measure this machine's collectives for a study's step prediction"
+        "links",
+        **arguments.said("measure this machine's collectives for a study's step prediction"),
     )
     links.add_argument("--processes", type=int, default=2, metavar="N",
                        help="local processes to measure between (torchrun)")  # fmt: skip
