@@ -266,15 +266,25 @@ def concurrent_rows(args, results: dict, save) -> None:
     (`--workers` gives the Ns; MPS as `--mps`): their summed examples/s against one alone.
     Where it scales about N-fold and a study of N workers does not, the study's host work is
     what bounds it; where it does not, the GPU's sharing of small kernels is."""
-    import multiprocessing
     import subprocess
 
     if args.mps:
         subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
+    try:
+        _side_by_side(args, results, save)
+    finally:
+        if args.mps:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
+
+
+def _side_by_side(args, results: dict, save) -> None:
+    import multiprocessing
+
     context = multiprocessing.get_context("spawn")  # CUDA in the parent: no fork
     cuda = args.device.startswith("cuda")
+    counts = sorted({1, *map(int, args.workers.split(","))})  # one alone: the ratios' base
     alone = None
-    for count in map(int, args.workers.split(",")):
+    for count in counts:
         barrier, queue = context.Barrier(count + 1), context.Queue()
         threads = max(1, (os.cpu_count() or 1) // count)  # as the launcher splits the cores
         children = [context.Process(target=_train_beside, args=(args.device, args.rows,
@@ -282,9 +292,9 @@ def concurrent_rows(args, results: dict, save) -> None:
         for child in children:
             child.start()
         sampler = _gpu_sampler(args.out.parent / f"smi-concurrent-{count}.csv") if cuda else None
-        barrier.wait(timeout=600)  # every child built its model and warmed up: timed from here
+        barrier.wait(timeout=180)  # every child built its model and warmed up: timed from here
         started = time.perf_counter()
-        speeds = [queue.get(timeout=600) for _ in children]
+        speeds = [queue.get(timeout=300) for _ in children]
         wall = time.perf_counter() - started
         for child in children:
             child.join()
@@ -292,7 +302,7 @@ def concurrent_rows(args, results: dict, save) -> None:
             sampler.terminate()
             sampler.wait()
         total = count * args.steps * 512 / wall
-        alone = alone or total / count
+        alone = alone or total  # the first count is 1
         row = {"processes": count, "mps": args.mps, "wall_s": round(wall, 2),
                "examples_per_s_each": round(statistics.median(speeds)),
                "examples_per_s_total": round(total),
@@ -305,8 +315,6 @@ def concurrent_rows(args, results: dict, save) -> None:
         results.setdefault("concurrent", []).append(row)
         save()
         print(f"concurrent, {count} processes: {json.dumps(row)}", flush=True)
-    if args.mps:
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, check=False)
 
 
 def _train_beside(device: str, rows: int, steps: int, threads: int, barrier, queue) -> None:

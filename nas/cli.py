@@ -7,12 +7,13 @@ person sees what to fix, never a traceback. Anything else is a bug and keeps its
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -519,9 +520,9 @@ def _profiled(handler, args: argparse.Namespace) -> int:
 
 
 class _ReaderGone:
-    """Standard output that, once the reader of its pipe stops reading (`... | head`), goes
-    to /dev/null: the command finishes its work (a study, its records) instead of stopping
-    half way at its next line of progress."""
+    """Standard output or error that, once the reader of its pipe stops reading (`... |
+    head`, `2>&1 | head`), goes to /dev/null: the command finishes its work (a study, its
+    records) instead of stopping, or failing its trials, at its next line of progress."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -540,10 +541,31 @@ class _ReaderGone:
             self._gone()
 
     def _gone(self) -> None:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        _to_devnull(self._stream.fileno())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _to_devnull(fd: int) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+@contextlib.contextmanager
+def _readers_may_go() -> Iterator[None]:
+    """The process's own standard output and error as `_ReaderGone` while the command runs
+    (not a caller's replacement of them: a test's capture, say)."""
+    streams = {"stdout": sys.__stdout__, "stderr": sys.__stderr__}
+    own = [n for n, s in streams.items() if s is not None and getattr(sys, n) is s]
+    for name in own:
+        setattr(sys, name, _ReaderGone(streams[name]))
+    try:
+        yield
+    finally:
+        for name in own:
+            setattr(sys, name, streams[name])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -558,16 +580,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # first signal counts (`_interrupt_once`)
         signal.signal(signal.SIGINT, _interrupt_once)
         signal.signal(signal.SIGTERM, _interrupt_once)
-    if not isinstance(sys.stdout, _ReaderGone) and sys.stdout is sys.__stdout__:
-        sys.stdout = _ReaderGone(sys.stdout)
     try:
         progress.configure(enabled=True)  # bars on a terminal, periodic lines elsewhere
-        return _profiled(args.handler, args)
+        with _readers_may_go():
+            return _profiled(args.handler, args)
     except RanknasError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and the like, which stopped reading
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        _to_devnull(sys.stdout.fileno())  # no error at exit
         return 0
     except Exception as exc:
         from nas.commands import storage_failure

@@ -476,13 +476,14 @@ def _not_held(study: Any, baselines: dict[str, Any]) -> dict[str, Any]:
     from nas.baselines import recorded
     from search_space.architecture import digest
 
-    held = {record.get("digest"): key for key, record in recorded(study).items()}
+    held = {record.get("digest"): key for key, record in recorded(study).items()
+            if record.get("status") == "complete"}  # fmt: skip
     kept = {}
     for key, arch in baselines.items():
-        other = held.get(digest(arch))
-        if other == key:
+        other = held.setdefault(digest(arch), key)  # one name an architecture, this run's too
+        if other == key and key in recorded(study):
             print(f"baseline {key}: recorded already, not trained again")
-        elif other is not None:
+        elif other != key:
             print(f"baseline {key}: the architecture of baseline {other} (digest "
                   f"{digest(arch)}), not added: the study compares it as {other}")  # fmt: skip
             continue

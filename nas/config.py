@@ -313,7 +313,7 @@ class BudgetConfig(_Section):
         "(wall clock; trials then differ by machine speed, so NE compare less well)",
     )
     time_limit_minutes: float | None = Field(
-        default=None, gt=0, description="each `search`'s searching, after the baselines"
+        default=None, gt=0, description="each `search` worker's searching, after the baselines"
     )
     max_failures: int | None = Field(default=None, ge=1, description="default: trials")
     confirm_seeds: int = Field(

@@ -525,14 +525,14 @@ def _run_study(
     if first is not None and screened is not None:  # this worker's or the one that created it
         progress(f"features: {describe(screened)}")
     run_search_phase(study, config, space, data, progress, logger)  # oneshot/dnas only
-    deadline = (
+    if logger is not None:
+        log_unlogged(study, config, logger, progress)
+        _log_dead_trials(study, logger, space)
+    deadline = (  # the searching's: after the baselines, a one-shot phase, MLflow's catch-up
         time.monotonic() + 60 * config.budget.time_limit_minutes
         if config.budget.time_limit_minutes
         else None
     )
-    if logger is not None:
-        log_unlogged(study, config, logger, progress)
-        _log_dead_trials(study, logger, space)
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
         while deadline is None or time.monotonic() < deadline:

@@ -245,21 +245,30 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert "verdict (recorded runs)" in capsys.readouterr().out
     study = load_study("later", config["storage"])
     assert list(recorded(study)) == ["dlrm"] and len(study.trials) == 2
-    # added again, or its architecture under another name: nothing trained, and said
+    # added again, or its architecture under another name (recorded, or given twice in
+    # one command): nothing trained twice, and said; what is added lists after the others
     schema = prepare_data(parse_config(config)).train.schema
     (tmp_path / "mine.json").write_text(preset("dlrm", schema).to_json())
+    (tmp_path / "cross.json").write_text(preset("dcnv2", schema).to_json())
+    capsys.readouterr()
+    assert main(["baseline", "add", str(path), "dcnv2", "--no-mlflow"]) == 0
     assert main(["baseline", "add", str(path), "dlrm", str(tmp_path / "mine.json"),
-                 "dcnv2", "--no-mlflow"]) == 0  # fmt: skip
+                 str(tmp_path / "cross.json"), "--no-mlflow"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "baseline dlrm: recorded already, not trained again" in out
     assert "baseline mine: the architecture of baseline dlrm (digest" in out
-    assert "training dcnv2 as the study trains a trial" in out
+    assert "baseline cross: the architecture of baseline dcnv2 (digest" in out
     study = load_study("later", config["storage"])
-    assert list(recorded(study)) == ["dlrm", "dcnv2"]  # in the order they were added
-    assert [b["baseline"] for b in baseline_rows(study)] == ["dlrm", "dcnv2"]
+    assert list(recorded(study)) == ["dlrm", "dcnv2"]
+    assert [b["baseline"] for b in baseline_rows(study)] == ["dlrm", "dcnv2"]  # as added
+    assert [r["order"] for r in recorded(study).values()] == [0, 1]
+    new = main(["baseline", "add", str(path), str(tmp_path / "cross.json"), "deepfm", "dcnv2",
+                "--no-mlflow"])  # fmt: skip
+    assert new == 0 and "training deepfm" in capsys.readouterr().out
+    assert list(recorded(load_study("later", config["storage"]))) == ["dlrm", "dcnv2", "deepfm"]
 
     table = reevaluate_study(parse_config(config), top=1, seeds=2, progress=lambda line: None)
-    assert len(table) == 3 and "baseline:dlrm" in {str(r["trial"]) for r in table}
+    assert len(table) == 4 and "baseline:dlrm" in {str(r["trial"]) for r in table}
     runs = load_study("later", config["storage"]).user_attrs["reevaluation"]
     assert set(runs["baseline:dlrm"]) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)}
     v = verdict(load_study("later", config["storage"]))

@@ -42,13 +42,21 @@ def test_a_study_piped_into_head_finishes_its_work(tmp_path):
     from nas.storage import load_study
     from study_helpers import counted, tiny_config, write_config
 
-    config = tiny_config(tmp_path, "piped", budget={"trials": 3})
-    command = (f"{sys.executable} -m nas.cli search {write_config(tmp_path, config)} "
-               "--no-mlflow | head -2; echo rc=${PIPESTATUS[0]}")  # fmt: skip
-    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
-    assert result.stdout.splitlines()[-1] == "rc=0", result.stdout + result.stderr
-    assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
-    assert len(counted(load_study("piped", config["storage"]))) == 3
+    for name, pipe in (("piped", "|"), ("both", "2>&1 |")):  # progress lines: on stderr
+        config = tiny_config(tmp_path, name, budget={"trials": 3})
+        command = (f"RANKNAS_PROGRESS_SECONDS=0 {sys.executable} -m nas.cli search "
+                   f"{write_config(tmp_path, config)} --no-mlflow {pipe} head -2; "
+                   "echo rc=${PIPESTATUS[0]}")  # fmt: skip
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                                timeout=300)  # fmt: skip
+        assert result.stdout.splitlines()[-1] == "rc=0", result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr
+        study = load_study(name, config["storage"])
+        reasons = [str(t.user_attrs.get("failure_reason")) for t in study.trials]
+        assert len(counted(study)) == 3 and not [r for r in reasons if "pipe" in r.lower()]
+    closed = f"{sys.executable} -m nas.cli presets >&-; echo rc=$?"
+    result = subprocess.run(["bash", "-c", closed], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def every_parser(

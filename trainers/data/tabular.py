@@ -763,11 +763,16 @@ def _check_label(path: Path, column: Any) -> None:
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
     shown = [repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5]]
     found = ", ".join(shown + ["blanks"] * bool(blank.any()))
-    bad = int((wrong | blank).sum())
-    if bad and BadRowLimits().tolerates(bad, len(column)):
+    bad, limits = int((wrong | blank).sum()), BadRowLimits()
+    if bad and limits.tolerates(bad, len(column)):
         logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: "
                        "training skips those as malformed", path, column.name, found, bad,
                        len(column))  # fmt: skip
+    elif bad and BadRowLimits(max_bad_rows=None).tolerates(bad, len(column)):  # a large file
+        logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: a "
+                       "study skips those as malformed with data.max_bad_rows above %d (it "
+                       "stops at %d)", path, column.name, found, bad, len(column), bad,
+                       limits.max_bad_rows)  # fmt: skip
     elif bad:
         raise RanknasError(
             f"{path}: the label column {column.name!r} holds {found}, not 0/1 (or true/false, "
@@ -784,7 +789,7 @@ def _check_time_values(path: Path, column: Any) -> None:
         raise RanknasError(f"{path}: the time column {column.name!r} is blank in every row; "
                            "pass another --time, or none")  # fmt: skip
     wrong = ~blank & np.isnan(_time_values(column))
-    if not BadRowLimits().tolerates(int(wrong.sum()), int((~blank).sum())):
+    if not BadRowLimits(max_bad_rows=None).tolerates(int(wrong.sum()), int((~blank).sum())):
         found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:3])
         raise RanknasError(
             f"{path}: the time column {column.name!r} holds {found}, not numbers or dates, in "
