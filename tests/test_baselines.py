@@ -273,6 +273,8 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert set(runs["baseline:dlrm"]) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)}
     v = verdict(load_study("later", config["storage"]))
     assert v["basis"] == "seed means over 2 fresh seeds"
+    # a front of other trials' single runs does not dominate a baseline's seed mean
+    assert "Pareto-dominated by the re-evaluated architectures' seed means:" in format_verdict(v)
     best = v["best_baseline"]["baseline"]
     assert (
         v["best_baseline"]["val_ne"] == sum(val for val, _ in runs[f"baseline:{best}"].values()) / 2
