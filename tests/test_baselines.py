@@ -539,11 +539,11 @@ def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeyp
 def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
     """A seed whose run ended worse than the base rate (logistic regression at 1.0522 among
     0.92s) was averaged into the baseline's mean (0.9859, "2 seeds") without a word on any
-    surface. It stays in the mean (it is what that seed gave), and every table says it."""
+    surface. It stays in the mean (it is what that seed gave), and the seeds' counts say it."""
     from dataclasses import replace
 
     from nas import reevaluate
-    from nas.leaderboard import COLUMNS, baseline_rows, format_baselines, format_reevaluation
+    from nas.leaderboard import COLUMNS, format_baselines, format_reevaluation
 
     config = parse_config(_config(tmp_path, "wild", budget={"trials": 1},
                                   best_baseline={"seeds": 0}))  # fmt: skip

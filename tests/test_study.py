@@ -1221,9 +1221,9 @@ def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
     ]
 
 
-def test_naming_the_schema_s_time_column_splits_as_before(tmp_path):
-    """A study split in time order on its schema's time column was refused when the config
-    then named that column (`data.split.column: null -> "event_time"`): the same split."""
+def _days_study(tmp_path):
+    """A one-trial study of a log of 600 rows over 17 days, its schema naming `day` as its
+    time: (its config, its data section)."""
     lines = ["y,price,shop,day"] + [
         f"{int(i % 5 < 2)},{i}.5,s{i % 5},{i // 37}" for i in range(600)
     ]
@@ -1232,6 +1232,13 @@ def test_naming_the_schema_s_time_column_splits_as_before(tmp_path):
     data = {"source": str(tmp_path / "log.csv"), "schema": str(tmp_path / "log.yaml")}
     config = tiny_config(tmp_path, "days", data=data, budget={"trials": 1, "max_failures": 9},
                          training={"batch_size": 32, "evals": 2})  # fmt: skip
+    return config, data
+
+
+def test_naming_the_schema_s_time_column_splits_as_before(tmp_path):
+    """A study split in time order on its schema's time column was refused when the config
+    then named that column (`data.split.column: null -> "event_time"`): the same split."""
+    config, data = _days_study(tmp_path)
     run_study(parse_config(config), progress=lambda line: None)
     for split in ({"method": "time", "column": "day"}, {"method": "auto", "column": "day"},
                   {"method": "time"}):  # fmt: skip
@@ -1247,14 +1254,7 @@ def test_a_study_split_before_ties_were_kept_together_resumes_as_it_was_split(tm
     study's recorded rows then differ, and `data.split.ties: file_order` splits as it did."""
     from nas.trial_record import StudyAttr
 
-    lines = ["y,price,shop,day"] + [
-        f"{int(i % 5 < 2)},{i}.5,s{i % 5},{i // 37}" for i in range(600)
-    ]
-    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "log.yaml").write_text("label: y\ndense: [price]\ncategorical: [shop]\ntime: day\n")
-    data = {"source": str(tmp_path / "log.csv"), "schema": str(tmp_path / "log.yaml")}
-    config = tiny_config(tmp_path, "days", data=data, budget={"trials": 1, "max_failures": 9},
-                         training={"batch_size": 32, "evals": 2})  # fmt: skip
+    config, data = _days_study(tmp_path)
     study = run_study(parse_config(config), progress=lambda line: None)
     protocol = study.user_attrs[StudyAttr.PROTOCOL]
     assert protocol["data"]["split"]["ties"] == "together"
