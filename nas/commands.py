@@ -732,7 +732,7 @@ def _provenance(study, trial, metrics: dict) -> dict:
     if own:  # beside its recorded run, as the baselines' below
         test = f" / {own['test_ne']:.4f}" if own["test_ne"] is not None else ""
         out["this trial's val / test NE, mean over its seeds"] = (
-            f"{own['val_ne']:.4f}{test} ({own['seeds']} seeds)")  # fmt: skip
+            f"{own['val_ne']:.4f}{test} ({leaderboard.seeds_said(own)})")  # fmt: skip
     verdict = leaderboard.verdict(study)
     if verdict:
         # every line `status` prints: who wins, the baselines' recipes, the seeds' test
@@ -742,8 +742,8 @@ def _provenance(study, trial, metrics: dict) -> dict:
             value = f"{base['val_ne']:.4f} / {base['test_ne']:.4f} (its recorded run)"
             mean = means.get(f"baseline:{base['baseline']}")
             if mean and mean["test_ne"] is not None:
-                value += (f"; mean over {mean['seeds']} seeds {mean['val_ne']:.4f} / "
-                          f"{mean['test_ne']:.4f}")  # fmt: skip
+                value += (f"; mean over {leaderboard.seeds_said(mean)} {mean['val_ne']:.4f} "
+                          f"/ {mean['test_ne']:.4f}")  # fmt: skip
             out[f"baseline {base['baseline']} val / test NE"] = value
     return out
 

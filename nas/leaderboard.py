@@ -765,6 +765,12 @@ def format_reevaluation(table: list[dict[str, Any]]) -> str:
     return align(header, lines)
 
 
+def seeds_said(mean: dict[str, Any]) -> str:
+    """`5 seeds`, or `5 seeds, 1 diverged` (`seed_means`' entry)."""
+    diverged = f", {mean['diverged']} diverged" if mean.get("diverged") else ""
+    return seeds_text(mean["seeds"], fresh=False) + diverged
+
+
 def seeds_cell(row: dict[str, Any]) -> str:
     """`5`, or `5 (1 diverged)` where seeds' runs ended worse than the base rate."""
     diverged = f" ({row['diverged']} diverged)" if row.get("diverged") else ""

@@ -572,6 +572,11 @@ def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
     assert "diverged" in COLUMNS  # in the JSON and CSV
     bases[0]["diverged"] = 1
     assert " 2 (1 diverged) " in format_baselines(bases)
+    from nas.commands import _provenance  # the model card's
+
+    card = _provenance(study, study.trials[0], {})
+    said = f"(2 seeds, {diverged['0']} diverged)"
+    assert card["this trial's val / test NE, mean over its seeds"].endswith(said), card
 
 
 def test_every_preset_trains_on_a_log_of_ids_only(tmp_path):
