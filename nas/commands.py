@@ -469,19 +469,18 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_held(study: Any, baselines: dict[str, Any]) -> dict[str, Any]:
-    """`baselines` less those whose architecture the study holds as a baseline under another
-    name (trained again, it would be compared with itself), saying so; one it holds under
-    its own name is said, and its record kept."""
-    from nas.baselines import recorded
+def _not_held(found: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]:
+    """`baselines` less those whose architecture the study's baselines `found` hold under
+    another name (trained again, it would be compared with itself), saying so; one it holds
+    under its own name is said, and its record kept."""
     from search_space.architecture import digest
 
-    held = {record.get("digest"): key for key, record in recorded(study).items()
+    held = {record.get("digest"): key for key, record in found.items()
             if record.get("status") == "complete"}  # fmt: skip
     kept = {}
     for key, arch in baselines.items():
         other = held.setdefault(digest(arch), key)  # one name an architecture, this run's too
-        if other == key and key in recorded(study):
+        if other == key and key in found:
             print(f"baseline {key}: recorded already, not trained again")
         elif other != key:
             print(f"baseline {key}: the architecture of baseline {other} (digest "
@@ -513,12 +512,12 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     check_protocol(study, config, data)
     # a wrong name or file, or another model under a recorded name, stops it before the
     # study's MLflow run is touched
-    baselines = _not_held(study, distinct_baselines(study, args.baselines, data.train.schema))
+    found = recorded(study)
+    baselines = _not_held(found, distinct_baselines(study, args.baselines, data.train.schema))
     claim_output_dir(config)
     logger = _logger(config)
     if logger is not None:
         start_study_run(logger, config, study)
-    found = recorded(study)
     new = [key for key in baselines if key not in found]
     if new:
         print(f"study {config.name!r}: training {', '.join(new)} as the study trains a trial")

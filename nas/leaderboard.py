@@ -452,10 +452,15 @@ def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
         test = [t for _, t in runs.values() if t is not None]
         if val:
             out[key] = {"val_ne": statistics.fmean(val), "seeds": len(val),
-                        "diverged": sum(v >= 1 for v in val),
+                        "diverged": diverged(val),
                         "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
                         "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
     return out
+
+
+def diverged(val_ne: list[float]) -> int:
+    """How many of a model's seeds' runs ended worse than the base rate (NE >= 1)."""
+    return sum(ne >= 1 for ne in val_ne)
 
 
 def reeval_metrics(mean: dict[str, Any]) -> dict[str, float]:

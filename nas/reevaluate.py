@@ -204,7 +204,7 @@ def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> d
         "mflops": row["mflops"],
         "step_ms": row.get("step_ms"),
         "seeds": len(val),
-        "diverged": sum(v >= 1 for v in val),
+        "diverged": leaderboard.diverged(val),
     }
 
 

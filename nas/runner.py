@@ -380,8 +380,8 @@ def retry_first(study: optuna.Study, trial: Trial | FrozenTrial) -> None:
     moved = first.system_attrs.get("fixed_params", first.params)
     storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
     storage.set_trial_system_attr(first._trial_id, SEED_OF, seed_of)
-    # a retry queued before moves on with its own seed
-    _enqueue(study, moved, {k: v for k, v in first.system_attrs.items() if k == SEED_OF})
+    marks = first.system_attrs
+    _enqueue(study, moved, {SEED_OF: marks[SEED_OF]} if SEED_OF in marks else {})  # its seed
 
 
 def _enqueue(study: optuna.Study, params: dict[str, Any], marks: dict[str, Any]) -> None:

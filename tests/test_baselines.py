@@ -500,6 +500,30 @@ def test_flops_ceilings_need_what_they_are_taken_from(tmp_path):
             parse_config(config)
 
 
+def _one_trial_study(tmp_path, name):
+    """A finished study of one trial and two baselines, not yet re-evaluated: its config."""
+    config = parse_config(_config(tmp_path, name, budget={"trials": 1},
+                                  best_baseline={"seeds": 0}))  # fmt: skip
+    run_study(config, progress=lambda line: None)
+    return config
+
+
+def _second_run_replaced(monkeypatch, second):
+    """`reevaluate` trains as it does but its second run, which `second(real, arch, data,
+    config, seed, **options)` gives; (the real training, the seeds it was asked for)."""
+    from nas import reevaluate
+
+    real, calls = reevaluate.train_architecture, []
+
+    def run(arch, data, config, seed, **options):
+        calls.append(seed)
+        train = second if len(calls) == 2 else lambda real, *args, **kw: real(*args, **kw)
+        return train(real, arch, data, config, seed, **options)
+
+    monkeypatch.setattr(reevaluate, "train_architecture", run)
+    return real, calls
+
+
 def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeypatch):
     """A retrain that fails (out of memory, say) used to end `reevaluate` on a TypeError
     (its NE is None); it is said, and the mean is of the runs that have an NE."""
@@ -508,18 +532,14 @@ def test_a_reevaluation_run_that_fails_is_left_out_of_the_mean(tmp_path, monkeyp
     from nas import reevaluate
     from trainers.trainer import TrainResult
 
-    config = parse_config(_config(tmp_path, "flaky", budget={"trials": 1},
-                                  best_baseline={"seeds": 0}))  # fmt: skip
-    run_study(config, progress=lambda line: None)
-    real, calls = reevaluate.train_architecture, []
-
-    def second_run_fails(arch, data, config, seed, **options):
-        calls.append(seed)
-        if len(calls) == 2:
-            return TrainResult(status="failed", failure_reason="out of memory: test"), None
-        return real(arch, data, config, seed, **options)
-
-    monkeypatch.setattr(reevaluate, "train_architecture", second_run_fails)
+    config = _one_trial_study(tmp_path, "flaky")
+    real, calls = _second_run_replaced(
+        monkeypatch,
+        lambda real, *args, **options: (
+            TrainResult(status="failed", failure_reason="out of memory: test"),
+            None,
+        ),
+    )
     lines = []
     table = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
     said = "failed (out of memory: test); left out of the mean, retried by a rerun"
@@ -542,22 +562,14 @@ def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
     surface. It stays in the mean (it is what that seed gave), and the seeds' counts say it."""
     from dataclasses import replace
 
-    from nas import reevaluate
     from nas.leaderboard import COLUMNS, format_baselines, format_reevaluation
 
-    config = parse_config(_config(tmp_path, "wild", budget={"trials": 1},
-                                  best_baseline={"seeds": 0}))  # fmt: skip
-    run_study(config, progress=lambda line: None)
-    real, calls = reevaluate.train_architecture, []
+    def diverges(real, *args, **options):
+        result, model = real(*args, **options)
+        return replace(result, validation=result.validation | {"ne": 1.05}), model
 
-    def second_run_diverges(arch, data, config, seed, **options):
-        calls.append(seed)
-        result, model = real(arch, data, config, seed, **options)
-        if len(calls) == 2:
-            result = replace(result, validation=result.validation | {"ne": 1.05})
-        return result, model
-
-    monkeypatch.setattr(reevaluate, "train_architecture", second_run_diverges)
+    config = _one_trial_study(tmp_path, "wild")
+    _second_run_replaced(monkeypatch, diverges)
     table = reevaluate_study(config, top=1, seeds=2, progress=lambda line: None, baselines=1)
     study = load_study(config.name, config.storage)
     runs = study.user_attrs["reevaluation"]
