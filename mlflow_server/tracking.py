@@ -79,7 +79,8 @@ VIEW_COLUMNS = (
     *(f"metrics.`{m}`" for m in (VIEW_ORDER, "test_ne", "val_auc", "mflops", "params")),
     f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
 )  # fmt: skip
-REEVAL_COLUMNS = (*(f"metrics.`reeval_{m}`" for m in ("mean_val_ne", "mean_test_ne", "seeds")),)
+REEVAL_COLUMNS = tuple(f"metrics.`reeval_{m}`"
+                       for m in ("mean_val_ne", "mean_test_ne", "seeds", "diverged"))  # fmt: skip
 REEVAL_ORDER = "reeval_mean_val_ne"
 NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -340,7 +341,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _study_config(args)
     state = leaderboard.status(_study(args, config))
     if args.json:
-        print(json.dumps(state, indent=2))
+        print(strict_json(state))
         return 0
     # WAITING: starting points queued when the study began and not run (yet, or at all:
     # the budget may have been reached first)
@@ -416,6 +417,22 @@ def _view_url(config) -> str | None:
     return study_view_url(uri, experiment.experiment_id, config.name) if experiment else None
 
 
+def strict_json(value: Any) -> str:
+    """JSON that every parser reads: a nan or inf (a seed mean whose run went nan/inf) is
+    written null, not as Python's `Infinity`, which jq and JSON.parse refuse."""
+
+    def plain(item: Any) -> Any:
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        if isinstance(item, dict):
+            return {key: plain(v) for key, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [plain(v) for v in item]
+        return item
+
+    return json.dumps(plain(value), indent=2, allow_nan=False)
+
+
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from nas import leaderboard
 
@@ -426,8 +443,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     front = leaderboard.pareto_front(study)
     bases = leaderboard.baseline_rows(study)
     if args.json:
-        print(json.dumps({"leaderboard": table, "pareto_front": front, "baselines": bases,
-                          "verdict": leaderboard.verdict(study)}, indent=2))  # fmt: skip
+        print(strict_json({"leaderboard": table, "pareto_front": front, "baselines": bases,
+                           "verdict": leaderboard.verdict(study)}))  # fmt: skip
     elif args.csv:
         print(leaderboard.to_csv(leaderboard.with_baselines(table, bases)), end="")
     else:

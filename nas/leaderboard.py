@@ -249,7 +249,9 @@ def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
     """Complete trials that no other beats on both validation NE (`estimated_ne`: seed means
     where re-evaluated) and the study's cost."""
     key = cost_key(study)
-    points = [r for r in rows(study) if estimated_ne(r) is not None and r.get(key) is not None]
+    points = [r for r in rows(study)  # a seed mean of inf (a run went nan/inf): not a point
+              if estimated_ne(r) is not None and math.isfinite(estimated_ne(r))
+              and r.get(key) is not None]  # fmt: skip
     front = [p for p in points if not any(_dominates(q, p, key) for q in points)]
     return sorted(front, key=lambda r: r[key])
 
@@ -427,9 +429,9 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     a, b = record.get(found, {}), record.get(base, {})
     seeds = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
-    if len(seeds) < 2:
-        return None
     diffs = [a[s][0] - b[s][0] for s in seeds]
+    if len(seeds) < 2 or not all(map(math.isfinite, diffs)):  # inf: a run went nan/inf
+        return None
     mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
     if sd > 0:  # by hand: scipy's ttest_rel warns and loses precision on near-equal differences
         from scipy.special import stdtr  # Student's t CDF; scipy.stats takes 1 s to import
@@ -445,30 +447,39 @@ def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] |
 def seed_means(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """Mean validation and test NE of each re-evaluated trial and baseline, and how many of
     its seeds diverged (NE >= 1: worse than the base rate, yet that seed's outcome, so in
-    the mean, which it raises)."""
+    the mean, which it raises; a run whose loss or predictions went nan/inf is at NE inf,
+    and so is the mean)."""
     out = {}
     for key, runs in study.user_attrs.get(StudyAttr.REEVALUATION, {}).items():
         val = [v for v, _ in runs.values() if v is not None]
         test = [t for _, t in runs.values() if t is not None]
         if val:
             out[key] = {"val_ne": statistics.fmean(val), "seeds": len(val),
-                        "diverged": diverged(val),
-                        "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
+                        "diverged": diverged(val), "sd_val_ne": spread(val),
                         "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
     return out
 
 
 def diverged(val_ne: list[float]) -> int:
-    """How many of a model's seeds' runs ended worse than the base rate (NE >= 1)."""
+    """How many of a model's seeds' runs ended worse than the base rate (NE >= 1) or went
+    nan/inf (NE inf)."""
     return sum(ne >= 1 for ne in val_ne)
+
+
+def spread(val_ne: list[float]) -> float:
+    """The seeds' standard deviation: 0 for one seed, inf where a run went nan/inf."""
+    if not all(map(math.isfinite, val_ne)):
+        return math.inf
+    return statistics.stdev(val_ne) if len(val_ne) > 1 else 0.0
 
 
 def reeval_metrics(mean: dict[str, Any]) -> dict[str, float]:
     """One re-evaluated trial's or baseline's seed means (`seed_means`) as its MLflow run's
-    metrics."""
+    metrics; a mean that a nan/inf run made inf is left out (the diverged count says it)."""
     metrics = {"reeval_mean_val_ne": mean["val_ne"], "reeval_sd_val_ne": mean["sd_val_ne"],
-               "reeval_seeds": mean["seeds"]}  # fmt: skip
-    return metrics | ({} if mean["test_ne"] is None else {"reeval_mean_test_ne": mean["test_ne"]})
+               "reeval_mean_test_ne": mean["test_ne"], "reeval_seeds": mean["seeds"],
+               "reeval_diverged": mean["diverged"]}  # fmt: skip
+    return {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
 
 
 def format_verdict(v: dict[str, Any]) -> str:
@@ -671,11 +682,11 @@ PREDICTED_STEP, MEASURED_STEP = "predicted step ms", "measured step ms"
 
 def format_table(table: list[dict[str, Any]]) -> str:
     """Aligned columns; the seed-mean and latency columns only when some trial has one."""
-    header = ["trial", "state", "val NE", "mean val NE", "test NE", "mean test NE", "val AUC",
-              "test AUC", "MFLOPs", "params", "latency ms", PREDICTED_STEP, MEASURED_STEP,
-              "digest"]  # fmt: skip
+    header = ["trial", "state", "val NE", "mean val NE", "seeds", "test NE", "mean test NE",
+              "val AUC", "test AUC", "MFLOPs", "params", "latency ms", PREDICTED_STEP,
+              MEASURED_STEP, "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
-              _num(r["test_ne"]), _num(r.get("mean_test_ne")), _num(r["val_auc"]),
+              seeds_cell(r), _num(r["test_ne"]), _num(r.get("mean_test_ne")), _num(r["val_auc"]),
               _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
               _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
@@ -687,14 +698,10 @@ def format_table(table: list[dict[str, Any]]) -> str:
         header.append("failure reason")
         for line, r in zip(lines, table, strict=True):
             line.append(r["failure_reason"] or "")
-    for key, name in (("mean_val_ne", "mean val NE"), ("mean_test_ne", "mean test NE"),
-                      ("latency_ms", "latency ms"), ("step_ms", PREDICTED_STEP),
-                      ("measured_step_ms", MEASURED_STEP)):  # fmt: skip
-        if all(r.get(key) is None for r in table):
-            drop = header.index(name)
-            header = header[:drop] + header[drop + 1 :]
-            lines = [line[:drop] + line[drop + 1 :] for line in lines]
-    return align(header, lines)
+    return _without_empty(header, lines, table, {
+        "mean_val_ne": ("mean val NE", "seeds"), "mean_test_ne": ("mean test NE",),
+        "latency_ms": ("latency ms",), "step_ms": (PREDICTED_STEP,),
+        "measured_step_ms": (MEASURED_STEP,)})  # fmt: skip
 
 
 def format_baselines(table: list[dict[str, Any]]) -> str:
@@ -706,9 +713,17 @@ def format_baselines(table: list[dict[str, Any]]) -> str:
               _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
-    mean_columns = ("mean val NE", "seeds", "mean test NE")
-    for key, names in (("mean_val_ne", mean_columns), ("step_ms", (PREDICTED_STEP,)),
-                       ("measured_step_ms", (MEASURED_STEP,))):  # fmt: skip
+    return _without_empty(header, lines, table, {
+        "mean_val_ne": ("mean val NE", "seeds", "mean test NE"), "step_ms": (PREDICTED_STEP,),
+        "measured_step_ms": (MEASURED_STEP,)})  # fmt: skip
+
+
+def _without_empty(
+    header: list[str], lines: list[list[str]], table: list[dict[str, Any]],
+    columns: dict[str, tuple[str, ...]],
+) -> str:  # fmt: skip
+    """The aligned table less the columns named under each key no row has a value for."""
+    for key, names in columns.items():
         if all(r.get(key) is None for r in table):
             keep = [i for i, name in enumerate(header) if name not in names]
             header = [header[i] for i in keep]

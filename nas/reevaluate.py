@@ -7,7 +7,10 @@ them (same data, budget and training settings; seeds `REEVAL_SEED + k`), and ran
 their mean validation NE; test NE is reported beside it and never used to rank. Every run is
 recorded in the study (`study.user_attrs["reevaluation"]`) as soon as it ends, so an
 interrupted command loses nothing and a rerun (or one with more seeds) trains only what is
-missing.
+missing. A run whose loss or predictions went nan/inf is recorded at NE inf: the same seed
+does so again, so it is never retried, and its model's mean is inf (diverged, ranked last).
+A run that failed otherwise (out of memory) has no NE, is left out of the mean and is
+retried by a rerun.
 """
 
 from __future__ import annotations
@@ -129,7 +132,7 @@ def retrain(
                 label = f"{_label(key)} seed {seed}"
                 result, _ = train_architecture(arch, data, config, int(seed), label=label,
                                                recipe=recipes.get(key))  # fmt: skip
-                runs[seed] = [_finite(result.validation.get("ne")), _finite(result.test.get("ne"))]
+                runs[seed] = _recorded(result)
                 record[key] = runs
                 study.set_user_attr(ATTR, record)
                 done += 1
@@ -170,7 +173,7 @@ def best_baseline_by_seed_means(
     means = {key: _mean_val_ne(record[f"baseline:{key}"], choice.seeds) for key in bases}
     ranked = sorted(means, key=means.__getitem__)
     if not math.isfinite(means[ranked[0]]):
-        progress("best baseline: every retrain failed; the single runs decide")
+        progress("best baseline: every retrain failed or went nan/inf; the single runs decide")
         return None
     progress("best baseline by mean validation NE: "
              + ", ".join(f"{key} {means[key]:.4f}" for key in ranked))  # fmt: skip
@@ -192,14 +195,15 @@ def _label(key: str) -> str:
 
 def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> dict[str, Any]:
     """One row of the re-evaluation: a run that failed has no NE and is not in the means
-    (`seeds` counts the runs that have one); with none, the row ranks last."""
+    (`seeds` counts the runs that have one; a run that went nan/inf has NE inf); with none,
+    the row ranks last."""
     val = _known(runs, seeds, 0)
     test = _known(runs, seeds, 1)
     return {
         "trial": row["trial"],
         "recorded_val_ne": row["val_ne"],
         "mean_val_ne": _mean_val_ne(runs, seeds),
-        "sd_val_ne": statistics.stdev(val) if len(val) > 1 else 0.0,
+        "sd_val_ne": leaderboard.spread(val),
         "mean_test_ne": statistics.fmean(test) if test else None,
         "mflops": row["mflops"],
         "step_ms": row.get("step_ms"),
@@ -226,6 +230,14 @@ def _has_ne(runs: dict[str, list[float | None]], seed: str) -> bool:
     return seed in runs and runs[seed][0] is not None
 
 
+def _recorded(result: Any) -> list[float | None]:
+    """A run's [validation NE, test NE] as the record keeps them: inf where its loss or
+    predictions went nan/inf, None where it failed otherwise (or has no test rows)."""
+    if result.non_finite:
+        return [math.inf, math.inf]
+    return [_finite(result.validation.get("ne")), _finite(result.test.get("ne"))]
+
+
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
@@ -233,6 +245,9 @@ def _finite(value: float | None) -> float | None:
 def _outcome(result: Any) -> str:
     """A re-evaluation run in words: its NE, and whether it failed or diverged."""
     ne = _finite(result.validation.get("ne"))
+    if result.non_finite:
+        return (f"diverged ({result.failure_reason}): recorded at NE inf, so its model's "
+                "mean is inf; the same seed would do so again, so it is not retried")  # fmt: skip
     if ne is None:
         return f"failed ({result.failure_reason}); left out of the mean, retried by a rerun"
     if ne >= 1:

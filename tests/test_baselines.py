@@ -591,6 +591,55 @@ def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
     assert card["this trial's val / test NE, mean over its seeds"].endswith(said), card
 
 
+def test_a_seed_that_goes_nan_is_a_diverged_mean_and_never_retried(tmp_path, monkeypatch, capsys):
+    """A retrain whose loss went nan was stored without an NE: left out of the mean (the
+    other seed's 0.9x flattered the model) and trained again by every rerun, to go nan
+    again. It is recorded at NE inf: the model's mean is inf, its seed counted diverged,
+    never retried; every surface reads it (JSON without `Infinity`, no MLflow inf)."""
+    import json
+    import math
+    from dataclasses import replace
+
+    from nas import reevaluate
+    from nas.leaderboard import format_reevaluation, pareto_front, reeval_metrics, seed_means
+
+    def goes_nan(real, *args, **options):
+        result, model = real(*args, **options)
+        return replace(result, status="failed", non_finite=True, validation={}, test={},
+                       failure_reason="training loss became nan by step 20"), model  # fmt: skip
+
+    config = _one_trial_study(tmp_path, "nan")
+    _second_run_replaced(monkeypatch, goes_nan)
+    lines = []
+    table = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
+    assert any("recorded at NE inf" in line and "not retried" in line for line in lines), lines
+    row = table[0]
+    assert (row["seeds"], row["diverged"], row["mean_val_ne"]) == (2, 1, math.inf)
+    assert format_reevaluation(table).endswith(" 2 (1 diverged)")
+    study = load_study(config.name, config.storage)
+    mean = seed_means(study)["0"]
+    assert mean["val_ne"] == math.inf and mean["sd_val_ne"] == math.inf
+    assert reeval_metrics(mean) == {"reeval_seeds": 2, "reeval_diverged": 1}
+    assert all(r["trial"] != 0 for r in pareto_front(study))
+    retrained = []
+    monkeypatch.setattr(reevaluate, "train_architecture",
+                        lambda *args, **kw: retrained.append(args) or None)  # fmt: skip
+    again = reevaluate_study(config, top=1, seeds=2, progress=lines.append, baselines=0)
+    assert retrained == [] and again[0]["mean_val_ne"] == math.inf
+    capsys.readouterr()
+    assert main(["leaderboard", "nan", "--storage", config.storage, "--json"]) == 0
+
+    def refused(constant):
+        raise AssertionError(f"not JSON: {constant}")
+
+    board = json.loads(capsys.readouterr().out, parse_constant=refused)
+    assert board["leaderboard"][0]["mean_val_ne"] is None
+    assert board["leaderboard"][0]["diverged"] == 1
+    assert main(["leaderboard", "nan", "--storage", config.storage]) == 0
+    trial_row = capsys.readouterr().out.splitlines()[1]  # the trials' table says why: inf
+    assert trial_row.startswith("0 ") and trial_row.split()[3:6] == ["inf", "2", "(1"], trial_row
+
+
 def test_every_preset_trains_on_a_log_of_ids_only(tmp_path):
     """No dense column (an Avazu-like log): DLRM, DHEN and Wukong read it through a bottom
     MLP, LR, DCNv2 and DeepFM beside the embeddings; each refused the whole study."""

@@ -69,6 +69,7 @@ def test_a_nan_loss_ends_the_run_with_a_reason(splits):
     result = train(model, train_part, valid, test, config)
     assert result.status == "failed"
     assert "nan" in result.failure_reason
+    assert result.non_finite  # the same seed goes nan again: a rerun does not retry it
 
 
 def test_an_exception_in_a_step_is_a_failed_result_not_a_crash(splits):
@@ -82,6 +83,7 @@ def test_an_exception_in_a_step_is_a_failed_result_not_a_crash(splits):
     result = train(model, train_part, valid, test, TrainConfig(batch_size=128, max_steps=3))
     assert result.status == "failed"
     assert result.failure_reason == "RuntimeError: kernel exploded"
+    assert not result.non_finite
 
 
 def test_the_eval_callback_can_prune_and_early_stopping_stops(splits):

@@ -51,6 +51,9 @@ class TrainResult:
     peak_memory_bytes: int = 0
     device: str = "cpu"
     stopped_early: bool = False
+    # the loss or the predictions went nan/inf: the same seed does so again, unlike a
+    # failure of the machine (out of memory)
+    non_finite: bool = False
     restored_step: int | None = None  # the evaluation whose weights the run ended with
     # trained sharded (`trainers.sharded`): the slowest rank's median step, and each rank's
     step_ms: float | None = None
@@ -384,7 +387,7 @@ def _check_diverged(result: TrainResult) -> None:
         result.failure_reason = ("the validation rows hold one label only: NE is undefined "
                                  "there; give more rows, or check the label column")  # fmt: skip
     elif not math.isfinite(result.validation.get("logloss", math.nan)):
-        result.status = "failed"
+        result.status, result.non_finite = "failed", True
         result.failure_reason = "validation predictions are nan/inf after training"
     elif not ne < 1.0:
         result.status = "failed"
@@ -458,7 +461,7 @@ def _loop(
         if step % config.log_every == 0:  # one host sync per log interval
             mean_loss, loss_sum = loss_sum.item() / config.log_every, loss_sum.zero_()
             if not math.isfinite(mean_loss):
-                result.status = "failed"
+                result.status, result.non_finite = "failed", True
                 result.failure_reason = f"training loss became {mean_loss} by step {step}"
                 break
             curves["train_loss"].append((step, mean_loss))
@@ -472,7 +475,7 @@ def _loop(
             metrics = ops.evaluate(model, valid_data, config.eval_examples)
             eval_seconds += time.perf_counter() - eval_started
             if not math.isfinite(metrics["logloss"]):
-                result.status = "failed"
+                result.status, result.non_finite = "failed", True
                 result.failure_reason = f"validation predictions became nan/inf by step {step}"
                 break
             curves["val_ne"].append((step, metrics["ne"]))
