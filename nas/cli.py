@@ -247,12 +247,12 @@ def _study_commands(command, commands) -> None:
         sub = command(name, handler, text)
         sub.set_defaults(resumes=True)
         sub.add_argument("config", metavar="CONFIG", help="the study's YAML (see examples/)")
-        sub.add_argument("--trials", type=int, metavar="N",
+        sub.add_argument("--trials", type=positive(int), metavar="N",
                          help="trials in all, done ones included (default: the config's "
                          "budget.trials)")  # fmt: skip
         sub.add_argument("--no-mlflow", action="store_true",
                          help="do not log the trials to MLflow")  # fmt: skip
-        sub.add_argument("--workers", type=int, metavar="N",
+        sub.add_argument("--workers", type=positive(int), metavar="N",
                          help="worker processes to start on the study, spread over the GPUs "
                          "(several per GPU when N is larger) or splitting the CPU cores "
                          "(default: the config's workers.count, else 1)")  # fmt: skip
@@ -280,15 +280,15 @@ def _study_commands(command, commands) -> None:
                         help="print JSON (trial counts, budget, best trial, verdict)")  # fmt: skip
     board = command("leaderboard", handlers.cmd_leaderboard, "best trials and the Pareto front")
     study_args(board)
-    board.add_argument("--top", type=int, default=20, metavar="K",
-                       help="trials to list, best first (at least 1)")  # fmt: skip
+    board.add_argument("--top", type=positive(int), default=20, metavar="K",
+                       help="trials to list, best first")  # fmt: skip
     board.add_argument("--all", action="store_true",
                        help="also list failed, pruned and running trials")  # fmt: skip
-    board.add_argument("--csv", action="store_true",
-                       help="print the leaderboard with the baselines as CSV")  # fmt: skip
-    board.add_argument("--json", action="store_true",
-                       help="print JSON: leaderboard, Pareto front, baselines, verdict "
-                       "(wins over --csv)")  # fmt: skip
+    form = board.add_mutually_exclusive_group()
+    form.add_argument("--csv", action="store_true",
+                      help="print the leaderboard with the baselines as CSV")  # fmt: skip
+    form.add_argument("--json", action="store_true",
+                      help="print JSON: leaderboard, Pareto front, baselines, verdict")  # fmt: skip
     again = command(
         "reevaluate",
         handlers.cmd_reevaluate,

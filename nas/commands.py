@@ -44,8 +44,6 @@ def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
 
     config = load_config(args.config)
     if args.trials is not None:
-        if args.trials < 1:
-            raise RanknasError(f"--trials must be at least 1 (got {args.trials})")
         config.budget.trials = args.trials
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
@@ -143,8 +141,6 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
 
 def _launches_workers(config, requested: int | None) -> bool:
     """Whether this search starts worker processes (`--workers` or `workers:` above one)."""
-    if requested is not None and requested < 1:
-        raise RanknasError(f"--workers must be at least 1 (got {requested})")
     return (requested or config.workers.count or 0) > 1 or bool(config.workers.per_device)
 
 
@@ -436,8 +432,6 @@ def strict_json(value: Any) -> str:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from nas import leaderboard
 
-    if args.top < 1:
-        raise RanknasError(f"--top must be at least 1 (got {args.top})")
     study = _study(args)
     table = leaderboard.rows(study, include_all=args.all)[: args.top]
     front = leaderboard.pareto_front(study)

@@ -694,10 +694,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
         header.append("recipe")
         for line, r in zip(lines, table, strict=True):
             line.append(_short_recipe(r.get("recipe")))
-    if any(r["failure_reason"] for r in table):  # `--all`: why trials failed or were pruned
-        header.append("failure reason")
-        for line, r in zip(lines, table, strict=True):
-            line.append(r["failure_reason"] or "")
+    _add_failure_reasons(header, lines, table)  # `--all`: why trials failed or were pruned
     return _without_empty(header, lines, table, {
         "mean_val_ne": ("mean val NE", "seeds"), "mean_test_ne": ("mean test NE",),
         "latency_ms": ("latency ms",), "step_ms": (PREDICTED_STEP,),
@@ -713,9 +710,20 @@ def format_baselines(table: list[dict[str, Any]]) -> str:
               _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
               str(r["params"] or "-"), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
+    _add_failure_reasons(header, lines, table)  # what `status` sends the user here for
     return _without_empty(header, lines, table, {
         "mean_val_ne": ("mean val NE", "seeds", "mean test NE"), "step_ms": (PREDICTED_STEP,),
         "measured_step_ms": (MEASURED_STEP,)})  # fmt: skip
+
+
+def _add_failure_reasons(
+    header: list[str], lines: list[list[str]], table: list[dict[str, Any]]
+) -> None:
+    """A last column of why rows failed or were pruned, where any did."""
+    if any(r.get("failure_reason") for r in table):
+        header.append("failure reason")
+        for line, r in zip(lines, table, strict=True):
+            line.append(r.get("failure_reason") or "")
 
 
 def _without_empty(
@@ -798,11 +806,12 @@ def seeds_cell(row: dict[str, Any]) -> str:
 
 
 def _num(value: float | None, digits: int = 4) -> str:
-    return (
-        "-"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else f"{value:.{digits}f}"
-    )
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    # an NE just under 1 (complete) must not read as 1.0000 (the base rate: diverged)
+    while value < 1 <= float(f"{value:.{digits}f}") and digits < 9:
+        digits += 1
+    return f"{value:.{digits}f}"
 
 
 TRIAL_SIZE, BASELINE_SIZE = 14, 110  # the Pareto plot's markers (points squared)

@@ -637,7 +637,9 @@ def _best_baseline(
     if best is None:  # a diverged base's variants would burn the budget diverging too
         raise RanknasError(f"study {config.name!r}: best_baseline is asked for but no baseline "
                            "trained to completion (each failed or diverged); see `ranknas "
-                           "status`, then fix the training recipe or budget")  # fmt: skip
+                           "status`, then fix the training recipe or budget and run it as a "
+                           "new study (`name:`): a study keeps the settings of its first "
+                           "run")  # fmt: skip
     return best
 
 

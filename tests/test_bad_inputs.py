@@ -184,9 +184,6 @@ CASES = {
         "mlflow.tracking_uri",
     ),
     "absurd cardinality": (_huge_cardinality, "needs 58.2 TiB"),
-    "--trials -1": (lambda p: ["search", _study(p), "--trials", "-1"], "--trials must be"),
-    "--trials 0": (lambda p: ["search", _study(p), "--trials", "0"], "--trials must be"),
-    "--top 0": (lambda p: ["leaderboard", "any", "--top", "0"], "--top must be at least 1"),
     "a dense column blank in every row": (
         lambda p: _csv(p, [f"{i % 2},,s{i % 3}" for i in range(50)]),
         "dense column 'price' is blank in every row",
@@ -296,10 +293,6 @@ CASES = {
         lambda p: ["search", _study(p, search_space={"type": "tree"})],
         "search_space: type: use one of dag, wukong, dhen, around",
     ),
-    "a sharding plan for a million devices (ran out of memory)": (
-        lambda p: ["shard", "plan", "dlrm", "--devices", "1000000", "--method", "size_greedy"],
-        "--devices must be in [1, 16,384] (2,048 hosts of 8), got 1,000,000",
-    ),
     "a study that plans sharding on a million devices": (
         lambda p: ["search", _study(p, sharding={"devices": 1_000_000})],
         "sharding.devices: Input should be less than or equal to 16384",
@@ -395,6 +388,21 @@ ARGUMENT_CASES = {
     "an infinite budget": (["train", "--arch", "dlrm", "--epochs", "inf"], "a finite number"),
     "a port out of range": (["mlflow", "status", "--port", "99999"], "must be at most 65535"),
     "retraining no trials": (["reevaluate", "x.yaml", "--top", "0"], "--top: must be above 0"),
+    "--trials -1": (["search", "x.yaml", "--trials", "-1"], "--trials: must be above 0"),
+    "--trials 0": (["search", "x.yaml", "--trials", "0"], "--trials: must be above 0"),
+    "listing no trials": (["leaderboard", "any", "--top", "0"], "--top: must be above 0"),
+    "no workers": (["search", "x.yaml", "--workers", "0"], "--workers: must be above 0"),
+    "both CSV and JSON": (["leaderboard", "any", "--csv", "--json"], "--json: not allowed with"),
+    "a sharding plan for a million devices (ran out of memory)": (
+        ["shard", "plan", "dlrm", "--devices", "1000000", "--method", "size_greedy"],
+        "--devices: must be at most 16384, got 1000000",
+    ),
+    "a plan on no devices": (["shard", "plan", "dlrm", "--devices", "0"], "must be at least 1"),
+    "devices with no memory": (
+        ["shard", "plan", "dlrm", "--devices", "2", "--memory-gb", "0"],
+        "--memory-gb: must be above 0",
+    ),
+    "no training rounds": (["shard", "train", "--rounds", "0"], "--rounds: must be above 0"),
     "a directory as the latency predictor's file": (
         lambda p: ["latency", "fit", "space.yaml", "--out", str(p)],
         "is a directory: give a file name in it",

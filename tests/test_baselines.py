@@ -680,14 +680,19 @@ def test_status_of_a_study_whose_baselines_all_failed_says_so(tmp_path, capsys):
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = recorded_study(url, [], name="noise")
+    reason = "diverged: validation NE 1.0100 >= 1, worse than the base rate"
     study.set_user_attr("baselines:dlrm", {"name": "dlrm", "order": 0, "status": "failed",
-                                           "val_ne": 1.01, "mflops": 0.1})  # fmt: skip
+                                           "val_ne": 1.01, "mflops": 0.1,
+                                           "failure_reason": reason})  # fmt: skip
     assert main(["status", "noise", "--storage", url]) == 0
     shown = capsys.readouterr().out
     assert (
         f"baselines: 1 recorded, none complete (dlrm; `ranknas leaderboard noise --storage {url}`"
         in shown
     )
+    assert main(["leaderboard", "noise", "--storage", url]) == 0  # and it does say why
+    table = capsys.readouterr().out.split("Baselines")[1].splitlines()
+    assert table[1].endswith("failure reason") and table[2].endswith(reason), table
 
 
 def test_one_seed_reads_as_one():
@@ -698,3 +703,14 @@ def test_one_seed_reads_as_one():
     row = {"trial": 2, "recorded_val_ne": 0.98, "mean_val_ne": 0.99, "sd_val_ne": 0.0,
            "mean_test_ne": 0.99, "mflops": 0.08, "seeds": 1}  # fmt: skip
     assert format_reevaluation([row]).splitlines()[1].split()[3] == "-"  # no spread of one
+
+
+def test_a_complete_run_just_under_the_base_rate_does_not_read_as_it():
+    """A baseline at NE 0.99995 (complete) showed as 1.0000 beside the rule that NE >= 1
+    has diverged: its table shows the digits that tell them apart."""
+    from nas.leaderboard import format_baselines
+
+    row = {"baseline": "logistic_regression", "state": "complete", "val_ne": 0.99995,
+           "test_ne": 0.98, "val_auc": 0.5, "test_auc": 0.5, "mflops": 0.0, "params": 25,
+           "digest": "d"}  # fmt: skip
+    assert format_baselines([row]).splitlines()[1].split()[2] == "0.99995"

@@ -12,6 +12,7 @@ import pytest
 
 from cost_models.sharding.plan import make_plan
 from cost_models.sharding.tables import shard_name, tables_from_architecture
+from search_space.errors import RanknasError
 from search_space.presets import preset
 from search_space.schema import synthetic_schema
 from trainers.distributed import load_plan
@@ -79,5 +80,24 @@ def test_a_plan_for_other_tables_or_devices_is_refused(tmp_path):
     other = dlrm[:-1]
     assert load_plan(plan, dlrm, 2).num_devices == 2
     for tables, world_size in ((dlrm, 1), (other, 2)):
-        with pytest.raises(SystemExit, match=r"plan\.json: the plan places .* this run has"):
+        with pytest.raises(RanknasError, match=r"plan\.json: the plan places .* this run has"):
             load_plan(plan, tables, world_size)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(None, "no such file or directory; make one with `ranknas shard plan"),
+     ("{not json", "not a sharding plan (JSONDecodeError"),
+     ('{"tables": []}', "not a sharding plan (KeyError: 'assignment')")],
+)  # fmt: skip
+def test_a_plan_file_that_is_missing_or_not_a_plan_is_one_error(tmp_path, capsys, content, said):
+    """It was a traceback from every rank and torchrun's own: said before the process group
+    starts, as one `error:` line, exit 2."""
+    from trainers.distributed import main
+
+    plan = tmp_path / "plan.json"
+    if content is not None:
+        plan.write_text(content)
+    assert main(["--plan", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --plan {plan}: {said}") and "Traceback" not in err, err

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from cost_models.sharding.tables import TableSpec, tables_from_architecture
 from cost_models.sharding.torchrec_adapter import to_sharding_plan
 from cost_models.sharding.torchrun import process_group
 from search_space.architecture import Architecture
+from search_space.arguments import positive, seed
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from search_space.presets import PRESETS, preset
@@ -55,15 +57,30 @@ SPARSE_OPTIMIZERS = {
 }
 
 
+MAKE_A_PLAN = "make one with `ranknas shard plan TABLES --devices N --json > plan.json`"
+
+
+def read_plan(path: Path) -> Plan:
+    """A plan file as `ranknas shard plan --json` writes it."""
+    try:
+        return Plan.from_dict(json.loads(path.read_text()))
+    except OSError as exc:
+        raise RanknasError(f"--plan {path}: {exc.strerror.lower()}; {MAKE_A_PLAN}") from None
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or JSON of something else
+        raise RanknasError(f"--plan {path}: not a sharding plan ({type(exc).__name__}: {exc}); "
+                           f"{MAKE_A_PLAN}") from None  # fmt: skip
+
+
 def load_plan(path: Path | None, tables: list[TableSpec], world_size: int) -> Plan:
-    """A plan file as `ranknas shard plan --json` writes it; round robin table-wise if None."""
+    """The plan in `path` (`read_plan`), for these tables on `world_size` ranks; round robin
+    table-wise if None."""
     if path is None:
         assignment = {t.name: i % world_size for i, t in enumerate(tables)}
         return make_plan(assignment, tables, world_size, "round_robin")
-    plan = Plan.from_dict(json.loads(path.read_text()))
+    plan = read_plan(path)
     names, planned = {t.name for t in tables}, set(plan.table_ranks())
     if plan.num_devices != world_size or names != planned:
-        raise SystemExit(
+        raise RanknasError(
             f"{path}: the plan places {sorted(planned)} on {plan.num_devices} devices; this run "
             f"has tables {sorted(names)} on {world_size}"
         )
@@ -166,13 +183,13 @@ def train_distributed(args: argparse.Namespace) -> dict:
             "rank_step_ms": rank_ms, "step_ms": max(rank_ms)}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="dlrm", choices=list(PRESETS))
     parser.add_argument("--arch-file", type=Path, help="an architecture JSON (instead of --arch)")
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=256, help="global batch size")
+    parser.add_argument("--rows", type=positive(int), default=20_000)
+    parser.add_argument("--steps", type=positive(int), default=20)
+    parser.add_argument("--batch-size", type=positive(int), default=256, help="global batch size")
     parser.add_argument("--dense-lr", type=float, default=1e-3)
     parser.add_argument("--sparse-lr", type=float, default=0.05)
     parser.add_argument(
@@ -181,15 +198,33 @@ def main() -> None:
     parser.add_argument(
         "--plan", type=Path, help="plan JSON from `ranknas shard plan --json`; default: round robin"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--cuda", action="store_true", help="nccl on GPUs instead of gloo")
     parser.add_argument("--out", type=Path, help="rank 0 writes the losses here as JSON")
-    args = parser.parse_args()
-    with process_group("nccl" if args.cuda else "gloo"):
-        result = train_distributed(args)
-        if dist.get_rank() == 0 and args.out:
-            args.out.write_text(json.dumps(result))
+    args = parser.parse_args(argv)
+    try:
+        if args.plan is not None:
+            read_plan(args.plan)  # a missing or broken file, said before the process group
+        if args.arch_file is not None and not args.arch_file.is_file():
+            raise RanknasError(f"--arch-file {args.arch_file}: no such file")
+        with process_group("nccl" if args.cuda else "gloo"):
+            result = train_distributed(args)
+            if dist.get_rank() == 0:
+                _report(result, args.out)
+    except RanknasError as exc:  # every rank says it: torchrun stops the others at the first
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _report(result: dict, out: Path | None) -> None:
+    if out is not None:
+        out.write_text(json.dumps(result))
+    losses = result["losses"]
+    print(f"{result['world_size']} processes, {len(losses)} steps: loss {losses[0]:.4f} -> "
+          f"{losses[-1]:.4f}, step {result['step_ms']:.1f} ms (slowest rank)"
+          + (f"; wrote {out}" if out is not None else ""))  # fmt: skip
 
 
 if __name__ == "__main__" and "RANK" in os.environ:
-    main()
+    sys.exit(main())

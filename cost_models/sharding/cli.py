@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cost_models import lazy_handler
-from cost_models.sharding.methods import FALLBACK, METHODS
+from cost_models.sharding.methods import FALLBACK, MAX_DEVICES, METHODS
 from search_space import arguments
 
 DEFAULT_MODEL = Path("runs/sharding/model")
@@ -81,13 +81,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--rounds",
-        type=int,
+        type=arguments.positive(int),
         metavar="N",
         help="measure / refit / train-policy rounds (default: 4; 1 with --quick)",
     )
     train.add_argument(
         "--iterations",
-        type=int,
+        type=arguments.positive(int),
         metavar="N",
         help="policy training iterations per round (default: 250; 5 with --quick)",
     )
@@ -126,14 +126,15 @@ def _workload_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--devices",
-        type=int,
+        type=arguments.number(int, minimum=1, maximum=MAX_DEVICES),
         required=True,
         metavar="N",
-        help="number of devices to place the tables on",
+        help=f"number of devices to place the tables on (at most {MAX_DEVICES:,}: 2,048 hosts "
+        "of 8)",
     )
     parser.add_argument(
         "--memory-gb",
-        type=float,
+        type=arguments.positive(float),
         metavar="GIB",
         help="memory per device in GiB (default: torchrec's HBM_CAP, 32 GiB)",
     )
