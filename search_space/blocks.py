@@ -85,7 +85,8 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, heads, count, head_dim]
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         context = torch.matmul(scores.softmax(dim=-1), v)
-        return self.out(context.transpose(1, 2).reshape(batch, count, -1))
+        width = self.num_heads * self.head_dim  # not -1: a batch of no rows has no inferred size
+        return self.out(context.transpose(1, 2).reshape(batch, count, width))
 
     @staticmethod
     def flops(count: int, dim: int, num_heads: int, head_dim: int) -> int:

@@ -32,6 +32,9 @@ def check_costs_and_training_step(arch: Architecture) -> None:
     )
     assert dense_params == analysis.dense_params, arch.to_json()
     assert embedding_params == analysis.embedding_params
+    with torch.no_grad():  # a request of no rows, as a served model gets: no scores, no error
+        empty = model.interact(dense[:0], model.embed(sparse)[:0] if model.feature_names else None)
+    assert empty.shape == (0,), arch.to_json()
 
 
 GENRES = [f"g{i}" for i in range(12)]

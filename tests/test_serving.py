@@ -24,9 +24,11 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 SHOPS = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary
 
 
-def _served(tmp_path: Path, schema: DatasetSchema, fitted: dict) -> mlflow.pyfunc.PyFuncModel:
-    """A model on `schema` exported with `fitted` preprocessing, as MLflow loads it."""
-    arch = preset("dlrm", schema)
+def _served(
+    tmp_path: Path, schema: DatasetSchema, fitted: dict, name: str = "dlrm"
+) -> mlflow.pyfunc.PyFuncModel:
+    """Preset `name` on `schema` exported with `fitted` preprocessing, as MLflow loads it."""
+    arch = preset(name, schema)
     result = export_model(arch, build_model(arch, seed=0).state_dict(), {}, tmp_path / "export",
                           schema=schema, preprocessing=fitted)  # fmt: skip
     columns = _Columns.of(arch, schema)
@@ -52,6 +54,25 @@ def test_the_readme_request_is_served_as_written(tmp_path):
     frame = pd.DataFrame(request["data"], columns=request["columns"])
     probabilities = model.predict(frame)
     assert probabilities.shape == (len(frame),) and 0 < probabilities[0] < 1
+
+
+def test_a_request_of_no_rows_gets_no_scores(tmp_path):
+    """DHEN's attention reshaped no rows into an ambiguous shape (an HTTP 400 with a
+    traceback), and the exported module's `prepare_dense([])` was of shape [0]."""
+    import sys
+
+    schema = synthetic_schema()
+    columns = [*schema.dense, *schema.feature_names]
+    model = _served(tmp_path, schema, {}, "dhen")
+    assert model.predict(pd.DataFrame([], columns=columns)).shape == (0,)
+    sys.path.insert(0, str(tmp_path / "export"))
+    try:
+        import ranknas_model as module
+    finally:
+        sys.path.pop(0)
+    sys.modules.pop("ranknas_model")
+    dense = module.prepare_dense([], tmp_path / "export")
+    assert dense.shape == (0, len(schema.dense))
 
 
 # c0 mapped through a vocabulary, c1 given as ids

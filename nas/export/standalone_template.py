@@ -115,6 +115,8 @@ def prepare_dense(
     is missing, as in training."""
     transforms = _preprocessing(directory).get("dense", [])
     values = _dense_tensor(dense)
+    if values.numel() == 0 and values.dim() < 2:  # no rows: `[]` reads as shape [0]
+        values = values.reshape(0, len(globals().get("DENSE_COLUMNS", transforms)))
     if values.isinf().any():  # inf, or beyond float32's range
         raise ValueError(f"dense value in {_first_cell(values.isinf())} is not a finite number "
                          "within float32's range (3.4e38); give one")  # fmt: skip
