@@ -542,6 +542,15 @@ def verdict_line(v: dict[str, Any]) -> str:
     return "; ".join(format_verdict(v).splitlines()).removeprefix("verdict ")
 
 
+def p_text(p: float) -> str:
+    """A p-value in two significant digits, more where those would round it up to
+    `SIGNIFICANCE` (0.04994 read as 0.05 beside "beyond seed noise")."""
+    digits = 2
+    while p < SIGNIFICANCE <= float(f"{p:.{digits}g}") and digits < 6:
+        digits += 1
+    return f"{p:.{digits}g}"
+
+
 def _paired_words(v: dict[str, Any]) -> str:
     """One line: on how many seeds the trial beat the baseline and whether that is beyond
     the seeds' noise (a paired t-test's p < `SIGNIFICANCE`); empty without pairs."""
@@ -550,7 +559,7 @@ def _paired_words(v: dict[str, Any]) -> str:
         return ""
     p = paired["p_value"]
     noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
-    test = "" if p is None else f", paired t-test p={p:.2g}"
+    test = "" if p is None else f", paired t-test p={p_text(p)}"
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
             f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)} (the "
             f"differences' sd {paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
@@ -571,7 +580,7 @@ def _cheapest_words(v: dict[str, Any]) -> str:
                 f"trials cheaper than it (its {cost}) has a lower seed mean, or one at most "
                 f"{TIE_MARGIN:.1%} higher within seed noise")  # fmt: skip
     paired, p = cheapest["paired"], cheapest["paired"]["p_value"]
-    test = "" if p is None else f", p={p:.2g}"
+    test = "" if p is None else f", p={p_text(p)}"
     return (f"\nat baseline {base}'s NE (a lower seed mean, or at most {TIE_MARGIN:.1%} higher "
             f"within seed noise): cheapest trial "
             f"{cheapest['trial']} at {_times(cheapest['cost_ratio'])} its {cost}, validation NE "

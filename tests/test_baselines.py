@@ -714,3 +714,12 @@ def test_a_complete_run_just_under_the_base_rate_does_not_read_as_it():
            "test_ne": 0.98, "val_auc": 0.5, "test_auc": 0.5, "mflops": 0.0, "params": 25,
            "digest": "d"}  # fmt: skip
     assert format_baselines([row]).splitlines()[1].split()[2] == "0.99995"
+
+
+def test_a_p_value_under_the_threshold_never_reads_as_it():
+    """p = 0.04994 printed as "p=0.05): beyond seed noise", beside the rule that p >= 0.05
+    is within it."""
+    from nas.leaderboard import p_text
+
+    shown = [p_text(p) for p in (0.04994, 0.049, 0.0504, 0.12)]
+    assert shown == ["0.0499", "0.049", "0.05", "0.12"]

@@ -334,10 +334,12 @@ def test_a_label_that_is_not_0_1_is_refused_by_name_when_inferring_and_loading(
         code = main(["data", "schema", str(tmp_path / "events.csv"), "--label", "clicked"])
         err = capsys.readouterr().err
         if expected == "refused":
-            assert code == 2 and "'clicked' holds blanks, not 0/1" in err, err
+            missing = "holds missing values (blank or NaN), not 0/1"
+            assert code == 2 and f"'clicked' {missing}" in err, err
             assert "in 50 of 500 rows" in err and "in every row" in err
         else:
-            assert code == 0 and "holds blanks, not 0/1, in 5 of 500 rows" in caplog.text
+            said = "holds missing values (blank or NaN), not 0/1, in 5 of 500 rows"
+            assert code == 0 and said in caplog.text
     # under 1% but over a load's 1,000 rows: said, naming the limit a study would stop at
     import pandas as pd
 
@@ -682,6 +684,24 @@ def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):
     schema = yaml.safe_load(text)
     assert schema["time"] == "event_time" and schema["dense"] == ["price"]
     assert [c["name"] for c in schema["categorical"]] == ["user"]  # ids like U-000003: no date
+
+
+def test_dates_written_several_ways_are_said_not_taken_silently(tmp_path, capsys, caplog):
+    """`2024-01-01`, `01/01/2024` and `20240101` in one column: read as a categorical feature
+    and the rows split in file order, without a word. Month names alone (a cycle, not a
+    time) were taken as the time column: no dates."""
+    from nas.cli import main
+
+    ways = ("2024-01-{:02d}", "01/{:02d}/2024", "202401{:02d}")
+    months = ("jan", "feb", "mar", "apr")
+    rows = [f"{i % 2},{ways[i % 3].format(1 + i // 8)},{months[i % 4]},{i * 0.37:.2f}"
+            for i in range(120)]  # fmt: skip
+    (tmp_path / "log.csv").write_text("clicked,day,month,price\n" + "\n".join(rows))
+    assert main(["data", "schema", str(tmp_path / "log.csv"), "--label", "clicked"]) == 0
+    warned = [r.getMessage() for r in caplog.records if "more than one way" in r.getMessage()]
+    assert len(warned) == 1 and "day holds dates written in more than one way (2024-01-01, "
+    assert "01/01/2024, 20240101)" in warned[0] and "pass --time day" in warned[0], warned
+    assert "time" not in yaml.safe_load(capsys.readouterr().out)  # not `month` either
 
 
 def test_data_schema_refuses_a_time_column_of_words(tmp_path, capsys):

@@ -405,7 +405,28 @@ def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
     texts = texts[texts.ne("")].head(sample)
     if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
         return False
-    return not _dates(texts).isna().any()
+    return texts.str.contains(r"\d").all() and not _dates(texts).isna().any()  # "jan": no date
+
+
+def _dates_in_several_formats(series: Any, sample: int = 200) -> list[str]:
+    """A text column's dates, one per way of writing them, where it holds them written more
+    than one way (`2024-01-01`, `01/01/2024`): each reads as a date on its own, the column as
+    a whole does not (`_looks_like_dates`). Empty for any other column."""
+    pd = _import("pandas", "reading tabular data")
+    if pd.api.types.is_numeric_dtype(series) or pd.api.types.is_datetime64_any_dtype(series):
+        return []
+    texts = series.dropna().astype(str).str.strip()
+    texts = texts[texts.ne("")].drop_duplicates().head(sample)
+    with warnings.catch_warnings():  # pandas warns when it guesses the format per value
+        warnings.simplefilter("ignore")
+        parsed = pd.to_datetime(texts, format="mixed", errors="coerce", utc=True)
+    parsed = parsed.where(texts.str.contains(r"\d"))  # as `_looks_like_dates`
+    if len(texts) < 2 or parsed.notna().mean() < 0.9:
+        return []
+    by_shape: dict[str, str] = {}  # the first date of each shape (digits as 9)
+    for text in texts[parsed.notna()]:
+        by_shape.setdefault(re.sub(r"\d", "9", text), text)
+    return list(by_shape.values())[:3] if len(by_shape) > 1 else []
 
 
 def _dates(texts: Any) -> Any:
@@ -762,7 +783,7 @@ def _check_label(path: Path, column: Any) -> None:
     values, blank = _label(column)
     wrong = ~blank & ~np.isin(values, (0.0, 1.0))
     shown = [repr(v) for v in column[wrong].astype(str).str.strip().unique()[:5]]
-    found = ", ".join(shown + ["blanks"] * bool(blank.any()))
+    found = ", ".join(shown + ["missing values (blank or NaN)"] * bool(blank.any()))
     bad, limits = int((wrong | blank).sum()), BadRowLimits()
     if bad and limits.tolerates(bad, len(column)):
         logger.warning("%s: the label column %r holds %s, not 0/1, in %d of %d rows: "
@@ -852,6 +873,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
                     None)  # fmt: skip
     else:
         _check_time_values(path, frame[time])
+    for column in frame.columns if time is None else ():
+        if column != label and (shown := _dates_in_several_formats(frame[column])):
+            logger.warning("%s: %s holds dates written in more than one way (%s): read as a "
+                           "categorical feature, and the rows split in file order; write them "
+                           "one way (such as 2024-01-31) and pass --time %s to split in time "
+                           "order", path, column, ", ".join(shown), column)  # fmt: skip
     dense, categorical, row_keys, constant, counts = [], [], [], [], []
     for column in frame.columns:
         if column in (label, time):
