@@ -875,3 +875,14 @@ def test_schema_inference_of_a_few_bad_cells_a_count_and_no_rows(tmp_path, caplo
     (tmp_path / "header.csv").write_text("clicked,price,user_id\n")
     with pytest.raises(RanknasError, match=r"header\.csv: no schema to infer: it holds no rows"):
         infer_schema(tmp_path / "header.csv", "clicked")
+
+
+def test_a_validation_split_too_small_to_rank_models_is_said(caplog):
+    """30 rows trained and scored 3 validation rows without a word."""
+    from trainers.data.synthetic import SyntheticConfig, generate_synthetic
+
+    generate_synthetic(SyntheticConfig(rows=400, seed=0)).split()
+    assert "the validation split holds 40 rows" in caplog.text and "to rank models" in caplog.text
+    caplog.clear()
+    generate_synthetic(SyntheticConfig(rows=20_000, seed=0)).split()
+    assert "validation split" not in caplog.text

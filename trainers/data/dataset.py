@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -15,6 +16,11 @@ from search_space.schema import DatasetSchema
 from trainers.data.report import BadRowReport
 
 SPLIT_NAMES = ("train", "valid", "test")
+# rows of the rarer label in the validation split under which its NE is said to be too
+# noisy to rank models by: the NE of a few dozen positives moves by whole percents with the
+# rows drawn, where architectures differ by tenths of one
+FEW_TO_RANK = 100
+logger = logging.getLogger(__name__)
 
 
 class Jagged(NamedTuple):
@@ -207,6 +213,13 @@ class TabularData:
                     "undefined; give more rows, or check that the label column holds both "
                     "0 and 1"
                 )
+        valid_positives = int(np.count_nonzero(parts[1].labels))
+        rarer = min(valid_positives, len(parts[1]) - valid_positives)
+        if len(parts[1]) and rarer < FEW_TO_RANK:
+            logger.warning("the validation split holds %d rows, %d of its rarer label: NE on so "
+                           "few moves with the rows drawn more than models differ; give more "
+                           "rows (%d of each label at least) to rank models", len(parts[1]),
+                           rarer, FEW_TO_RANK)  # fmt: skip
         return parts  # type: ignore[return-value]
 
     def loader(
