@@ -856,6 +856,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from search_space.builder import build_model
     from search_space.presets import check_before_the_data, load_architecture, unknown_architecture
     from trainers.data import bayes_metrics, load_dataset
+    from trainers.data.dataset import warn_if_too_few_to_rank
     from trainers.data.preprocess import apply_preprocessing, describe
     from trainers.trainer import train
 
@@ -887,6 +888,7 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"{len(valid):,} validation, {len(test):,} test rows", file=sys.stderr)  # fmt: skip
     if described := describe(fitted):
         print(described, file=sys.stderr)
+    warn_if_too_few_to_rank(valid)
     arch = load_architecture(args.arch, train_part.schema)
     model = build_model(arch, seed=args.seed)
     result = train(model, train_part, valid, test, _train_config(args), label=f"train {args.arch}")

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import statistics
+import sys
 from typing import Any
 
 import optuna
@@ -377,6 +378,8 @@ def outcome(v: dict[str, Any]) -> str:
     seed) the trial is the best of many runs, lucky seeds included, so one side leads."""
     if v.get("same_architecture"):
         return "no_win"
+    if v.get("seed_means") and not math.isfinite(v["best_trial"]["val_ne"]):
+        return "baseline_wins"  # a seed of the trial went nan/inf: the baseline's did not
     if v.get("equivalent"):
         return "tie"
     if within_seed_noise(v.get("paired")):
@@ -475,11 +478,14 @@ def spread(val_ne: list[float]) -> float:
 
 def reeval_metrics(mean: dict[str, Any]) -> dict[str, float]:
     """One re-evaluated trial's or baseline's seed means (`seed_means`) as its MLflow run's
-    metrics; a mean that a nan/inf run made inf is left out (the diverged count says it)."""
+    metrics. A mean that a nan/inf run made inf is the largest float, as MLflow's database
+    stores an inf: leaving it out kept the finite mean of fewer seeds, which MLflow has no
+    way to delete, first in the runs sorted by it."""
     metrics = {"reeval_mean_val_ne": mean["val_ne"], "reeval_sd_val_ne": mean["sd_val_ne"],
                "reeval_mean_test_ne": mean["test_ne"], "reeval_seeds": mean["seeds"],
                "reeval_diverged": mean["diverged"]}  # fmt: skip
-    return {k: v for k, v in metrics.items() if v is not None and math.isfinite(v)}
+    return {k: v if math.isfinite(v) else sys.float_info.max
+            for k, v in metrics.items() if v is not None and not math.isnan(v)}  # fmt: skip
 
 
 def format_verdict(v: dict[str, Any]) -> str:
@@ -496,6 +502,8 @@ def format_verdict(v: dict[str, Any]) -> str:
                 "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
     elif kind in ("tie", "undecided"):
         said += f" ({lower} mean is lower)"
+    elif not math.isfinite(found["val_ne"]):
+        said += f" (a seed of trial {found['trial']} went nan or inf: its mean is inf)"
     if kind.endswith("_leads"):
         on = "single runs" if not v.get("seed_means") else "too few seeds to test"
         said += f" on {on}, not yet a verdict"
@@ -546,7 +554,7 @@ def p_text(p: float) -> str:
     """A p-value in two significant digits, more where those would round it up to
     `SIGNIFICANCE` (0.04994 read as 0.05 beside "beyond seed noise")."""
     digits = 2
-    while p < SIGNIFICANCE <= float(f"{p:.{digits}g}") and digits < 6:
+    while p < SIGNIFICANCE <= float(f"{p:.{digits}g}") and digits < 17:  # 17: the float itself
         digits += 1
     return f"{p:.{digits}g}"
 
@@ -818,7 +826,7 @@ def _num(value: float | None, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     # an NE just under 1 (complete) must not read as 1.0000 (the base rate: diverged)
-    while value < 1 <= float(f"{value:.{digits}f}") and digits < 9:
+    while value < 1 <= float(f"{value:.{digits}f}") and digits < 17:  # 17: the float itself
         digits += 1
     return f"{value:.{digits}f}"
 
@@ -969,12 +977,14 @@ def ne_ceiling(values: list[float]) -> float:
     """The highest NE the plot spans: the points' own, unless the worst are far off (above
     the next by more than twice the spread of those below: logistic regression beside the
     interaction models, squeezing them into the bottom), which are then drawn at the top
-    edge, a little above the rest."""
-    ne = sorted(values)
+    edge, a little above the rest; so are seed means a nan/inf run made inf."""
+    ne = sorted(v for v in values if math.isfinite(v))
     while len(ne) > 2 and ne[-1] - ne[-2] > 2 * (ne[-2] - ne[0]):
         ne.pop()
     if len(ne) == len(values):
         return math.inf
+    if not ne:  # every one diverged
+        return 1.0
     return ne[-1] + max(0.1 * (ne[-1] - ne[0]), 0.002 * ne[-1])  # visibly above the rest
 
 
@@ -1010,7 +1020,7 @@ def _label(axes: Any, points: list[tuple[str, float, float, str]],
         if _clip(cost, low, high) != cost:
             beyond.append(f"{cost:.2g} {unit}")
         if ne > top:
-            beyond.append(f"NE {ne:.3f}")
+            beyond.append(f"NE {ne:.3f}" if math.isfinite(ne) else "diverged")
         shown = f"{text} ({', '.join(beyond)})" if beyond else text
         xy = (_clip(cost, low, high), min(ne, top))
         others = [box for at, box in boxes if at != xy]

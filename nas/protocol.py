@@ -33,6 +33,7 @@ from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
+from trainers.data.dataset import warn_if_too_few_to_rank
 from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
 from trainers.trainer import Rows, TrainConfig, TrainResult, resolve_device, train
 
@@ -60,10 +61,15 @@ class StudyData:
 
 def prepare_data(config: StudyConfig) -> StudyData:
     d = config.data
-    if d.train:
-        return _prepare_files(config)
-    if d.stream.enabled:
-        return _prepare_stream(config)
+    data = (_prepare_files(config) if d.train else
+            _prepare_stream(config) if d.stream.enabled else _prepare_split(config))  # fmt: skip
+    warn_if_too_few_to_rank(data.valid)
+    return data
+
+
+def _prepare_split(config: StudyConfig) -> StudyData:
+    """One source split into training, validation and test rows."""
+    d = config.data
     options: dict[str, Any] = {"rows": d.rows, "seed": d.seed} if d.source == "synthetic" else {}
     if d.source != "synthetic":
         options |= _bad_row_limits(d)

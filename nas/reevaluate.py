@@ -173,7 +173,10 @@ def best_baseline_by_seed_means(
     means = {key: _mean_val_ne(record[f"baseline:{key}"], choice.seeds) for key in bases}
     ranked = sorted(means, key=means.__getitem__)
     if not math.isfinite(means[ranked[0]]):
-        progress("best baseline: every retrain failed or went nan/inf; the single runs decide")
+        progress(
+            "best baseline: each baseline has a retrain that went nan/inf, or none "
+            "that finished; the single runs decide"
+        )
         return None
     progress("best baseline by mean validation NE: "
              + ", ".join(f"{key} {means[key]:.4f}" for key in ranked))  # fmt: skip

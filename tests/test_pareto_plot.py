@@ -29,6 +29,12 @@ def test_the_ne_axis_leaves_a_far_worse_point_at_its_edge():
     assert ne_ceiling([*bulk, 0.95, 1.3]) == ne_ceiling([*bulk, 0.95])
     assert ne_ceiling([0.85, 0.95]) == float("inf")  # two points: both are the spread
     assert ne_ceiling([0.85, 0.85, 0.95]) == pytest.approx(0.85 * 1.002)  # above, not level
+    # a seed mean made inf by a nan run: at the edge, even beside two points (it was drawn
+    # at y = inf, that is nowhere, its label too)
+    inf = float("inf")
+    assert ne_ceiling([0.85, 0.86, inf]) == pytest.approx(0.86 + 0.002 * 0.86)
+    assert ne_ceiling([*bulk, inf, inf]) == pytest.approx(0.870 + 0.1 * 0.019)
+    assert ne_ceiling([inf]) == 1.0
 
 
 @pytest.fixture

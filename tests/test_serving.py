@@ -59,18 +59,13 @@ def test_the_readme_request_is_served_as_written(tmp_path):
 def test_a_request_of_no_rows_gets_no_scores(tmp_path):
     """DHEN's attention reshaped no rows into an ambiguous shape (an HTTP 400 with a
     traceback), and the exported module's `prepare_dense([])` was of shape [0]."""
-    import sys
+    from nas.export.entry import _import_file
 
     schema = synthetic_schema()
     columns = [*schema.dense, *schema.feature_names]
     model = _served(tmp_path, schema, {}, "dhen")
     assert model.predict(pd.DataFrame([], columns=columns)).shape == (0,)
-    sys.path.insert(0, str(tmp_path / "export"))
-    try:
-        import ranknas_model as module
-    finally:
-        sys.path.pop(0)
-    sys.modules.pop("ranknas_model")
+    module = _import_file(tmp_path / "export" / "ranknas_model.py")
     dense = module.prepare_dense([], tmp_path / "export")
     assert dense.shape == (0, len(schema.dense))
 

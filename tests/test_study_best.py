@@ -311,3 +311,19 @@ def test_a_trial_number_out_of_range_is_told_the_complete_ones(tmp_path):
     study.enqueue_trial({"x": 0.5})  # waiting: never exportable
     with pytest.raises(RanknasError, match=r"a complete trial's number: 0, 1 \(`ranknas leader"):
         best_trial(study, "7")
+
+
+def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
+    """Its seed mean is inf: the verdict said "the baseline leads on too few seeds to test"
+    (the paired test has no finite differences), as though more seeds could change it."""
+    import math
+
+    from nas.leaderboard import format_verdict, verdict
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [0.850, math.inf, 0.851], "baseline:dlrm": [0.855, 0.856, 0.854]}
+    study = recorded_study(url, TRIALS[:1], baselines={"dlrm": (0.855, 0.5)}, reevaluation=runs)
+    v = verdict(study)
+    assert v["outcome"] == "baseline_wins"
+    said = format_verdict(v).splitlines()[0]
+    assert "the baseline wins (a seed of trial 0 went nan or inf: its mean is inf)" in said, said

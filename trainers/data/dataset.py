@@ -213,13 +213,6 @@ class TabularData:
                     "undefined; give more rows, or check that the label column holds both "
                     "0 and 1"
                 )
-        valid_positives = int(np.count_nonzero(parts[1].labels))
-        rarer = min(valid_positives, len(parts[1]) - valid_positives)
-        if len(parts[1]) and rarer < FEW_TO_RANK:
-            logger.warning("the validation split holds %d rows, %d of its rarer label: NE on so "
-                           "few moves with the rows drawn more than models differ; give more "
-                           "rows (%d of each label at least) to rank models", len(parts[1]),
-                           rarer, FEW_TO_RANK)  # fmt: skip
         return parts  # type: ignore[return-value]
 
     def loader(
@@ -447,3 +440,17 @@ class ResidentBatches:
             )  # fmt: skip
             yield Batch(self._dense.index_select(0, rows), sparse,
                         self._labels.index_select(0, rows))  # fmt: skip
+
+
+def warn_if_too_few_to_rank(valid: TabularData) -> None:
+    """Say where the validation split has under `FEW_TO_RANK` rows of its rarer label."""
+    labels = getattr(valid, "labels", None)  # streamed rows are not in memory
+    if labels is None or not len(labels):
+        return
+    positives = int(np.count_nonzero(labels))
+    rarer = min(positives, len(labels) - positives)
+    if rarer < FEW_TO_RANK:
+        logger.warning("the validation split holds %d rows, %d of its rarer label: NE on so "
+                       "few moves with the rows drawn more than models differ; rank models on "
+                       "a validation split with %d of each label at least (more rows, or a "
+                       "larger validation fraction)", len(labels), rarer, FEW_TO_RANK)  # fmt: skip

@@ -429,6 +429,17 @@ def _dates_in_several_formats(series: Any, sample: int = 200) -> list[str]:
     return list(by_shape.values())[:3] if len(by_shape) > 1 else []
 
 
+def _say_dates_in_several_formats(path: Path, frame: Any, label: str) -> None:
+    """Name each column of dates written more than one way: no time column is inferred from
+    it, and the rows split in file order."""
+    for column in frame.columns:
+        if column != label and (shown := _dates_in_several_formats(frame[column])):
+            logger.warning("%s: %s holds dates written in more than one way (%s): not taken as "
+                           "the time column, so the rows split in file order; write them one "
+                           "way (such as 2024-01-31) and pass --time %s to split in time "
+                           "order", path, column, ", ".join(shown), column)  # fmt: skip
+
+
 def _dates(texts: Any) -> Any:
     """Texts as dates (UTC), NaT where one is none. pandas reads `01/11/2023` month first,
     and then refuses `13/11/2023`: where reading day first reads more of them, the column
@@ -873,12 +884,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
                     None)  # fmt: skip
     else:
         _check_time_values(path, frame[time])
-    for column in frame.columns if time is None else ():
-        if column != label and (shown := _dates_in_several_formats(frame[column])):
-            logger.warning("%s: %s holds dates written in more than one way (%s): read as a "
-                           "categorical feature, and the rows split in file order; write them "
-                           "one way (such as 2024-01-31) and pass --time %s to split in time "
-                           "order", path, column, ", ".join(shown), column)  # fmt: skip
+    if time is None:
+        _say_dates_in_several_formats(path, frame, label)
     dense, categorical, row_keys, constant, counts = [], [], [], [], []
     for column in frame.columns:
         if column in (label, time):
