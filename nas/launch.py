@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nas.config import StudyConfig
+from nas.trial_record import TIME_LIMIT_SAID
 from search_space.errors import RanknasError
 from trainers import progress as bars
 from trainers.config import cpu_label
@@ -109,6 +110,7 @@ def launch(
         raise
     for worker in workers:
         worker.join()
+    _say_time_limit(config)
     codes = [w.exitcode for w in workers]
     failed = [(i, c) for i, c in enumerate(codes) if c != 0]
     for i, code in failed:
@@ -224,16 +226,17 @@ class _Relay:
             whole = text[: text.rfind(b"\n") + 1]  # a line still being written waits
             self.read[log] = done + len(whole)
             for line in whole.decode(errors="replace").splitlines():
-                if line.strip() and line not in self.said and not _TRIAL_LINE.match(line):
+                if line.strip() and line not in self.said and not _LAUNCHER_SAYS.match(line):
                     self.said.add(line)
                     new.append(line)
         return new
 
 
-# a worker's own trial lines, its banner, its MLflow address and its "interrupted": the
-# launcher prints those
-_TRIAL_LINE = re.compile(
+# a worker's own trial lines, its banner, its MLflow address, its "interrupted" and its
+# time limit: the launcher prints those, once for all workers
+_LAUNCHER_SAYS = re.compile(
     r"\[\d+/\d+\] |trial \d+: \d+%|study '[^']*': |MLflow: |compare them in MLflow|interrupted: "
+    f"|{re.escape(TIME_LIMIT_SAID)}"
 )
 
 
@@ -269,6 +272,16 @@ def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> No
             if not running:
                 return
             time.sleep(POLL_SECONDS)
+
+
+def _say_time_limit(config: StudyConfig) -> None:
+    """The workers' search stopped by its time limit, said once (each worker would)."""
+    from nas.trial_record import StudyAttr, time_limit_line
+
+    study = _opened(config)
+    limited = study.user_attrs.get(StudyAttr.TIME_LIMITED) if study is not None else None
+    if limited:
+        print(time_limit_line(limited, config.budget.trials), flush=True)
 
 
 def _opened(config: StudyConfig):

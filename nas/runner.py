@@ -99,6 +99,7 @@ from nas.trial_record import (
     read_step,
     space_params,
     summary_name,
+    time_limit_line,
     write_architecture,
 )
 from search_space.architecture import Architecture, analyze, digest
@@ -585,11 +586,9 @@ def _say_if_timed_out(
         if study.user_attrs.get(StudyAttr.TIME_LIMITED):  # an earlier run's, gone on since
             study.set_user_attr(StudyAttr.TIME_LIMITED, None)
         return
-    minutes = config.budget.time_limit_minutes
-    study.set_user_attr(StudyAttr.TIME_LIMITED, {"minutes": minutes, "counted": done})
-    progress(f"search: stopped by budget.time_limit_minutes ({minutes:g} min of searching) at "
-             f"{done} of {config.budget.trials} trials; the same command searches as long "
-             "again")  # fmt: skip
+    limited = {"minutes": config.budget.time_limit_minutes, "counted": done}
+    study.set_user_attr(StudyAttr.TIME_LIMITED, limited)
+    progress(time_limit_line(limited, config.budget.trials))
 
 
 def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progress) -> None:

@@ -129,6 +129,20 @@ def interrupted(trial: FrozenTrial) -> bool:
     return trial.state.name == "FAIL" and reason == INTERRUPTED
 
 
+# how a search stopped by its time limit says so: each worker of a launch would, so the
+# launcher says it once, for all of them (`nas.launch`)
+TIME_LIMIT_SAID = "search: stopped by budget.time_limit_minutes"
+
+
+def time_limit_line(limited: dict[str, Any], trials: int) -> str:
+    """The line a search stopped by `budget.time_limit_minutes` ends with (`limited`: the
+    study's `StudyAttr.TIME_LIMITED`; `trials`: its budget)."""
+    return (
+        f"{TIME_LIMIT_SAID} ({limited['minutes']:g} min of searching) at "
+        f"{limited['counted']} of {trials} trials; the same command searches as long again"
+    )
+
+
 def counted_trials(trials: list[FrozenTrial]) -> int:
     """The trials that count in the budget."""
     return sum(counted(t) for t in trials)

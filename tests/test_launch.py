@@ -268,10 +268,29 @@ def test_workers_stop_with_their_group_or_when_their_launcher_is_gone(how, tmp_p
 def test_the_display_relays_why_a_study_ended_but_not_a_workers_banner():
     """The pattern that keeps each worker's banner out of the display also kept out the
     line saying why the study ended before its budget."""
-    from nas.launch import _TRIAL_LINE
+    from nas.launch import _LAUNCHER_SAYS
 
-    assert _TRIAL_LINE.match("study 'q': tpe over the dag space, 4 trials, storage sqlite:///x")
-    assert not _TRIAL_LINE.match("study 'q' ended at 2 of 4 trials: the searcher proposed 9 ")
+    assert _LAUNCHER_SAYS.match("study 'q': tpe over the dag space, 4 trials, storage sqlite:///x")
+    assert not _LAUNCHER_SAYS.match("study 'q' ended at 2 of 4 trials: the searcher proposed 9 ")
+
+
+def test_a_time_limit_is_said_once_for_all_workers(tmp_path, capsys):
+    """Each worker said its search stopped at the time limit, each with its own count: one
+    line per worker. The launcher says it once, with the count the study kept."""
+    from nas.launch import _LAUNCHER_SAYS, _say_time_limit
+    from nas.trial_record import StudyAttr
+
+    said = "search: stopped by budget.time_limit_minutes (0.5 min of searching) at 3 of 9 trials"
+    assert _LAUNCHER_SAYS.match(said)  # the workers' own lines: not relayed
+    settings = tiny_config(tmp_path, "limited")
+    settings["budget"]["trials"] = 9
+    config = StudyConfig.model_validate(settings)
+    optuna.create_study(study_name="limited", storage=config.storage).set_user_attr(
+        StudyAttr.TIME_LIMITED, {"minutes": 0.5, "counted": 5}
+    )
+    _say_time_limit(config)
+    out = capsys.readouterr().out
+    assert out.count("stopped by budget.time_limit_minutes") == 1 and "at 5 of 9 trials" in out
 
 
 def test_a_workers_warnings_go_where_one_process_writes_them():
