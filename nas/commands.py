@@ -163,10 +163,10 @@ def _run_workers(args: argparse.Namespace, config, logger):
     if killed and _budget_reached(config):
         print("the other workers finished the study's budget", file=sys.stderr)
     elif failed:
-        what = (f"was killed (signal {-failed[0]}) before the budget was done:" if killed
-                else "failed (above); fix what it says, then")  # fmt: skip
-        raise RanknasError(f"study {config.name!r}: a worker {what} run the same command again "
-                           "to resume")  # fmt: skip
+        what = (f"was killed (signal {-failed[0]}) before the budget was done: run the same "
+                "command" if killed else "failed (above); fix what it says, then run the "
+                "command")  # fmt: skip
+        raise RanknasError(f"study {config.name!r}: a worker {what} again to resume")
     study = load_study(config.name, config.storage)
     if logger is not None:  # the workers made the parent run: this finds it
         start_study_run(logger, config, study)

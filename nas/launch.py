@@ -112,10 +112,10 @@ def launch(
         worker.join()
     _say_time_limit(config)
     codes = [w.exitcode for w in workers]
-    failed = [(i, c) for i, c in enumerate(codes) if c != 0]
-    for i, code in failed:
-        print(f"worker {i} exited with status {code}: {_last_line(logs / f'worker-{i}.log')}",
-              file=sys.stderr)  # fmt: skip
+    for i, code in enumerate(codes):
+        last = _last_line(logs / f"worker-{i}.log")
+        if code != 0 and last not in relay.said:  # an error relayed already is not said again
+            print(f"worker {i} exited with status {code}: {last}", file=sys.stderr)
     return codes
 
 

@@ -179,6 +179,19 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
     assert main(["search", str(path), "--workers", "2"]) == 2
 
 
+def test_an_error_every_worker_meets_is_said_once(tmp_path, capsys):
+    """A data file that is not there: the error came once relayed, then once per worker
+    ("worker 1 exited with status 2: error: ..."), then the command's own line."""
+    from nas.cli import main
+
+    config = tiny_config(tmp_path, "nofile")
+    config["data"] = {"source": str(tmp_path / "gone.csv")}
+    assert main(["search", str(write_config(tmp_path, config)), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("gone.csv") == 1 and "exited with status" not in err, err
+    assert "a worker failed (above); fix what it says, then run the command again" in err
+
+
 # the workers forked from a server that imported the trainer, and each started afresh
 @pytest.mark.slow  # 53 s each on a slow day; `make test-all` runs them
 @pytest.mark.parametrize("start", ["forkserver", "spawn"])
