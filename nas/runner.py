@@ -68,9 +68,11 @@ from nas.storage import (
     beating,
     check_server,
     fail_stale_trials,
+    first_run,
     open_storage,
     params_in_one_transaction,
     redact,
+    retry_first,
     set_user_attrs,
     study_lock,
 )
@@ -117,7 +119,6 @@ DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (
 IDLE_POLL_SECONDS = 1.0  # a worker with no trial to ask, while others' trials run
 REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
-SEED_OF = "ranknas:seed_of"  # a queued retry's first run: its seed is that trial's (`trial_seed`)
 
 
 def _repeats(trials: list[FrozenTrial]) -> int:
@@ -362,48 +363,12 @@ def _drawn(trial: Trial, space: SearchSpace) -> Trial:
     return trial
 
 
-def retry_first(study: optuna.Study, trial: Trial | FrozenTrial) -> None:
-    """Queue an interrupted trial's point ahead of the starting points still waiting
-    (Optuna pops the oldest waiting trial first; a small budget could end before reaching
-    a retry queued last): they take the oldest waiting trial, whose own point is queued
-    again at the end. The retry trains with the interrupted run's seed (`trial_seed`).
-    Call it holding the study lock, so no worker pops that trial between the read and the
-    write. A waiting copy of a dead worker's trial is passed over: it holds its own params,
-    which Optuna uses instead of any queued ones."""
-    storage = study._storage
-    seed_of = _first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    waiting = [t for t in waiting if not t.params]
-    if not waiting:
-        _enqueue(study, trial.params, {SEED_OF: seed_of})
-        return
-    first = waiting[0]
-    moved = first.system_attrs.get("fixed_params", first.params)
-    storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
-    storage.set_trial_system_attr(first._trial_id, SEED_OF, seed_of)
-    marks = first.system_attrs
-    _enqueue(study, moved, {SEED_OF: marks[SEED_OF]} if SEED_OF in marks else {})  # its seed
-
-
-def _enqueue(study: optuna.Study, params: dict[str, Any], marks: dict[str, Any]) -> None:
-    """`study.enqueue_trial(params)` with `marks` among the queued trial's system attributes,
-    in one write (another worker may queue a trial in between two)."""
-    marked = {"fixed_params": params} | marks
-    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, system_attrs=marked))
-
-
 def trial_seed(trial: Trial, config: StudyConfig) -> int:
     """The training seed of `trial`: the study's seed plus the number of the trial whose
     run it is, its own or, for a retry of an interrupted or dead worker's trial, the first
     one's, so that the retry trains the model the interrupted run would have."""
     system_attrs = trial.study._storage.get_trial_system_attrs(trial._trial_id)
-    return config.seed + _first_run(trial.number, system_attrs)
-
-
-def _first_run(number: int, system_attrs: dict[str, Any]) -> int:
-    """Of the trials one run passed through (interrupted, or its worker died, and retried),
-    the first one's number: ranknas's mark, else Optuna's heartbeat retry's."""
-    return system_attrs.get(SEED_OF, system_attrs.get("failed_trial", number))
+    return config.seed + first_run(trial.number, system_attrs)
 
 
 @contextmanager

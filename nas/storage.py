@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.distributions import distribution_to_json
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -77,7 +77,7 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
         heartbeat = {
             "heartbeat_interval": heartbeat_seconds,
             "grace_period": 3 * heartbeat_seconds,
-            "heartbeat_stale_trial_callback": _SaidAndRetried(max_retry=3),
+            "heartbeat_stale_trial_callback": _SaidAndRetried(url, max_retry=3),
         }
     with _unreachable_as_user_error(url):
         storage = RDBStorage(normalize_url(url), **heartbeat)
@@ -95,18 +95,70 @@ def check_server(url: str) -> None:
         pass
 
 
-class _SaidAndRetried(RetryHeartbeatStaleTrialCallback):
-    """Optuna's retry of a dead worker's trial, said by the worker that failed it (a resumed
-    study showed nothing of it before its summary)."""
+class _SaidAndRetried:
+    """A dead worker's trial, said by the worker that failed it (a resumed study showed
+    nothing of it before its summary) and retried first (`retry_first`: Optuna's own retry
+    queued it behind the starting points still waiting, where a budget they filled left it
+    waiting forever), up to `max_retry` deaths on one architecture."""
+
+    def __init__(self, url: str, max_retry: int) -> None:
+        self.url, self.max_retry = url, max_retry
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        deaths = len(trial.system_attrs.get("retry_history", [])) + 1
-        if self._max_retry is None or deaths <= self._max_retry:
-            _log.warning("trial %d: %s", trial.number, DIED)
-        else:  # Optuna's callback gives up on it
+        deaths = trial.system_attrs.get(DEATHS, len(trial.system_attrs.get("retry_history", [])))
+        deaths += 1
+        if deaths > self.max_retry:
             _log.warning("trial %d: the worker died (missed heartbeats), %d times on this "
                          "architecture; not retried again", trial.number, deaths)  # fmt: skip
-        super().__call__(study, trial)
+            return
+        _log.warning("trial %d: %s", trial.number, DIED)
+        with study_lock(self.url, study.study_name):
+            retry_first(study, trial, deaths)
+
+
+# a queued retry's first run: its seed is that trial's (`runner.trial_seed`); and how many
+# times a worker died training its architecture
+SEED_OF, DEATHS = "ranknas:seed_of", "ranknas:deaths"
+
+
+def retry_first(study: optuna.Study, trial: Any, deaths: int = 0) -> None:
+    """Queue a trial's point that did not finish (interrupted, or its worker died: `deaths`)
+    ahead of the starting points still waiting (Optuna pops the oldest waiting trial first;
+    a small budget could end before reaching a retry queued last): it takes the oldest
+    waiting trial, whose own point is queued again at the end. The retry trains with the
+    first run's seed (`runner.trial_seed`). Call it holding the study lock, so no worker
+    pops that trial between the read and the write. A waiting trial that holds params (a
+    retry Optuna queued in a study from before) is passed over: Optuna uses those instead of
+    any queued ones."""
+    storage = study._storage
+    marks = {SEED_OF: first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))}
+    marks |= {DEATHS: deaths} if deaths else {}
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    waiting = [t for t in waiting if not t.params]
+    if not waiting or not trial.params:  # died before its point was drawn: a fresh draw
+        _enqueue(study, trial.params, marks)
+        return
+    first = waiting[0]
+    moved = first.system_attrs.get("fixed_params", first.params)
+    carried = {k: v for k, v in first.system_attrs.items() if k in (SEED_OF, DEATHS)}
+    storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
+    for key in (SEED_OF, DEATHS):  # the retry's, replacing what the moved point had
+        storage.set_trial_system_attr(first._trial_id, key, marks.get(key, 0))
+    _enqueue(study, moved, carried)  # with its own seed and deaths
+
+
+def _enqueue(study: optuna.Study, params: dict[str, Any], marks: dict[str, Any]) -> None:
+    """`study.enqueue_trial(params)` with `marks` among the queued trial's system attributes,
+    in one write (another worker may queue a trial in between two)."""
+    marked = {"fixed_params": params} | marks
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, system_attrs=marked))
+
+
+def first_run(number: int, system_attrs: dict[str, Any]) -> int:
+    """Of the trials one run passed through (interrupted, or its worker died, and retried),
+    the first one's number: ranknas's mark, else Optuna's heartbeat retry's (a study from
+    before)."""
+    return system_attrs.get(SEED_OF, system_attrs.get("failed_trial", number))
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from nas.commands import _logger
 from nas.config import parse_config
 from nas.runner import run_study
-from nas.storage import load_study
+from nas.storage import DEATHS, SEED_OF, load_study
 from study_helpers import (
     check_nothing_lost_or_duplicated,
     pruned_repeats_config,
@@ -98,8 +98,8 @@ def test_a_study_killed_while_telling_a_repeat_resumes_under_pruning(original, t
     assert logger.flush(timeout_s=30) == 0
 
     check_nothing_lost_or_duplicated(config, server.uri)
-    (retry,) = [t for t in study.trials if "failed_trial" in t.system_attrs]
-    dead = study.trials[retry.system_attrs["failed_trial"]]
+    (retry,) = [t for t in study.trials if t.system_attrs.get(DEATHS)]  # `retry_first`'s mark
+    dead = study.trials[retry.system_attrs[SEED_OF]]
     assert dead.state == TrialState.FAIL and "reused_from" in dead.user_attrs
     assert retry.params == dead.params and retry.user_attrs["reused_from"] != retry.number
     assert retry.state.name == original

@@ -993,6 +993,38 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     assert fresh.ask({"x": x}).params == {"x": 5}
 
 
+def test_a_dead_worker_s_trial_is_retried_before_the_starting_points_still_queued(tmp_path):
+    """Optuna's retry of a trial whose worker was killed (SIGKILL) was queued behind the
+    starting points: "retried with the same architecture", and a budget they filled left it
+    waiting forever. It goes first, as an interrupted one does, with the dead run's seed,
+    and a worker that dies on it three times is not retried again."""
+    from nas.storage import _SaidAndRetried, first_run
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    study = optuna.create_study(storage=url)
+    x = optuna.distributions.IntDistribution(0, 9)
+    for start in (1, 2, 3):
+        study.enqueue_trial({"x": start})
+    retried = _SaidAndRetried(url, max_retry=3)
+    dead = _interrupted(study, {"x": 7})
+    retried(study, dead)
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert first_run(waiting[0].number, waiting[0].system_attrs) == dead.number  # its seed
+    assert _asked_in_turn(study, x, 4) == [7, 2, 3, 1]
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    fresh, retries = optuna.create_study(storage=url), 0
+    dead = _interrupted(fresh, {"x": 7})
+    while True:  # its worker dies on it each time
+        _SaidAndRetried(url, max_retry=3)(fresh, dead)
+        if not fresh.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            break
+        trial = fresh.ask({"x": x})
+        assert trial.params == {"x": 7}
+        fresh.tell(trial, state=TrialState.FAIL)
+        dead, retries = fresh.get_trials(deepcopy=False)[trial.number], retries + 1
+    assert retries == 3
+
+
 def test_a_retry_does_not_go_into_a_dead_worker_s_waiting_copy():
     """A dead worker's trial comes back as a waiting copy that holds its own params (Optuna's
     heartbeat retry); a retry put in its place was lost, and the copy's point ran twice."""
