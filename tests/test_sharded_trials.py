@@ -149,3 +149,45 @@ def test_a_model_that_leaves_features_out_trains_on_the_whole_log_and_sharded():
     sharded, _ = train_sharded(arch, splits, config, plan)
     assert alone.status == sharded.status == "complete", sharded.failure_reason
     assert alone.validation["ne"] < 1 and sharded.validation["ne"] < 1
+
+
+SLEEPER = """import os, pathlib, time
+pathlib.Path(os.environ["PIDS"], os.environ["RANK"]).write_text(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def test_an_interrupted_launch_stops_its_ranks(tmp_path):
+    """A `kill PID` of a study while a sharded run trained (a SIGTERM to the study's process
+    alone, not its group) left torchrun's two ranks running, idle, for good."""
+    import os
+    import signal
+    import sys
+    import time
+
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PIDS": str(pids), "PYTHONPATH": f"{tmp_path}:{repo}"}
+    driver = subprocess.Popen([sys.executable, "-c", "from cost_models.sharding.torchrun import "
+                               "torchrun; torchrun(2, 'sleeper', [])"], env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ranks = [int(p.read_text()) for p in pids.iterdir()]
+    assert len(ranks) == 2
+    driver.send_signal(signal.SIGINT)  # as the CLI's SIGTERM handler does: KeyboardInterrupt
+    driver.wait(timeout=30)
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in ranks)

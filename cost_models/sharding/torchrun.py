@@ -4,7 +4,9 @@ in (`process_group`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +25,31 @@ def torchrun(
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                str(processes), "--master_port", str(free_port()), "-m", module, *args]  # fmt: skip
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
-    return subprocess.run(command, env=env, capture_output=True, text=True)
+    # a session of its own: a Ctrl-C or kill of this process stops its ranks here, where a
+    # signal to this process alone (a `kill PID`, a scheduler) left them running on
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, err = process.communicate()
+    except BaseException:
+        _stop_group(process)
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+STOP_SECONDS = 10.0  # for torchrun to stop its ranks on SIGTERM, before they are killed
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to torchrun and its ranks (torchrun passes it on and waits for them), then
+    SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_SECONDS)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def free_port() -> int:
