@@ -97,7 +97,7 @@ def launch(
     where = ", ".join(f"worker {i} on {p.label}" for i, p in enumerate(places))
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
     (context, unset_nvml_check), workers = _starter(gpus), []
-    relay = _Relay([logs / f"worker-{i}.log" for i in range(count)])
+    relay = _Relay(_headed_logs(logs, count, config_path))
     try:  # a signal while they start stops those already started; so does any failure here
         for i, place in enumerate(places):
             log = logs / f"worker-{i}.log"
@@ -114,7 +114,9 @@ def launch(
     codes = [w.exitcode for w in workers]
     for i, code in enumerate(codes):
         last = _last_line(logs / f"worker-{i}.log")
-        if code != 0 and last not in relay.said:  # an error relayed already is not said again
+        if code is not None and code < 0:  # its last line is not why
+            print(f"worker {i} was killed by signal {-code}", file=sys.stderr)
+        elif code != 0 and last not in relay.said:  # an error relayed already is not again
             print(f"worker {i} exited with status {code}: {last}", file=sys.stderr)
     return codes
 
@@ -183,7 +185,7 @@ def _worker(argv: list[str], gpu: str | None, log: str, unset_nvml_check: bool) 
         os.environ.pop(NVML_CHECK, None)
     if gpu is not None:  # before anything makes a CUDA context
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    with open(log, "w") as out:
+    with open(log, "a") as out:  # after the runs before (`_headed_logs`)
         os.dup2(out.fileno(), sys.stdout.fileno())
         os.dup2(out.fileno(), sys.stderr.fileno())
     launcher = multiprocessing.parent_process()
@@ -206,12 +208,28 @@ def _stop_without(launcher_sentinel: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+LOG_HEADER = "=== launched"  # a launch's first line in each worker's log
+
+
+def _headed_logs(logs: Path, count: int, config_path: str) -> list[Path]:
+    """The workers' logs, each with a line that starts this launch's part: a launch on the
+    same study appends to them (it wrote over the runs before)."""
+    paths = [logs / f"worker-{i}.log" for i in range(count)]
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    for i, path in enumerate(paths):
+        with path.open("a") as log:
+            log.write(f"{LOG_HEADER} {started}: ranknas search {config_path}, worker {i} of "
+                      f"{count}\n")  # fmt: skip
+    return paths
+
+
 class _Relay:
     """What the workers print besides their trials (the data summary, warnings, baselines),
     each line once: every worker loads the same data and says so."""
 
     def __init__(self, logs: list[Path]) -> None:
-        self.read = {log: 0 for log in logs}  # bytes of each log relayed or skipped so far
+        # bytes of each log relayed or skipped so far: what the runs before wrote is not news
+        self.read = {log: log.stat().st_size if log.exists() else 0 for log in logs}
         self.said: set[str] = set()
 
     def lines(self) -> list[str]:

@@ -190,6 +190,13 @@ def test_an_error_every_worker_meets_is_said_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("gone.csv") == 1 and "exited with status" not in err, err
     assert "a worker failed (above); fix what it says, then run the command again" in err
+    # a second launch: the logs keep the first's (written over before), and only its own
+    # lines reach the display
+    assert main(["search", str(tmp_path / "nofile.yaml"), "--workers", "2"]) == 2
+    assert capsys.readouterr().err.count("gone.csv") == 1
+    for log in (tmp_path / "nofile" / "workers").glob("worker-*.log"):
+        text = log.read_text()
+        assert text.count("=== launched") == 2 and text.count("gone.csv") == 2, text
 
 
 # the workers forked from a server that imported the trainer, and each started afresh

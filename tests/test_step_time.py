@@ -115,10 +115,15 @@ def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_pa
 
 
 def test_an_unsharded_export_has_no_plan(tmp_path):
+    """Not even one that `--force` wrote over an export that had one: that plan stayed,
+    another model's, and SHA256SUMS did not list it."""
     config = tiny_config(tmp_path, "plain", budget={"trials": 1, "epochs_per_trial": 1})
     run_study(parse_config(config), progress=lambda line: None)
     out = tmp_path / "winner"
-    assert main(["export", str(write_config(tmp_path, config)), "--out", str(out)]) == 0
+    out.mkdir()
+    (out / "sharding_plan.json").write_text("{}")  # an earlier export's
+    args = ["export", str(write_config(tmp_path, config)), "--out", str(out), "--force"]
+    assert main(args) == 0
     assert not (out / "sharding_plan.json").exists()
     assert "Training step" not in (out / "model_card.md").read_text()
 

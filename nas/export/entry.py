@@ -111,6 +111,8 @@ def export_model(
     written = [ARCHITECTURE_FILE, PREPROCESSING_FILE, WEIGHTS_FILE, MODULE_FILE, DIAGRAM_FILE,
                *([SHARDING_FILE] if step is not None else []), CARD_FILE]  # fmt: skip
     (out / SUMS_FILE).write_text("".join(f"{_sha256(out / n)}  {n}\n" for n in written))
+    for stale in (SHARDING_FILE,) if step is None else ():  # another model's (--force)
+        (out / stale).unlink(missing_ok=True)
     if register is None:
         return result
     return _register(result, analysis, metrics, columns, register, tracking_uri, alias,
