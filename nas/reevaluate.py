@@ -92,7 +92,8 @@ def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
             f"cheaper than the best baseline; retraining {len(near)} within {slack} of its NE"
             + (f" (trials {names(near)})" if near else ""))  # fmt: skip
     if far:
-        line += f"; not {names(far)}, more than {slack} worse on their recorded runs"
+        which = f"trial {names(far)}" if len(far) == 1 else f"trials {names(far)}"
+        line += f"; not {which}, more than {slack} worse on their recorded runs"
     return line
 
 

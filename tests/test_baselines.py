@@ -728,3 +728,12 @@ def test_a_p_value_under_the_threshold_never_reads_as_it():
 
     shown = [p_text(p) for p in (0.04994, 0.049, 0.0504, 0.12)]
     assert shown == ["0.0499", "0.049", "0.05", "0.12"]
+
+
+def test_reevaluate_front_names_the_trials_it_leaves_out_as_trials():
+    """It said "not 0, more than 1% worse", which reads as "none"."""
+    from nas.reevaluate import _front_line
+
+    line = _front_line([{"trial": 3}], [{"trial": 0}])
+    assert "retraining 1 within 1% of its NE (trials 3); not trial 0, more than 1%" in line
+    assert "; not trials 0, 2, more" in _front_line([], [{"trial": 0}, {"trial": 2}])
