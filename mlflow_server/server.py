@@ -453,8 +453,10 @@ def start_hint(uri: str) -> str:
         return f"start the server at {parts.hostname}"
     port = parts.port or 5000
     flag = "" if port == 5000 else f" --port {port}"
-    return (f"start it with `ranknas mlflow up{flag}` (and the --data-dir, or the "
-            "--backend-store-uri, it keeps its runs in)")
+    return (
+        f"start it with `ranknas mlflow up{flag}` (and the --data-dir, or the "
+        "--backend-store-uri, it keeps its runs in)"
+    )
 
 
 def _health_url(uri: str) -> str:
