@@ -113,10 +113,10 @@ def launch(
     _say_time_limit(config)
     codes = [w.exitcode for w in workers]
     for i, code in enumerate(codes):
-        last = _last_line(logs / f"worker-{i}.log")
         if code is not None and code < 0:  # its last line is not why
             print(f"worker {i} was killed by signal {-code}", file=sys.stderr)
-        elif code != 0 and last not in relay.said:  # an error relayed already is not again
+        # an error the display relayed already is not said again
+        elif code != 0 and (last := _last_line(logs / f"worker-{i}.log")) not in relay.said:
             print(f"worker {i} exited with status {code}: {last}", file=sys.stderr)
     return codes
 

@@ -553,10 +553,15 @@ def verdict_line(v: dict[str, Any]) -> str:
 def p_text(p: float) -> str:
     """A p-value in two significant digits, more where those would round it up to
     `SIGNIFICANCE` (0.04994 read as 0.05 beside "beyond seed noise")."""
-    digits = 2
-    while p < SIGNIFICANCE <= float(f"{p:.{digits}g}") and digits < 17:  # 17: the float itself
+    return _kept_below(p, SIGNIFICANCE, 2, "g")
+
+
+def _kept_below(value: float, bound: float, digits: int, kind: str) -> str:
+    """`value` formatted with `digits` (`kind`: "f" or "g"), more where those would round a
+    value below `bound` up to it (17: the float itself, which is below)."""
+    while value < bound <= float(f"{value:.{digits}{kind}}") and digits < 17:
         digits += 1
-    return f"{p:.{digits}g}"
+    return f"{value:.{digits}{kind}}"
 
 
 def _paired_words(v: dict[str, Any]) -> str:
@@ -826,9 +831,7 @@ def _num(value: float | None, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     # an NE just under 1 (complete) must not read as 1.0000 (the base rate: diverged)
-    while value < 1 <= float(f"{value:.{digits}f}") and digits < 17:  # 17: the float itself
-        digits += 1
-    return f"{value:.{digits}f}"
+    return _kept_below(value, 1, digits, "f")
 
 
 TRIAL_SIZE, BASELINE_SIZE = 14, 110  # the Pareto plot's markers (points squared)

@@ -131,8 +131,8 @@ def retry_first(study: optuna.Study, trial: Any, deaths: int = 0) -> None:
     retry Optuna queued in a study from before) is passed over: Optuna uses those instead of
     any queued ones."""
     storage = study._storage
-    marks = {SEED_OF: first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))}
-    marks |= {DEATHS: deaths} if deaths else {}
+    seed_of = first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))
+    marks = {SEED_OF: seed_of, DEATHS: deaths}
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     waiting = [t for t in waiting if not t.params]
     if not waiting or not trial.params:  # died before its point was drawn: a fresh draw
@@ -142,8 +142,8 @@ def retry_first(study: optuna.Study, trial: Any, deaths: int = 0) -> None:
     moved = first.system_attrs.get("fixed_params", first.params)
     carried = {k: v for k, v in first.system_attrs.items() if k in (SEED_OF, DEATHS)}
     storage.set_trial_system_attr(first._trial_id, "fixed_params", trial.params)
-    for key in (SEED_OF, DEATHS):  # the retry's, replacing what the moved point had
-        storage.set_trial_system_attr(first._trial_id, key, marks.get(key, 0))
+    for key, value in marks.items():  # the retry's, replacing what the moved point had
+        storage.set_trial_system_attr(first._trial_id, key, value)
     _enqueue(study, moved, carried)  # with its own seed and deaths
 
 
