@@ -156,15 +156,16 @@ def _run_workers(args: argparse.Namespace, config, logger):
     )
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
-    if 130 in failed:
-        raise KeyboardInterrupt
-    # a killed worker's trial is failed by its missed heartbeats and retried by the others
-    killed = failed and all(c < 0 for c in failed) and len(failed) < len(codes)
-    if killed and _budget_reached(config):
+    # a worker stopped on its own (`kill PID` of one worker: 130; killed: below 0) leaves
+    # its trial to the others (retried first, or failed by its missed heartbeats)
+    stopped = failed and all(c < 0 or c == 130 for c in failed) and len(failed) < len(codes)
+    if stopped and _budget_reached(config):
         print("the other workers finished the study's budget", file=sys.stderr)
+    elif 130 in failed:
+        raise KeyboardInterrupt
     elif failed:
         what = (f"was killed (signal {-failed[0]}) before the budget was done: run the same "
-                "command" if killed else "failed (above); fix what it says, then run the "
+                "command" if stopped else "failed (above); fix what it says, then run the "
                 "command")  # fmt: skip
         raise RanknasError(f"study {config.name!r}: a worker {what} again to resume")
     study = load_study(config.name, config.storage)

@@ -250,10 +250,12 @@ class _Relay:
         return new
 
 
-# a worker's own trial lines, its banner, its MLflow address, its "interrupted" and its
-# time limit: the launcher prints those, once for all workers
+# a worker's own trial lines (not the seed runs choosing the best baseline: `[1/6] baseline
+# dcnv2 seed 1000: ...`), its banner, its MLflow address, its "interrupted" and its time
+# limit: the launcher prints those, once for all workers
 _LAUNCHER_SAYS = re.compile(
-    r"\[\d+/\d+\] |trial \d+: \d+%|study '[^']*': |MLflow: |compare them in MLflow|interrupted: "
+    r"\[\d+/\d+\] (?!baseline \S+ seed )|trial \d+: \d+%|study '[^']*': |MLflow: "
+    r"|compare them in MLflow|interrupted: "
     f"|{re.escape(TIME_LIMIT_SAID)}"
 )
 

@@ -326,8 +326,9 @@ def _next_trial(
 
 
 def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
-    """How many trials the budget still wants (0: the study is done); refused when too many
-    failed or were skipped."""
+    """How many trials may run now: what the budget still wants (0: the study is done), and no
+    more than the failures it still allows, so that workers running side by side cannot
+    together fail past `budget.max_failures`; refused when too many failed or were skipped."""
     done = counted_trials(trials)
     if done >= config.budget.trials or _exhausted(trials, config):
         return 0
@@ -348,7 +349,7 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
             f"leaderboard {config.name} --storage {redact(config.storage)} --all`, then fix "
             "the config, or raise budget.max_failures to go on"
         )
-    return config.budget.trials - done
+    return min(config.budget.trials - done, limit - failed)
 
 
 def _drawn(trial: Trial, space: SearchSpace) -> Trial:
@@ -998,8 +999,8 @@ def run_trial(
     directory = config.study_dir / "trials" / str(trial.number)
     write_architecture(directory, arch)
     costs = architecture_costs(arch, config, data.pooling_factors)
-    tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker,
-            TrialAttr.DEVICE: device_label(config.training.device)}  # fmt: skip
+    device = device_label(config.training.device, config.training.processes)
+    tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker, TrialAttr.DEVICE: device}
     reason = _over_constraint(costs, config)
     over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over)

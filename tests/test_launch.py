@@ -172,6 +172,11 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
         "a worker was killed (signal 9) before the budget was done: run the same command "
         "again to resume" in capsys.readouterr().err
     )
+    # one worker stopped by its own `kill PID` (130), the others finished: the summary, as
+    # for a killed one (it said "interrupted: run the same command again" over a done study)
+    codes[:] = [0, 130]
+    assert main(["search", str(path), "--workers", "2"]) == 0
+    assert "the other workers finished the study's budget" in capsys.readouterr().err
     codes[:] = [2, 2]  # refused (a changed protocol, say): a done budget does not hide it
     assert main(["search", str(path), "--workers", "2"]) == 2
     assert "a worker failed (above); fix what it says" in capsys.readouterr().err
@@ -292,6 +297,9 @@ def test_the_display_relays_why_a_study_ended_but_not_a_workers_banner():
 
     assert _LAUNCHER_SAYS.match("study 'q': tpe over the dag space, 4 trials, storage sqlite:///x")
     assert not _LAUNCHER_SAYS.match("study 'q' ended at 2 of 4 trials: the searcher proposed 9 ")
+    assert _LAUNCHER_SAYS.match("[3/20] complete val NE 0.8612 (best 0.8590, trial 1)")
+    # the seed runs that choose the best baseline were left in the worker's log
+    assert not _LAUNCHER_SAYS.match("[1/6] baseline dcnv2 seed 1000: val NE 0.8547")
 
 
 def test_a_time_limit_is_said_once_for_all_workers(tmp_path, capsys):

@@ -96,6 +96,8 @@ def test_a_study_with_two_processes_trains_every_trial_sharded(tmp_path):
     assert "measured step ms" in format_table([row]).splitlines()[0]
     plan = json.loads((tmp_path / "sharded/trials/0/trained_plan.json").read_text())
     assert plan["num_devices"] == 2 and set(plan["assignment"].values()) <= {0, 1}
+    # `status`'s "trained on" and the MLflow tag name the ranks, not the driver's CPU
+    assert trial.user_attrs["device"].startswith("torchrun: 2 x cpu (")
 
 
 def test_pruning_uneven_batches_and_compile_are_refused_for_sharded_training():

@@ -1301,3 +1301,25 @@ def test_a_study_split_before_ties_were_kept_together_resumes_as_it_was_split(tm
         run_study(parse_config(config), progress=lambda line: None)
     resumed = run_study(old, progress=lambda line: None)
     assert len(resumed.trials) >= 1
+
+
+def test_workers_side_by_side_cannot_fail_past_max_failures(tmp_path):
+    """Each worker checked the failures before its own trial: with 4 workers and
+    `max_failures: 8`, 7 failed and 4 running reached 11. A worker now starts a trial only
+    while the failed and the running together stay within the failures allowed."""
+    from optuna.trial import create_trial
+
+    from nas.runner import _trials_left
+
+    config = parse_config(tiny_config(tmp_path, "capped", budget={"trials": 20, "max_failures": 8}))
+
+    def failed() -> optuna.trial.FrozenTrial:
+        trial = create_trial(state=TrialState.FAIL)
+        trial.set_user_attr(TrialAttr.FAILURE_REASON, "out of memory")
+        return trial
+
+    done = [create_trial(state=TrialState.COMPLETE, value=0.8) for _ in range(5)]
+    assert _trials_left(done + [failed() for _ in range(7)], config) == 1  # not 15
+    assert _trials_left(done + [failed() for _ in range(3)], config) == 5
+    with pytest.raises(RanknasError, match="8 trials failed"):
+        _trials_left(done + [failed() for _ in range(8)], config)

@@ -89,11 +89,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def device_label(name: str) -> str:
+def device_label(name: str, processes: int = 1) -> str:
     """Where a run with device setting `name` trains, as a person finds it: the GPU's index
     among all the machine's (through CUDA_VISIBLE_DEVICES) and its name, or the CPU and
-    its threads."""
+    its threads; sharded on `processes` (`trainers.sharded`), theirs."""
     device = resolve_device(name)
+    if processes > 1:
+        if device.type != "cuda":  # the cores shared among the ranks
+            return (
+                f"torchrun: {processes} x {cpu_label(max(1, torch.get_num_threads() // processes))}"
+            )
+        gpus = min(processes, torch.cuda.device_count())  # rank r takes GPU r % count
+        return f"torchrun: {processes} processes on {gpus} x {torch.cuda.get_device_name(0)}"
     if device.type != "cuda":
         return cpu_label(torch.get_num_threads())
     index = device.index if device.index is not None else torch.cuda.current_device()
