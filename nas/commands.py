@@ -590,8 +590,9 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     print_comparison(study)
     best = leaderboard.study_best(study)
     print(f"best: {leaderboard.describe_best(best)}")
+    # not `winner/`: the search's own line had the first best exported there (refused again)
     print(f"export it: ranknas export {config.name} --storage {redact(config.storage)} "
-          f"--trial {best['trial']} --out winner/")  # fmt: skip
+          f"--trial {best['trial']} --out winner-trial-{best['trial']}/")  # fmt: skip
     return 0
 
 

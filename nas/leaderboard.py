@@ -352,7 +352,11 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "not_compared": not_compared,
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
-        "dominated_baselines": [b["baseline"] for b in bases if _dominated(b, found, study)],
+        "dominated_baselines": [b["baseline"] for b in bases if _dominators(b, found, study)],
+        "dominated_within_noise": [
+            b["baseline"] for b in bases if on_means and _dominated_within_noise(b, found, study)
+        ],
+        "not_compared_lower": _left_out_lower(recorded_bases, not_compared, best, base),
         "cheapest_within_noise": _cheapest_within_noise(study, found, base)
         if on_means and traded_cost(study)
         else None,
@@ -417,10 +421,37 @@ def _holds_ne(paired: dict[str, Any], base_ne: float) -> bool:
     return mean < 0 or (mean <= TIE_MARGIN * base_ne and within_seed_noise(paired))
 
 
-def _dominated(base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study) -> bool:
-    """Whether a found architecture, other than the baseline's own, dominates it."""
+def _left_out_lower(
+    recorded_bases: list[dict[str, Any]],
+    not_compared: list[str],
+    best: dict[str, Any],
+    base: dict[str, Any],
+) -> dict[str, float]:
+    """The baselines left out of the verdict (no seed means) whose one run is below both
+    sides' NE: a baseline added after `reevaluate` can be the best model of the study."""
+    floor = min(best["val_ne"], base["val_ne"])
+    return {r["baseline"]: r["val_ne"] for r in recorded_bases
+            if r["baseline"] in not_compared and r["val_ne"] < floor}  # fmt: skip
+
+
+def _dominators(
+    base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study
+) -> list[dict[str, Any]]:
+    """The found architectures, other than the baseline's own, that dominate it."""
     key = cost_key(study)
-    return any(_dominates(r, base, key) and r["digest"] != base["digest"] for r in found)
+    return [r for r in found if _dominates(r, base, key) and r["digest"] != base["digest"]]
+
+
+def _dominated_within_noise(
+    base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study
+) -> bool:
+    """Dominated on seed means, but by none whose NE is lower beyond seed noise (paired
+    seeds): cheaper, yes; better, not shown."""
+    dominators = _dominators(base, found, study)
+    name = f"baseline:{base['baseline']}"
+    beyond = [p for r in dominators if (p := paired_seeds(study, str(r["trial"]), name))
+              and not within_seed_noise(p)]  # fmt: skip
+    return bool(dominators) and not beyond
 
 
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
@@ -519,7 +550,9 @@ def format_verdict(v: dict[str, Any]) -> str:
         ratio += (
             f" and {_times(v['step_ratio'])} its predicted step time on {v['step_devices']} devices"
         )
-    dominated = ", ".join(v["dominated_baselines"]) or "none"
+    within = v.get("dominated_within_noise") or []
+    dominated = ", ".join(b + (" (cheaper, its NE lower within seed noise)" if b in within else "")
+                          for b in v["dominated_baselines"]) or "none"  # fmt: skip
     # on seed means, by the re-evaluated trials only: another's single run is a lucky draw
     by = ("the re-evaluated architectures' seed means" if v.get("seed_means")
           else "found architectures")  # fmt: skip
@@ -527,6 +560,9 @@ def format_verdict(v: dict[str, Any]) -> str:
     basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)} "
                           "(`ranknas reevaluate` retrains them with the same seeds)"
                           if left_out else "")  # fmt: skip
+    if lower := v.get("not_compared_lower"):
+        basis += ("; of those, one run below both sides' NE: "
+                  + ", ".join(f"{b} {_num(ne)}" for b, ne in lower.items()))  # fmt: skip
     if v.get("failed_baselines"):
         basis += f"; failed or diverged, not compared: {', '.join(v['failed_baselines'])}"
     tuned = v.get("baselines_tuned")

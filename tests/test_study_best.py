@@ -327,3 +327,27 @@ def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
     assert v["outcome"] == "baseline_wins"
     said = format_verdict(v).splitlines()[0]
     assert "the baseline wins (a seed of trial 0 went nan or inf: its mean is inf)" in said, said
+
+
+def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_said(tmp_path):
+    """A new user's verdict read "undecided: within seed noise" and "baselines Pareto-dominated
+    ...: prod_model" in one breath; and a baseline added after `reevaluate`, whose one run was
+    below every compared model, went unmentioned (only "not compared: dcnv2")."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.850, 0.862, 0.846], "baseline:prod": [0.853, 0.855, 0.857]}  # p ~ 0.8
+    study = recorded_study(url, TRIALS, baselines={"prod": (0.855, 2.0), "dcnv2": (0.840, 1.5)},
+                           reevaluation=means)  # fmt: skip
+    v = verdict(study)
+    assert v["outcome"] == "undecided" and v["dominated_baselines"] == ["prod"]
+    assert v["dominated_within_noise"] == ["prod"] and v["not_compared_lower"] == {"dcnv2": 0.84}
+    text = format_verdict(v)
+    assert "seed means: prod (cheaper, its NE lower within seed noise)" in text
+    assert "not compared: dcnv2 (`ranknas reevaluate` retrains them with the same seeds); " \
+           "of those, one run below both sides' NE: dcnv2 0.8400" in text  # fmt: skip
+    # lower on every seed, beyond the noise: dominated, said plainly
+    means["0"] = [0.845, 0.846, 0.847]
+    study.set_user_attr("reevaluation", {k: {str(10_000 + i): [ne, ne + 0.001]
+                                             for i, ne in enumerate(runs)}
+                                         for k, runs in means.items()})  # fmt: skip
+    v = verdict(study)
+    assert v["dominated_within_noise"] == [] and "seed means: prod; baselines" in format_verdict(v)

@@ -139,6 +139,12 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     assert "diverged; a lower learning rate" in told([0.5, 0.5, 0.9, 3.0], [1.2, 1.5])
     assert "overfit; fewer epochs" in told([0.5, 0.4, 0.3, 0.2], [0.99, 0.98, 1.01])
     assert "still learning after 40 steps (20,480 examples)" in told([0.6, 0.5], [1.05, 1.01])
+    # a new user's log (4% positives, 46 steps at lr 0.002): the loss's two points rose by
+    # noise while validation NE fell at every evaluation; "a lower learning rate may help"
+    # made it worse (1.0108 -> 1.0296), a higher one reached 0.92
+    falling = [1.0274, 1.0225, 1.018, 1.0145, 1.0128, 1.0115, 1.0108]
+    assert "still learning after 40 steps" in told([0.1784, 0.1811], falling)
+    assert "still learning after 40 steps" in told([0.5, 0.51], [1.05, 1.05])  # within noise
     constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
                            validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
     assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)

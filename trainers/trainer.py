@@ -404,22 +404,30 @@ def _check_diverged(result: TrainResult) -> None:
         )
 
 
+# a training loss this much above its start is risen, not noise: a few batches of a log
+# with 4% positives move it by a few percent
+LOSS_NOISE = 0.05
+
+
 def _why_no_better(result: TrainResult) -> str:
-    """What a run worse than the base rate most likely lacked, read off its curves: a
-    training loss that rose diverged; one that fell while validation NE kept falling was
-    stopped too soon (at 1 epoch, 3 steps: "fewer epochs" was the wrong advice); validation
-    NE that turned back up overfit; an AUC of exactly 0.5 is a constant score."""
+    """What a run worse than the base rate most likely lacked, read off its curves: one whose
+    validation NE fell to its last evaluation was still learning (its training loss, a few
+    noisy points, may still have risen: "a lower learning rate" was the wrong advice); a
+    training loss that rose beyond noise diverged; validation NE that turned back up
+    overfit; an AUC of exactly 0.5 is a constant score."""
     if result.validation.get("auc") == 0.5:  # one score for every row: no ranking at all
         return ("its validation AUC is 0.5: its score does not vary with the input; check "
                 "that the architecture reads the features (no recipe fixes that)")  # fmt: skip
     losses = [loss for _, loss in result.curves.get("train_loss", [])]
     ne = [value for _, value in result.curves.get("val_ne", [])]
+    learning = len(ne) >= 2 and ne[-1] == min(ne) < ne[0]
     quarter = max(1, len(losses) // 4)
-    if len(losses) >= 2 and statistics.fmean(losses[-quarter:]) > statistics.fmean(
+    rose = len(losses) >= 2 and statistics.fmean(losses[-quarter:]) > statistics.fmean(
         losses[:quarter]
-    ):
+    ) * (1 + LOSS_NOISE)
+    if rose and not learning:
         return "its training loss rose: it diverged; a lower learning rate may help"
-    if len(ne) >= 2 and ne[-1] > min(ne):
+    if not learning and len(ne) >= 2 and ne[-1] > min(ne):
         return "its validation NE turned back up: it overfit; fewer epochs may help"
     return (
         f"still learning after {result.steps} steps ({result.examples:,} examples): more "
