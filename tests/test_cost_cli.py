@@ -141,8 +141,45 @@ def test_user_mistakes(model, table_file, tmp_path):
     too_big = tmp_path / "big.json"
     save_tables([TableSpec("huge", 2_000_000, 128)], too_big)
     with pytest.raises(RanknasError, match=r"huge \(0.95 GiB\).*short by 0.45 GiB"):
-        run(["shard", "compare", str(too_big), "--devices", "2", "--memory-gb", "0.5"])
+        run(["shard", "plan", str(too_big), "--devices", "2", "--memory-gb", "0.5",
+             "--method", "size_greedy"])  # fmt: skip
+    # rl cuts it by rows: it met no other table to place and failed in numpy
+    assert run(["shard", "plan", str(too_big), "--devices", "2", "--memory-gb", "0.5"]) == 0
     broken = tmp_path / "broken.yaml"
     broken.write_text("tables:\n- {name: a, num_embeddings: many, embedding_dim: 4}\n")
     with pytest.raises(RanknasError, match=r"tables\[0\] \(a\): 'num_embeddings'"):
         run(["shard", "plan", str(broken), "--devices", "2", "--method", "random"])
+
+
+def test_a_table_larger_than_a_device_is_each_sharders_no_plan_and_rl_cuts_it(
+    model, tmp_path, capsys
+):
+    """`shard compare` refused the whole comparison ("split these tables") where `rl` plans
+    it, cutting the table by rows; the sharders that cannot place it say so, once, below."""
+    path = tmp_path / "big.yaml"
+    save_tables([TableSpec("huge", 3_000_000, 32, 1.0), TableSpec("small", 1_000, 8, 1.0)], path)
+    argv = ["shard", "compare", str(path), "--devices", "2", "--memory-gb", "0.25"]
+    assert run([*argv, "--model", str(model), "--cache", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()[2:10]}
+    assert "no plan (below)" in rows["size_greedy"] and "no plan" not in rows["rl"]
+    assert out.count("do not fit on one device") == 1 and "--method rl, which cuts" in out
+
+
+def test_tables_too_large_to_time_here_are_refused_before_any_is_built(
+    table_file, tmp_path, monkeypatch
+):
+    """A 50M-row table (24 GiB) was allocated whole to be timed: a traceback from the
+    allocator, or the machine's memory taken. Refused first, naming what it needs."""
+    monkeypatch.setattr("cost_models.sharding.measure._available_memory_bytes", lambda: 2**20)
+    argv = ["shard", "compare", str(table_file), "--devices", "2", "--cache", str(tmp_path / "c")]
+    with pytest.raises(RanknasError, match=r"GiB, and 0.00 GiB is available here; time them"):
+        run(argv)
+    assert not (tmp_path / "c").exists()  # nothing timed
+
+
+def test_a_model_folder_that_is_not_there_is_refused(table_file, tmp_path):
+    """A mistyped `--model` planned silently with a greedy heuristic."""
+    argv = ["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path / "nope")]
+    with pytest.raises(RanknasError, match=r"--model: .*nope is not a folder"):
+        run(argv)

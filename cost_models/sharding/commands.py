@@ -90,6 +90,10 @@ def _use_packaged_model(args: argparse.Namespace) -> None:
     say so: its costs were measured on another machine than this one."""
     from cost_models.sharding.cli import DEFAULT_MODEL
 
+    if Path(args.model) != DEFAULT_MODEL and not Path(args.model).is_dir():
+        # a mistyped folder planned silently with a greedy heuristic instead of the policy
+        raise RanknasError(f"--model: {args.model} is not a folder (one `ranknas shard train "
+                           "--out` wrote); leave --model out for the default")  # fmt: skip
     if Path(args.model) != DEFAULT_MODEL or (Path(args.model) / "policy.json").exists():
         return
     args.model = PACKAGED_MODEL
@@ -129,7 +133,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
         return 0
     label = _labeller(args.tables)
-    print(f"{plan.method}: {len(tables)} tables on {plan.num_devices} devices in {seconds:.3f} s")
+    devices = f"{plan.num_devices} device{'s' * (plan.num_devices != 1)}"
+    print(f"{plan.method}: {len(tables)} tables on {devices} in {seconds:.3f} s")
     if plan.splits:
         cuts = ", ".join(f"{label(name)} into {parts}" for name, parts in plan.splits.items())
         print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
@@ -192,7 +197,8 @@ def _print_table(header: list[str], rows: list[list[str]]) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
-    check_capacity(tables, topology)
+    # in all: a table larger than a device is a sharder's own "no plan" (rl cuts it by rows)
+    check_capacity(tables, topology, row_split=True)
     _use_packaged_model(args)
     net = _cost_net(args.model)
     measurer = Measurer(cache_dir=args.cache)
@@ -218,7 +224,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         output = {"kernel": measurer.kernel, "device": measurer.device}
         print(json.dumps(output | {"plans": list(records.values())}))
         return 0
-    print(f"{len(tables)} tables on {topology.num_devices} devices; kernel: {measurer.kernel}")
+    devices = f"{topology.num_devices} device{'s' * (topology.num_devices != 1)}"
+    print(f"{len(tables)} tables on {devices}; kernel: {measurer.kernel}")
     if net is None:
         print(f"(no trained model in {args.model}: rl left out; run `ranknas shard train`)")
     _print_comparison(list(records.values()))
@@ -227,10 +234,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _print_comparison(records: list[dict[str, Any]]) -> None:
     header = ["method", "measured max ms", "mean ms", "predicted max ms", "plan s", "max GiB"]
-    rows = []
+    rows, errors = [], {}
     for r in records:
-        if "error" in r:
-            rows.append([r["method"], r["error"], "", "", "", ""])
+        if "error" in r:  # below the table (a sentence in a column widened every row), once
+            rows.append([r["method"], "no plan (below)", "", "", "", ""])
+            errors.setdefault(r["error"], []).append(r["method"])
             continue
         predicted = r["predicted_max_ms"]
         rows.append(
@@ -244,6 +252,8 @@ def _print_comparison(records: list[dict[str, Any]]) -> None:
             ]
         )
     _print_table(header, rows)
+    for error, methods in errors.items():
+        print(f"{', '.join(methods)}: {error}")
 
 
 # ---------------------------------------------------------------------- train

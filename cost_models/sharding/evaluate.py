@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from cost_models.sharding.cost_net import CostNet, CostSample, errors, predict_kernel_ms
-from cost_models.sharding.measure import Measurer
+from cost_models.sharding.measure import Measurer, check_host_memory
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import Topology, traffic_megabytes
@@ -57,6 +57,7 @@ def measure_plans(
     batch = measurer.config.batch_size
     comm = {name: analytic_comm_ms(plan, tables, topology, batch) for name, plan in plans.items()}
     todo = [ts for sets in device_sets.values() for ts in sets if ts]
+    check_host_memory([ts for ts in todo if measurer.missing(ts, samples)])  # before any
     for sample in range(1, samples + 1):
         for i in rng.permutation(len(todo)):
             measurer.measure(todo[i], sample)

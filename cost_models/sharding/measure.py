@@ -43,6 +43,8 @@ from scipy.stats import trim_mean
 from torch import nn
 
 from cost_models.sharding.tables import TableSpec, zipf_indices
+from cost_models.sharding.topology import GIB
+from search_space.errors import RanknasError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,6 +54,8 @@ CACHE_FORMAT = 7  # entries: key -> list of [forward_ms, backward_ms] samples
 # The reference kernel timed next to every measurement (see `Measurer._time`): small enough
 # (125 KiB) that what the measured tables did to the caches cannot change its time.
 REFERENCE = (TableSpec("reference", 1_000, 32, 2.0),)
+# of the memory the machine has available: a device's tables, timed, may take this much
+HOST_MEMORY_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,10 @@ class Measurer:
         forward, backward = np.median(np.asarray(stored), axis=0)
         return KernelTime(float(forward), float(backward))
 
+    def missing(self, tables: Sequence[TableSpec], samples: int) -> bool:
+        """Whether `measure(tables, samples)` would time `tables` (not all from the cache)."""
+        return bool(tables) and len(self._cache.get(self._key(tables), [])) < samples
+
     def timings(self, tables: Sequence[TableSpec], samples: int) -> list[KernelTime]:
         """`samples` independent timings of `tables` (taking what is missing), unreduced:
         their spread is the measurement noise."""
@@ -220,6 +228,7 @@ class Measurer:
     def _time(self, tables: Sequence[TableSpec], sample: int) -> list[float]:
         """Forward and backward ms, each repeat right after a run of the reference kernel:
         the ratio to the reference's time then takes out how loaded the machine was."""
+        check_host_memory([tables])
         c = self.config
         nominal = self.reference_ms / 1e3
         with torch_threads(c.threads), _autograd():
@@ -278,6 +287,37 @@ def _inputs(
         lengths.append(bag)
     offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
     return torch.from_numpy(np.concatenate(ids)), torch.from_numpy(offsets)
+
+
+def check_host_memory(table_sets: Sequence[Sequence[TableSpec]]) -> None:
+    """Refuse, before any is built, table sets too large to time here: a device's tables
+    are timed whole, in this machine's memory, as a sharded run on the CPU holds them (a
+    50M-row table asked for 24 GiB and died in the allocator, or took the machine)."""
+    available = _available_memory_bytes()
+    largest = max(table_sets, key=lambda ts: sum(t.size_bytes for t in ts), default=[])
+    need = sum(t.size_bytes for t in largest)
+    if available is None or need <= HOST_MEMORY_SHARE * available:
+        return
+    names = ", ".join(t.name for t in largest[:5]) + (" ..." if len(largest) > 5 else "")
+    raise RanknasError(
+        f"timing a device's tables builds them in this machine's memory: one device's "
+        f"({names}) take {need / GIB:.2f} GiB, and {available / GIB:.2f} GiB is available "
+        "here; time them on a machine with more memory, or plan without timing (`ranknas "
+        "shard plan` without --measure predicts with the cost model)"
+    )
+
+
+def _available_memory_bytes() -> int | None:
+    """The memory the kernel says new allocations can take (MemAvailable); None where it
+    does not say (not Linux)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _fbgemm_module(tables: Sequence[TableSpec]) -> nn.Module:

@@ -43,6 +43,8 @@ def column_cuts(
     the tables above the limit that no column cut brings under it: every column shard
     reads all of the table's ids, so where the lookups cost most, only a cut by rows
     (which shares them out) lowers the floor."""
+    if not tables:  # every table cut by rows already (one table larger than a device)
+        return {}, set()
     alone = cost_alone(tables)
     limit = limit_share * balanced_load(alone, num_devices)
     over = [t for t, cost in zip(tables, alone, strict=True) if cost > limit]

@@ -37,7 +37,8 @@ def check_capacity(
         raise RanknasError(
             f"table(s) {listed}{more} do not fit on one device of {capacity / GIB:.2f} GiB "
             f"(short by {shortfall / GIB:.2f} GiB): raise --memory-gb to at least "
-            f"{(capacity + shortfall) / GIB:.2f}, or split these tables"
+            f"{(capacity + shortfall) / GIB:.2f}, or plan with --method rl, which cuts tables by "
+            "rows"
         )
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:
