@@ -183,3 +183,18 @@ def test_a_model_folder_that_is_not_there_is_refused(table_file, tmp_path):
     argv = ["shard", "plan", str(table_file), "--devices", "2", "--model", str(tmp_path / "nope")]
     with pytest.raises(RanknasError, match=r"--model: .*nope is not a folder"):
         run(argv)
+
+
+def test_the_torchrec_planner_keeps_its_share_back_on_the_cpu_topology(tmp_path):
+    """Its docstring said 15% of each device was kept back; torchrec's reservation takes it
+    off a GPU's HBM only, and these CPU topologies kept nothing back (95% full plans)."""
+    from cost_models.sharding.sharders.torchrec_planner import RESERVED_SHARE, TorchrecPlanner
+    from cost_models.sharding.topology import Topology
+
+    tables = [TableSpec(name, 1_000_000, 64) for name in "abcd"]  # 0.24 GiB each
+    tight = Topology(num_devices=4, memory_bytes=int(tables[0].size_bytes / 0.95))
+    with pytest.raises(RanknasError, match="keeps 15% of each device back"):
+        TorchrecPlanner().plan(tables, tight)
+    roomy = Topology(num_devices=4, memory_bytes=int(tables[0].size_bytes / 0.8))
+    plan = TorchrecPlanner().plan(tables, roomy)
+    assert max(plan.memory_bytes) <= (1 - RESERVED_SHARE) * roomy.memory_bytes

@@ -115,13 +115,14 @@ def _local_size(plan: Plan) -> int:
     return sizes.pop() if sizes else plan.num_devices
 
 
-def torchrec_topology(topology: Topology) -> TorchrecTopology:
-    """A CPU topology: each device's memory is its DDR capacity."""
+def torchrec_topology(topology: Topology, reserved_share: float = 0.0) -> TorchrecTopology:
+    """A CPU topology: each device's memory is its DDR capacity, less `reserved_share` of it
+    (torchrec's storage reservations keep back a share of HBM only, none of a CPU's)."""
     with quiet_planner():
         return TorchrecTopology(
             world_size=topology.num_devices,
             compute_device="cpu",
-            ddr_cap=topology.memory_bytes,
+            ddr_cap=int(topology.memory_bytes * (1 - reserved_share)),
             local_world_size=min(topology.local_world_size, topology.num_devices),
             intra_host_bw=topology.intra_host_bw,
             inter_host_bw=topology.inter_host_bw,

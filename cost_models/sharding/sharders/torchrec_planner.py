@@ -4,9 +4,10 @@
 planner cut tables column-wise, in shards at least `CW_MIN_DIM` columns wide (torchrec's
 own default, 128, is meant for GPU tables of 128-512 columns; a quarter of our widest
 tables plays the same part here). The planner budgets memory its own way (weights plus
-input/output buffers, and 15% of each device kept back, with torchrec's recommended
-`FixedPercentageStorageReservation`), so it may refuse a workload that the other sharders
-can place.
+input/output buffers, and 15% of each device kept back, as torchrec's recommended
+`FixedPercentageStorageReservation` keeps back of a GPU's HBM: these plans are made on a
+CPU topology, whose memory that reservation leaves alone, so the share is taken off each
+device's capacity here), so it may refuse a workload that the other sharders can place.
 """
 
 from collections.abc import Sequence
@@ -44,7 +45,7 @@ class TorchrecPlanner(Sharder):
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         check_capacity(tables, topology)
         planner = EmbeddingShardingPlanner(
-            topology=torchrec_topology(topology),
+            topology=torchrec_topology(topology, RESERVED_SHARE),
             batch_size=max(1, self.batch_size // topology.num_devices),  # per rank
             constraints=planner_constraints(tables, CW_MIN_DIM if self.column_wise else None),
             storage_reservation=FixedPercentageStorageReservation(RESERVED_SHARE),
@@ -54,7 +55,8 @@ class TorchrecPlanner(Sharder):
                 sharding = planner.plan(build_ebc(tables), [EmbeddingBagCollectionSharder()])
         except PlannerError as exc:
             first_line = str(exc).strip().splitlines()[0]
-            raise RanknasError(f"{self.name} planner found no plan: {first_line}") from None
+            raise RanknasError(f"{self.name} planner found no plan: {first_line} (it keeps "
+                               f"{RESERVED_SHARE:.0%} of each device back)") from None  # fmt: skip
         module_plan = sharding.plan[""]
         assignment, splits = {}, {}
         for t in tables:
