@@ -438,7 +438,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     front = leaderboard.pareto_front(study)
     bases = leaderboard.baseline_rows(study)
     if args.json:
-        print(strict_json({"leaderboard": table, "pareto_front": front, "baselines": bases,
+        # `best` as `status --json` has it: a script reads the same field from both
+        print(strict_json({"leaderboard": table, "best": leaderboard.study_best(study),
+                           "pareto_front": front, "baselines": bases,
                            "verdict": leaderboard.verdict(study)}))  # fmt: skip
     elif args.csv:
         print(leaderboard.to_csv(leaderboard.with_baselines(table, bases)), end="")

@@ -42,6 +42,7 @@ def _surfaces(url: str, capsys: pytest.CaptureFixture) -> dict[str, int]:
 
     study = load_study("recorded", url)
     named = {"status": status["best_trial"], "leaderboard": board["leaderboard"][0]["trial"],
+             "leaderboard --json's best": board["best"]["trial"],
              "export --trial best": best_trial(study).number}  # fmt: skip
     if board["verdict"]:
         named["verdict"] = board["verdict"]["best_trial"]["trial"]
