@@ -321,7 +321,8 @@ def check_exists(url: str, what: str = "no studies") -> None:
     it would create an empty one, and a mistyped path would look like studies lost)."""
     path = _sqlite_path(url)
     if path is not None and not path.exists():
-        raise RanknasError(f"{what}: the storage {path} does not exist; run "
+        where = "" if path.is_absolute() else f" (looked for at {path.absolute()})"
+        raise RanknasError(f"{what}: the storage {path} does not exist{where}; run "
                            "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
 
 

@@ -122,7 +122,8 @@ class Architecture:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError(f"{source}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+            where = f"line {exc.lineno}, column {exc.colno}"  # the message ends "starting at"
+            raise SpecError(f"{source}: not valid JSON ({where}: {exc.msg})") from None
         return _parse(data, source)
 
     @classmethod

@@ -209,7 +209,7 @@ CASES = {
     ),
     "a time column for the split that the file lacks": (
         lambda p: [*_csv(p, ["1,1.5,a"]), "--split", "time:when"],
-        "time column 'when' (given for the split) not in",
+        "time column 'when' (given for the split: a study's data.split.column",
     ),
     "a dense value beyond float32": (
         lambda p: _csv(p, ["1,1e300,a", *(f"{i % 2},{i}.5,s{i % 3}" for i in range(50))]),

@@ -102,7 +102,7 @@ def load_criteo(
     limits.check(data.bad_rows, final=True)  # a cache was written under other limits
     if data.bad_rows.bad:
         logger.warning(
-            "skipped %d malformed lines: %s", data.bad_rows.bad, data.bad_rows.describe()
+            "%s: skipped %d malformed lines: %s", path, data.bad_rows.bad, data.bad_rows.describe()
         )
     return data
 

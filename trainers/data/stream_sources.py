@@ -89,7 +89,11 @@ class Source:
         if report.bad and (start, stop) not in self._warned:
             self._warned.add((start, stop))
             logging.getLogger(__name__).warning(
-                "skipped %d malformed %ss: %s", report.bad, report.unit, report.describe()
+                "%s: skipped %d malformed %ss: %s",
+                self.name,
+                report.bad,
+                report.unit,
+                report.describe(),
             )
 
 

@@ -231,7 +231,8 @@ def load_tabular(
     report.bad = int(bad.sum())
     limits.check(report, final=True)
     if report.bad:
-        logger.warning("skipped %d malformed %ss: %s", report.bad, report.unit, report.describe())
+        logger.warning("%s: skipped %d malformed %ss: %s", path, report.bad, report.unit,
+                       report.describe())  # fmt: skip
     good = ~bad
     encoded = [
         _encoded(c, given, read, good, min_count, hash_size)
@@ -635,7 +636,8 @@ def _check_time_column(column: str, path: Path) -> None:
     available = _header(path)
     if column not in available:
         raise RanknasError(
-            f"time column {column!r} (given for the split) not in {path}; the file has {available}"
+            f"time column {column!r} (given for the split: a study's data.split.column, "
+            f"`ranknas train --split time:COLUMN`) not in {path}; the file has {available}"
         )
 
 
