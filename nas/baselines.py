@@ -200,7 +200,8 @@ def baseline_record(
 ) -> dict[str, Any]:
     """What `StudyLogger.log_baseline` gets for baseline `key`."""
     tags = {"baseline": key, "digest": digest(arch), "worker": worker}
-    artifacts = {"architecture.json": arch.to_json(), DIAGRAM_FILE: diagram_png(arch)}
+    artifacts = {"architecture.json": arch.to_json(),
+                 DIAGRAM_FILE: diagram_png(arch, f"baseline {key}")}  # fmt: skip
     described = summary_name(arch, summary["mflops"])
     params = architecture_params(arch) | {"architecture": described}
     params |= {f"recipe.{k}": v for k, v in (recipe or {}).items()}

@@ -19,14 +19,16 @@ _WRAP = 34  # characters of settings per line
 _DPI = 100
 
 
-def diagram_png(arch: Architecture) -> bytes:
-    """The architecture's diagram as PNG bytes."""
+def diagram_png(arch: Architecture, name: str | None = None) -> bytes:
+    """The architecture's diagram as PNG bytes, titled `name` (default: the architecture's
+    own, which a searched one shares with every point of its space)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     analysis = analyze(arch)
+    title = _title(name or arch.name or "architecture", analysis)
     labels = labels_of(arch, analysis)
     boxes, paths = layout(arch, analysis, labels)
     xs = [x + s * w / 2 for (x, _), (w, _) in boxes.values() for s in (-1, 1)]
@@ -34,7 +36,7 @@ def diagram_png(arch: Architecture) -> bytes:
     xs += [x for *_, path in paths for x, _ in path]  # routes that pass beside the boxes
     title_h = 2.5 * FONT_PT
     width, height = max(xs) - min(xs) + 2 * _PAD, max(ys) - min(ys) + 2 * _PAD + title_h
-    width = max(width, 0.7 * (FONT_PT + 1) * len(_title(arch, analysis)) + 2 * _PAD)
+    width = max(width, 0.7 * (FONT_PT + 1) * len(title) + 2 * _PAD)
     figure = plt.figure(figsize=(width / 72, height / 72), dpi=_DPI)
     axes = figure.add_axes((0, 0, 1, 1))
     x_mid = (max(xs) + min(xs)) / 2
@@ -43,9 +45,9 @@ def diagram_png(arch: Architecture) -> bytes:
     axes.axis("off")
     for source, target, path in paths:
         _draw_edge(axes, path, boxes[source][1][1], boxes[target][1][1])
-    for name, ((x, y), (w, h)) in boxes.items():
-        _draw_box(axes, name, x, y, w, h, labels[name], arch)
-    axes.text(x_mid, min(ys) - _PAD - title_h / 2, _title(arch, analysis), ha="center",
+    for node, ((x, y), (w, h)) in boxes.items():
+        _draw_box(axes, node, x, y, w, h, labels[node], arch)
+    axes.text(x_mid, min(ys) - _PAD - title_h / 2, title, ha="center",
               va="center", fontsize=FONT_PT + 1, fontweight="bold")  # fmt: skip
     out = io.BytesIO()
     figure.savefig(out, format="png", dpi=_DPI)
@@ -53,8 +55,8 @@ def diagram_png(arch: Architecture) -> bytes:
     return out.getvalue()
 
 
-def _title(arch: Architecture, analysis: Analysis) -> str:
-    return (f"{arch.name or 'architecture'}: {analysis.flops / 1e6:.3f} MFLOPs/example, "
+def _title(name: str, analysis: Analysis) -> str:
+    return (f"{name}: {analysis.flops / 1e6:.3f} MFLOPs/example, "
             f"{analysis.dense_params:,} dense params")  # fmt: skip
 
 

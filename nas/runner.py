@@ -728,7 +728,7 @@ def _finish(study: optuna.Study, trial: Trial, outcome: Outcome, logger: Any) ->
     if logger is not None and not trial.user_attrs.get(TrialAttr.OVER_CONSTRAINT):
         directory = trial.user_attrs.get(TrialAttr.DIR)
         if directory and (Path(directory) / ARCHITECTURE_FILE).exists():
-            diagram = diagram_png(read_architecture(directory))
+            diagram = diagram_png(read_architecture(directory), f"trial {trial.number}")
             outcome.record["artifacts"] = outcome.record["artifacts"] | {DIAGRAM_FILE: diagram}
         logger.log_trial(trial.number, **outcome.record)
         _set_attrs(trial, {LOGGED: logger.server})  # `log_unlogged` passes it over
@@ -957,7 +957,8 @@ def _finished_record(
         return None
     arch = read_architecture(directory)
     described = summary_name(arch, analyze(arch).flops / 1e6)
-    name, diagram = f"trial-{trial.number} {described}", {DIAGRAM_FILE: diagram_png(arch)}
+    diagram = {DIAGRAM_FILE: diagram_png(arch, f"trial {trial.number}")}
+    name = f"trial-{trial.number} {described}"
     if earlier is trial and not (directory / METRICS_FILE).exists():  # stopped training
         return mlflow_record(space_params(trial.params), failed, {}, tags, diagram, name, *when)
     recipe = {f"recipe.{k}": v for k, v in (attrs.get(TrialAttr.RECIPE) or {}).items()}

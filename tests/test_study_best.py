@@ -99,9 +99,11 @@ def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
     note = markdown(study, rows(study))
     trials, baselines = note.split("## Baselines")
-    assert "| trial | val NE | mean val NE | test NE |" in trials
-    assert "| 1 | 0.8560 | 0.8516 |" in trials and "| 2 | 0.8580 | - |" in trials
-    assert "| dlrm | 0.8550 | 0.8552 |" in baselines  # mean 0.85525
+    # aligned text in a code block: MLflow drew a Markdown table's cells without padding
+    assert "```\ntrial  val NE  mean val NE  test NE" in trials
+    assert "\n1      0.8560  0.8516" in trials and "\n2      0.8580  -  " in trials
+    assert "\ndlrm      0.8550  0.8552" in baselines  # mean 0.85525
+    assert "recorded: 3 trials, best first" in trials  # not "the best 3" of 3
     plain = recorded_study(f"sqlite:///{tmp_path / 'plain.db'}", TRIALS)
     assert "mean val NE" not in markdown(plain, rows(plain))
 

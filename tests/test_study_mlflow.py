@@ -55,7 +55,7 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert ",dlrm" in Path(board).read_text()
     assert "verdict" in client.get_run(parent.info.run_id).data.tags
     note = client.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
-    assert "## Baselines" in note and "| dlrm |" in note and "the best 1 trials" in note
+    assert "## Baselines" in note and "\ndlrm " in note and ": 1 trial, best first" in note
 
     # the registered version comes from the trial's own run; its description is the card
     from nas.cli import main
