@@ -645,6 +645,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         provenance=_provenance(study, trial, metrics),
         source_run_id=source_run,
         step=read_step(trial_dir),
+        title=f"{study.study_name} trial {trial.number}",
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if args.register and source_run is None:

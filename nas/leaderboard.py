@@ -319,6 +319,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         basis = (f"seed means over {seeds_text(seeds)}" if on_means else
                  f"recorded runs against the baselines' seed means over "
                  f"{seeds_text(seeds, fresh=False)}")  # fmt: skip
+    dominated = {b["baseline"]: by for b in bases if (by := _dominators(b, found, study))}
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
@@ -352,9 +353,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "not_compared": not_compared,
         "failed_baselines": failed,
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
-        "dominated_baselines": [b["baseline"] for b in bases if _dominators(b, found, study)],
+        "dominated_baselines": list(dominated),
         "dominated_within_noise": [
-            b["baseline"] for b in bases if on_means and _dominated_within_noise(b, found, study)
+            b for b, by in dominated.items() if on_means and not _any_beyond_noise(study, b, by)
         ],
         "not_compared_lower": _left_out_lower(recorded_bases, not_compared, best, base),
         "cheapest_within_noise": _cheapest_within_noise(study, found, base)
@@ -442,16 +443,11 @@ def _dominators(
     return [r for r in found if _dominates(r, base, key) and r["digest"] != base["digest"]]
 
 
-def _dominated_within_noise(
-    base: dict[str, Any], found: list[dict[str, Any]], study: optuna.Study
-) -> bool:
-    """Dominated on seed means, but by none whose NE is lower beyond seed noise (paired
-    seeds): cheaper, yes; better, not shown."""
-    dominators = _dominators(base, found, study)
-    name = f"baseline:{base['baseline']}"
-    beyond = [p for r in dominators if (p := paired_seeds(study, str(r["trial"]), name))
-              and not within_seed_noise(p)]  # fmt: skip
-    return bool(dominators) and not beyond
+def _any_beyond_noise(study: optuna.Study, baseline: str, rows: list[dict[str, Any]]) -> bool:
+    """Whether one of `rows` has a lower NE than `baseline` beyond seed noise (paired seeds;
+    without pairs, nothing is shown)."""
+    pairs = [paired_seeds(study, str(r["trial"]), f"baseline:{baseline}") for r in rows]
+    return any(p is not None and not within_seed_noise(p) for p in pairs)
 
 
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
@@ -551,7 +547,7 @@ def format_verdict(v: dict[str, Any]) -> str:
             f" and {_times(v['step_ratio'])} its predicted step time on {v['step_devices']} devices"
         )
     within = v.get("dominated_within_noise") or []
-    dominated = ", ".join(b + (" (cheaper, its NE lower within seed noise)" if b in within else "")
+    dominated = ", ".join(b + (" (its NE lower, not beyond seed noise)" if b in within else "")
                           for b in v["dominated_baselines"]) or "none"  # fmt: skip
     # on seed means, by the re-evaluated trials only: another's single run is a lucky draw
     by = ("the re-evaluated architectures' seed means" if v.get("seed_means")

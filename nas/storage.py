@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from nas.trial_record import DIED
 from search_space.errors import RanknasError
+from search_space.files import looked_for
 
 _log = logging.getLogger(__name__)
 
@@ -321,8 +322,7 @@ def check_exists(url: str, what: str = "no studies") -> None:
     it would create an empty one, and a mistyped path would look like studies lost)."""
     path = _sqlite_path(url)
     if path is not None and not path.exists():
-        where = "" if path.is_absolute() else f" (looked for at {path.absolute()})"
-        raise RanknasError(f"{what}: the storage {path} does not exist{where}; run "
+        raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; run "
                            "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
 
 

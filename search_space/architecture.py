@@ -122,8 +122,7 @@ class Architecture:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            where = f"line {exc.lineno}, column {exc.colno}"  # the message ends "starting at"
-            raise SpecError(f"{source}: not valid JSON ({where}: {exc.msg})") from None
+            raise SpecError(f"{source}: not valid JSON ({exc})") from None  # as read_data_file
         return _parse(data, source)
 
     @classmethod

@@ -489,3 +489,15 @@ def test_too_many_malformed_rows_name_the_settings_that_raise_the_limit(tmp_path
                            budget=budget)  # fmt: skip
     assert main(["search", str(write_config(tmp_path, tolerant)), "--no-mlflow"]) == 0
     assert "skipped 300 malformed lines" in caplog.text
+
+
+def test_a_relative_storage_that_is_not_there_says_where_it_was_looked_for(
+    tmp_path, monkeypatch, capsys
+):
+    """Run from another folder, a study YAML's relative storage said only
+    "ranknas-data/studies.db does not exist", the very mistake the README warns of."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "q", "--storage", "sqlite:///ranknas-data/studies.db"]) == 2
+    err = capsys.readouterr().err
+    assert f"looked for at {tmp_path / 'ranknas-data/studies.db'} (relative paths" in err, err
+    assert not (tmp_path / "ranknas-data").exists()

@@ -145,6 +145,10 @@ def test_user_mistakes(model, table_file, tmp_path):
              "--method", "size_greedy"])  # fmt: skip
     # rl cuts it by rows: it met no other table to place and failed in numpy
     assert run(["shard", "plan", str(too_big), "--devices", "2", "--memory-gb", "0.5"]) == 0
+    # compare without rl (no trained model in --model): no sharder places it, an error
+    with pytest.raises(RanknasError, match=r"no sharder could place these tables; random: .*huge"):
+        run(["shard", "compare", str(too_big), "--devices", "2", "--memory-gb", "0.5",
+             "--model", str(tmp_path)])  # fmt: skip
     broken = tmp_path / "broken.yaml"
     broken.write_text("tables:\n- {name: a, num_embeddings: many, embedding_dim: 4}\n")
     with pytest.raises(RanknasError, match=r"tables\[0\] \(a\): 'num_embeddings'"):
@@ -171,11 +175,18 @@ def test_tables_too_large_to_time_here_are_refused_before_any_is_built(
 ):
     """A 50M-row table (24 GiB) was allocated whole to be timed: a traceback from the
     allocator, or the machine's memory taken. Refused first, naming what it needs."""
+    from cost_models.sharding.measure import Measurer
+
+    timed = []
+    time_tables = Measurer._time
+    monkeypatch.setattr(
+        Measurer, "_time", lambda self, *a: timed.append(a) or time_tables(self, *a)
+    )
     monkeypatch.setattr("cost_models.sharding.measure._available_memory_bytes", lambda: 2**20)
     argv = ["shard", "compare", str(table_file), "--devices", "2", "--cache", str(tmp_path / "c")]
     with pytest.raises(RanknasError, match=r"GiB, and 0.00 GiB is available here; time them"):
         run(argv)
-    assert not (tmp_path / "c").exists()  # nothing timed
+    assert timed == []  # refused before the first device's tables were timed
 
 
 def test_a_model_folder_that_is_not_there_is_refused(table_file, tmp_path):
@@ -195,6 +206,10 @@ def test_the_torchrec_planner_keeps_its_share_back_on_the_cpu_topology(tmp_path)
     tight = Topology(num_devices=4, memory_bytes=int(tables[0].size_bytes / 0.95))
     with pytest.raises(RanknasError, match="keeps 15% of each device back"):
         TorchrecPlanner().plan(tables, tight)
-    roomy = Topology(num_devices=4, memory_bytes=int(tables[0].size_bytes / 0.8))
+    # two tables a device fit in 2.1 tables' memory only without the 15% kept back
+    two_a_device = Topology(num_devices=2, memory_bytes=int(tables[0].size_bytes * 2.1))
+    with pytest.raises(RanknasError, match="no plan"):
+        TorchrecPlanner().plan(tables, two_a_device)
+    roomy = Topology(num_devices=2, memory_bytes=int(tables[0].size_bytes * 2 / 0.8))
     plan = TorchrecPlanner().plan(tables, roomy)
     assert max(plan.memory_bytes) <= (1 - RESERVED_SHARE) * roomy.memory_bytes

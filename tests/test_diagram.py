@@ -93,3 +93,15 @@ def test_the_picture_is_drawn_at_its_text_size():
     assert FONT_PT == 9.0
     assert image.height >= 4 * tallest * 100 / 72  # four layers of boxes, at 100 dpi
     assert 300 < image.width < 2000
+
+
+def test_a_diagram_is_titled_by_the_name_it_is_given(monkeypatch):
+    """Every trial's picture in MLflow was titled by its space's name ("around-space: ...")."""
+    import nas.diagram
+
+    arch = load_architecture("dlrm", SCHEMA)
+    titled = []
+    monkeypatch.setattr(nas.diagram, "_title", lambda name, _: titled.append(name) or name)
+    diagram_png(arch, "trial 7")
+    diagram_png(arch)
+    assert titled == ["trial 7", arch.name]

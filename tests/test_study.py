@@ -584,7 +584,8 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "6 of 6 runs already recorded, reused: nothing to train" in out
     best = study_best(load_study("again", config.storage))["trial"]
-    assert "mean val NE" in out and f"--trial {best}" in out
+    # not `--out winner/`, where the search's own line had the first best exported
+    assert "mean val NE" in out and f"--trial {best} --out winner-trial-{best}/" in out
 
 
 def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_forced(

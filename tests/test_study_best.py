@@ -344,7 +344,7 @@ def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_sa
     assert v["outcome"] == "undecided" and v["dominated_baselines"] == ["prod"]
     assert v["dominated_within_noise"] == ["prod"] and v["not_compared_lower"] == {"dcnv2": 0.84}
     text = format_verdict(v)
-    assert "seed means: prod (cheaper, its NE lower within seed noise)" in text
+    assert "seed means: prod (its NE lower, not beyond seed noise)" in text
     assert "not compared: dcnv2 (`ranknas reevaluate` retrains them with the same seeds); " \
            "of those, one run below both sides' NE: dcnv2 0.8400" in text  # fmt: skip
     # lower on every seed, beyond the noise: dominated, said plainly

@@ -145,6 +145,8 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     falling = [1.0274, 1.0225, 1.018, 1.0145, 1.0128, 1.0115, 1.0108]
     assert "still learning after 40 steps" in told([0.1784, 0.1811], falling)
     assert "still learning after 40 steps" in told([0.5, 0.51], [1.05, 1.05])  # within noise
+    # validation NE up while the loss stays flat: not overfit (nothing was learnt to overfit)
+    assert "still learning after 40 steps" in told([0.5, 0.51], [1.01, 1.02])
     constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
                            validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
     assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)

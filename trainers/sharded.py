@@ -46,7 +46,7 @@ from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
 from trainers.metrics import ranking_metrics
 from trainers.steps import EagerStep
-from trainers.trainer import Parallel, TrainResult, train
+from trainers.trainer import Parallel, TrainResult, rank_threads, train
 
 EVAL_BATCH = 8192
 TIMED_AFTER = 3  # steps left out of the step time (warm-up)
@@ -99,8 +99,8 @@ def train_sharded_in_turn(jobs: list[ShardedJob]) -> list[tuple[TrainResult, Ran
             folder.mkdir()
             _write_job(folder, job)
         processes = devices.pop()
-        threads = max(1, torch.get_num_threads() // processes)  # the cores, shared
-        run = torchrun(processes, "trainers.sharded", [str(f) for f in folders], threads)
+        run = torchrun(processes, "trainers.sharded", [str(f) for f in folders],
+                       rank_threads(processes))  # fmt: skip
         done = [(f / "result.json").exists() for f in folders]
         first = done.index(False) if False in done else len(jobs)  # the job that failed
         lost = f"not trained: job {first + 1} of {len(jobs)} on its launch failed first"

@@ -89,16 +89,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def rank_threads(processes: int) -> int:
+    """Torch threads each of `processes` ranks on this machine takes: the cores, shared."""
+    return max(1, torch.get_num_threads() // processes)
+
+
 def device_label(name: str, processes: int = 1) -> str:
     """Where a run with device setting `name` trains, as a person finds it: the GPU's index
     among all the machine's (through CUDA_VISIBLE_DEVICES) and its name, or the CPU and
     its threads; sharded on `processes` (`trainers.sharded`), theirs."""
     device = resolve_device(name)
     if processes > 1:
-        if device.type != "cuda":  # the cores shared among the ranks
-            return (
-                f"torchrun: {processes} x {cpu_label(max(1, torch.get_num_threads() // processes))}"
-            )
+        if device.type != "cuda":
+            return f"torchrun: {processes} x {cpu_label(rank_threads(processes))}"
         gpus = min(processes, torch.cuda.device_count())  # rank r takes GPU r % count
         return f"torchrun: {processes} processes on {gpus} x {torch.cuda.get_device_name(0)}"
     if device.type != "cuda":
@@ -410,24 +413,24 @@ LOSS_NOISE = 0.05
 
 
 def _why_no_better(result: TrainResult) -> str:
-    """What a run worse than the base rate most likely lacked, read off its curves: one whose
-    validation NE fell to its last evaluation was still learning (its training loss, a few
-    noisy points, may still have risen: "a lower learning rate" was the wrong advice); a
-    training loss that rose beyond noise diverged; validation NE that turned back up
-    overfit; an AUC of exactly 0.5 is a constant score."""
+    """What a run worse than the base rate most likely lacked, read off its curves: a
+    training loss that rose beyond noise while validation NE did not fall to its end
+    diverged; one that fell while validation NE turned back up overfit; anything else was
+    still learning (a validation NE falling to its last evaluation beside a few noisy loss
+    points that rose: "a lower learning rate" was the wrong advice). An AUC of exactly 0.5
+    is a constant score."""
     if result.validation.get("auc") == 0.5:  # one score for every row: no ranking at all
         return ("its validation AUC is 0.5: its score does not vary with the input; check "
                 "that the architecture reads the features (no recipe fixes that)")  # fmt: skip
     losses = [loss for _, loss in result.curves.get("train_loss", [])]
     ne = [value for _, value in result.curves.get("val_ne", [])]
-    learning = len(ne) >= 2 and ne[-1] == min(ne) < ne[0]
-    quarter = max(1, len(losses) // 4)
-    rose = len(losses) >= 2 and statistics.fmean(losses[-quarter:]) > statistics.fmean(
-        losses[:quarter]
-    ) * (1 + LOSS_NOISE)
-    if rose and not learning:
+    quarter, first, last = max(1, len(losses) // 4), 0.0, 0.0  # no curve: neither branch
+    if len(losses) >= 2:
+        first, last = statistics.fmean(losses[:quarter]), statistics.fmean(losses[-quarter:])
+    falling_to_the_end = len(ne) >= 2 and ne[-1] == min(ne) < ne[0]
+    if last > first * (1 + LOSS_NOISE) and not falling_to_the_end:
         return "its training loss rose: it diverged; a lower learning rate may help"
-    if not learning and len(ne) >= 2 and ne[-1] > min(ne):
+    if last < first and len(ne) >= 2 and ne[-1] > min(ne):
         return "its validation NE turned back up: it overfit; fewer epochs may help"
     return (
         f"still learning after {result.steps} steps ({result.examples:,} examples): more "

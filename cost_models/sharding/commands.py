@@ -87,7 +87,8 @@ def _cost_net(model: Path) -> CostNet | None:
 
 def _use_packaged_model(args: argparse.Namespace) -> None:
     """Point `args.model` at the shipped model when the default directory has none, and
-    say so: its costs were measured on another machine than this one."""
+    say so: its costs were measured on another machine than this one. A `--model` folder
+    that is not there is refused (a mistyped one planned with a greedy heuristic)."""
     from cost_models.sharding.cli import DEFAULT_MODEL
 
     if Path(args.model) != DEFAULT_MODEL and not Path(args.model).is_dir():
@@ -133,8 +134,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
         return 0
     label = _labeller(args.tables)
-    devices = f"{plan.num_devices} device{'s' * (plan.num_devices != 1)}"
-    print(f"{plan.method}: {len(tables)} tables on {devices} in {seconds:.3f} s")
+    print(f"{plan.method}: {_count(len(tables), 'table')} on "
+          f"{_count(plan.num_devices, 'device')} in {seconds:.3f} s")  # fmt: skip
     if plan.splits:
         cuts = ", ".join(f"{label(name)} into {parts}" for name, parts in plan.splits.items())
         print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
@@ -211,6 +212,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             records[method] = {"method": method, "error": f"no plan: {exc}"}
             continue
         records[method] = _plan_record(plans[method], None, time.perf_counter() - start)
+    if not plans:  # nothing to compare: the first sharder's reason (they mostly share it)
+        first = next(iter(records.values()))
+        raise RanknasError(f"no sharder could place these tables; {first['method']}: "
+                           f"{first['error'].removeprefix('no plan: ')}")  # fmt: skip
     for method, costs in measure_plans(plans, tables, measurer, topology).items():
         measured = costs.sum(1)
         predicted = None if net is None else net.plan_costs(tables, plans[method], topology)
@@ -224,12 +229,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         output = {"kernel": measurer.kernel, "device": measurer.device}
         print(json.dumps(output | {"plans": list(records.values())}))
         return 0
-    devices = f"{topology.num_devices} device{'s' * (topology.num_devices != 1)}"
-    print(f"{len(tables)} tables on {devices}; kernel: {measurer.kernel}")
+    print(f"{_count(len(tables), 'table')} on {_count(topology.num_devices, 'device')}; "
+          f"kernel: {measurer.kernel}")  # fmt: skip
     if net is None:
         print(f"(no trained model in {args.model}: rl left out; run `ranknas shard train`)")
     _print_comparison(list(records.values()))
     return 0
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def _print_comparison(records: list[dict[str, Any]]) -> None:

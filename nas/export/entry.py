@@ -52,6 +52,7 @@ def export_model(
     provenance: Mapping[str, Any] | None = None,
     source_run_id: str | None = None,
     step: Mapping[str, Any] | None = None,
+    title: str | None = None,
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
 
@@ -65,6 +66,8 @@ def export_model(
     and the registered model turn raw rows into the model's inputs. `provenance` goes into
     the model card; `source_run_id` is the MLflow run the registered version comes from
     (the trial's), else a new run.
+
+    `title`: the diagram's (default: the architecture's name, a searched one's its space's).
 
     `schema` names the dense columns and checks that `arch` fits the data (without it the
     dense columns are called dense_0, dense_1, ...). `metrics` is a flat mapping (name ->
@@ -103,7 +106,7 @@ def export_model(
     # safetensors writes 0600: as readable as the files beside it (a server's user reads it)
     result.weights.chmod((out / PREPROCESSING_FILE).stat().st_mode & 0o777)
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
-    (out / DIAGRAM_FILE).write_bytes(diagram_png(arch))
+    (out / DIAGRAM_FILE).write_bytes(diagram_png(arch, title))
     if step is not None:
         (out / SHARDING_FILE).write_text(json.dumps(sharding_export(arch, step), indent=2))
     card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance, step)
