@@ -95,6 +95,10 @@ class DatasetSchema:
             for i, entry in enumerate(entries)
         ]
         names = [label, *dense, *(f.name for f in categorical), *([time] if time else [])]
+        if names.count(label) > 1:
+            raise RanknasError(f"{source}: the label {label!r} is also listed as a feature (or "
+                               "the time): a model would read its own answer; remove it from "
+                               "dense, categorical and time")  # fmt: skip
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise RanknasError(f"{source}: column(s) {duplicates} appear more than once")

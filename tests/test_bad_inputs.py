@@ -22,6 +22,13 @@ def _csv(tmp_path, rows: list[str]) -> list[str]:
     return ["train", "--arch", "dlrm", "--data", str(data), "--schema", str(schema)]
 
 
+def _schema_of(tmp_path, schema: str) -> list[str]:
+    """`_csv`'s file (its `shop` text, its `price` numbers) read with another schema."""
+    args = _csv(tmp_path, [f"{i % 2},{i}.5,shop{i % 3}" for i in range(40)])
+    (tmp_path / "schema.yaml").write_text(schema)
+    return args
+
+
 def _bad_block(tmp_path) -> list[str]:
     arch = {"name": "broken", "embedding": {"dim": 8}, "output": "top", "blocks": [
         {"name": "bottom", "op": "mlp", "inputs": ["dense"], "params": {"widths": "wide"}},
@@ -206,6 +213,21 @@ CASES = {
     "a misspelled --arch": (
         lambda p: [*_csv(p, ["1,1.5,a"]), "--arch", "dlrmm"],
         "--arch dlrmm: neither a preset",
+    ),
+    "a text column listed as dense": (  # was "all 40 lines are malformed; fix the file..."
+        lambda p: _schema_of(p, "label: y\ndense: [price, shop]\ncategorical: []\n"),
+        "dense column 'shop' holds no number in any row ('shop0' in the first): list it under",
+    ),
+    "text ids without a vocabulary": (
+        lambda p: _schema_of(
+            p, "label: y\ndense: [price]\ncategorical: [{name: shop, cardinality: 3}]\n"
+        ),
+        "categorical column 'shop' holds no id in [0, 3) in any row ('shop0' in the first): "
+        "give it min_count: 1",
+    ),
+    "the label listed as a feature": (  # was "column(s) ['y'] appear more than once"
+        lambda p: _schema_of(p, "label: y\ndense: [price, y]\ncategorical: [shop]\n"),
+        "the label 'y' is also listed as a feature (or the time): a model would read its own",
     ),
     "a time column for the split that the file lacks": (
         lambda p: [*_csv(p, ["1,1.5,a"]), "--split", "time:when"],

@@ -664,6 +664,10 @@ def _convert(
     for k, name in enumerate(spec.dense):
         values, missing = _numeric(frame[name])
         wrong = ~missing & ~np.isfinite(values)
+        if warn_blanks and wrong.all() and len(frame):  # text: a column of the other kind
+            raise RanknasError(f"{report.source}: dense column {name!r} holds no number in any "
+                               f"row ({frame[name].iloc[0]!r} in the first): list it under "
+                               "categorical (with min_count: 1), or drop it")  # fmt: skip
         report.add(f"dense value not a finite number ({name})", numbers[wrong])
         with np.errstate(invalid="ignore"):
             huge = ~missing & ~wrong & (np.abs(values) > FLOAT32_MAX)
@@ -689,6 +693,13 @@ def _convert(
         with np.errstate(invalid="ignore"):
             wrong = missing | ~(
                 (values >= 0) & (values < cardinality) & (values == np.floor(values))
+            )
+        if warn_blanks and wrong.all() and not missing.all() and len(frame):
+            raise RanknasError(
+                f"{report.source}: categorical column {name!r} holds no id in [0, {cardinality})"
+                f" in any row ({frame[name].iloc[0]!r} in the first): give it min_count: 1 to "
+                "read its values through a vocabulary (as `ranknas data schema` writes), or "
+                "hash_size"
             )
         report.add(f"id not an integer in [0, {cardinality}) ({name})", numbers[wrong])
         id_columns.append(np.where(wrong, 0, values).astype(np.int64))
