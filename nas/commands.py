@@ -362,7 +362,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {args.study}"
               f"{storage}` says why)")  # fmt: skip
     if state["around_base"]:
-        print(f"searched around the best baseline: {state['around_base']}")
+        from nas.config import baseline_key
+
+        # by its key, as every other line names it (the study keeps the file it read)
+        print(f"searched around the best baseline: {baseline_key(state['around_base'])}")
     if state["feature_importance"]:
         from nas.feature_screen import describe
 
@@ -513,6 +516,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.runner import claim_output_dir
     from nas.storage import load_study
     from search_space.preset_names import unknown_architecture
+    from search_space.presets import check_before_the_data
 
     config = load_config(args.config)
     if args.no_mlflow:
@@ -520,6 +524,8 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     problems = [p for p in map(unknown_architecture, args.baselines) if p]
     if problems:  # said before the data loads (minutes on a large log)
         raise RanknasError("baselines: " + "; ".join(problems))
+    for name in args.baselines:  # a file's spec too (its fit to the data is checked after)
+        check_before_the_data(name)
     study = load_study(config.name, config.storage)
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)

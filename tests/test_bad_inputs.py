@@ -274,6 +274,10 @@ CASES = {
         "output_dir: cannot create /proc/ranknas/studies",
     ),
     "an architecture file whose block is wrong": (_unknown_op, "unknown.json: block 'a'"),
+    "an architecture file whose block is wrong, added as a baseline": (  # the data loaded first
+        lambda p: ["baseline", "add", *_unknown_op(p)[1:], str(p / "unknown.json")],
+        "unknown.json: block 'a'",
+    ),
     "classes 0/1/2 as the label, when inferring a schema": (
         _three_classes,
         "the label column 'y' holds '2', not 0/1 (or true/false, yes/no), in 20 of 60 rows",

@@ -354,3 +354,13 @@ def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_sa
                                          for k, runs in means.items()})  # fmt: skip
     v = verdict(study)
     assert v["dominated_within_noise"] == [] and "seed means: prod; baselines" in format_verdict(v)
+
+
+def test_status_names_the_base_searched_around_by_its_baseline_key(tmp_path, capsys):
+    """It said "prod_model.json" (the file the study keeps) where every other line said
+    "prod_model"."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"prod_model": (0.855, 2.0)})
+    study.set_user_attr("around_base", str(tmp_path / "models" / "prod_model.json"))
+    assert main(["status", "recorded", "--storage", url]) == 0
+    assert "searched around the best baseline: prod_model\n" in capsys.readouterr().out
