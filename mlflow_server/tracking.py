@@ -70,18 +70,21 @@ BASELINE_TAG = "ranknas.baseline"
 # A study's view of its experiment's runs table, stored where the UI's "share view" keeps
 # one (an experiment tag of this prefix, the URL naming its key): the study's runs only,
 # every row sorted by the one metric every trial and baseline logs (`VIEW_ORDER`, best
-# first), once re-evaluated by the seed means, as the study's best and verdict go (the
-# runs without them after), with the columns a comparison needs (the UI shows none of the
-# metrics until a person picks them): those every trained run logs, and the seed means.
+# first), once re-evaluated by `VIEW_RANK`: the leaderboard's order of trials and baselines
+# together, by seed means where they have them, the study's best first of the trials,
+# written on each run by the study's summary (`nas.leaderboard.view_ranks`; runs logged
+# since come after, until the next summary); with the columns a comparison needs (the UI
+# shows none of the metrics until a person picks them): those every trained run logs, and
+# the rank and seed means.
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 VIEW_ORDER = "val_ne"
+VIEW_RANK = "rank"
 VIEW_COLUMNS = (
     *(f"metrics.`{m}`" for m in (VIEW_ORDER, "test_ne", "val_auc", "mflops", "params")),
     f"tags.`{KIND_TAG}`", "tags.`status`", "attributes.`Duration`",
 )  # fmt: skip
-REEVAL_COLUMNS = tuple(f"metrics.`reeval_{m}`"
-                       for m in ("mean_val_ne", "mean_test_ne", "seeds", "diverged"))  # fmt: skip
-REEVAL_ORDER = "reeval_mean_val_ne"
+REEVAL_COLUMNS = (f"metrics.`{VIEW_RANK}`", *(f"metrics.`reeval_{m}`"
+                  for m in ("mean_val_ne", "mean_test_ne", "seeds", "diverged")))  # fmt: skip
 NAME_COLUMN = "attributes.`Run Name`"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
@@ -509,14 +512,14 @@ def view_key(study: str) -> str:
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs but
     the study's own and the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`
-    (`REEVAL_ORDER` once `reevaluated`: MLflow lists the runs without it last), lowest
+    (`VIEW_RANK` once `reevaluated`: MLflow lists the runs without it last), lowest
     first (a flat list: a sort by a metric lists nested runs by value), with
     `view_columns`."""
     columns = view_columns(reevaluated)
     kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning"))
     return {
         "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds}",
-        "orderByKey": f"metrics.`{REEVAL_ORDER if reevaluated else VIEW_ORDER}`",
+        "orderByKey": f"metrics.`{VIEW_RANK if reevaluated else VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,
         "columnOrder": [NAME_COLUMN, *columns],
@@ -525,9 +528,12 @@ def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
 
 
 def view_columns(reevaluated: bool = False) -> list[str]:
-    """The view's columns: `VIEW_COLUMNS`, and the seed means' once a study is re-evaluated
-    (before, no run logs them)."""
-    return [*VIEW_COLUMNS[:1], *(REEVAL_COLUMNS if reevaluated else ()), *VIEW_COLUMNS[1:]]
+    """The view's columns: `VIEW_COLUMNS`; once a study is re-evaluated (before, no run
+    logs them) its rank first and the seed means beside validation NE."""
+    if not reevaluated:
+        return list(VIEW_COLUMNS)
+    rank, *means = REEVAL_COLUMNS
+    return [rank, VIEW_COLUMNS[0], *means, *VIEW_COLUMNS[1:]]
 
 
 def study_view_url(tracking_uri: str, experiment_id: str, study: str) -> str:

@@ -21,8 +21,8 @@ from pathlib import Path
 from mlflow_server.tracking import (
     KIND_TAG,
     NAME_COLUMN,
-    REEVAL_ORDER,
     STUDY_TAG,
+    VIEW_RANK,
     study_view_url,
 )
 from nas.trial_record import DIAGRAM_FILE
@@ -125,10 +125,10 @@ def _close_assistant(page, switch: bool = True) -> None:
 
 
 def _shown_first(run) -> tuple[bool, float, float]:
-    """The run whose page is shown: the best seed mean, else validation NE, of a run that
+    """The run whose page is shown: the first by rank, else validation NE, of a run that
     trained (a reused trial points to the one that did), as the study's view lists them."""
     metrics = run.data.metrics
-    return ("reused_from" in run.data.tags, metrics.get(REEVAL_ORDER, float("inf")),
+    return ("reused_from" in run.data.tags, metrics.get(VIEW_RANK, float("inf")),
             metrics.get("val_ne", float("inf")))  # fmt: skip
 
 

@@ -265,6 +265,26 @@ def log_summary(logger, study, table) -> None:
         | _importance_artifact(study),
         tags=tags,
     )
+    if leaderboard.seed_means(study):
+        _log_view_ranks(logger, study)
+
+
+def _log_view_ranks(logger, study) -> None:
+    """Each trial's and baseline's `rank` (`leaderboard.view_ranks`) on its run, which the
+    re-evaluated study's MLflow view sorts by; only the ranks that changed are written."""
+    from mlflow_server.tracking import VIEW_RANK
+    from nas import leaderboard
+
+    logged = logger.logged() or set()
+    for subject, rank in leaderboard.view_ranks(study).items():
+        metrics = {VIEW_RANK: rank}
+        if logger.update_subject(subject, metrics) in logged:
+            continue
+        kind, _, name = subject.partition(":")
+        if kind == "trial":
+            logger.log_trial(int(name), metrics=metrics, status=None)
+        else:
+            logger.log_baseline(name, metrics=metrics, status=None)
 
 
 def best_fields(study) -> tuple[dict[str, float], dict[str, str]]:

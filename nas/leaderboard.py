@@ -83,6 +83,26 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
     return [*first, *meaned, *rest, *others]
 
 
+def view_ranks(study: optuna.Study) -> dict[str, int]:
+    """The order of trials and baselines together in the MLflow view once the study is
+    re-evaluated (`rank`, 1 first), the leaderboard's: those with seed means by them, then
+    the others by their recorded validation NE, with the study's best (`study_best`) in the
+    place of the lowest trial (a tie goes to the cheaper: it is first of the trials). Keyed
+    by run (`trial:N`, `baseline:KEY`). (Sorted by seed mean alone, a tie's cheaper best was
+    not first, and the best trials not yet re-evaluated came last, newest first.)"""
+    table = rows(study)  # the best first, then the trials in their order
+    keyed = [(r["mean_val_ne"] is None, estimated_ne(r), 1, f"trial:{r['trial']}") for r in table]
+    if keyed:  # the best takes the lowest trial's place, ahead of it
+        group = keyed[0][0]
+        lowest = min(k[1] for k in keyed if k[0] == group)
+        keyed[0] = (group, lowest, 0, keyed[0][3])
+    keyed += [(b["mean_val_ne"] is None, estimated_ne(b), 1, f"baseline:{b['baseline']}")
+              for b in baseline_rows(study)
+              if b["state"] == "complete" and b["val_ne"] is not None]  # fmt: skip
+    ordered = [subject for *_, subject in sorted(keyed, key=lambda k: k[:3])]
+    return {subject: rank for rank, subject in enumerate(ordered, start=1)}
+
+
 def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """Complete trials by the first objective (an architecture proposed again is listed
     once, as first trained), with their seed means once re-evaluated."""

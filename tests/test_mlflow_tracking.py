@@ -296,22 +296,23 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
     assert {r.data.tags["ranknas.study"] for r in shown} == {"view b"}
     names = [r.info.run_name for r in shown]  # the baseline, without val_ne, last
     assert names == ["trial-1", "trial-0", "trial-2", "baseline-dlrm"]  # not the study's run
-    # after `reevaluate` (seed means on trials 1 and 2): by the seed means, as the study's
-    # best goes (trial 1 led by one run, trial 2 by its seeds), the runs without them after;
-    # the seed means' columns shown
+    # after `reevaluate` (seed means on trials 1 and 2): by the rank the study's summary
+    # writes (`leaderboard.view_ranks`: trial 2 best by its seeds), the rank and the seed
+    # means' columns shown
     loggers["view b"].start_study("view b", experiment_name="views", reevaluated=True)
-    for number, mean in ((1, 0.92), (2, 0.90)):
-        loggers["view b"].log_trial(number, metrics={"reeval_mean_val_ne": mean}, status=None)
+    for number, mean, rank in ((1, 0.92, 2), (2, 0.90, 1), (0, None, 3)):
+        metrics = {"rank": rank} | ({"reeval_mean_val_ne": mean} if mean else {})
+        loggers["view b"].log_trial(number, metrics=metrics, status=None)
     assert loggers["view b"].flush(timeout_s=30) == 0
     experiment = client.get_experiment_by_name("views")
     view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("view b")])
-    assert view["orderByKey"] == "metrics.`reeval_mean_val_ne`" and view["orderByAsc"] is True
+    assert view["orderByKey"] == "metrics.`rank`" and view["orderByAsc"] is True
+    assert view["selectedColumns"][0] == "metrics.`rank`"
     assert set(REEVAL_COLUMNS) < set(view["selectedColumns"]) == set(view["columnOrder"][1:])
     shown = client.search_runs([experiment.experiment_id], filter_string=view["searchFilter"],
-                               order_by=["metrics.reeval_mean_val_ne ASC"])  # fmt: skip
-    names = [r.info.run_name for r in shown]
-    assert names[:2] == ["trial-2", "trial-1"]  # then the runs without seed means
-    assert set(names[2:]) == {"trial-0", "baseline-dlrm"}  # not the study's run
+                               order_by=["metrics.rank ASC"])  # fmt: skip
+    names = [r.info.run_name for r in shown]  # the baseline, without a rank here, after
+    assert names == ["trial-2", "trial-1", "trial-0", "baseline-dlrm"]  # not the study's run
 
 
 def test_the_outbox_keeps_what_it_logged_and_an_old_outbox_says_it_cannot(tmp_path: Path) -> None:

@@ -364,3 +364,20 @@ def test_status_names_the_base_searched_around_by_its_baseline_key(tmp_path, cap
     study.set_user_attr("around_base", str(tmp_path / "models" / "prod_model.json"))
     assert main(["status", "recorded", "--storage", url]) == 0
     assert "searched around the best baseline: prod_model\n" in capsys.readouterr().out
+
+
+def test_the_mlflow_view_ranks_trials_and_baselines_in_the_leaderboard_s_order(tmp_path):
+    """Sorted by seed mean alone, the view put a tie's lowest mean first where every other
+    surface names the cheaper trial, and the best trials not yet re-evaluated last."""
+    from nas.leaderboard import view_ranks
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    trials = [*TRIALS, (0.849, 2.0)]  # trial 3: the lowest single run, not re-evaluated
+    study = recorded_study(url, trials, baselines={"dlrm": (0.855, 0.5), "dcnv2": (0.851, 1.0)},
+                           reevaluation=TIED)  # fmt: skip
+    # trials 0 and 1 tie; the cheaper, 1, is the best although 0's mean is lower
+    assert study_best(study)["trial"] == 1
+    ranks = view_ranks(study)
+    ordered = sorted(ranks, key=ranks.__getitem__)
+    assert ordered == ["trial:1", "trial:0", "baseline:dlrm",  # seed means
+                       "trial:3", "baseline:dcnv2", "trial:2"]  # fmt: skip  # single runs

@@ -234,6 +234,10 @@ def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, ca
     for number in retrained:  # what the search logged is still there
         assert {"val_ne", "mflops"} <= set(trials[number].data.metrics)
         assert trials[number].data.metrics["reeval_seeds"] == 2
+    # the view's order (`rank`): the leaderboard's, the best first, every trial ranked
+    ranked = sorted(trials, key=lambda n: trials[n].data.metrics["rank"])
+    assert ranked[0] == int(best)
+    assert [n for n in ranked] == [r["trial"] for r in board["leaderboard"]]
 
     # another model under a baseline's name is refused; the finished run stays so
     other = tmp_path / "logistic_regression.json"
