@@ -340,6 +340,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
                  f"recorded runs against the baselines' seed means over "
                  f"{seeds_text(seeds, fresh=False)}")  # fmt: skip
     dominated = {b["baseline"]: by for b in bases if (by := _dominators(b, found, study))}
+    dominated_once = _dominated_by_single_runs(study, bases, dominated) if on_means else {}
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
@@ -378,6 +379,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
             b for b, by in dominated.items() if on_means and not _any_beyond_noise(study, b, by)
         ],
         "not_compared_lower": _left_out_lower(recorded_bases, not_compared, best, base),
+        "dominated_by_single_runs": dominated_once,
         "cheapest_within_noise": _cheapest_within_noise(study, found, base)
         if on_means and traded_cost(study)
         else None,
@@ -461,6 +463,18 @@ def _dominators(
     """The found architectures, other than the baseline's own, that dominate it."""
     key = cost_key(study)
     return [r for r in found if _dominates(r, base, key) and r["digest"] != base["digest"]]
+
+
+def _dominated_by_single_runs(
+    study: optuna.Study, bases: list[dict[str, Any]], dominated: dict[str, Any]
+) -> dict[str, list[int]]:
+    """Baselines not dominated on seed means that a trial not yet retrained dominates by
+    its one run, with those trials: the Pareto plot draws them, the verdict does not count
+    them."""
+    means = seed_means(study)
+    single = [r for r in rows(study) if str(r["trial"]) not in means]
+    found = {b["baseline"]: _dominators(b, single, study) for b in bases}
+    return {b: [r["trial"] for r in by] for b, by in found.items() if by and b not in dominated}
 
 
 def _any_beyond_noise(study: optuna.Study, baseline: str, rows: list[dict[str, Any]]) -> bool:
@@ -569,6 +583,10 @@ def format_verdict(v: dict[str, Any]) -> str:
     within = v.get("dominated_within_noise") or []
     dominated = ", ".join(b + (" (its NE lower, not beyond seed noise)" if b in within else "")
                           for b in v["dominated_baselines"]) or "none"  # fmt: skip
+    if once := v.get("dominated_by_single_runs"):
+        dominated += ("; by single runs not yet retrained (the plot draws them): "
+                      + ", ".join(f"{b} by trial{'s' * (len(t) > 1)} {', '.join(map(str, t))}"
+                                  for b, t in once.items()))  # fmt: skip
     # on seed means, by the re-evaluated trials only: another's single run is a lucky draw
     by = ("the re-evaluated architectures' seed means" if v.get("seed_means")
           else "found architectures")  # fmt: skip

@@ -381,3 +381,16 @@ def test_the_mlflow_view_ranks_trials_and_baselines_in_the_leaderboard_s_order(t
     ordered = sorted(ranks, key=ranks.__getitem__)
     assert ordered == ["trial:1", "trial:0", "baseline:dlrm",  # seed means
                        "trial:3", "baseline:dcnv2", "trial:2"]  # fmt: skip  # single runs
+
+
+def test_a_baseline_dominated_only_by_single_runs_is_said_apart(tmp_path):
+    """After `reevaluate` the verdict said "Pareto-dominated ...: none" while the Pareto plot
+    drew a trial not yet retrained below and left of the baseline."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.850, 0.851, 0.849], "baseline:base": [0.855, 0.856, 0.854]}
+    study = recorded_study(url, [(0.850, 1.0), (0.852, 0.3)], baselines={"base": (0.855, 0.5)},
+                           reevaluation=means)  # fmt: skip
+    v = verdict(study)
+    assert v["dominated_baselines"] == [] and v["dominated_by_single_runs"] == {"base": [1]}
+    assert ("seed means: none; by single runs not yet retrained (the plot draws them): base by "
+            "trial 1; baselines") in format_verdict(v)  # fmt: skip
