@@ -488,8 +488,16 @@ def _tool_commands(command, commands) -> None:
                        "written piece by piece (any size)")  # fmt: skip
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (`kill PID`, a scheduler's stop): the command stops as Ctrl-C stops it
+    and exits 143 (128 + 15), as a process ended by SIGTERM reports itself (130: Ctrl-C)."""
+
+
+INTERRUPTED_EXITS = (130, 143)  # Ctrl-C (SIGINT), SIGTERM
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _interrupt_once(signum: int, frame: object) -> None:
@@ -500,7 +508,7 @@ def _interrupt_once(signum: int, frame: object) -> None:
     an atexit callback). The launcher kills a worker that does not end in time."""
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    _interrupt(signum, frame)
 
 
 def _profiled(handler, args: argparse.Namespace) -> int:
@@ -600,9 +608,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "its server down? Free space or restart it, then run the same command again "
               "to resume", file=sys.stderr)  # fmt: skip
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"\n{interrupted(args)}", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXITS[isinstance(exc, Terminated)]
     finally:
         progress.configure(enabled=False)  # for callers that go on (tests)
 

@@ -114,8 +114,6 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
               f"(experiment {config.mlflow_experiment})")  # fmt: skip
     if launched:
         study = _run_workers(args, config, logger)
-        if study is None:
-            return 130
     else:  # the launcher above never imports the trainer: its workers do
         from nas.runner import run_study
 
@@ -145,8 +143,10 @@ def _launches_workers(config, requested: int | None) -> bool:
 
 
 def _run_workers(args: argparse.Namespace, config, logger):
-    """The study run by worker processes (`nas.launch`); None when they were interrupted."""
+    """The study run by worker processes (`nas.launch`); KeyboardInterrupt where one was
+    interrupted before the budget was done."""
     from nas import launch
+    from nas.cli import INTERRUPTED_EXITS
     from nas.storage import load_study
 
     gpus = launch.visible_gpus() if config.training.device != "cpu" else []
@@ -156,12 +156,13 @@ def _run_workers(args: argparse.Namespace, config, logger):
     )
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
-    # a worker stopped on its own (`kill PID` of one worker: 130; killed: below 0) leaves
+    interrupted = [c for c in failed if c in INTERRUPTED_EXITS]
+    # a worker stopped on its own (`kill PID` of one worker: 143; killed: below 0) leaves
     # its trial to the others (retried first, or failed by its missed heartbeats)
-    stopped = failed and all(c < 0 or c == 130 for c in failed) and len(failed) < len(codes)
+    stopped = failed and all(c < 0 or c in interrupted for c in failed) and len(failed) < len(codes)
     if stopped and _budget_reached(config):
         print("the other workers finished the study's budget", file=sys.stderr)
-    elif 130 in failed:
+    elif interrupted:
         raise KeyboardInterrupt
     elif failed:
         what = (f"was killed (signal {-failed[0]}) before the budget was done: run the same "

@@ -7,8 +7,8 @@ visible GPUs and pinned to its GPU through CUDA_VISIBLE_DEVICES, or, without a G
 an equal share of the CPU cores as torch threads. Workers write to their own log files
 (`<study dir>/workers/worker-K.log`); this process shows one progress display read from
 the storage. Ctrl-C or SIGTERM stops every worker as it stops one (their trials are
-retried on resume) and exits 130; a worker that dies has its trial failed by heartbeats
-and retried, as with `ranknas worker`.
+retried on resume) and exits 130 (143 after a SIGTERM); a worker that dies has its trial
+failed by heartbeats and retried, as with `ranknas worker`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def launch(
     config_path: str, config: StudyConfig, count: int, gpus: list[str], extra_args: list[str]
 ) -> list[int]:
     """Run `count` workers on the study of `config`, over `gpus` (`visible_gpus`), until
-    they all end; their exit statuses (130: interrupted; below 0: killed by that signal)."""
+    they all end; their exit statuses (130, 143: interrupted by SIGINT, SIGTERM; below 0:
+    killed by that signal)."""
     places = placements(count, config.training.device, gpus, os.cpu_count() or 1)
     logs = config.study_dir / "workers"
     try:

@@ -174,9 +174,11 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
     )
     # one worker stopped by its own `kill PID` (130), the others finished: the summary, as
     # for a killed one (it said "interrupted: run the same command again" over a done study)
-    codes[:] = [0, 130]
-    assert main(["search", str(path), "--workers", "2"]) == 0
-    assert "the other workers finished the study's budget" in capsys.readouterr().err
+    for codes[:] in ([0, 130], [0, 143]):  # Ctrl-C, SIGTERM
+        assert main(["search", str(path), "--workers", "2"]) == 0
+        assert "the other workers finished the study's budget" in capsys.readouterr().err
+    codes[:] = [143, 0]  # before the budget was done: interrupted, resumed by the command
+    assert main(["search", str(path), "--workers", "2", "--trials", "3"]) == 130
     codes[:] = [2, 2]  # refused (a changed protocol, say): a done budget does not hide it
     assert main(["search", str(path), "--workers", "2"]) == 2
     assert "a worker failed (above); fix what it says" in capsys.readouterr().err
@@ -219,7 +221,7 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     assert search.poll() is None, search.communicate()[0]
     search.send_signal(signal.SIGTERM)
     output = search.communicate(timeout=120)[0]
-    assert search.returncode == 130, output
+    assert search.returncode == 143, output  # 128 + SIGTERM
     assert output.count("interrupted: run the same command") == 1, output  # relayed: not again
     study = load_study(config["name"], config["storage"])
     assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
@@ -275,7 +277,7 @@ def test_workers_stop_with_their_group_or_when_their_launcher_is_gone(how, tmp_p
         search.kill()
     output = search.communicate(timeout=120)[0]
     if how == "group-sigterm":  # the launcher waited for its workers to record their trials
-        assert search.returncode == 130, output
+        assert search.returncode == 143, output
         study = load_study(config["name"], config["storage"])
         assert not [t for t in study.trials if t.state == TrialState.RUNNING], output
     deadline = time.monotonic() + 60
