@@ -108,7 +108,8 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
     from nas.storage import redact
 
     print(f"study {config.name!r}: {config.searcher.type} over the {config.search_space.type} "
-          f"space, {config.budget.trials} trials, storage {redact(config.storage)}")  # fmt: skip
+          f"space, {config.budget.trials} trial{'s' * (config.budget.trials != 1)}, storage "
+          f"{redact(config.storage)}")  # fmt: skip
     if logger is not None:
         print(f"MLflow: {redact(config.mlflow.tracking_uri)} "
               f"(experiment {config.mlflow_experiment})")  # fmt: skip
@@ -193,6 +194,8 @@ def print_comparison(study) -> None:
         print(leaderboard.format_baselines(state["baselines"]))
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
+    elif state["baselines"]:  # it printed nothing where every baseline failed
+        print(leaderboard.why_no_verdict(study))
     if state["bayes_ne"]:
         print(f"Bayes-optimal validation NE of this data: {state['bayes_ne']:.4f}")
 
@@ -371,9 +374,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
     if state["time_limited"]:
         limited = state["time_limited"]
-        print(f"its last search stopped at budget.time_limit_minutes ({limited['minutes']:g} "
-              f"min) with {limited['counted']} trials counted: `ranknas search` goes "
-              "on")  # fmt: skip
+        from nas.trial_record import duration_text
+
+        print(f"its last search stopped at budget.time_limit_minutes "
+              f"({duration_text(limited['minutes'])}) with {limited['counted']} trials counted: "
+              "`ranknas search` goes on")  # fmt: skip
     bases = state["baselines"]
     if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
         from nas.storage import redact

@@ -145,7 +145,12 @@ def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[st
     key = cost_key(study)
     chosen = min([lowest, *ties], key=lambda r: (_cost(r, key), r["mean_val_ne"]))
     means = seed_means(study)[str(chosen["trial"])]
-    basis = f"seed means over {seeds_text(min(r['seeds'] for r in finalists))}"
+    # its own seeds (a second `reevaluate --seeds 4` gave it 4: "over 3" was the fewest any
+    # finalist had), and the finalists' range where they differ
+    basis = f"seed means over {seeds_text(chosen['seeds'])}"
+    counts = sorted({r["seeds"] for r in finalists})
+    if len(counts) > 1:
+        basis += f" (the finalists' {counts[0]} to {counts[-1]})"
     return _best(chosen, basis, means["val_ne"], means["test_ne"], lowest, ties)
 
 
@@ -386,6 +391,17 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "cost": cost_key(study),
     }
     return fields | {"outcome": outcome(fields)}
+
+
+def why_no_verdict(study: optuna.Study) -> str:
+    """Why `verdict` is None, in one line (a study with baselines that has none)."""
+    if not any(r["val_ne"] is not None for r in rows(study)):
+        return "no verdict yet: no trial is complete"
+    names = ", ".join(b["baseline"] for b in baseline_rows(study))
+    return (
+        f"no verdict: every baseline failed or diverged, not compared: {names} (the "
+        "failure reason column says why)"
+    )
 
 
 OUTCOMES = {

@@ -1219,8 +1219,10 @@ def _progress_line(
             done,
             best,
         )
+    status = record["tags"]["status"]
+    status += " (not counted)" if status == "failed" else ""  # `[1/5] failed` after `[1/5]`
     line = (
-        f"[{done}/{config.budget.trials}] {record['tags']['status']:<8} {metric} {shown} "
+        f"[{done}/{config.budget.trials}] {status:<8} {metric} {shown} "
         f"({best_words})  "
         f"{costs_text({'mflops': 0} | record['metrics'])}  "
         f"elapsed {elapsed:.0f}s, ~{left:.0f}s left"

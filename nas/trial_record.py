@@ -138,9 +138,14 @@ def time_limit_line(limited: dict[str, Any], trials: int) -> str:
     """The line a search stopped by `budget.time_limit_minutes` ends with (`limited`: the
     study's `StudyAttr.TIME_LIMITED`; `trials`: its budget)."""
     return (
-        f"{TIME_LIMIT_SAID} ({limited['minutes']:g} min of searching) at "
+        f"{TIME_LIMIT_SAID} ({duration_text(limited['minutes'])} of searching) at "
         f"{limited['counted']} of {trials} trials; the same command searches as long again"
     )
+
+
+def duration_text(minutes: float) -> str:
+    """`5 min`, or in seconds below a minute (a limit of one second read "0.0166667 min")."""
+    return f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:.3g} s"
 
 
 def counted_trials(trials: list[FrozenTrial]) -> int:

@@ -310,7 +310,7 @@ def test_a_time_limit_is_said_once_for_all_workers(tmp_path, capsys):
     from nas.launch import _LAUNCHER_SAYS, _say_time_limit
     from nas.trial_record import StudyAttr
 
-    said = "search: stopped by budget.time_limit_minutes (0.5 min of searching) at 3 of 9 trials"
+    said = "search: stopped by budget.time_limit_minutes (30 s of searching) at 3 of 9 trials"
     assert _LAUNCHER_SAYS.match(said)  # the workers' own lines: not relayed
     settings = tiny_config(tmp_path, "limited")
     settings["budget"]["trials"] = 9

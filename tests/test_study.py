@@ -902,9 +902,9 @@ def test_a_study_stopped_by_its_time_limit_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     done = len(counted(load_study("timed", config["storage"])))
     assert 0 < done < 500
-    assert f"stopped by budget.time_limit_minutes (0.02 min of searching) at {done} of 500" in out
+    assert f"stopped by budget.time_limit_minutes (1.2 s of searching) at {done} of 500" in out
     assert main(["status", path]) == 0
-    assert f"stopped at budget.time_limit_minutes (0.02 min) with {done} trials" in (
+    assert f"stopped at budget.time_limit_minutes (1.2 s) with {done} trials" in (
         capsys.readouterr().out
     )
     assert main(["status", path, "--json"]) == 0

@@ -394,3 +394,25 @@ def test_a_baseline_dominated_only_by_single_runs_is_said_apart(tmp_path):
     assert v["dominated_baselines"] == [] and v["dominated_by_single_runs"] == {"base": [1]}
     assert ("seed means: none; by single runs not yet retrained (the plot draws them): base by "
             "trial 1; baselines") in format_verdict(v)  # fmt: skip
+
+
+def test_a_study_whose_every_baseline_failed_says_why_it_has_no_verdict(tmp_path, capsys):
+    """The README promised "failed or diverged, not compared: dlrm"; with every baseline
+    failed the leaderboard printed no verdict line at all."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (1.02, 0.5)})
+    study.set_user_attr("baselines:dlrm", study.user_attrs["baselines:dlrm"] | {
+        "status": "failed", "failure_reason": "diverged: validation NE 1.0200 >= 1.0"})  # fmt: skip
+    assert main(["leaderboard", "recorded", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "no verdict: every baseline failed or diverged, not compared: dlrm (the failure" in out
+
+
+def test_the_best_names_its_own_seed_count(tmp_path):
+    """After `reevaluate --seeds 3` then `--seeds 4` of the best alone, the best line said
+    "seed means over 3 fresh seeds" (the fewest of any finalist) of a mean over 4."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.850, 0.851, 0.849, 0.850], "1": [0.856, 0.857, 0.855]}
+    best = study_best(recorded_study(url, TRIALS, reevaluation=means))
+    assert best["trial"] == 0
+    assert best["basis"] == "seed means over 4 fresh seeds (the finalists' 3 to 4)"

@@ -147,6 +147,10 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     assert "still learning after 40 steps" in told([0.5, 0.51], [1.05, 1.05])  # within noise
     # validation NE up while the loss stays flat: not overfit (nothing was learnt to overfit)
     assert "still learning after 40 steps" in told([0.5, 0.51], [1.01, 1.02])
+    # early stopping ended it: "still learning" contradicted it; one step is no "steps"
+    curves = {"train_loss": [(0, 0.5), (1, 0.5)], "val_ne": [(0, 1.01), (1, 1.02), (2, 1.01)]}
+    stopped = TrainResult("failed", curves=curves, steps=1, examples=512, stopped_early=True)
+    assert "early stopping ended it after 1 step (512 examples)" in _why_no_better(stopped)
     constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
                            validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
     assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)

@@ -432,10 +432,12 @@ def _why_no_better(result: TrainResult) -> str:
         return "its training loss rose: it diverged; a lower learning rate may help"
     if last < first and len(ne) >= 2 and ne[-1] > min(ne):
         return "its validation NE turned back up: it overfit; fewer epochs may help"
-    return (
-        f"still learning after {result.steps} steps ({result.examples:,} examples): more "
-        "examples or epochs, or a higher learning rate, may help"
-    )
+    steps = f"{result.steps} step{'s' * (result.steps != 1)} ({result.examples:,} examples)"
+    if result.stopped_early:  # "still learning" beside an early stop read as a contradiction
+        return (f"its validation NE stopped improving and early stopping ended it after "
+                f"{steps}: a higher learning rate, or a longer patience, may help")  # fmt: skip
+    return (f"still learning after {steps}: more examples or epochs, or a higher learning "
+            "rate, may help")  # fmt: skip
 
 
 def _loop(

@@ -28,9 +28,10 @@ from search_space.spaces import SearchSpace
 
 FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
 # Warnings of Ax's about its own workings, at every ask, that a study can do nothing about:
-# a front without thresholds (Ax infers them) and a tensor copied inside its MOO code.
+# a front without thresholds (Ax infers them), a tensor copied inside its MOO code, and the
+# GP's covariance given jitter to factor (linear_operator, on a few dozen repeated points).
 LIBRARY_NOISE = ("Encountered a `MultiObjective` without objective thresholds",
-                 "To copy construct from a tensor")  # fmt: skip
+                 "To copy construct from a tensor", "A not p.d., added jitter")  # fmt: skip
 
 
 def _ax_name(name: str) -> str:
