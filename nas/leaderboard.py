@@ -29,7 +29,7 @@ from search_space.errors import RanknasError
 COLUMNS = ("trial", "state", "val_ne", "test_ne", "val_auc", "test_auc", "test_calibration",
            "runs", "mean_val_ne", "mean_test_ne", "seeds", "diverged", "mflops", "params",
            "latency_ms", "step_ms", "measured_step_ms", "throughput", "digest", "worker",
-           "recipe", "failure_reason")  # fmt: skip
+           "recipe", "proposed_by", "failure_reason")  # fmt: skip
 # a paired t-test's p-value under which a difference is beyond seed noise (the verdict),
 # and the level of the two one-sided tests that show two finalists equivalent (a tie)
 SIGNIFICANCE = 0.05
@@ -802,6 +802,10 @@ def format_table(table: list[dict[str, Any]]) -> str:
         header.append("recipe")
         for line, r in zip(lines, table, strict=True):
             line.append(_short_recipe(r.get("recipe")))
+    if any(r.get("proposed_by") for r in table):  # oneshot/dnas: their candidates, and the
+        header.append("proposed by")  # random sampling that fills the budget after them
+        for line, r in zip(lines, table, strict=True):
+            line.append(r.get("proposed_by") or "-")
     _add_failure_reasons(header, lines, table)  # `--all`: why trials failed or were pruned
     return _without_empty(header, lines, table, {
         "mean_val_ne": ("mean val NE", "seeds"), "mean_test_ne": ("mean test NE",),

@@ -45,7 +45,7 @@ from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.feature_screen import Screen, describe, screen, screens
 from nas.leaderboard import costs_text, reeval_metrics, seed_means, study_best
-from nas.oneshot.phase import run_search_phase
+from nas.oneshot.phase import PHASE_SEARCHERS, PROPOSED_BY, RANDOM_FILL, run_search_phase
 from nas.protocol import (
     Costs,
     StepReference,
@@ -1002,6 +1002,8 @@ def run_trial(
     costs = architecture_costs(arch, config, data.pooling_factors)
     device = device_label(config.training.device, config.training.processes)
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker, TrialAttr.DEVICE: device}
+    if config.searcher.type in PHASE_SEARCHERS:  # a candidate, or the budget past them
+        tags[PROPOSED_BY] = trial.user_attrs.get(PROPOSED_BY, RANDOM_FILL)
     reason = _over_constraint(costs, config)
     over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over)

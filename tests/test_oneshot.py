@@ -318,16 +318,25 @@ def test_study_runs_phase_once_and_trains_candidates_as_trials(tmp_path, kind):
     study = run_study(config, progress=lines.append)
     trials = study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 3
-    proposed = [t for t in trials if t.user_attrs.get("proposed_by") == kind]
+    proposed = [t for t in trials if t.user_attrs["proposed_by"].startswith(kind)]
     assert [t.user_attrs["proposal_rank"] for t in proposed] == [0, 1]
     assert [t.number for t in proposed] == [0, 1]
+    # the third trial of the budget: random sampling, said so (it looked like a candidate)
+    assert [t.user_attrs["proposed_by"] for t in trials] == [f"{kind} #1", f"{kind} #2", "random"]
+    from nas.leaderboard import format_table, rows
+
+    assert format_table(rows(study)).splitlines()[0].split()[-2:] == ["proposed", "by"]
     phase = study.user_attrs[f"{kind}_phase"]
     assert [c["digest"] for c in phase["candidates"]] == [t.user_attrs["digest"] for t in proposed]
     if kind == "oneshot":  # supernet batches, then 2 fine-tune batches of 32 per candidate
         assert phase["examples"] == 30 * 128 + 2 * 32 * phase["scored"]
     else:  # weight batches, then validation batches after the 25% warm-up
         assert phase["examples"] == (30 + 30 - int(0.25 * 30)) * 128
-    assert any(line.startswith(f"{kind}: enqueued 2") for line in lines)
+    assert any(
+        line.startswith(f"{kind}: enqueued 2")
+        and line.endswith("; the other 1 trials of the budget sample the space at random")
+        for line in lines
+    )
     assert any(f"{kind}: " in line and "step" in line for line in lines)
     # resuming a finished study runs neither the phase nor any trial
     config.budget.trials = 3

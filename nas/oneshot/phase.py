@@ -27,12 +27,17 @@ from nas.oneshot.search import Candidate, Scorer, search
 from nas.oneshot.supernet import Supernet, train_supernet
 from nas.protocol import StudyData
 from nas.storage import study_lock
+from nas.trial_record import counted_trials
 from search_space.errors import RanknasError
 from search_space.spaces import SearchSpace
 from search_space.spaces.dag import DagSpace
 from trainers import progress as bars
 
 PHASE_SEARCHERS = ("oneshot", "dnas")
+# a trial's attribute: which phase's candidate it trains (`dnas #1`), or `random` for the
+# random sampling that fills the budget after the candidates
+PROPOSED_BY = "proposed_by"
+RANDOM_FILL = "random"
 
 
 def phase_attr(searcher: str) -> str:
@@ -66,19 +71,31 @@ def run_search_phase(
         for rank, c in enumerate(candidates):
             study.enqueue_trial(
                 c["values"],
-                user_attrs={"proposed_by": kind, "proposal_rank": rank}
+                user_attrs={PROPOSED_BY: f"{kind} #{rank + 1}", "proposal_rank": rank}
                 | {f"{kind}_{k}": v for k, v in c.items() if k not in ("values", "digest")},
             )
         summary = [{k: v for k, v in c.items() if k != "values"} for c in candidates]
         seconds = round(time.monotonic() - started, 1)
         study.set_user_attr(phase_attr(kind), {"candidates": summary, "seconds": seconds} | extra)
-    progress(f"{kind}: enqueued {len(candidates)} candidates for stand-alone training ({seconds}s)")
+    progress(f"{kind}: enqueued {len(candidates)} candidates for stand-alone training ({seconds}s)"
+             + _past_the_budget(study, config, len(candidates)))  # fmt: skip
     if logger is not None:
         logger.log_study_summary(
             metrics={f"{kind}_phase_seconds": seconds, f"{kind}_candidates": len(candidates)},
             status=None,
         )
     return summary
+
+
+def _past_the_budget(study: optuna.Study, config: StudyConfig, candidates: int) -> str:
+    """What the line says where the budget trains fewer than the candidates, or more: the
+    rest of the budget is random sampling (`proposed by: random` in the leaderboard)."""
+    left = config.budget.trials - counted_trials(study.get_trials(deepcopy=False))
+    if candidates > left:
+        return f"; the budget trains the first {left} (budget.trials)"
+    if candidates < left:
+        return f"; the other {left - candidates} trials of the budget sample the space at random"
+    return ""
 
 
 def _log(logger: Any, metrics: dict[str, float]) -> None:
