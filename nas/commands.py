@@ -130,7 +130,7 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
         print_front(study, leaderboard.pareto_front(study))
     print_comparison(study)
     if summarize and table:
-        summarize_study(logger, study, table)
+        summarize_study(logger, study, table, config.study_dir)
     if logger is not None:
         flush(logger, config)
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
@@ -229,22 +229,31 @@ def flush(logger, config) -> None:
               "next run of this study", file=sys.stderr)  # fmt: skip
 
 
-def summarize_study(logger, study, table) -> None:
+def summarize_study(logger, study, table, folder: Path | None = None) -> None:
     """The study's summary where its users look: the note atop its optuna-dashboard page
     (the leaderboard, the best trial and the verdict; the dashboard's own "Best Trial" panel
-    knows only the single runs' values) and, with MLflow, the parent run (`log_summary`)."""
+    knows only the single runs' values), the Pareto plot in `folder` (the study's output
+    directory: without MLflow it held no picture) and, with MLflow, the parent run
+    (`log_summary`)."""
     from optuna_dashboard import save_note
 
     from nas import leaderboard
 
     save_note(study, leaderboard.markdown(study, table))
+    plot = leaderboard.pareto_png(study)
+    if folder is not None and folder.is_dir():  # not where the study's files are elsewhere
+        (folder / PARETO_PLOT).write_bytes(plot)
     if logger is not None:
-        log_summary(logger, study, table)
+        log_summary(logger, study, table, plot)
 
 
-def log_summary(logger, study, table) -> None:
-    """Leaderboard, Pareto front (CSV + PNG), the best trial (`leaderboard.study_best`) and
-    the verdict on the study's parent run (after a search, `reevaluate` and `baseline add`)."""
+PARETO_PLOT = "pareto_front.png"
+
+
+def log_summary(logger, study, table, plot: bytes | None = None) -> None:
+    """Leaderboard, Pareto front (CSV + PNG: `plot`, drawn here if not given), the best
+    trial (`leaderboard.study_best`) and the verdict on the study's parent run (after a
+    search, `reevaluate` and `baseline add`)."""
     from nas import leaderboard
 
     metrics, tags = best_fields(study)
@@ -264,7 +273,7 @@ def log_summary(logger, study, table) -> None:
                 leaderboard.with_baselines(table, leaderboard.baseline_rows(study))
             ),
             "pareto_front.csv": leaderboard.to_csv(leaderboard.pareto_front(study)),
-            "pareto_front.png": leaderboard.pareto_png(study),
+            PARETO_PLOT: plot or leaderboard.pareto_png(study),
         }
         | _importance_artifact(study),
         tags=tags,
@@ -578,7 +587,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
 
     table = leaderboard.rows(study)
     if table:
-        summarize_study(logger, study, table)
+        summarize_study(logger, study, table, config.study_dir)
     if logger is not None:
         flush(logger, config)
     return 0
@@ -618,7 +627,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     logger = _logger(config)
     if logger is not None:
         log_reevaluation(logger, study, table, config)
-    summarize_study(logger, study, leaderboard.rows(study))
+    summarize_study(logger, study, leaderboard.rows(study), config.study_dir)
     if logger is not None:
         flush(logger, config)
     print_comparison(study)

@@ -486,6 +486,8 @@ def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     assert main(["search", str(write_config(tmp_path, config))]) == 0
     out = capsys.readouterr().out
     assert "[3/3]" in out and "best" in out and "left" in out  # live progress
+    # a picture without MLflow too (tiny_config logs nowhere): the Pareto plot, in its folder
+    assert (tmp_path / "cli" / "pareto_front.png").read_bytes().startswith(b"\x89PNG")
     storage = ["--storage", config["storage"]]
     assert main(["status", "cli", *storage, "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
