@@ -973,9 +973,14 @@ def pareto_figure(study: optuna.Study) -> Any:
     if behind:  # in the legend only when some are drawn
         axes.scatter([_clip(p[key], low, high) for p in behind], [ne(p) for p in behind],
                      s=TRIAL_SIZE, color="0.6", label="other trials")  # fmt: skip
+    # a staircase: what it dominates lies above and right of it (a line between two front
+    # points crossed models it does not dominate)
     axes.plot([_clip(p[key], low, high) for p in front], [ne(p) for p in front], "o-",
-              color="tab:red", label="Pareto front of the trials")  # fmt: skip
-    labelled = front + [p for p in points if estimated_ne(p) > top and p["trial"] not in on_front]
+              drawstyle="steps-post", color="tab:red",
+              label="Pareto front of the trials")  # fmt: skip
+    # the front, the far-off (drawn at the edge) and the re-evaluated (a ring said no number)
+    labelled = front + [p for p in points if p["trial"] not in on_front
+                        and (estimated_ne(p) > top or _seed_mean(p))]  # fmt: skip
     labels = [(str(p["trial"]), p[key], estimated_ne(p), "0.2") for p in labelled]
     best = study_best(study)
     mark = next((p for p in points if best and p["trial"] == best["trial"]), None)
@@ -985,8 +990,8 @@ def pareto_figure(study: optuna.Study) -> Any:
                      label=f"best: trial {mark['trial']}")  # fmt: skip
     if bases:
         axes.scatter([_clip(b[key], low, high) for b in bases], [ne(b) for b in bases],
-                     marker="*", s=BASELINE_SIZE, color="tab:blue", zorder=3,
-                     label="baselines")  # fmt: skip
+                     marker="*", s=BASELINE_SIZE, color="tab:blue", zorder=3, clip_on=False,
+                     label="baselines")  # fmt: skip  # whole at the edge, not cut in half
         labels += [(b["baseline"], b[key], estimated_ne(b), "tab:blue") for b in bases]
     ringed = 2.5  # a seed mean's ring, in its marker's size
     sized = [(p, size * (ringed if _seed_mean(p) else 1))
@@ -995,7 +1000,7 @@ def pareto_figure(study: optuna.Study) -> Any:
     means = [(p, size) for p, size in sized if _seed_mean(p)]
     if means:  # beside single runs: a single run may lie below a better model's mean
         axes.scatter([_clip(p[key], low, high) for p, _ in means], [ne(p) for p, _ in means],
-                     s=[size for _, size in means], facecolors="none", zorder=5,
+                     s=[size for _, size in means], facecolors="none", zorder=5, clip_on=False,
                      edgecolors="tab:purple", label="seed means (the others: one run)")  # fmt: skip
     bayes = study.user_attrs.get(StudyAttr.BAYES_NE)
     if bayes:
