@@ -367,6 +367,7 @@ def _study(args: argparse.Namespace, config=None):
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nas import leaderboard
+    from nas.trial_record import mflops_text
 
     config = _study_config(args)
     state = leaderboard.status(_study(args, config))
@@ -407,7 +408,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"features: {describe(state['feature_importance'])}")
     if state["mflops_ceiling"]:
         c = state["mflops_ceiling"]
-        print(f"MFLOPs ceiling: {c['mflops']:.3f} ({c['of']}'s); skipped "
+        print(f"MFLOPs ceiling: {mflops_text(c['mflops'])} ({c['of']}'s); skipped "
               "trials were above it and not trained")  # fmt: skip
     if state["step_ms_ceiling"]:
         c = state["step_ms_ceiling"]

@@ -20,6 +20,7 @@ from nas.trial_record import (
     TrialAttr,
     failure_reason,
     interrupted,
+    mflops_text,
     recorded,
 )
 from search_space.errors import RanknasError
@@ -230,7 +231,7 @@ def seeds_text(count: int, fresh: bool = True) -> str:
 
 def costs_text(row: dict[str, Any]) -> str:
     """MFLOPs, and the predicted step where the study has one (then the tie rule's cost)."""
-    text = f"{_num(row['mflops'], 3)} MFLOPs"
+    text = f"{mflops_text(row['mflops'])} MFLOPs"
     if row.get("step_ms") is None:
         return text
     return f"{text} and {row['step_ms']:.3f} ms a step (predicted)"
@@ -795,7 +796,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
               MEASURED_STEP, "digest"]  # fmt: skip
     lines = [[str(r["trial"]), r["state"], _num(r["val_ne"]), _num(r["mean_val_ne"]),
               seeds_cell(r), _num(r["test_ne"]), _num(r.get("mean_test_ne")), _num(r["val_auc"]),
-              _num(r["test_auc"]), _num(r["mflops"], 3), str(r["params"] or "-"),
+              _num(r["test_auc"]), mflops_text(r["mflops"]), str(r["params"] or "-"),
               _num(r["latency_ms"], 3), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
     if any(r.get("recipe") for r in table):  # training.search: what each trial trained with
@@ -819,7 +820,7 @@ def format_baselines(table: list[dict[str, Any]]) -> str:
               "digest"]  # fmt: skip
     lines = [[r["baseline"], r["state"] or "-", _num(r["val_ne"]), _num(r.get("mean_val_ne")),
               seeds_cell(r), _num(r["test_ne"]), _num(r.get("mean_test_ne")),
-              _num(r["val_auc"]), _num(r["test_auc"]), _num(r["mflops"], 3),
+              _num(r["val_auc"]), _num(r["test_auc"]), mflops_text(r["mflops"]),
               str(r["params"] or "-"), _num(r.get("step_ms"), 3),
               _num(r.get("measured_step_ms"), 3), r["digest"] or "-"] for r in table]  # fmt: skip
     _add_failure_reasons(header, lines, table)  # what `status` sends the user here for
@@ -870,7 +871,7 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
     parts = [f"## {study.study_name}: {which}", block(
         ["trial", "val NE", *mean, "test NE", "MFLOPs", "digest"],
         [[str(r["trial"]), _num(r["val_ne"]), *mean_of(str(r["trial"])), _num(r["test_ne"]),
-          _num(r["mflops"], 3), r["digest"] or "-"] for r in table[:top]],
+          mflops_text(r["mflops"]), r["digest"] or "-"] for r in table[:top]],
     )]  # fmt: skip
     best = study_best(study)
     if best:
@@ -879,7 +880,7 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
     if bases:
         parts += ["## Baselines", block(["baseline", "val NE", *mean, "test NE", "MFLOPs"], [
             [b["baseline"], _num(b["val_ne"]), *mean_of(f"baseline:{b['baseline']}"),
-             _num(b["test_ne"]), _num(b["mflops"], 3)] for b in bases])]  # fmt: skip
+             _num(b["test_ne"]), mflops_text(b["mflops"])] for b in bases])]  # fmt: skip
     v = verdict(study)
     if v:
         parts.append(format_verdict(v).replace("\n", "\n\n"))
@@ -900,7 +901,7 @@ def format_reevaluation(table: list[dict[str, Any]]) -> str:
     header = ["trial", "recorded val NE", "mean val NE", "sd", "mean test NE", "MFLOPs", "seeds"]
     lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
               _num(r["sd_val_ne"] if r["seeds"] > 1 else None), _num(r["mean_test_ne"]),
-              _num(r["mflops"], 3), seeds_cell(r)] for r in table]  # fmt: skip
+              mflops_text(r["mflops"]), seeds_cell(r)] for r in table]  # fmt: skip
     if any(r.get("step_ms") is not None for r in table):
         header.insert(-1, "step ms")
         for line, r in zip(lines, table, strict=True):

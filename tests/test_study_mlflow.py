@@ -47,7 +47,7 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     parent, _ = _runs(client, "with-baselines")
     experiment_id = client.get_experiment_by_name("with-baselines").experiment_id
     (run,) = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'baseline'")
-    assert run.info.run_name == "baseline-dlrm mlp>dot>mlp 0.068 MFLOPs"
+    assert run.info.run_name == "baseline-dlrm mlp>dot>mlp 0.0677 MFLOPs"
     assert run.data.tags["baseline"] == "dlrm"
     assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert run.data.metrics["val_ne"] == study.user_attrs["baselines:dlrm"]["val_ne"]
