@@ -500,6 +500,7 @@ def _run_study(
         if config.budget.time_limit_minutes
         else None
     )
+    said = _Collapsed(progress)
     with _trials_bar(study, config) as bar:
         started = time.monotonic()
         while deadline is None or time.monotonic() < deadline:
@@ -532,14 +533,36 @@ def _run_study(
             with _interrupts_held():
                 _finish(study, trial, outcome, logger)
             line, done, best = _progress_line(study, config, outcome.record, started, deadline)
-            progress(line)
+            said(line)
             bar.show(f"best {config.objectives.metric}", best)
             bar.update(done - bar.n)
+    said.flush()
     if logger is not None:  # trials whose worker died while this one ran
         _log_dead_trials(study, logger, space)
     _say_if_timed_out(study, config, deadline, progress)
     _say_if_exhausted(study, config, progress)
     return study
+
+
+class _Collapsed:
+    """Progress that prints a line equal to the one before only as a count (a space of one
+    architecture had its repeats said 60 times, line after line)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress, self.last, self.again = progress, None, 0
+
+    def __call__(self, line: str) -> None:
+        if line == self.last:
+            self.again += 1
+            return
+        self.flush()
+        self.progress(line)
+        self.last = line
+
+    def flush(self) -> None:
+        if self.again:
+            self.progress(f"(the line above {self.again} more time{'s' * (self.again != 1)})")
+            self.again = 0
 
 
 def _say_if_timed_out(
