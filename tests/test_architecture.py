@@ -185,7 +185,7 @@ def test_malformed_documents_name_the_field(data, expected, small_schema):
 
 
 def test_not_json_names_the_file_and_line():
-    with pytest.raises(SpecError, match=r"model.json: not valid JSON \(line 2"):
+    with pytest.raises(SpecError, match=r"model.json: not valid JSON \(Expecting value: line 2"):
         Architecture.from_json('{\n"blocks": [,]}', source="model.json")
 
 
