@@ -10,7 +10,9 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -26,7 +28,7 @@ from optuna.trial import Trial, TrialState
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from nas.trial_record import DIED
+from nas.trial_record import DIED, TrialAttr
 from search_space.errors import RanknasError
 from search_space.files import looked_for
 
@@ -203,23 +205,48 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
     """Fail and retry the trials whose process died, as Optuna does, and also those that died
     before their first heartbeat: Optuna never deems a trial stale without one, so a kill
     between asking for a trial and its first beat would keep it running forever, and a
-    resumed study would wait on it."""
+    resumed study would wait on it. A trial whose worker was a process of this machine
+    that is gone is stale at once: waiting out its heartbeat, a resumed study filled its
+    budget with new trials first, and the retry, queued after, was never run."""
     grace = storage.grace_period or 2 * (storage.heartbeat_interval or 0)
     started_before = datetime.now() - timedelta(seconds=grace)
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < started_before]
-    if old:
+    gone = [t._trial_id for t in running if _gone_from_here(t.user_attrs.get(TrialAttr.WORKER))]
+    if old or gone:
         with storage.engine.connect() as connection:  # Optuna's schema: one row per beating trial
             rows = connection.execute(
                 text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
                     bindparam("ids", expanding=True)
                 ),
-                {"ids": old},
+                {"ids": old + gone},
             )
             beaten = {row[0] for row in rows}
-        for trial_id in set(old) - beaten:  # beat once for it: stale one grace period later
+        for trial_id in set(old + gone) - beaten:  # beat once for it: stale one grace later
             storage.record_heartbeat(trial_id)
+    if gone:  # its last beat long ago: stale now
+        with _transaction(storage) as connection:
+            connection.execute(
+                text("UPDATE trial_heartbeats SET heartbeat = :then WHERE trial_id IN :ids")
+                .bindparams(bindparam("ids", expanding=True)),
+                {"then": datetime(2000, 1, 1), "ids": gone},
+            )  # fmt: skip
     optuna.storages.fail_stale_trials(study)
+
+
+def _gone_from_here(worker: str | None) -> bool:
+    """Whether `worker` (`host:pid`, a trial's `worker` attribute) was a process of this
+    machine that no longer runs. (A reused pid reads as alive: the heartbeat decides.)"""
+    host, _, pid = (worker or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)  # no signal: whether it exists
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process of that pid: alive
+        pass
+    return False
 
 
 _UPSERT_USER_ATTR = text(

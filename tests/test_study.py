@@ -142,6 +142,33 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     assert "the worker died" in leaderboard.format_table([row])
 
 
+def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(tmp_path):
+    """A worker killed after its last heartbeat (a launch's, stopped too slowly): the
+    resumed run filled the budget with new trials while the dead one still looked alive,
+    and its retry, queued after, was never run ("1 queued starting point not run"). A
+    trial whose worker process on this machine is gone is failed and retried at once."""
+    import socket
+
+    from nas.storage import open_storage
+
+    budget = {"trials": 2, "max_failures": 50}
+    config = parse_config(tiny_config(tmp_path, "gone", budget=budget, heartbeat_seconds=600))
+    run_study(config, progress=lambda line: None)
+    study = load_study("gone", config.storage)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    orphan = study.ask()  # asked and claimed, as a worker does, then killed
+    orphan.set_user_attr("worker", f"{socket.gethostname()}:{dead.stdout.strip()}")
+    open_storage(config.storage).record_heartbeat(orphan._trial_id)  # beaten just now
+    config = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": 3})})
+    run_study(config, progress=lambda line: None)
+    study = load_study("gone", config.storage)
+    assert study.trials[orphan.number].state == TrialState.FAIL
+    retry = study.trials[orphan.number + 1]  # the next trial asked: the retry, not a new one
+    assert retry.system_attrs.get("ranknas:seed_of") == orphan.number
+    assert _states(study)["RUNNING"] == 0 and len(counted(study)) == 3
+
+
 def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path):
     """`status` run as a study started opened the SQLite file while the study created
     Optuna's tables in it, and the study died on "table already exists" (2 starts in 6).
