@@ -159,9 +159,11 @@ time.sleep(300)
 """
 
 
-def test_an_interrupted_launch_stops_its_ranks(tmp_path):
+@pytest.mark.parametrize("stop", ["interrupt", "kill -9"])
+def test_an_interrupted_launch_stops_its_ranks(stop, tmp_path):
     """A `kill PID` of a study while a sharded run trained (a SIGTERM to the study's process
-    alone, not its group) left torchrun's two ranks running, idle, for good."""
+    alone, not its group) left torchrun's two ranks running, idle, for good; so did a
+    `kill -9` of it (torchrun runs in a session of its own), training to the end."""
     import os
     import signal
     import sys
@@ -179,7 +181,10 @@ def test_an_interrupted_launch_stops_its_ranks(tmp_path):
         time.sleep(0.2)
     ranks = [int(p.read_text()) for p in pids.iterdir()]
     assert len(ranks) == 2
-    driver.send_signal(signal.SIGINT)  # as the CLI's SIGTERM handler does: KeyboardInterrupt
+    if stop == "interrupt":
+        driver.send_signal(signal.SIGINT)  # as the CLI's SIGTERM handler does: KeyboardInterrupt
+    else:
+        driver.kill()
     driver.wait(timeout=30)
 
     def alive(pid: int) -> bool:
