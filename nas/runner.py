@@ -669,9 +669,12 @@ def _with_ceilings(
         if not isinstance(value, str):
             continue
         ceiling = study.user_attrs.get(CEILINGS[cost])
-        if ceiling is None:
-            ceiling = _resolve_ceiling(cost, value, config, space, best, data)
-            study.set_user_attr(CEILINGS[cost], ceiling)
+        if ceiling is None:  # one worker times it, the others wait and read it (workers
+            with study_lock(config.storage, config.name):  # started together timed theirs)
+                ceiling = study.user_attrs.get(CEILINGS[cost])
+                if ceiling is None:
+                    ceiling = _resolve_ceiling(cost, value, config, space, best, data)
+                    study.set_user_attr(CEILINGS[cost], ceiling)
         limit = (f"{ceiling[cost]:.3f} MFLOPs" if cost == "mflops" else
                  f"{ceiling[cost]:.3f} ms a step on {config.sharding.devices} devices")  # fmt: skip
         progress(f"search: architectures above {limit} ({ceiling['of']}'s) are skipped untrained")

@@ -1357,3 +1357,34 @@ def test_workers_side_by_side_cannot_fail_past_max_failures(tmp_path):
     assert _trials_left(done + [failed() for _ in range(3)], config) == 5
     with pytest.raises(RanknasError, match="8 trials failed"):
         _trials_left(done + [failed() for _ in range(8)], config)
+
+
+def test_workers_started_together_share_one_ceiling(tmp_path, monkeypatch):
+    """Two workers that started together each timed the base for `max_step_ms: base` (1.055
+    and 1.124 ms): a candidate between them was skipped or trained by who drew it. One
+    resolves the ceiling under the study lock; the other reads it."""
+    import nas.runner
+
+    config = parse_config(tiny_config(tmp_path, "ceiling", baselines=["dlrm"],
+                                      objectives={"max_mflops": "best_baseline"}))  # fmt: skip
+    study = optuna.create_study(study_name="ceiling", storage=config.storage)
+    timed = []
+
+    def slow_resolve(cost, *args):
+        timed.append(cost)
+        time.sleep(0.5)  # the other worker arrives meanwhile
+        return {cost: 1.0 + len(timed), "of": "baseline dlrm"}
+
+    monkeypatch.setattr(nas.runner, "_resolve_ceiling", slow_resolve)
+    monkeypatch.setattr(nas.runner, "_step_reference", lambda study, config: None)
+    seen = []
+
+    def worker():
+        seen.append(nas.runner._with_ceilings(study, config, None, None, None, print))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(timed) == 1 and [c.objectives.max_mflops for c in seen] == [2.0, 2.0]
