@@ -148,13 +148,18 @@ def _run_workers(args: argparse.Namespace, config, logger):
     interrupted before the budget was done."""
     from nas import launch
     from nas.cli import INTERRUPTED_EXITS
-    from nas.storage import load_study
+    from nas.storage import check_server, load_study
+    from nas.trial_record import claim_output_dir
 
     gpus = launch.visible_gpus() if config.training.device != "cpu" else []
     count = launch.worker_count(config, args.workers, len(gpus))
     extra = (["--trials", str(config.budget.trials)] if args.trials else []) + (
         ["--no-mlflow"] if args.no_mlflow else []
     )
+    # what every worker would refuse, said once before any starts (or writes its log in
+    # another study's folder): an unreachable storage, another study's output_dir
+    check_server(config.storage)
+    claim_output_dir(config, claim=False)
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
     interrupted = [c for c in failed if c in INTERRUPTED_EXITS]
@@ -549,8 +554,8 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.baselines import distinct_baselines, recorded, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
-    from nas.runner import claim_output_dir
     from nas.storage import load_study
+    from nas.trial_record import claim_output_dir
     from search_space.preset_names import unknown_architecture
     from search_space.presets import check_before_the_data
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -84,7 +83,6 @@ from nas.trial_record import (
     LOGGED,
     METRIC_ATTRS,
     METRICS_FILE,
-    OWNER_FILE,
     RECORD_PREFIX,
     SHARDING_FILE,
     STEP_FILE,
@@ -92,6 +90,7 @@ from nas.trial_record import (
     StudyAttr,
     TrialAttr,
     architecture_params,
+    claim_output_dir,
     counted,
     counted_trials,
     failure_reason,
@@ -344,7 +343,8 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
     limit = config.budget.max_failures or config.budget.trials
     if failed >= limit:
         raise RanknasError(
-            f"study {config.name!r}: {failed} trials failed (budget.max_failures is "
+            f"study {config.name!r}: {failed} trial{'s' * (failed != 1)} failed "
+            f"(budget.max_failures is "
             f"{limit}), last: {_last_failure(trials)}; see all with `ranknas "
             f"leaderboard {config.name} --storage {redact(config.storage)} --all`, then fix "
             "the config, or raise budget.max_failures to go on"
@@ -401,26 +401,6 @@ def run_study(
     """Run trials until the study has `budget.trials` complete or pruned trials."""
     with _quiet_optuna():
         return _run_study(config, progress, logger, worker)
-
-
-def claim_output_dir(config: StudyConfig) -> None:
-    """Mark `output_dir` as this study's: another study's trials there would be overwritten
-    (trial numbers start at 0 in every study), so a second study naming it is refused."""
-    owner_file = config.study_dir / OWNER_FILE
-    try:
-        owner = json.loads(owner_file.read_text())["study"]
-    except FileNotFoundError:
-        owner_file.write_text(json.dumps({"study": config.name}) + "\n")
-        return
-    except (OSError, ValueError, KeyError, TypeError):
-        owner = None
-    if owner != config.name:
-        held = f"study {owner!r}'s trials" if owner else f"an unreadable {OWNER_FILE}"
-        raise RanknasError(
-            f"output_dir: {config.study_dir} holds {held}; study {config.name!r} would "
-            "overwrite them: give it its own output_dir (or leave output_dir out: "
-            f"ranknas-data/studies/{config.name})"
-        )
 
 
 def _run_study(

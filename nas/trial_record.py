@@ -15,11 +15,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search_space.errors import RanknasError
+
 if TYPE_CHECKING:  # torch and the block library load only where a run is written or read
     import optuna
     import torch
     from optuna.trial import FrozenTrial
 
+    from nas.config import StudyConfig
     from search_space.architecture import Architecture, BlockSpec
 
 ARCHITECTURE_FILE = "architecture.json"
@@ -299,3 +302,25 @@ def mlflow_record(
         "artifacts": artifacts,
         "status": RUN_STATUS.get(status, "FAILED"),
     }
+
+
+def claim_output_dir(config: StudyConfig, claim: bool = True) -> None:
+    """Mark `output_dir` as this study's: another study's trials there would be overwritten
+    (trial numbers start at 0 in every study), so a second study naming it is refused.
+    `claim=False` only refuses (a launch, before its workers write anything there)."""
+    owner_file = config.study_dir / OWNER_FILE
+    try:
+        owner = json.loads(owner_file.read_text())["study"]
+    except FileNotFoundError:
+        if claim:
+            owner_file.write_text(json.dumps({"study": config.name}) + "\n")
+        return
+    except (OSError, ValueError, KeyError, TypeError):
+        owner = None
+    if owner != config.name:
+        held = f"study {owner!r}'s trials" if owner else f"an unreadable {OWNER_FILE}"
+        raise RanknasError(
+            f"output_dir: {config.study_dir} holds {held}; study {config.name!r} would "
+            "overwrite them: give it its own output_dir (or leave output_dir out: "
+            f"ranknas-data/studies/{config.name})"
+        )

@@ -186,6 +186,27 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
     assert main(["search", str(path), "--workers", "2"]) == 2
 
 
+def test_what_every_worker_would_refuse_is_said_before_any_starts(tmp_path, capsys):
+    """Another study's output_dir and a storage that does not answer: each worker said it,
+    then "a worker failed (above) ... again to resume", and the refused study's worker logs
+    were written into the other study's folder."""
+    from nas.cli import main
+
+    config = tiny_config(tmp_path, "mine")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "study.json").write_text('{"study": "theirs"}\n')
+    config["output_dir"] = str(taken)
+    assert main(["search", str(write_config(tmp_path, config)), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "holds study 'theirs'" in err, err
+    assert not (taken / "workers").exists()
+    config = tiny_config(tmp_path, "nowhere", storage="postgresql://postgres@127.0.0.1:9/test")
+    assert main(["search", str(write_config(tmp_path, config)), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "cannot open it" in err, err
+
+
 def test_an_error_every_worker_meets_is_said_once(tmp_path, capsys):
     """A data file that is not there: the error came once relayed, then once per worker
     ("worker 1 exited with status 2: error: ..."), then the command's own line."""

@@ -624,7 +624,7 @@ def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_f
                                                   "max_failures": 1})  # fmt: skip
     with pytest.raises(
         RanknasError,
-        match=r"1 trials failed \(budget.max_failures is 1\), last: diverged: validation NE",
+        match=r"1 trial failed \(budget.max_failures is 1\), last: diverged: validation NE",
     ) as raised:
         run_study(parse_config(config), progress=print)
     # the command it gives finds the study (on PostgreSQL too: not in the default storage)
