@@ -88,6 +88,8 @@ def launch(
     """Run `count` workers on the study of `config`, over `gpus` (`visible_gpus`), until
     they all end; their exit statuses (130, 143: interrupted by SIGINT, SIGTERM; below 0:
     killed by that signal)."""
+    from nas.cli import INTERRUPTED_EXITS
+
     places = placements(count, config.training.device, gpus, os.cpu_count() or 1)
     logs = config.study_dir / "workers"
     try:
@@ -116,8 +118,12 @@ def launch(
     for i, code in enumerate(codes):
         if code is not None and code < 0:  # its last line is not why
             print(f"worker {i} was killed by signal {-code}", file=sys.stderr)
-        # an error the display relayed already is not said again
-        elif code != 0 and (last := _last_line(logs / f"worker-{i}.log")) not in relay.said:
+        # an error the display relayed already is not said again, nor an interrupt (the
+        # caller says it once: each worker's "interrupted: run the same command" repeated it)
+        elif (
+            code not in (0, *INTERRUPTED_EXITS)
+            and (last := _last_line(logs / f"worker-{i}.log")) not in relay.said
+        ):
             print(f"worker {i} exited with status {code}: {last}", file=sys.stderr)
     return codes
 
