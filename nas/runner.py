@@ -109,7 +109,7 @@ from search_space.errors import RanknasError, SpecError
 from search_space.space_configs import BEST_BASELINE
 from search_space.spaces import SearchSpace, make_space
 from trainers import progress as bars
-from trainers.trainer import TrainResult, device_label
+from trainers.trainer import TrainResult, device_label, resolve_device
 
 Progress = Callable[[str], None]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -410,6 +410,10 @@ def _run_study(
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
     check_baseline_files(config.baselines)  # before the data, which can take minutes
+    try:  # and a device this machine lacks (it came after the data and an empty study)
+        resolve_device(config.training.device)
+    except RanknasError as exc:
+        raise RanknasError(f"training.device: {exc}; set it to auto or cpu") from None
     try:  # every trial writes here: a wrong place must stop the study, not fail each trial
         made = [d for d in (config.study_dir, *config.study_dir.parents) if not d.exists()]
         config.study_dir.mkdir(parents=True, exist_ok=True)

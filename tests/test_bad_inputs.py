@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 import yaml
 
 from nas.cli import main
@@ -527,3 +528,13 @@ def test_a_relative_storage_that_is_not_there_says_where_it_was_looked_for(
     err = capsys.readouterr().err
     assert f"looked for at {tmp_path / 'ranknas-data/studies.db'} (relative paths" in err, err
     assert not (tmp_path / "ranknas-data").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_a_gpu_asked_for_where_there_is_none_is_said_before_the_data(tmp_path, capsys):
+    """It was said after the data loaded, without its field, and left an empty study."""
+    assert main(["search", _study(tmp_path, training={"device": "cuda"})]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: training.device: device 'cuda' asked for, but CUDA is not "
+                          "available here; set it to auto or cpu"), err  # fmt: skip
+    assert "data:" not in out and not (tmp_path / "studies.db").exists()
