@@ -4,6 +4,7 @@ workers to exactly the asked number of trials."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import functools
 import hashlib
@@ -364,9 +365,18 @@ def load_study(name: str, url: str) -> optuna.Study:
         every = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         # not a baseline's recipe trials (`baselines.tuning_study_name`): part of their study
         names = [n for n in every if not any(n.startswith(f"{o}.tune.") for o in every)]
-        raise RanknasError(
-            f"no study {name!r} in {redact(url)}; studies there: {', '.join(names) or 'none'}"
-        ) from None
+        raise RanknasError(f"no study {name!r} in {redact(url)}; {_listed(name, names)}") from None
+
+
+def _listed(name: str, names: list[str], most: int = 10) -> str:
+    """The studies a storage holds, those named like `name` first, at most `most` (a shared
+    database listed every user's)."""
+    close = difflib.get_close_matches(name, names, n=most, cutoff=0.5)
+    shown = [*close, *(n for n in names if n not in close)][:most]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    if close:
+        return f"did you mean {close[0]!r}? Studies there: {', '.join(shown)}{more}"
+    return f"studies there: {', '.join(shown) or 'none'}{more}"
 
 
 @functools.cache

@@ -169,3 +169,15 @@ def test_a_missing_study_lists_the_studies_there_but_not_their_baselines_recipe_
     with pytest.raises(RanknasError) as raised:
         load_study("nostudy", url)
     assert str(raised.value).endswith("studies there: quickstart, other")
+
+
+def test_a_missing_study_names_the_nearest_first_and_lists_at_most_ten(tmp_path):
+    """A database shared by a team listed every user's study after the error."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    for name in [f"team{i:02d}" for i in range(14)] + ["quickstart"]:
+        optuna.create_study(study_name=name, storage=url)
+    with pytest.raises(RanknasError) as raised:
+        load_study("quickstrat", url)
+    said = str(raised.value)
+    assert "did you mean 'quickstart'? Studies there: quickstart, team00" in said
+    assert said.endswith("team08 and 5 more")
