@@ -137,3 +137,10 @@ def check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.
         if "reused_from" in trial.user_attrs:
             assert run.data.tags["reused_from"] == str(trial.user_attrs["reused_from"])
     return study
+
+
+def repeats_said(lines: list[str]) -> int:
+    """The repeats a study's progress lines tell: each line, and a run of the same line
+    said as a count ("(the line above 4 more times)")."""
+    said = sum("not trained again, not counted" in line for line in lines)
+    return said + sum(int(line.split()[3]) for line in lines if line.startswith("(the line above"))

@@ -22,7 +22,14 @@ from nas.storage import load_study, study_lock
 from nas.trial_record import TrialAttr
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
-from study_helpers import counted, merged, pruned_repeats_config, tiny_config, write_config
+from study_helpers import (
+    counted,
+    merged,
+    pruned_repeats_config,
+    repeats_said,
+    tiny_config,
+    write_config,
+)
 
 
 def _states(study: optuna.Study) -> dict[str, int]:
@@ -663,9 +670,7 @@ def test_an_architecture_is_trained_once_per_study_and_repeats_are_not_counted(t
     assert all(t.state == study.trials[t.user_attrs["reused_from"]].state for t in reused)
     # said once each, a run of the same line as a count (one architecture's 60 repeats were
     # 60 lines)
-    said = sum("not trained again, not counted" in line for line in lines)
-    again = [int(line.split()[3]) for line in lines if line.startswith("(the line above ")]
-    assert said + sum(again) == len(reused) and said < len(reused), lines
+    assert repeats_said(lines) == len(reused) and len(lines) < len(reused), lines
     assert "ended at 2 of 5 trials" in lines[-1]
     assert leaderboard.status(study)["trials"]["repeat"] == len(reused)
     listed = leaderboard.rows(study, include_all=True)
@@ -701,7 +706,7 @@ def test_repeats_of_pruned_and_diverged_trials_are_told_as_their_originals_and_n
     diverged = [o for o in originals.values() if o.state == TrialState.FAIL]
     assert all(o.user_attrs["failure_reason"].startswith("diverged") for o in diverged)
     assert len(counted(study)) == config.budget.trials
-    assert sum("not trained again, not counted" in line for line in lines) == len(repeats)
+    assert repeats_said(lines) == len(repeats)
     assert leaderboard.status(study)["trials"]["repeat"] == len(repeats)
 
 
