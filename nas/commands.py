@@ -147,7 +147,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     """The study run by worker processes (`nas.launch`); KeyboardInterrupt where one was
     interrupted before the budget was done."""
     from nas import launch
-    from nas.cli import INTERRUPTED_EXITS
+    from nas.cli import INTERRUPTED_EXITS, Terminated
     from nas.storage import check_server, load_study
     from nas.trial_record import claim_output_dir
 
@@ -168,8 +168,8 @@ def _run_workers(args: argparse.Namespace, config, logger):
     stopped = failed and all(c < 0 or c in interrupted for c in failed) and len(failed) < len(codes)
     if stopped and _budget_reached(config):
         print("the other workers finished the study's budget", file=sys.stderr)
-    elif interrupted:
-        raise KeyboardInterrupt
+    elif interrupted:  # as the workers were: a scheduler that stopped them reads 143
+        raise Terminated if 143 in interrupted else KeyboardInterrupt
     elif failed:
         what = (f"was killed (signal {-failed[0]}) before the budget was done: run the same "
                 "command" if stopped else "failed (above); fix what it says, then run the "

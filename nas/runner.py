@@ -44,7 +44,7 @@ from nas.config import StudyConfig
 from nas.diagram import diagram_png
 from nas.feature_screen import Screen, describe, screen, screens
 from nas.leaderboard import costs_text, reeval_metrics, seed_means, study_best
-from nas.oneshot.phase import PHASE_SEARCHERS, PROPOSED_BY, RANDOM_FILL, run_search_phase
+from nas.oneshot.phase import PHASE_SEARCHERS, PROPOSED_BY, proposed_by, run_search_phase
 from nas.protocol import (
     Costs,
     StepReference,
@@ -64,12 +64,14 @@ from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.storage import (
+    PROCESS_ATTR,
     beating,
     check_server,
     fail_stale_trials,
     first_run,
     open_storage,
     params_in_one_transaction,
+    process_identity,
     redact,
     retry_first,
     set_user_attrs,
@@ -485,7 +487,7 @@ def _run_study(
         else None
     )
     said = _Collapsed(progress)
-    with _trials_bar(study, config) as bar:
+    with _trials_bar(study, config) as bar, contextlib.closing(said):
         started = time.monotonic()
         while deadline is None or time.monotonic() < deadline:
             trial = _next_trial(study, storage, config, space)
@@ -520,7 +522,6 @@ def _run_study(
             said(line)
             bar.show(f"best {config.objectives.metric}", best)
             bar.update(done - bar.n)
-    said.flush()
     if logger is not None:  # trials whose worker died while this one ran
         _log_dead_trials(study, logger, space)
     _say_if_timed_out(study, config, deadline, progress)
@@ -542,6 +543,9 @@ class _Collapsed:
         self.flush()
         self.progress(line)
         self.last = line
+
+    def close(self) -> None:  # also where the loop ends on an error or a Ctrl-C
+        self.flush()
 
     def flush(self) -> None:
         if self.again:
@@ -1013,10 +1017,13 @@ def run_trial(
     device = device_label(config.training.device, config.training.processes)
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker, TrialAttr.DEVICE: device}
     if config.searcher.type in PHASE_SEARCHERS:  # a candidate, or the budget past them
-        tags[PROPOSED_BY] = trial.user_attrs.get(PROPOSED_BY, RANDOM_FILL)
+        tags[PROPOSED_BY] = proposed_by(trial.study, config.searcher.type, tags[TrialAttr.DIGEST])
     reason = _over_constraint(costs, config)
     over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
-    _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over)
+    # which process trains it: a resumed study fails it at once once that process is gone
+    process = {PROCESS_ATTR: identity} if (identity := process_identity()) else {}
+    _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over
+               | process)  # fmt: skip
     if reason:
         result, model, sharding = TrainResult(status="pruned", failure_reason=reason), None, None
         runs: dict[str, Any] = {}

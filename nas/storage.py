@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -26,10 +25,10 @@ from optuna.distributions import distribution_to_json
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
+from sqlalchemy import Connection, DateTime, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from nas.trial_record import DIED, TrialAttr
+from nas.trial_record import DIED
 from search_space.errors import RanknasError
 from search_space.files import looked_for
 
@@ -213,7 +212,7 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
     started_before = datetime.now() - timedelta(seconds=grace)
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < started_before]
-    gone = [t._trial_id for t in running if _gone_from_here(t.user_attrs.get(TrialAttr.WORKER))]
+    gone = [t._trial_id for t in running if _gone_from_here(t.user_attrs.get(PROCESS_ATTR))]
     if old or gone:
         with storage.engine.connect() as connection:  # Optuna's schema: one row per beating trial
             rows = connection.execute(
@@ -229,23 +228,39 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
         with _transaction(storage) as connection:
             connection.execute(
                 text("UPDATE trial_heartbeats SET heartbeat = :then WHERE trial_id IN :ids")
-                .bindparams(bindparam("ids", expanding=True)),
+                .bindparams(bindparam("ids", expanding=True), bindparam("then", type_=DateTime)),
                 {"then": datetime(2000, 1, 1), "ids": gone},
             )  # fmt: skip
     optuna.storages.fail_stale_trials(study)
 
 
-def _gone_from_here(worker: str | None) -> bool:
-    """Whether `worker` (`host:pid`, a trial's `worker` attribute) was a process of this
-    machine that no longer runs. (A reused pid reads as alive: the heartbeat decides.)"""
-    host, _, pid = (worker or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+PROCESS_ATTR = "process"  # a trial's worker process: `process_identity()`
+
+
+def process_identity() -> str | None:
+    """This process as no other reads it: the boot, the PID namespace and the pid (a
+    hostname is not unique: containers sharing the host's network, cloned VMs); None where
+    /proc does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}:{namespace}:{os.getpid()}"
+
+
+def _gone_from_here(identity: str | None) -> bool:
+    """Whether `identity` (`process_identity()` of a trial's worker) was a process of this
+    boot and PID namespace that no longer runs. (A reused pid reads as alive: the
+    heartbeat decides.)"""
+    mine = process_identity()
+    if not identity or not mine or identity.rsplit(":", 1)[0] != mine.rsplit(":", 1)[0]:
         return False
     try:
-        os.kill(int(pid), 0)  # no signal: whether it exists
+        os.kill(int(identity.rsplit(":", 1)[1]), 0)  # no signal: whether it exists
     except ProcessLookupError:
         return True
-    except PermissionError:  # another user's process of that pid: alive
+    except (PermissionError, ValueError):  # another user's process of that pid: alive
         pass
     return False
 

@@ -178,7 +178,7 @@ def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
         assert main(["search", str(path), "--workers", "2"]) == 0
         assert "the other workers finished the study's budget" in capsys.readouterr().err
     codes[:] = [143, 0]  # before the budget was done: interrupted, resumed by the command
-    assert main(["search", str(path), "--workers", "2", "--trials", "3"]) == 130
+    assert main(["search", str(path), "--workers", "2", "--trials", "3"]) == 143
     codes[:] = [2, 2]  # refused (a changed protocol, say): a done budget does not hide it
     assert main(["search", str(path), "--workers", "2"]) == 2
     assert "a worker failed (above); fix what it says" in capsys.readouterr().err

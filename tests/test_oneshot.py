@@ -371,3 +371,14 @@ def test_dnas_rescore_scores_the_most_probable_with_inherited_weights(tmp_path):
     assert any(line.startswith("dnas: scored the 4 most probable") for line in lines)
     assert any(line.startswith("dnas: rescoring the best 4 after 3") for line in lines)
     assert any(line.startswith("dnas: best after rescoring") for line in lines)
+
+
+def test_a_trial_is_named_by_the_candidate_it_trains_not_by_its_queue_slot(tmp_path):
+    """A retry of candidate #1 takes the oldest queued trial, candidate #2's, whose own
+    attributes named #2: the label is looked up by the architecture's digest."""
+    from nas.oneshot.phase import phase_attr, proposed_by
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="p")
+    study.set_user_attr(phase_attr("dnas"), {"candidates": [{"digest": "a"}, {"digest": "b"}]})
+    assert [proposed_by(study, "dnas", d) for d in ("b", "a", "z")] == ["dnas #2", "dnas #1",
+                                                                         "random"]  # fmt: skip

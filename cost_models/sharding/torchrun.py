@@ -25,13 +25,13 @@ def torchrun(
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
                str(processes), "--master_port", str(free_port()), "-m", module, *args]  # fmt: skip
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
+    if sys.platform.startswith("linux"):  # SIGTERM to torchrun when this process dies
+        # unwarned (`kill -9`: its ranks trained on), set by a wrapper that then becomes it
+        command = [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), *command[1:]]
     # a session of its own: a Ctrl-C or kill of this process stops its ranks here, where a
-    # signal to this process alone (a `kill PID`, a scheduler) left them running on; and a
-    # SIGTERM to torchrun when this process dies unwarned (`kill -9`: they trained on)
-    parent = os.getpid()
+    # signal to this process alone (a `kill PID`, a scheduler) left them running on
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True,
-                               preexec_fn=lambda: _die_with(parent))  # fmt: skip
+                               text=True, start_new_session=True)  # fmt: skip
     try:
         out, err = process.communicate()
     except BaseException:
@@ -41,20 +41,15 @@ def torchrun(
 
 
 STOP_SECONDS = 10.0  # for torchrun to stop its ranks on SIGTERM, before they are killed
-PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for this process when its parent dies
-
-
-def _die_with(parent: int) -> None:
-    """In the child before it runs torchrun: SIGTERM when `parent`, which started it, dies
-    (torchrun then stops its ranks). Linux only; elsewhere nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # it died before the line above
-        os.kill(os.getpid(), signal.SIGTERM)
+# argv: the parent's pid, then the arguments of `python` it becomes: Linux's
+# prctl(PR_SET_PDEATHSIG, SIGTERM) survives the exec (a preexec_fn would do it in the forked
+# copy of a large, threaded trainer, and rule out vfork)
+DIE_WITH_PARENT = """import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(143)
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
 
 
 def _stop_group(process: subprocess.Popen) -> None:

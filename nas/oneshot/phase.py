@@ -44,6 +44,15 @@ def phase_attr(searcher: str) -> str:
     return f"{searcher}_phase"
 
 
+def proposed_by(study: optuna.Study, kind: str, arch_digest: str) -> str:
+    """Which of the phase's candidates an architecture is (`dnas #1`), by its digest, or
+    `random` (the budget past them). (A retry takes the oldest queued trial, whose own
+    attributes named another candidate.)"""
+    candidates = study.user_attrs.get(phase_attr(kind), {}).get("candidates", [])
+    ranks = [rank for rank, c in enumerate(candidates) if c.get("digest") == arch_digest]
+    return f"{kind} #{ranks[0] + 1}" if ranks else RANDOM_FILL
+
+
 def run_search_phase(
     study: optuna.Study,
     config: StudyConfig,
@@ -71,7 +80,7 @@ def run_search_phase(
         for rank, c in enumerate(candidates):
             study.enqueue_trial(
                 c["values"],
-                user_attrs={PROPOSED_BY: f"{kind} #{rank + 1}", "proposal_rank": rank}
+                user_attrs={"proposal_rank": rank}
                 | {f"{kind}_{k}": v for k, v in c.items() if k not in ("values", "digest")},
             )
         summary = [{k: v for k, v in c.items() if k != "values"} for c in candidates]
