@@ -372,7 +372,8 @@ def _study(args: argparse.Namespace, config=None):
 
 def cmd_status(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.trial_record import mflops_text
+    from nas.config import baseline_key
+    from nas.trial_record import duration_text, mflops_text
 
     config = _study_config(args)
     state = leaderboard.status(_study(args, config))
@@ -389,8 +390,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
     if state["time_limited"]:
         limited = state["time_limited"]
-        from nas.trial_record import duration_text
-
         print(f"its last search stopped at budget.time_limit_minutes "
               f"({duration_text(limited['minutes'])}) with {limited['counted']} trials counted: "
               "`ranknas search` goes on")  # fmt: skip
@@ -402,10 +401,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"baselines: {len(bases)} recorded, none complete ("
               f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {args.study}"
               f"{storage}` says why)")  # fmt: skip
-    if state["around_base"]:
-        from nas.config import baseline_key
-
-        # by its key, as every other line names it (the study keeps the file it read)
+    if state["around_base"]:  # by its key, as every other line (the study keeps its file)
         print(f"searched around the best baseline: {baseline_key(state['around_base'])}")
     if state["feature_importance"]:
         from nas.feature_screen import describe

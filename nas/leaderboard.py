@@ -321,7 +321,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     failed or diverged is not compared, nor one whose seed mean is worse than the base
     rate (NE >= 1). Test NE is reported beside it.
     """
-    found = [r for r in rows(study) if r["val_ne"] is not None]
+    complete = found = [r for r in rows(study) if r["val_ne"] is not None]
     recorded_bases = [r for r in baseline_rows(study) if r["val_ne"] is not None]
     bases = [r for r in recorded_bases if r["state"] == "complete"]  # not a diverged one
     if not found or not bases:
@@ -346,7 +346,8 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
                  f"recorded runs against the baselines' seed means over "
                  f"{seeds_text(seeds, fresh=False)}")  # fmt: skip
     dominated = {b["baseline"]: by for b in bases if (by := _dominators(b, found, study))}
-    dominated_once = _dominated_by_single_runs(study, bases, dominated) if on_means else {}
+    single = [r for r in complete if str(r["trial"]) not in means]  # not retrained
+    dominated_once = _dominated_by_single_runs(study, bases, dominated, single) if on_means else {}
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
@@ -483,13 +484,14 @@ def _dominators(
 
 
 def _dominated_by_single_runs(
-    study: optuna.Study, bases: list[dict[str, Any]], dominated: dict[str, Any]
+    study: optuna.Study,
+    bases: list[dict[str, Any]],
+    dominated: dict[str, Any],
+    single: list[dict[str, Any]],
 ) -> dict[str, list[int]]:
-    """Baselines not dominated on seed means that a trial not yet retrained dominates by
-    its one run, with those trials: the Pareto plot draws them, the verdict does not count
-    them."""
-    means = seed_means(study)
-    single = [r for r in rows(study) if str(r["trial"]) not in means]
+    """Baselines not dominated on seed means that a trial not yet retrained (`single`)
+    dominates by its one run, with those trials: the Pareto plot draws them, the verdict
+    does not count them."""
     found = {b["baseline"]: _dominators(b, single, study) for b in bases}
     return {b: [r["trial"] for r in by] for b, by in found.items() if by and b not in dominated}
 

@@ -540,14 +540,11 @@ class _Collapsed:
         if line == self.last:
             self.again += 1
             return
-        self.flush()
+        self.close()
         self.progress(line)
         self.last = line
 
-    def close(self) -> None:  # also where the loop ends on an error or a Ctrl-C
-        self.flush()
-
-    def flush(self) -> None:
+    def close(self) -> None:  # the count said (also where the loop ends on an error)
         if self.again:
             self.progress(f"(the line above {self.again} more time{'s' * (self.again != 1)})")
             self.again = 0
