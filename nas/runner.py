@@ -71,7 +71,6 @@ from nas.storage import (
     first_run,
     open_storage,
     params_in_one_transaction,
-    process_identity,
     redact,
     retry_first,
     set_user_attrs,
@@ -111,6 +110,7 @@ from search_space.errors import RanknasError, SpecError
 from search_space.space_configs import BEST_BASELINE
 from search_space.spaces import SearchSpace, make_space
 from trainers import progress as bars
+from trainers.processes import process_identity
 from trainers.trainer import TrainResult, device_label, resolve_device
 
 Progress = Callable[[str], None]

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -31,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from nas.trial_record import DIED
 from search_space.errors import RanknasError
 from search_space.files import looked_for
+from trainers.processes import gone_from_here
 
 _log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
     started_before = datetime.now() - timedelta(seconds=grace)
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < started_before]
-    gone = [t._trial_id for t in running if _gone_from_here(t.user_attrs.get(PROCESS_ATTR))]
+    gone = [t._trial_id for t in running if gone_from_here(t.user_attrs.get(PROCESS_ATTR))]
     if old or gone:
         with storage.engine.connect() as connection:  # Optuna's schema: one row per beating trial
             rows = connection.execute(
@@ -235,42 +235,6 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
 
 
 PROCESS_ATTR = "process"  # a trial's worker process: `process_identity()`
-
-
-def process_identity() -> str | None:
-    """This process as no other reads it: the boot, the PID namespace and the pid (a
-    hostname is not unique: containers sharing the host's network, cloned VMs); None where
-    /proc does not say."""
-    here = _boot_and_namespace()
-    return None if here is None else f"{here}:{os.getpid()}"
-
-
-@functools.cache
-def _boot_and_namespace() -> str | None:
-    """This machine's boot and this process's PID namespace (a forked worker shares both):
-    read once, not at every ask."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-    return f"{boot}:{namespace}"
-
-
-def _gone_from_here(identity: str | None) -> bool:
-    """Whether `identity` (`process_identity()` of a trial's worker) was a process of this
-    boot and PID namespace that no longer runs. (A reused pid reads as alive: the
-    heartbeat decides.)"""
-    here = _boot_and_namespace()
-    if not identity or not here or identity.rsplit(":", 1)[0] != here:
-        return False
-    try:
-        os.kill(int(identity.rsplit(":", 1)[1]), 0)  # no signal: whether it exists
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError):  # another user's process of that pid: alive
-        pass
-    return False
 
 
 _UPSERT_USER_ATTR = text(

@@ -198,3 +198,27 @@ def test_an_interrupted_launch_stops_its_ranks(stop, tmp_path):
     while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(pid) for pid in ranks)
+
+
+def test_a_killed_runs_job_folder_is_removed_by_the_next_run(tmp_path, monkeypatch):
+    """A study killed (`kill -9`) during a sharded run left its job folder, the rows and
+    weights, in the temporary folder for good. The next run removes the folders of
+    processes of this machine that are gone, and only theirs."""
+    import sys
+    import tempfile
+
+    from trainers.processes import process_identity
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    boot, namespace, pid = process_identity().split(":")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    left = tmp_path / f"ranknas-sharded-{boot}:{namespace}:{dead}-abc123"
+    running = tmp_path / f"ranknas-sharded-{boot}:{namespace}:{pid}-def456"
+    elsewhere = tmp_path / f"ranknas-sharded-{boot}:{int(namespace) + 1}:{dead}-ghi789"
+    for folder in (left, running, elsewhere):
+        (folder / "0").mkdir(parents=True)
+    with trainers.sharded._job_folder() as job:
+        assert Path(job).name.startswith(f"ranknas-sharded-{boot}:{namespace}:{pid}-")
+        assert not left.exists() and running.exists() and elsewhere.exists()
+    assert not Path(job).exists()

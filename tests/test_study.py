@@ -154,7 +154,8 @@ def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(
     resumed run filled the budget with new trials while the dead one still looked alive,
     and its retry, queued after, was never run ("1 queued starting point not run"). A
     trial whose worker process on this machine is gone is failed and retried at once."""
-    from nas.storage import open_storage, process_identity
+    from nas.storage import open_storage
+    from trainers.processes import process_identity
 
     budget = {"trials": 2, "max_failures": 50}
     config = parse_config(tiny_config(tmp_path, "gone", budget=budget, heartbeat_seconds=600))
@@ -178,15 +179,15 @@ def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(
 def test_a_trial_of_another_pid_namespace_is_not_taken_for_dead(tmp_path):
     """A worker in a container sharing the host's name but not its PID namespace reads as
     gone from here by its pid alone: it is left to its heartbeat."""
-    from nas.storage import _gone_from_here, process_identity
+    from trainers.processes import gone_from_here, process_identity
 
     boot, namespace, pid = process_identity().split(":")
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    assert _gone_from_here(f"{boot}:{namespace}:{dead}")
-    assert not _gone_from_here(f"{boot}:{int(namespace) + 1}:{dead}")  # another namespace
-    assert not _gone_from_here(f"another-boot:{namespace}:{dead}")  # another machine
-    assert not _gone_from_here(f"{boot}:{namespace}:{pid}")  # this very process
+    assert gone_from_here(f"{boot}:{namespace}:{dead}")
+    assert not gone_from_here(f"{boot}:{int(namespace) + 1}:{dead}")  # another namespace
+    assert not gone_from_here(f"another-boot:{namespace}:{dead}")  # another machine
+    assert not gone_from_here(f"{boot}:{namespace}:{pid}")  # this very process
 
 
 def test_reading_a_study_waits_while_a_starting_study_makes_its_tables(tmp_path):

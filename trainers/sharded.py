@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,12 +46,14 @@ from search_space.schema import DatasetSchema
 from trainers.config import TrainConfig
 from trainers.data.dataset import Batch, TabularData
 from trainers.metrics import ranking_metrics
+from trainers.processes import gone_from_here, process_identity
 from trainers.steps import EagerStep
 from trainers.trainer import Parallel, TrainResult, rank_threads, train
 
 EVAL_BATCH = 8192
 TIMED_AFTER = 3  # steps left out of the step time (warm-up)
 SPLITS = ("train", "valid", "test")
+JOB_FOLDER = "ranknas-sharded-"  # then the process's identity, then tempfile's suffix
 # the models whose sharded steps measure the runtime's own cost: logistic regression, whose
 # layers and lookups are a small share of its step, the same with a wide MLP on top, whose
 # dense part is most of it, and the same with wide embeddings, whose pooled vectors are
@@ -93,7 +96,7 @@ def train_sharded_in_turn(jobs: list[ShardedJob]) -> list[tuple[TrainResult, Ran
     models = [build_model(job.arch, seed=job.config.seed) for job in jobs]
     if any(f.multi_valued for job in jobs for f in job.splits[0].schema.categorical):
         return [(_failed("multi-valued features do not train sharded yet"), m) for m in models]
-    with tempfile.TemporaryDirectory(prefix="ranknas-sharded-") as tmp:
+    with _job_folder() as tmp:
         folders = [Path(tmp) / str(i) for i in range(len(jobs))]
         for folder, job in zip(folders, jobs, strict=True):
             folder.mkdir()
@@ -107,6 +110,17 @@ def train_sharded_in_turn(jobs: list[ShardedJob]) -> list[tuple[TrainResult, Ran
         whys = [f"sharded training failed: {_why(run)}" if i == first else lost
                 for i in range(len(jobs))]  # fmt: skip
         return [_read_result(*job) for job in zip(folders, jobs, models, whys, strict=True)]
+
+
+def _job_folder() -> tempfile.TemporaryDirectory:
+    """A launch's job folder (its rows and weights), named by this process. Folders that
+    processes of this machine killed before their clean-up (`kill -9`) left are removed
+    first."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{JOB_FOLDER}*"):
+        owner = folder.name.removeprefix(JOB_FOLDER).rsplit("-", 1)[0]
+        if gone_from_here(owner) and folder.stat().st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{JOB_FOLDER}{process_identity() or 'unknown'}-")
 
 
 def _read_result(
