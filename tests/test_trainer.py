@@ -127,6 +127,13 @@ def test_a_run_worse_than_the_base_rate_is_a_failure(splits):
     assert result.failure_reason.startswith("diverged: validation NE")
     # five steps: no divergence, too few (was: "fewer epochs ... may help")
     assert "still learning after 5 steps" in result.failure_reason
+    assert result.time_limit is None
+    # a time limit ended it (`budget.trial_seconds: 0.001`): "more examples" would not help
+    timed = _train(splits, max_seconds=1e-9, start_at_base_rate=False)
+    assert timed.steps == 1 and timed.time_limit == 1e-9
+    assert timed.status == "failed" and "its time limit of 1e-09 s ended it after 1 step" in (
+        timed.failure_reason
+    )
 
 
 def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():

@@ -51,6 +51,7 @@ class TrainResult:
     peak_memory_bytes: int = 0
     device: str = "cpu"
     stopped_early: bool = False
+    time_limit: float | None = None  # seconds: the time limit that ended the run, if one did
     # the loss or the predictions went nan/inf: the same seed does so again, unlike a
     # failure of the machine (out of memory)
     non_finite: bool = False
@@ -433,6 +434,9 @@ def _why_no_better(result: TrainResult) -> str:
     if last < first and len(ne) >= 2 and ne[-1] > min(ne):
         return "its validation NE turned back up: it overfit; fewer epochs may help"
     steps = f"{result.steps} step{'s' * (result.steps != 1)} ({result.examples:,} examples)"
+    if result.time_limit:  # "more examples" would not have helped: the clock ended it
+        return (f"its time limit of {result.time_limit:g} s ended it after {steps}: a longer "
+                "time limit may help")  # fmt: skip
     if result.stopped_early:  # "still learning" beside an early stop read as a contradiction
         return (f"its validation NE stopped improving and early stopping ended it after "
                 f"{steps}: a higher learning rate, or a longer patience, may help")  # fmt: skip
@@ -490,6 +494,8 @@ def _loop(
         done = bool(budget_steps and step >= budget_steps) or bool(
             config.max_seconds and elapsed >= config.max_seconds
         )
+        if done and not (budget_steps and step >= budget_steps):
+            result.time_limit = config.max_seconds
         if eval_every and step % eval_every == 0 and not done:
             eval_started = time.perf_counter()
             metrics = ops.evaluate(model, valid_data, config.eval_examples)
