@@ -290,10 +290,10 @@ def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> No
             for line in relay.lines():
                 bars.write(line, relayed_to(line))
             trials = study.get_trials(deepcopy=False) if study is not None else []
-            for trial in trials:
-                if trial.number not in seen and trial.state.is_finished():
-                    seen.add(trial.number)
-                    bars.write(_line(trial))
+            finished = [t for t in trials if t.number not in seen and t.state.is_finished()]
+            seen.update(t.number for t in finished)
+            for line in _lines(finished):
+                bars.write(line)
             done = counted_trials(trials)
             bar.update(max(0, done - bar.n))
             if not running:
@@ -319,6 +319,28 @@ def _opened(config: StudyConfig):
         return load_study(config.name, config.storage)
     except RanknasError:
         return None
+
+
+def _lines(trials: list) -> list[str]:
+    """A line per finished trial; a run of repeats (not trained, not counted) as one line (a
+    small space's searcher drew the same architectures dozens of times, each a line)."""
+    from nas.leaderboard import trial_state
+
+    lines: list[str] = []
+    repeats: list = []
+    for trial in [*trials, None]:
+        if trial is not None and trial_state(trial) == "repeat":
+            repeats.append(trial)
+            continue
+        if len(repeats) > 1:
+            first, last = repeats[0].number, repeats[-1].number
+            lines.append(f"trials {first}-{last}: {len(repeats)} repeats of earlier "
+                         "architectures (not trained again, not counted)")  # fmt: skip
+        lines += [_line(t) for t in repeats[:1] if len(repeats) == 1]
+        repeats = []
+        if trial is not None:
+            lines.append(_line(trial))
+    return lines
 
 
 def _line(trial) -> str:

@@ -77,6 +77,30 @@ def test_the_display_and_status_tell_a_skipped_trial_from_a_trained_one():
     assert _devices([skipped, trained]) == {"cpu": 1}
 
 
+def test_the_display_says_a_run_of_repeats_once():
+    """A small space's searcher drew the same architectures dozens of times: the one display
+    printed a line for each repeat ("trial 12 complete val NE 0.9000 on cpu (a repeat)")."""
+    from optuna.trial import create_trial
+
+    from nas.launch import _lines
+    from nas.trial_record import TrialAttr
+
+    def trial(number: int, repeat_of: int | None = None):
+        attrs = {TrialAttr.DEVICE: "cpu", "val_ne": 0.9}
+        made = create_trial(value=0.9, user_attrs=attrs | (
+            {TrialAttr.REUSED_FROM: repeat_of} if repeat_of is not None else {}))  # fmt: skip
+        made.number = number
+        return made
+
+    trials = [trial(0), trial(1, 0), trial(2, 0), trial(3, 0), trial(4), trial(5, 4)]
+    assert _lines(trials) == [
+        "trial 0 complete val NE 0.9000 on cpu",
+        "trials 1-3: 3 repeats of earlier architectures (not trained again, not counted)",
+        "trial 4 complete val NE 0.9000 on cpu",
+        "trial 5 complete val NE 0.9000 on cpu (a repeat)",
+    ]
+
+
 def test_an_interrupted_trial_is_neither_a_failure_nor_trained_on_any_surface(tmp_path):
     """README: a trial stopped by Ctrl-C "is marked interrupted ... and not counted as a
     failure"; `status` said "5 complete, 2 fail" and the display "trial 2 fail".
