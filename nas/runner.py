@@ -71,6 +71,7 @@ from nas.storage import (
     first_run,
     open_storage,
     params_in_one_transaction,
+    recorded_attrs,
     redact,
     retry_first,
     set_user_attrs,
@@ -442,10 +443,12 @@ def _run_study(
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
     if config.sharding.links:  # and a links file no measurement wrote
         _check_links(config.sharding.links, config.sharding.runtime_ms, progress)
-    claim_output_dir(config)
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
+        token = claim_output_dir(config, recorded_attrs(storage, config.name))
         study = _create_study(config, storage)
+        if study.user_attrs.get(StudyAttr.OUTPUT_TOKEN) != token:
+            study.set_user_attr(StudyAttr.OUTPUT_TOKEN, token)
         _check_search_space(study, config)
         check_protocol(study, config, data)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())

@@ -341,6 +341,14 @@ def check_exists(url: str, what: str = "no studies") -> None:
                            "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
 
 
+def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:
+    """The user attributes of study `name` in `storage`; None where it does not exist."""
+    try:
+        return storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+    except KeyError:
+        return None
+
+
 def load_study(name: str, url: str) -> optuna.Study:
     """The study `name`, which must exist (a missing SQLite file is not created)."""
     check_exists(url, f"no study {name!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,7 @@ class StudyAttr(StrEnum):
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
     FEATURE_IMPORTANCE = "feature_importance"  # the around base's (`nas.feature_screen`)
     TIME_LIMITED = "time_limited"  # the last search stopped by budget.time_limit_minutes
+    OUTPUT_TOKEN = "output_token"  # the token in its output_dir's OWNER_FILE: that folder is its
 
 
 # The training metrics copied from metrics.json onto the trial, for the leaderboard (runs:
@@ -304,23 +306,52 @@ def mlflow_record(
     }
 
 
-def claim_output_dir(config: StudyConfig, claim: bool = True) -> None:
+def claim_output_dir(
+    config: StudyConfig, recorded: dict[str, Any] | None, claim: bool = True
+) -> str:
     """Mark `output_dir` as this study's: another study's trials there would be overwritten
-    (trial numbers start at 0 in every study), so a second study naming it is refused.
-    `claim=False` only refuses (a launch, before its workers write anything there)."""
+    (trial numbers start at 0 in every study), so a second study naming it is refused. A
+    study is told by its name and by a token it records (`StudyAttr.OUTPUT_TOKEN`): a
+    study of the same name in another storage wrote into the first one's trial folders,
+    and `export` of the first wrote out the second's model. `recorded`: the study's
+    attributes in its storage (None: not created yet). The token the study must record
+    comes back (the caller sets it on a study that lacks it). `claim=False` only refuses
+    (a launch, before its workers write anything there)."""
+    from nas.storage import redact
+
+    mine = (recorded or {}).get(StudyAttr.OUTPUT_TOKEN)
     owner_file = config.study_dir / OWNER_FILE
     try:
-        owner = json.loads(owner_file.read_text())["study"]
+        owner = json.loads(owner_file.read_text())
+        name, token = owner["study"], owner.get("token")
     except FileNotFoundError:
-        if claim:
-            owner_file.write_text(json.dumps({"study": config.name}) + "\n")
-        return
-    except (OSError, ValueError, KeyError, TypeError):
-        owner = None
-    if owner != config.name:
-        held = f"study {owner!r}'s trials" if owner else f"an unreadable {OWNER_FILE}"
+        owner, name, token = {}, config.name, None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        owner, name, token = {}, None, None
+    if name != config.name:
+        held = f"study {name!r}'s trials" if name else f"an unreadable {OWNER_FILE}"
         raise RanknasError(
             f"output_dir: {config.study_dir} holds {held}; study {config.name!r} would "
             "overwrite them: give it its own output_dir (or leave output_dir out: "
             f"ranknas-data/studies/{config.name})"
         )
+    written = any((config.study_dir / part).is_dir() and any((config.study_dir / part).iterdir())
+                  for part in ("trials", "baselines"))  # fmt: skip
+    # another study of this name: its token is not this one's and it wrote runs there (a
+    # start that stopped before creating its study wrote none: its folder is free); a
+    # folder without a token (written before them) is an existing study's, not a new one's
+    ours = mine == token if token else recorded is not None
+    if not ours and written:
+        where = owner.get("storage", "another storage")
+        raise RanknasError(
+            f"output_dir: {config.study_dir} holds the runs of another study named "
+            f"{config.name!r} (storage {where}); this one, in {redact(config.storage)}, would "
+            "overwrite them: give it its own output_dir (a folder of its own), or move that "
+            "folder aside if its study is gone"
+        )
+    token = mine or token or uuid.uuid4().hex
+    if claim and (owner.get("token"), owner.get("storage")) != (token, redact(config.storage)):
+        owner_file.parent.mkdir(parents=True, exist_ok=True)
+        owner_file.write_text(json.dumps({"study": config.name, "token": token,
+                                          "storage": redact(config.storage)}) + "\n")  # fmt: skip
+    return token

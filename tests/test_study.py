@@ -913,6 +913,34 @@ def test_export_never_writes_over_files_it_did_not_write_unless_forced(
     assert (fresh / "model.safetensors").read_bytes() != exported["model.safetensors"]
 
 
+def test_export_refuses_a_folder_of_a_person_s_own_module_or_a_trial_another_study_wrote(
+    two_trials, tmp_path, capsys
+):
+    """A person's own ranknas_model.py alone in --out was written over (exit 0): a folder
+    holding the module was taken for an export written before SHA256SUMS. And a trial
+    folder that a study of the same name elsewhere had written over was exported as it was:
+    the other study's model under this one's trial."""
+    config, storage = two_trials
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "ranknas_model.py").write_text("mine\n")
+    assert main(["export", "two", *storage, "--out", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert "holds files that are not an earlier export (ranknas_model.py)" in err, err
+    assert (own / "ranknas_model.py").read_text() == "mine\n"
+    trials = Path(config["output_dir"]) / "trials"
+    mine, theirs = (trials / n / "architecture.json" for n in ("0", "1"))
+    kept = mine.read_bytes()
+    try:
+        mine.write_bytes(theirs.read_bytes())
+        assert main(["export", "two", *storage, "--trial", "0", "--out", str(tmp_path / "x")]) == 2
+    finally:
+        mine.write_bytes(kept)
+    err = capsys.readouterr().err
+    assert "trial 0's folder" in err and "holds another architecture" in err, err
+    assert not (tmp_path / "x").exists() and "Traceback" not in err
+
+
 def test_export_again_keeps_what_a_person_changed_in_the_earlier_one(two_trials, tmp_path, capsys):
     """An export of the same model again wrote over a model card and a module a person had
     edited, without a word (exit 0)."""
@@ -1185,6 +1213,32 @@ def test_a_second_study_writing_into_another_s_output_dir_is_refused(tmp_path, c
     names = [s.study_name for s in optuna.get_all_study_summaries(first["storage"])]
     assert "second" not in names
     assert main(["search", str(write_config(tmp_path, first))]) == 0  # its owner resumes
+
+
+def test_a_study_of_the_same_name_in_another_storage_is_refused_its_output_dir(tmp_path, capsys):
+    """The default output_dir depends on the name alone: a study of the same name in another
+    storage wrote over the first one's trial folders, and `export` of the first then wrote
+    out the second's model. Each study records the token of the folder it writes; an older
+    study's folder (no token, written before them) is adopted by that study."""
+    first = tiny_config(tmp_path, "same", budget={"trials": 1})
+    run_study(parse_config(first), progress=lambda line: None)
+    weights = tmp_path / "same" / "trials" / "0" / "model.safetensors"
+    before = weights.read_bytes()
+    other = tiny_config(tmp_path, "same", budget={"trials": 1}, seed=7,
+                        storage=f"sqlite:///{tmp_path / 'other.db'}")  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, other))]) == 2
+    err = capsys.readouterr().err
+    assert "holds the runs of another study named 'same'" in err, err
+    assert f"storage sqlite:///{tmp_path / 'studies.db'}" in err and "Traceback" not in err
+    assert weights.read_bytes() == before
+    assert "same" not in [s.study_name for s in optuna.get_all_study_summaries(other["storage"])]
+    # written before tokens: the owner file names the study alone; its study adopts it
+    owner = tmp_path / "same" / "study.json"
+    owner.write_text('{"study": "same"}\n')
+    more = tiny_config(tmp_path, "same", budget={"trials": 2})
+    assert main(["search", str(write_config(tmp_path, more))]) == 0
+    assert main(["search", str(write_config(tmp_path, other))]) == 2  # and is refused again
+    assert weights.read_bytes() == before
 
 
 def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(

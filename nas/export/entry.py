@@ -166,7 +166,8 @@ def check_out_dir(
         return
     names = sorted(p.name for p in out.iterdir())
     others = [n for n in names if n not in EXPORT_FILES]
-    if others or (names and MODULE_FILE not in names):
+    if others or (names and not {MODULE_FILE, WEIGHTS_FILE} <= set(names)):  # every export
+        # writes both: a module alone is a person's own (it was written over)
         shown = ", ".join((others or names)[:3]) + (", ..." if len(others or names) > 3 else "")
         raise RanknasError(f"--out {out} holds files that are not an earlier export ({shown}); "
                            "choose a new or empty directory, or pass --force to write over "
