@@ -65,6 +65,37 @@ def test_a_heavy_tailed_amount_gets_log1p_like_a_count(tmp_path):
     assert price_fit["mean"] == pytest.approx(np.log1p(price).mean())
 
 
+def test_a_few_sentinel_values_do_not_flatten_a_signed_column(tmp_path, caplog):
+    """Five rows of 1e15 ("unknown") in a signed score of 20,000 took its standard
+    deviation to 1e13: every other value became one point, and the study's every run sat
+    at NE 1.0 without a word. They are left out of the scaling, said, and clipped; a
+    heavy-tailed column (Student's t, 3 degrees of freedom) is scaled as before, as is the
+    same scan of rows read as a stream."""
+    from trainers.data.stream import DenseStats
+
+    rng = np.random.default_rng(5)
+    score, heavy = rng.normal(0, 1, 20_000), rng.standard_t(3, 20_000)
+    sentinel = [100, 5000, 9000, 12000, 15000]
+    score[sentinel] = 1e15
+    rows = [f"{i % 2},{a:.6g},{b:.6g}" for i, (a, b) in enumerate(zip(score, heavy, strict=True))]
+    (tmp_path / "log.csv").write_text("clicked,score,heavy\n" + "\n".join(rows) + "\n")
+    (tmp_path / "s.yaml").write_text("label: clicked\ndense: [score, heavy]\ncategorical: []\n")
+    with caplog.at_level("WARNING"):
+        fitted, heavy_fit = fit_dense(load_tabular(tmp_path / "log.csv", tmp_path / "s.yaml"))
+    normal = np.delete(score, sentinel)
+    assert fitted["mean"] == pytest.approx(normal.mean(), abs=1e-3)
+    assert fitted["std"] == pytest.approx(normal.std(), rel=1e-3)
+    assert heavy_fit["std"] == pytest.approx(heavy.std(), rel=1e-3)  # untouched
+    said = [r.getMessage() for r in caplog.records if "far from all others" in r.getMessage()]
+    assert len(said) == 1 and "'score': 5 of 20,000 training values" in said[0], said
+    assert "(1e+15)" in said[0] and "leave those cells blank" in said[0]
+    streamed = DenseStats("score", seed=0)
+    for piece in np.array_split(score, 7):
+        streamed.update(piece)
+    assert streamed.transform()["std"] == pytest.approx(normal.std(), rel=0.02)
+    assert len(streamed.far) > 0
+
+
 def test_blank_dense_values_become_the_training_mean(log, caplog):
     lines = (log / "log.csv").read_text().splitlines()
     for i in (1, 2, 3000):  # blank years: two in training, one in validation

@@ -25,15 +25,17 @@ from search_space.preprocessing import (
     transform_dense,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
-from trainers.data.report import warn_constant_dense
+from trainers.data.report import warn_constant_dense, warn_far_dense
 
 COUNT_RATIO = 10.0
+FAR_RATIO = 10.0  # a standard deviation this many interquartile spreads: far values in it
+IQR_PER_SD = 1.349  # a normal's interquartile range, in standard deviations
 
 
 def fit_dense(train: TabularData) -> list[dict[str, Any]]:
     """A transform per dense column of `train` (JSON-ready: column, log1p, mean, std), from
     its present values (blanks, NaN here, are filled with the mean by the transform)."""
-    transforms, constant = [], []
+    transforms, constant, far = [], [], {}
     for k, column in enumerate(train.schema.dense):
         x = train.dense[:, k].astype(np.float64)
         x = x[~np.isnan(x)]
@@ -44,10 +46,32 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
             continue
         log1p = is_heavy_tailed(x.min(), x.max(), np.median(x))
         y = np.log1p(x) if log1p else x
-        transforms.append(dense_transform(column, log1p, float(y.mean()), float(y.std())))
+        mean, std, far[column] = scaled_without_far_values(y, float(y.mean()), float(y.std()))
+        transforms.append(dense_transform(column, log1p, mean, std))
     source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
     warn_constant_dense(source, constant)
+    warn_far_dense(source, far, f"{len(train.dense):,} training values")
     return transforms
+
+
+def scaled_without_far_values(
+    values: np.ndarray, mean: float, std: float
+) -> tuple[float, float, np.ndarray]:
+    """The mean and standard deviation to standardize a column by, and its values left out
+    of them. A few values far from all others (a sentinel such as 1e15 for "unknown", in a
+    column with negative numbers, which log1p does not take) made the standard deviation
+    so large that every other row's value became one point: the model saw a constant.
+    Where the standard deviation is over `FAR_RATIO` times the interquartile spread
+    (normal data: 1; heavy tails such as Student's t with 3 degrees of freedom: 1.5), the
+    values beyond `FAR_RATIO` spreads of the median are left out (the transform clips
+    them)."""
+    q1, median, q3 = np.percentile(values, [25, 50, 75])
+    spread = (q3 - q1) / IQR_PER_SD
+    if spread <= 0 or std <= FAR_RATIO * spread:
+        return mean, std, values[:0]
+    far = np.abs(values - median) > FAR_RATIO * spread
+    kept = values[~far]
+    return float(kept.mean()), float(kept.std()), values[far]
 
 
 def is_heavy_tailed(low: float, high: float, median: float) -> bool:

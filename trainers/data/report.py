@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,22 @@ def warn_constant_dense(source: str, names: Sequence[str]) -> None:
         logger.warning("%s: dense column(s) %s hold one value (or none) in every training "
                        "row: a feature that tells nothing; drop them from the schema", source,
                        list(names))  # fmt: skip
+
+
+def warn_far_dense(source: str, far: Mapping[str, np.ndarray], among: str) -> None:
+    """Dense columns of `source` with a few values far from all others, left out of the
+    column's scaling (`preprocess.scaled_without_far_values`): said with the values, which
+    are often a code for "unknown" that a blank cell would say better. `among`: the values
+    they were found among ("16,000 training values", "a sample of ...")."""
+    for column, values in far.items():
+        if len(values):
+            distinct = np.unique(values)
+            shown = ", ".join(f"{v:g}" for v in distinct[:3]) + (", ..." if len(distinct) > 3
+                                                                  else "")  # fmt: skip
+            logger.warning("%s: dense column %r: %d of %s lie far from all others (%s): left "
+                           "out of its scaling, clipped in training and serving; if they stand "
+                           "for a missing value, leave those cells blank", source, column,
+                           len(values), among, shown)  # fmt: skip
 
 
 @dataclass

@@ -59,10 +59,16 @@ from trainers.data.preprocess import (
     dense_transform,
     is_heavy_tailed,
     item_ids,
+    scaled_without_far_values,
     vocabulary_ids,
     vocabulary_positions,
 )
-from trainers.data.report import BadRowLimits, warn_blank_categorical, warn_constant_dense
+from trainers.data.report import (
+    BadRowLimits,
+    warn_blank_categorical,
+    warn_constant_dense,
+    warn_far_dense,
+)
 from trainers.data.stream_cache import (
     RowCache,
     RowCacheWriter,
@@ -279,6 +285,7 @@ class DenseStats:
         self.low, self.high = math.inf, -math.inf
         self.sample = np.zeros(0)
         self.priority = np.zeros(0)
+        self.far = np.zeros(0)  # values of the sample left out of the scaling: `transform`
 
     def update(self, values: np.ndarray) -> None:
         x = values.astype(np.float64)
@@ -308,7 +315,11 @@ class DenseStats:
             return dense_transform(self.column, False, 0.0, 1.0)
         log1p = is_heavy_tailed(self.low, self.high, float(np.median(self.sample)))
         mean, squares = self.moments["log" if log1p else "x"]
-        return dense_transform(self.column, log1p, mean, math.sqrt(squares / self.count))
+        sample = np.log1p(np.maximum(self.sample, 0)) if log1p else self.sample
+        mean, std, self.far = scaled_without_far_values(
+            sample, mean, math.sqrt(squares / self.count)
+        )
+        return dense_transform(self.column, log1p, mean, std)
 
 
 def _merge_moments(moments: tuple[float, float], count: int, y: np.ndarray) -> tuple[float, float]:
@@ -421,6 +432,8 @@ def fit_encoder(
     warn_constant_dense(source.name, [s.column for s in dense if s.low == s.high])
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
+    sampled = f"a sample of {min([DENSE_SAMPLE, *(s.count for s in dense)]):,} training values"
+    warn_far_dense(source.name, {s.column: s.far for s in dense}, sampled)
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks
 
 
