@@ -423,7 +423,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("trained on: " + ", ".join(f"{d}: {n} trial{'s' if n != 1 else ''}"
                                          for d, n in state["devices"].items()))  # fmt: skip
     if state["running"]:
+        gone = (" (its worker, a process of this machine, is gone: the next `ranknas search` "
+                "fails it and retries it)")  # fmt: skip
         print("running: " + ", ".join(f"trial {r['trial']} on {r['device'] or '?'}"
+                                      f"{gone if r['worker_gone'] else ''}"
                                       for r in state["running"]))  # fmt: skip
     if state["best"] is not None:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")

@@ -24,6 +24,7 @@ from nas.trial_record import (
     recorded,
 )
 from search_space.errors import RanknasError
+from trainers.processes import gone_from_here
 
 # mean_val_ne, mean_test_ne, seeds: the means over `reevaluate`'s fresh seeds, on
 # re-evaluated trials; diverged: how many of those seeds' runs ended at NE >= 1 (in the mean)
@@ -745,7 +746,11 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "verdict": verdict(study),
         "devices": _devices(trials),
         "running": [
-            {"trial": t.number, "device": t.user_attrs.get(TrialAttr.DEVICE)}
+            {
+                "trial": t.number,
+                "device": t.user_attrs.get(TrialAttr.DEVICE),
+                "worker_gone": gone_from_here(t.user_attrs.get(TrialAttr.PROCESS)),
+            }
             for t in trials
             if t.state == TrialState.RUNNING
         ],

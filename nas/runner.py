@@ -64,7 +64,6 @@ from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
 from nas.searchers.base import distributions
 from nas.storage import (
-    PROCESS_ATTR,
     beating,
     check_server,
     fail_stale_trials,
@@ -1021,7 +1020,7 @@ def run_trial(
     reason = _over_constraint(costs, config)
     over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
     # which process trains it: a resumed study fails it at once once that process is gone
-    process = {PROCESS_ATTR: identity} if (identity := process_identity()) else {}
+    process = {TrialAttr.PROCESS: identity} if (identity := process_identity()) else {}
     _set_attrs(trial, tags | costs.summary() | {TrialAttr.DIR: str(directory.resolve())} | over
                | process)  # fmt: skip
     if reason:

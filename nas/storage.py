@@ -27,7 +27,7 @@ from optuna.trial import Trial, TrialState
 from sqlalchemy import Connection, DateTime, Engine, bindparam, create_engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from nas.trial_record import DIED
+from nas.trial_record import DIED, TrialAttr
 from search_space.errors import RanknasError
 from search_space.files import looked_for
 from trainers.processes import gone_from_here
@@ -212,7 +212,7 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
     started_before = datetime.now() - timedelta(seconds=grace)
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     old = [t._trial_id for t in running if t.datetime_start and t.datetime_start < started_before]
-    gone = [t._trial_id for t in running if gone_from_here(t.user_attrs.get(PROCESS_ATTR))]
+    gone = [t._trial_id for t in running if gone_from_here(t.user_attrs.get(TrialAttr.PROCESS))]
     if old or gone:
         with storage.engine.connect() as connection:  # Optuna's schema: one row per beating trial
             rows = connection.execute(
@@ -232,9 +232,6 @@ def fail_stale_trials(study: optuna.Study, storage: RDBStorage) -> None:
                 {"then": datetime(2000, 1, 1), "ids": gone},
             )  # fmt: skip
     optuna.storages.fail_stale_trials(study)
-
-
-PROCESS_ATTR = "process"  # a trial's worker process: `process_identity()`
 
 
 _UPSERT_USER_ATTR = text(

@@ -55,6 +55,7 @@ class TrialAttr(StrEnum):
     PREDICTED_STEP_MS = "predicted_embedding_step_ms"
     OVER_CONSTRAINT = "over_constraint"  # skipped untrained: not counted in the budget
     REUSED_FROM = "reused_from"  # an architecture trained before: not counted in the budget
+    PROCESS = "process"  # the worker process training it (`trainers.processes.process_identity`)
 
 
 class StudyAttr(StrEnum):

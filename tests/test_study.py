@@ -149,7 +149,7 @@ def test_a_trial_killed_before_its_first_heartbeat_does_not_hang_the_resume(tmp_
     assert "the worker died" in leaderboard.format_table([row])
 
 
-def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(tmp_path):
+def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(tmp_path, capsys):
     """A worker killed after its last heartbeat (a launch's, stopped too slowly): the
     resumed run filled the budget with new trials while the dead one still looked alive,
     and its retry, queued after, was never run ("1 queued starting point not run"). A
@@ -167,6 +167,12 @@ def test_a_trial_of_a_process_gone_from_this_machine_is_retried_before_new_ones(
     this_boot_and_namespace = process_identity().rsplit(":", 1)[0]
     orphan.set_user_attr("process", f"{this_boot_and_namespace}:{dead.stdout.strip()}")
     open_storage(config.storage).record_heartbeat(orphan._trial_id)  # beaten just now
+    capsys.readouterr()
+    assert main(["status", "gone", "--storage", config.storage]) == 0  # said "running" alone
+    assert (
+        f"running: trial {orphan.number} on ? (its worker, a process of this machine, is "
+        "gone: the next `ranknas search` fails it and retries it)" in capsys.readouterr().out
+    )
     config = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": 3})})
     run_study(config, progress=lambda line: None)
     study = load_study("gone", config.storage)
