@@ -168,14 +168,14 @@ def _with_split_column(protocol: dict[str, Any]) -> dict[str, Any]:
     return protocol | {"data": protocol["data"] | {"split": split | {"column": time}}}
 
 
-def _protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
     """The settings that differ between two protocols, as `name: old -> new`."""
     changes = []
     for key in sorted(set(recorded) | set(now)):
         old, new = recorded.get(key, _UNSET), now.get(key, _UNSET)
         name = f"{prefix}{key}"
         if isinstance(old, dict) and isinstance(new, dict):
-            changes += _protocol_changes(old, new, f"{name}.")
+            changes += protocol_changes(old, new, f"{name}.")
         elif _named_lists(old, new) and old != new:  # (a schema's columns)
             changes += _named_changes(name, old, new)
         elif _lists_of_mappings(old, new) and old != new:  # the items that changed, by name
@@ -243,7 +243,7 @@ def _item_changes(name: str, old: list[dict], new: list[dict], most: int = 2) ->
     if len(items) > most:
         names = ", ".join(item.removeprefix(name) for item, _, _ in items[:6])
         return [f"{name}: {len(items)} of {len(old)} changed ({names}{', ...' * (len(items) > 6)})"]
-    return [change for item, a, b in items for change in _protocol_changes({item: a}, {item: b})]
+    return [change for item, a, b in items for change in protocol_changes({item: a}, {item: b})]
 
 
 def _item_name(old: Any, new: Any, index: int) -> str:
@@ -272,7 +272,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     # a study split before the tie rule: its rows say whether the split is the same
     recorded_split = recorded["data"].get("split") or {}
     ties = now["data"]["split"].pop("ties") if "ties" not in recorded_split else None
-    changes = _protocol_changes(recorded | {"training": training}, now)
+    changes = protocol_changes(recorded | {"training": training}, now)
     if changes:
         more = len(changes) - 4
         shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")

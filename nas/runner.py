@@ -55,6 +55,7 @@ from nas.protocol import (
     latency_predictor,
     plan_sharding,
     prepare_data,
+    protocol_changes,
     record_result,
     study_protocol,
     train_architecture,
@@ -226,9 +227,12 @@ def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
     objectives (its trials' values would mean something else)."""
     recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
     where = f"study {config.name!r} in {redact(config.storage)} was created with"
-    if recorded is not None and recorded != config.search_space.model_dump(mode="json"):
+    now = config.search_space.model_dump(mode="json")
+    if recorded is not None and recorded != now:
+        changed = "; ".join(protocol_changes(recorded, now, "search_space."))
         raise RanknasError(
-            f"{where} another search_space; give the study a new name to search a different space"
+            f"{where} another search_space ({changed}); put it back, or give the study a new "
+            "name to search a different space"
         )
     objectives = study.user_attrs.get(StudyAttr.OBJECTIVES)
     if objectives is not None and objectives != objective_names(config):

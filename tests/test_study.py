@@ -376,7 +376,10 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"search_space": {"num_blocks": 3}}, "another search_space"),
+        (
+            {"search_space": {"num_blocks": 3}},
+            "another search_space (search_space.num_blocks: 2 -> 3)",
+        ),
         ({"objectives": {"cost": "mflops"}}, "objectives ne, not ne, mflops"),
         ({"objectives": {"metric": "logloss"}}, "objectives ne, not logloss"),
         ({"data": {"rows": 5000}}, "data.rows: [3200, 400, 400] -> [4000, 500, 500]"),
@@ -1326,18 +1329,18 @@ def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, caps
 
 def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
     """The schema's columns were one list, cut short at 60 characters before the change."""
-    from nas.protocol import _protocol_changes
+    from nas.protocol import protocol_changes
 
     columns = [{"name": f"c{i}", "cardinality": 10} for i in range(8)]
     changed = [*columns[:7], {"name": "c7", "cardinality": 9}]
     old, new = ({"data": {"schema": {"categorical": c}}} for c in (columns, changed))
-    assert _protocol_changes(old, new) == ["data.schema.categorical[c7].cardinality: 10 -> 9"]
+    assert protocol_changes(old, new) == ["data.schema.categorical[c7].cardinality: 10 -> 9"]
 
 
 def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
     """Lists of other lengths were cut short, both at the same place: `[{"name": "user_id",
     "cardinality": 302}, {"name": "item_... -> [{"name": "user_id", ...` hid the change."""
-    from nas.protocol import _protocol_changes
+    from nas.protocol import protocol_changes
 
     def schema(dense, categorical):
         columns = [{"name": name, "cardinality": 300 + len(name)} for name in categorical]
@@ -1345,22 +1348,22 @@ def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
 
     users = ["user_id", "item_id", "category", "tags"]
     recorded = schema(["price", "age_days"], users)
-    assert _protocol_changes(recorded, schema(["price", "age_days"], users[:2] + users[3:])) == [
+    assert protocol_changes(recorded, schema(["price", "age_days"], users[:2] + users[3:])) == [
         "data.schema.categorical: left out category"
     ]
-    assert _protocol_changes(recorded, schema(["price", "age_days", "user_id"], users[1:])) == [
+    assert protocol_changes(recorded, schema(["price", "age_days", "user_id"], users[1:])) == [
         "data.schema.categorical: left out user_id",
         "data.schema.dense: added user_id",
     ]
-    assert _protocol_changes(recorded, schema(["age_days", "price"], users)) == [
+    assert protocol_changes(recorded, schema(["age_days", "price"], users)) == [
         "data.schema.dense: age_days, price in another order"
     ]
-    assert _protocol_changes(recorded, schema(["age_days", "price", "ctr"], users)) == [
+    assert protocol_changes(recorded, schema(["age_days", "price", "ctr"], users)) == [
         "data.schema.dense: added ctr",
         "data.schema.dense: age_days, price in another order",
     ]
     recorded["data"]["schema"]["categorical"][3] |= {"multi_valued": True}
-    assert _protocol_changes(recorded, schema(["price", "age_days"], [*users, "shop"])) == [
+    assert protocol_changes(recorded, schema(["price", "age_days"], [*users, "shop"])) == [
         "data.schema.categorical: added shop",
         "data.schema.categorical[tags].multi_valued: true -> (not set)",
     ]
