@@ -1027,8 +1027,6 @@ def _print_run(args: argparse.Namespace, summary: dict[str, Any], result: Any) -
 
 
 def cmd_data_schema(args: argparse.Namespace) -> int:
-    import yaml
-
     from trainers.data.tabular import infer_schema
 
     if Path(args.file).suffix.lower() in (".yaml", ".yml"):
@@ -1044,15 +1042,22 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
               "the line to split in file order)")  # fmt: skip
     print(f"# schema of {args.file}, inferred: check dense vs categorical, then save it and pass "
           "it with --schema / data.schema")  # fmt: skip
-    print(yaml.safe_dump(schema, sort_keys=False), end="")
+    print(_yaml_text(schema), end="")
     return 0
+
+
+def _yaml_text(value: Any) -> str:
+    """`value` as YAML for the terminal: column names in their own letters where it takes
+    UTF-8 (escaped, "cat\\xE9gorie", they were hard to edit), escaped where it does not."""
+    import yaml
+
+    utf8 = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=utf8)
 
 
 def _study_schema(path: str) -> int:
     """The schema of a study's training data as its trials see it (a synthetic set with
     `cardinalities` has no file): `--schema` for `ranknas latency` and `arch`."""
-    import yaml
-
     from nas.config import load_config
     from nas.protocol import prepare_data
 
@@ -1061,7 +1066,7 @@ def _study_schema(path: str) -> int:
           "(the model's inputs: ids already encoded): save it and pass it with --schema to "
           "`ranknas latency` or `ranknas arch`; it does not read the raw file (for that: "
           "`ranknas data schema FILE --label COLUMN`)")  # fmt: skip
-    print(yaml.safe_dump(schema.to_dict(), sort_keys=False), end="")
+    print(_yaml_text(schema.to_dict()), end="")
     return 0
 
 

@@ -26,7 +26,7 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
     `what` names the file's role in the "cannot read" message ("the study config")."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise error(f"{path}: cannot read {what} ({exc.strerror}){looked_for(path, exc)}") from None
     except UnicodeDecodeError as exc:

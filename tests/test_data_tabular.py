@@ -762,7 +762,7 @@ def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, cap
         "ts": [start + 97 * i for i in range(200)],
         "event_time": [(start + 86_400 + 13 * i) * 1000 for i in range(200)],
         "bytes": [start + 31 * i for i in range(200)],
-        "step": list(range(200)),
+        "step": [3 * i for i in range(200)],  # (0, 1, 2, ... would number the rows)
     }
     path = tmp_path / "log.csv"
     path.write_text(",".join(columns) + "\n" + "\n".join(
@@ -776,7 +776,7 @@ def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, cap
         caplog.text
     )
     assert infer_schema(path, "clicked", time="ts")["dense"] == ["event_time", "bytes", "step"]
-    small = [f"{i % 2},{i}" for i in range(200)]
+    small = [f"{i % 2},{2 * i}" for i in range(200)]
     (tmp_path / "small.csv").write_text("clicked,ts\n" + "\n".join(small))
     assert infer_schema(tmp_path / "small.csv", "clicked")["dense"] == ["ts"]
 
@@ -897,3 +897,55 @@ def test_a_validation_split_too_small_to_rank_models_is_said(tmp_path, caplog, c
     caplog.clear()
     prepare_data(parse_config(config | {"data": {"source": "synthetic", "rows": 40_000}}))
     assert "validation split" not in caplog.text
+
+
+def test_data_schema_says_what_a_new_user_s_odd_columns_are(tmp_path, capsys, caplog):
+    """A new user's files, each taken silently for something it was not: dates written
+    another way from a late row on became the time column (every later line then failed
+    to load), pandas' index (`to_csv`'s default) became a dense feature, a file without a
+    header (`--label 0` matched its first row) trained on its first row as names, ids of a
+    merchant became a quantity, a time column of one value "split in time order", and a
+    Parquet file named .csv was "not UTF-8 text"."""
+    from nas.cli import main
+
+    def schema(name: str, text: str, *args: str) -> int:
+        (tmp_path / name).write_text(text)
+        caplog.clear()
+        return main(["data", "schema", str(tmp_path / name), "--label", "clicked", *args])
+
+    iso, us = "2024-01-{:02d}", "01/{:02d}/2024"  # the second way from row 1,500 on
+    late = [f"{i % 2},{(iso if i < 1500 else us).format(1 + i // 300)},{i * 0.37:.2f}"
+            for i in range(2000)]  # fmt: skip
+    assert schema("late.csv", "clicked,day,price\n" + "\n".join(late)) == 0
+    assert "time" not in yaml.safe_load(capsys.readouterr().out)
+    assert any("day holds dates written in more than one way" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    assert schema("late.csv", "clicked,day,price\n" + "\n".join(late), "--time", "day") == 2
+    assert "holds dates written in more than one way" in capsys.readouterr().err
+
+    rng = np.random.default_rng(0)
+    rows = [f"{i},{i % 2},{rng.normal():.3f},{rng.integers(0, 3000)}" for i in range(2000)]
+    assert schema("indexed.csv", ",clicked,score,merchant\n" + "\n".join(rows)) == 0
+    inferred = yaml.safe_load(capsys.readouterr().out)
+    assert inferred["dense"] == ["score", "merchant"]
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "left out Unnamed: 0: it numbers the rows" in said
+    assert "taken as dense, whole numbers with many values: merchant" in said
+
+    bare = "\n".join(f"{1700000000 + i},{i % 7 + 3},{rng.normal():.2f},{i % 2}" for i in range(300))
+    (tmp_path / "bare.csv").write_text(bare)
+    assert main(["data", "schema", str(tmp_path / "bare.csv"), "--label", "0"]) == 2
+    assert "its first line holds numbers where names belong" in capsys.readouterr().err
+
+    same = "\n".join(f"{i % 2},1700000000,{rng.normal():.2f}" for i in range(300))
+    assert schema("same.csv", "clicked,ts,score\n" + same, "--time", "ts") == 2
+    assert "the time column 'ts' holds one value on every row" in capsys.readouterr().err
+
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"clicked": [0, 1] * 50, "score": np.arange(100.0)}).to_parquet(
+        tmp_path / "p.parquet")  # fmt: skip
+    (tmp_path / "p.csv").write_bytes((tmp_path / "p.parquet").read_bytes())
+    assert main(["data", "schema", str(tmp_path / "p.csv"), "--label", "clicked"]) == 2
+    assert "a Parquet file under a text file's name; rename it to p.parquet" in (
+        capsys.readouterr().err
+    )

@@ -403,10 +403,40 @@ def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
     if pd.api.types.is_numeric_dtype(series):
         return False
     texts = series.dropna().astype(str).str.strip()
-    texts = texts[texts.ne("")].head(sample)
+    texts = _spread_sample(texts[texts.ne("")], sample)
     if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
         return False
     return texts.str.contains(r"\d").all() and not _dates(texts).isna().any()  # "jan": no date
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _counts_the_rows(values: np.ndarray, name: str) -> bool:
+    """Whether a column of whole numbers numbers the rows: one more on each row than the
+    one before, or with a header pandas makes up for an empty one (`Unnamed: 0`: the index
+    `DataFrame.to_csv` writes by default) and a different value on every row."""
+    if len(values) < 2:
+        return False
+    steps = np.diff(values)
+    return bool(np.all(steps == 1)) or (
+        UNNAMED.fullmatch(name) is not None and len(np.unique(values)) == len(values)
+    )
+
+
+def _spread_sample(texts: Any, size: int) -> Any:
+    """At most `size` of `texts`: the first half from the top, the rest evenly spaced to the
+    end (read from the top alone, dates written another way from row 15,000 on made a
+    time column that every later row failed to load in)."""
+    if len(texts) <= size:
+        return texts
+    rest = np.linspace(size // 2, len(texts) - 1, size - size // 2).astype(int)
+    return texts.iloc[np.concatenate([np.arange(size // 2), rest])]
 
 
 def _dates_in_several_formats(series: Any, sample: int = 200) -> list[str]:
@@ -417,7 +447,7 @@ def _dates_in_several_formats(series: Any, sample: int = 200) -> list[str]:
     if pd.api.types.is_numeric_dtype(series) or pd.api.types.is_datetime64_any_dtype(series):
         return []
     texts = series.dropna().astype(str).str.strip()
-    texts = texts[texts.ne("")].drop_duplicates().head(sample)
+    texts = _spread_sample(texts[texts.ne("")].drop_duplicates(), sample)
     with warnings.catch_warnings():  # pandas warns when it guesses the format per value
         warnings.simplefilter("ignore")
         parsed = pd.to_datetime(texts, format="mixed", errors="coerce", utc=True)
@@ -552,11 +582,22 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
     return header
 
 
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 def _no_rows(path: Path) -> str:
     return "it holds no rows" + ("" if path.suffix in PARQUET_SUFFIXES else " below its header")
 
 
 def _unreadable(path: Path, exc: Exception) -> RanknasError:
+    if isinstance(exc, UnicodeDecodeError) and _starts_with(path, b"PAR1"):
+        return RanknasError(f"{path}: a Parquet file under a text file's name; rename it to "
+                            f"{path.with_suffix('.parquet').name}")  # fmt: skip
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
         fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
         return RanknasError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8 (pandas: {fix})")
@@ -769,7 +810,8 @@ def write_tabular(data: TabularData, path: str | Path) -> Path:
 def write_schema(schema: DatasetSchema, path: str | Path) -> Path:
     """Write a schema YAML that `read_tabular_schema` reads back (ids taken as they are)."""
     path = Path(path)
-    path.write_text(yaml.safe_dump(schema.to_dict(), sort_keys=False))
+    path.write_text(yaml.safe_dump(schema.to_dict(), sort_keys=False, allow_unicode=True),
+                    encoding="utf-8")  # fmt: skip
     return path
 
 
@@ -786,6 +828,7 @@ ID_NAME = re.compile(
     r"app|site|device|city)s?$"
 )
 ROW_KEY_SHARE = 0.95  # of the rows with a distinct id: the column names rows, not features
+UNNAMED = re.compile(r"Unnamed: \d+")  # pandas' header for a column whose header cell is empty
 # A column named as a time ("ts", "timestamp", "event_time", "clickTime", "date"): epoch
 # numbers in it are when the row happened, not a feature (a time split orders by them).
 TIME_NAME = re.compile(
@@ -833,6 +876,15 @@ def _check_time_values(path: Path, column: Any) -> None:
     if blank.all():
         raise RanknasError(f"{path}: the time column {column.name!r} is blank in every row; "
                            "pass another --time, or none")  # fmt: skip
+    if column[~blank].astype(str).str.strip().nunique() == 1:
+        raise RanknasError(f"{path}: the time column {column.name!r} holds one value on every "
+                           f"row ({str(column[~blank].iloc[0]).strip()!r}): no order to split "
+                           "the rows by; pass another --time, or none")  # fmt: skip
+    if shown := _dates_in_several_formats(column):
+        raise RanknasError(f"{path}: the time column {column.name!r} holds dates written in "
+                           f"more than one way ({', '.join(shown)}): rows would be read in the "
+                           "wrong order or not at all; write them one way (such as "
+                           "2024-01-31)")  # fmt: skip
     wrong = ~blank & np.isnan(_time_values(column))
     if not BadRowLimits(max_bad_rows=None).tolerates(int(wrong.sum()), int((~blank).sum())):
         found = ", ".join(repr(v) for v in column[wrong].astype(str).str.strip().unique()[:3])
@@ -883,6 +935,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         if wrong.any():
             logger.warning("%s: inferred without %d malformed lines: %s", path, int(wrong.sum()),
                            report.describe())  # fmt: skip
+    numbers = [str(c) for c in frame.columns if _is_number(str(c))]
+    if report.unit == "line" and len(numbers) >= len(frame.columns) / 2:  # no header of names
+        raise RanknasError(f"{path}: its first line holds numbers where names belong "
+                           f"({', '.join(numbers[:4])}, ...): it reads as a row of data, not a "
+                           "header; add a first line that names the columns (the label and the "
+                           "features)")  # fmt: skip
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
@@ -899,7 +957,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         _check_time_values(path, frame[time])
     if time is None:
         _say_dates_in_several_formats(path, frame, label)
-    dense, categorical, row_keys, constant, counts = [], [], [], [], []
+    dense, categorical, row_keys, constant, counts, row_numbers, many = [], [], [], [], [], [], []
     for column in frame.columns:
         if column in (label, time):
             continue
@@ -939,11 +997,16 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             continue
         numeric = not words.any()
         whole = numeric and bool(np.all(values[~blank] == np.floor(values[~blank])))
+        if whole and not blank.any() and _counts_the_rows(values, str(column)):
+            row_numbers.append(str(column))
+            continue
         ids = not numeric or (whole and named_ids)
         if ids and distinct >= ROW_KEY_SHARE * (~blank).sum() > DENSE_MIN_DISTINCT:
             row_keys.append(str(column))
         elif not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):  # numbers, not ids
             dense.append(str(column))
+            if whole:
+                many.append(f"{column} ({distinct:,} values)")
         else:
             categorical.append(  # ids from a training-split vocabulary, whatever the values
                 {"name": str(column), "cardinality": int(distinct) + 2, "min_count": 1}
@@ -954,12 +1017,21 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         logger.warning("%s: left out %s: a different value on (nearly) every row names the row, "
                        "not a feature that new rows share; add it under categorical if it "
                        "does repeat", path, ", ".join(row_keys))  # fmt: skip
+    if row_numbers:
+        logger.warning("%s: left out %s: it numbers the rows (0, 1, 2, ...: an index a data frame "
+                       "wrote with them), which tells the model the row's place in the file, "
+                       "not a feature; add it under dense if it is one", path,
+                       ", ".join(row_numbers))  # fmt: skip
     if constant:
         logger.warning("%s: left out %s: the same value on every row tells no row from another",
                        path, ", ".join(constant))  # fmt: skip
     if counts:
         logger.warning("%s: taken as categorical, whole numbers with few values: %s; move a "
                        "count or a measure under dense", path, ", ".join(counts))  # fmt: skip
+    if many:
+        logger.warning("%s: taken as dense, whole numbers with many values: %s; move ids (of a "
+                       "merchant, a page: numbers whose order means nothing) under "
+                       "categorical", path, ", ".join(many))  # fmt: skip
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
