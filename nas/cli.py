@@ -444,6 +444,12 @@ def _tool_commands(command, commands) -> None:
                        help="how rows become train/validation/test (80/10/10): auto is random "
                        "for synthetic data, time if the schema names a time column, else the "
                        "file's order")  # fmt: skip
+    train.add_argument("--max-bad-rows", type=arguments.number(int, minimum=0), default=1000,
+                       metavar="N", help="a file's malformed rows the load skips before it "
+                       "stops (as data.max_bad_rows)")  # fmt: skip
+    train.add_argument("--max-bad-fraction", type=arguments.number(float, minimum=0, maximum=1),
+                       default=0.01, metavar="F", help="the share of malformed rows it skips "
+                       "(as data.max_bad_fraction)")  # fmt: skip
     train.add_argument("--stream", action="store_true",
                        help="data bigger than memory: read --data (a Parquet directory or file, "
                        "or criteo:PATH) in chunks; split in file order")  # fmt: skip

@@ -943,6 +943,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     if column:
         options["time_column"] = column
+    if args.data != "synthetic":
+        options |= {"max_bad_rows": args.max_bad_rows, "max_bad_fraction": args.max_bad_fraction}
     data = load_dataset(args.data, args.schema, **options)
     method = split_method(method, data, args.data)
     parts = data.split(seed=args.data_seed, method=method)
@@ -993,7 +995,9 @@ def _train_streamed(args: argparse.Namespace) -> int:
     if args.split not in ("auto", "ordered"):
         raise RanknasError(f"--split {args.split}: --stream splits in file order (auto or ordered)")
     options = StreamOptions(min_count=args.min_count, hash_size=args.hash_size,
-                            cache=not args.no_cache, cache_dir=args.cache_dir)  # fmt: skip
+                            cache=not args.no_cache, cache_dir=args.cache_dir,
+                            max_bad_rows=args.max_bad_rows,
+                            max_bad_fraction=args.max_bad_fraction)  # fmt: skip
     dense = wants_preprocessing(args.preprocessing, args.data)
     data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense)
     print(f"split {data.description}", file=sys.stderr)

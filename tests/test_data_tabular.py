@@ -87,7 +87,8 @@ def test_bad_values_are_reported_with_line_numbers(tmp_path, files):
     assert report.examples == {
         "label not 0/1, true/false or yes/no (clicked)": [8],
         "dense value not a finite number (price)": [7, 10],
-        "id not an integer in [0, 4) (slot)": [9],
+        "id not an integer in [0, 4) (slot: a larger cardinality, or min_count: 1 to read its "
+        "values through a vocabulary, reads them)": [9],
     }
     with pytest.raises(RanknasError, match=r"bad\.csv: 4 malformed lines of 9 lines"):
         load_tabular(path, files[1])

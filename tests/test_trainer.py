@@ -158,6 +158,10 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     curves = {"train_loss": [(0, 0.5), (1, 0.5)], "val_ne": [(0, 1.01), (1, 1.02), (2, 1.01)]}
     stopped = TrainResult("failed", curves=curves, steps=1, examples=512, stopped_early=True)
     assert "early stopping ended it after 1 step (512 examples)" in _why_no_better(stopped)
+    # 0.1% positives: one in the 2,000 validation rows (the advice was a higher lr)
+    rare = TrainResult("failed", curves=curves, validation={"base_rate": 0.0005,
+                                                            "examples": 2000.0})  # fmt: skip
+    assert "its 2,000 validation rows hold 1 positive label: too few" in _why_no_better(rare)
     constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
                            validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
     assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)

@@ -411,6 +411,7 @@ def _check_diverged(result: TrainResult) -> None:
 # a training loss this much above its start is risen, not noise: a few batches of a log
 # with 4% positives move it by a few percent
 LOSS_NOISE = 0.05
+FEW_LABELS = 10  # validation rows of the rarer label under this: NE there measures noise
 
 
 def _why_no_better(result: TrainResult) -> str:
@@ -420,6 +421,14 @@ def _why_no_better(result: TrainResult) -> str:
     still learning (a validation NE falling to its last evaluation beside a few noisy loss
     points that rose: "a lower learning rate" was the wrong advice). An AUC of exactly 0.5
     is a constant score."""
+    rate, rows = result.validation.get("base_rate"), result.validation.get("examples")
+    if rate is not None and rows:
+        fewer = round(min(rate, 1 - rate) * rows)
+        if fewer < FEW_LABELS:  # one row's loss decides its NE: nothing a recipe changes
+            label = "positive" if rate <= 0.5 else "negative"
+            return (f"its {rows:,.0f} validation rows hold {fewer} {label} label"
+                    f"{'s' * (fewer != 1)}: too few for its NE to measure the model; give more "
+                    "rows")  # fmt: skip
     if result.validation.get("auc") == 0.5:  # one score for every row: no ranking at all
         return ("its validation AUC is 0.5: its score does not vary with the input; check "
                 "that the architecture reads the features (no recipe fixes that)")  # fmt: skip

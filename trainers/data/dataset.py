@@ -184,11 +184,14 @@ class TabularData:
             order = np.argsort(self.time, kind="stable")
             if ties_together:
                 bounds = _at_time_changes(self.time[order], bounds)
-        else:
+        elif method == "time":
             raise RanknasError(
-                f"split method {method!r}: use random, ordered, or time (with a time column "
-                "named in the schema)"
+                f"split method 'time': {self.schema.name!r} has no time column; name one in "
+                "the schema (time: COLUMN), or split by a column of the file: time:COLUMN "
+                "(`ranknas train --split time:COLUMN`, data.split.column in a study)"
             )
+        else:
+            raise RanknasError(f"split method {method!r}: use random, ordered, or time")
         parts = np.split(order, bounds)
         return tuple(np.sort(p) for p in parts)  # type: ignore[return-value]
 

@@ -143,5 +143,6 @@ class BadRowLimits:
             f"{report.source}: {report.bad} malformed {report.unit}s {where} "
             f"({report.describe()}); the load stopped. Fix the file, or raise the limits "
             f"(a study config's data.max_bad_rows, now {self.max_bad_rows}, and "
-            f"data.max_bad_fraction, now {self.max_bad_fraction})."
+            f"data.max_bad_fraction, now {self.max_bad_fraction}; `ranknas train "
+            "--max-bad-rows N --max-bad-fraction F`)."
         )

@@ -742,7 +742,9 @@ def _convert(
                 "read its values through a vocabulary (as `ranknas data schema` writes), or "
                 "hash_size"
             )
-        report.add(f"id not an integer in [0, {cardinality}) ({name})", numbers[wrong])
+        report.add(f"id not an integer in [0, {cardinality}) ({name}: a larger cardinality, or "
+                   "min_count: 1 to read its values through a vocabulary, reads them)",
+                   numbers[wrong])  # fmt: skip
         id_columns.append(np.where(wrong, 0, values).astype(np.int64))
         bad |= wrong
     return label.astype(np.float32), dense, id_columns, bad
