@@ -668,6 +668,13 @@ def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, fil
     data = load_tabular(path, files[1], max_bad_fraction=None)
     assert len(data) == 5 and data.bad_rows.bad == 2
     assert data.bad_rows.examples["wrong number of fields (the header has 6)"] == [7, 8]
+    # a short line is that reason's alone (it was also "label not 0/1"): no blank "filled"
+    short = tmp_path / "short.csv"
+    short.write_text(CSV.replace("0,2.5,,de,0,x", "0,2.5,40,de,0,x") + "1,2.5\n")  # line 7
+    caplog.clear()
+    data = load_tabular(short, files[1], max_bad_fraction=None)
+    assert data.bad_rows.reasons == {"wrong number of fields (the header has 6)": 1}
+    assert "filled with the training mean" not in caplog.text
     caplog.clear()
     assert infer_schema(path, "clicked")["dense"] == ["price"]
     assert "inferred without 2 malformed lines" in caplog.text and "7, 8" in caplog.text

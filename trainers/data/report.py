@@ -62,10 +62,19 @@ class BadRowReport:
     bad: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[int]] = field(default_factory=dict)
+    # lines with the wrong number of fields: their values sit in the wrong columns, so no
+    # other reason is theirs (a short line was also "label not 0/1" and had a blank filled)
+    misshapen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+
+    def kept(self, numbers: np.ndarray) -> np.ndarray:
+        """Which of `numbers` (line/row numbers) are not `misshapen`."""
+        return ~np.isin(numbers, self.misshapen)
 
     def add(self, reason: str, numbers: np.ndarray | list[int]) -> None:
         """Record rows (by line/row number) that are bad for `reason`; does not touch `bad`."""
         numbers = np.asarray(numbers, dtype=np.int64)
+        if self.misshapen.size:
+            numbers = numbers[self.kept(numbers)]
         if numbers.size == 0:
             return
         self.reasons[reason] = self.reasons.get(reason, 0) + int(numbers.size)

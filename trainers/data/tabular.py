@@ -220,9 +220,10 @@ def load_tabular(
     check_encoding(min_count, hash_size, str(path))
     limits = BadRowLimits(max_bad_rows, max_bad_fraction)
     frame, report = _read_frame(path, spec)
+    misshapen = _wrong_field_count(path, report, len(frame)) if report.unit == "line" else None
     labels, dense, id_columns, bad = _convert(frame, spec, report)
-    if report.unit == "line":
-        bad |= _wrong_field_count(path, report, len(frame))
+    if misshapen is not None:
+        bad |= misshapen
     raw_columns = [
         _raw_column(frame[c.name], c, report, bad) if c.from_values else None
         for c in spec.categorical
@@ -669,6 +670,7 @@ def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarra
     if len(wrong) != rows:  # records pandas reads otherwise: no line to blame reliably
         return np.zeros(rows, dtype=bool)
     report.add(f"wrong number of fields (the header has {expected})", np.asarray(lines)[wrong])
+    report.misshapen = np.flatnonzero(wrong) + 2  # as `_convert` numbers them: line 1 the header
     return wrong
 
 
@@ -717,10 +719,11 @@ def _convert(
             raise RanknasError(f"{report.source}: dense column {name!r} is blank in every row: "
                                "there is no value to learn from or to fill it with; drop it "
                                "from the schema's dense columns")  # fmt: skip
-        if warn_blanks and missing.any():
+        blanks = missing & report.kept(numbers)
+        if warn_blanks and blanks.any():
             logger.warning("%s: %d blank value(s) in dense column %r (first at %s %d): filled "
-                           "with the training mean", report.source, int(missing.sum()), name,
-                           report.unit, int(numbers[missing][0]))  # fmt: skip
+                           "with the training mean", report.source, int(blanks.sum()), name,
+                           report.unit, int(numbers[blanks][0]))  # fmt: skip
         # Blanks stay NaN until the preprocessing fitted on the training split fills them.
         dense[:, k] = np.where(missing, np.nan, np.where(wrong | huge, 0.0, values))
         bad |= wrong | huge
