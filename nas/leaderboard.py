@@ -906,7 +906,10 @@ def align(header: list[str], lines: list[list[str]]) -> str:
 def format_reevaluation(table: list[dict[str, Any]]) -> str:
     """The rows of `nas.reevaluate.reevaluate_study`."""
     header = ["trial", "recorded val NE", "mean val NE", "sd", "mean test NE", "MFLOPs", "seeds"]
-    lines = [[str(r["trial"]), _num(r["recorded_val_ne"]), _num(r["mean_val_ne"]),
+    # no run with an NE (every seed failed): "-", as the leaderboard; inf only where one
+    # diverged (the README's meaning), though the row ranks last either way
+    lines = [[str(r["trial"]), _num(r["recorded_val_ne"]),
+              _num(r["mean_val_ne"] if r["seeds"] else None),
               _num(r["sd_val_ne"] if r["seeds"] > 1 else None), _num(r["mean_test_ne"]),
               mflops_text(r["mflops"]), seeds_cell(r)] for r in table]  # fmt: skip
     if any(r.get("step_ms") is not None for r in table):

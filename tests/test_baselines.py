@@ -4,6 +4,7 @@ on the leaderboard (text, CSV, JSON), in the verdict, and added to a finished st
 import csv
 import io
 import json
+import math
 import statistics
 
 import pytest
@@ -708,6 +709,11 @@ def test_one_seed_reads_as_one():
     row = {"trial": 2, "recorded_val_ne": 0.98, "mean_val_ne": 0.99, "sd_val_ne": 0.0,
            "mean_test_ne": 0.99, "mflops": 0.08, "seeds": 1}  # fmt: skip
     assert format_reevaluation([row]).splitlines()[1].split()[3] == "-"  # no spread of one
+    # every seed failed with an error: no mean ("inf" read as diverged); a diverged seed: inf
+    failed = row | {"mean_val_ne": math.inf, "sd_val_ne": None, "mean_test_ne": None, "seeds": 0}
+    assert format_reevaluation([failed]).splitlines()[1].split()[2] == "-"
+    diverged = row | {"mean_val_ne": math.inf, "diverged": 1}
+    assert format_reevaluation([diverged]).splitlines()[1].split()[2] == "inf"
 
 
 def test_a_complete_run_just_under_the_base_rate_does_not_read_as_it():
