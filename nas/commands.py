@@ -163,7 +163,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
         recorded = load_study(config.name, config.storage).user_attrs
     except RanknasError:  # not created yet
         recorded = None
-    claim_output_dir(config, recorded, claim=False)
+    claim_output_dir(config, recorded)
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
     interrupted = [c for c in failed if c in INTERRUPTED_EXITS]
@@ -557,8 +557,8 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.baselines import distinct_baselines, recorded, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
-    from nas.storage import load_study
-    from nas.trial_record import StudyAttr, claim_output_dir
+    from nas.storage import load_study, study_lock
+    from nas.trial_record import claim_output_dir, own_output_dir
     from search_space.preset_names import unknown_architecture
     from search_space.presets import check_before_the_data
 
@@ -578,9 +578,8 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     # study's MLflow run is touched
     found = recorded(study)
     baselines = _not_held(found, distinct_baselines(study, args.baselines, data.train.schema))
-    token = claim_output_dir(config, study.user_attrs)
-    if study.user_attrs.get(StudyAttr.OUTPUT_TOKEN) != token:
-        study.set_user_attr(StudyAttr.OUTPUT_TOKEN, token)
+    with study_lock(config.storage, config.name):
+        own_output_dir(config, study, claim_output_dir(config, study.user_attrs))
     logger = _logger(config)
     if logger is not None:
         start_study_run(logger, config, study)
@@ -669,7 +668,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise RanknasError(_weights_elsewhere(trial, trial_dir / WEIGHTS_FILE))
     from nas.export import EXPERIMENT, check_out_dir, export_model  # torch from here on
     from nas.storage import redact
-    from search_space.architecture import digest
     from search_space.schema import DatasetSchema
 
     weights = _trial_weights(trial.number, trial_dir)
@@ -679,14 +677,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     best = leaderboard.study_best(study)
     is_best = best is not None and best["trial"] == trial.number
     alias = args.alias or ("champion" if is_best else None)
-    arch = read_architecture(trial_dir)
-    recorded = trial.user_attrs.get(TrialAttr.DIGEST)
-    if recorded and digest(arch) != recorded:  # its folder written over by another study
-        raise RanknasError(
-            f"trial {trial.number}'s folder {trial_dir} holds another architecture (digest "
-            f"{digest(arch)}; the study recorded {recorded}): another study wrote there; "
-            "nothing exported. Retrain it under an output_dir of its own"
-        )
+    arch = read_architecture(trial_dir, trial.user_attrs.get(TrialAttr.DIGEST),
+                             f"trial {trial.number}")  # fmt: skip
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}

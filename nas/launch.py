@@ -37,6 +37,7 @@ from trainers.config import cpu_label
 
 POLL_SECONDS = 1.0
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # torch asks NVML, not CUDA, if CUDA is there
+MAX_SHOWN = 5  # trial numbers named in a line of repeats
 STOP_SECONDS = 60  # a stopped worker's time to record its trial as interrupted
 
 
@@ -332,11 +333,13 @@ def _lines(trials: list) -> list[str]:
         if trial is not None and trial_state(trial) == "repeat":
             repeats.append(trial)
             continue
-        if len(repeats) > 1:
-            first, last = repeats[0].number, repeats[-1].number
-            lines.append(f"trials {first}-{last}: {len(repeats)} repeats of earlier "
+        if len(repeats) == 1:
+            lines.append(_line(repeats[0]))
+        elif repeats:
+            numbers = [str(t.number) for t in repeats]
+            more = f" and {len(numbers) - MAX_SHOWN} more" if len(numbers) > MAX_SHOWN else ""
+            lines.append(f"trials {', '.join(numbers[:MAX_SHOWN])}{more}: repeats of earlier "
                          "architectures (not trained again, not counted)")  # fmt: skip
-        lines += [_line(t) for t in repeats[:1] if len(repeats) == 1]
         repeats = []
         if trial is not None:
             lines.append(_line(trial))

@@ -286,6 +286,24 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
             f"({shown}){why}: runs under both would not compare; put them back, or give the "
             "study a new name"
         )
+    _check_dense_scaling(study, config, data)
+
+
+def _check_dense_scaling(study: optuna.Study, config: StudyConfig, data: StudyData) -> None:
+    """Refuses a study whose dense columns its recorded runs saw scaled otherwise (a fit of
+    the same rows differs only where ranknas changed how it fits: since 2026-12-07 a few
+    values far from all others are left out of a column's scaling): its exports would pair
+    those runs' weights with the new transforms."""
+    recorded = (study.user_attrs.get(StudyAttr.PREPROCESSING) or {}).get("dense") or []
+    now = data.preprocessing.get("dense") or []
+    changed = [old["column"] for old, new in zip(recorded, now, strict=False) if old != new]
+    if changed:
+        raise RanknasError(
+            f"study {config.name!r} in {redact(config.storage)} was run with its dense columns "
+            f"scaled otherwise ({', '.join(changed)}: this version leaves a few values far from "
+            "all others out of a column's scaling, and the runs recorded did not): runs under "
+            "both would not compare; give the study a new name"
+        )
 
 
 # What a study recorded before a setting existed trained with (its protocol lacks the key).

@@ -131,7 +131,7 @@ def retrain(
                 data = prepare_data(config)
                 check_protocol(study, config, data)
             if missing:
-                arch = read_architecture(directory)
+                arch = read_architecture(directory, _recorded_digest(study, key), _label(key))
             for seed in missing:
                 label = f"{_label(key)} seed {seed}"
                 result, _ = train_architecture(arch, data, config, int(seed), label=label,
@@ -194,6 +194,13 @@ def _best_baselines(study: optuna.Study, top: int | None) -> list[dict[str, Any]
     bases = sorted((b for b in baseline_rows(study) if b["state"] == "complete"),
                    key=lambda b: b["val_ne"])[:top]  # fmt: skip
     return [b | {"dir": found[b["baseline"]]["dir"]} for b in bases]
+
+
+def _recorded_digest(study: optuna.Study, key: str) -> str | None:
+    """The digest the study recorded for `key` (`<trial>` or `baseline:<key>`)."""
+    if key.startswith("baseline:"):
+        return recorded(study).get(key.removeprefix("baseline:"), {}).get("digest")
+    return study.trials[int(key)].user_attrs.get(TrialAttr.DIGEST)
 
 
 def _label(key: str) -> str:

@@ -97,6 +97,7 @@ from nas.trial_record import (
     counted_trials,
     failure_reason,
     mlflow_record,
+    own_output_dir,
     read_architecture,
     read_metrics,
     read_step,
@@ -450,8 +451,7 @@ def _run_study(
         storage = open_storage(config.storage, config.heartbeat_seconds)
         token = claim_output_dir(config, recorded_attrs(storage, config.name))
         study = _create_study(config, storage)
-        if study.user_attrs.get(StudyAttr.OUTPUT_TOKEN) != token:
-            study.set_user_attr(StudyAttr.OUTPUT_TOKEN, token)
+        own_output_dir(config, study, token)
         _check_search_space(study, config)
         check_protocol(study, config, data)
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())

@@ -196,10 +196,22 @@ def write_metrics(directory: Path, metrics: dict[str, Any]) -> None:
     (directory / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
 
 
-def read_architecture(directory: str | Path) -> Architecture:
-    from search_space.architecture import Architecture
+def read_architecture(
+    directory: str | Path, recorded: str | None = None, what: str = "the run"
+) -> Architecture:
+    """The architecture in a run's `directory`; refused where it is not the one the study
+    recorded for it (its digest `recorded`): a study of the same name elsewhere wrote over
+    the folder (before output folders were claimed by token)."""
+    from search_space.architecture import Architecture, digest
 
-    return Architecture.load(Path(directory) / ARCHITECTURE_FILE)
+    arch = Architecture.load(Path(directory) / ARCHITECTURE_FILE)
+    if recorded and digest(arch) != recorded:
+        raise RanknasError(
+            f"{what}'s folder {directory} holds another architecture (digest {digest(arch)}; "
+            f"the study recorded {recorded}): another study wrote there. Retrain it under an "
+            "output_dir of its own"
+        )
+    return arch
 
 
 def read_step(directory: str | Path) -> dict[str, Any] | None:
@@ -307,28 +319,19 @@ def mlflow_record(
     }
 
 
-def claim_output_dir(
-    config: StudyConfig, recorded: dict[str, Any] | None, claim: bool = True
-) -> str:
-    """Mark `output_dir` as this study's: another study's trials there would be overwritten
-    (trial numbers start at 0 in every study), so a second study naming it is refused. A
-    study is told by its name and by a token it records (`StudyAttr.OUTPUT_TOKEN`): a
-    study of the same name in another storage wrote into the first one's trial folders,
-    and `export` of the first wrote out the second's model. `recorded`: the study's
-    attributes in its storage (None: not created yet). The token the study must record
-    comes back (the caller sets it on a study that lacks it). `claim=False` only refuses
-    (a launch, before its workers write anything there)."""
+def claim_output_dir(config: StudyConfig, recorded: dict[str, Any] | None) -> str:
+    """Refuse `output_dir` where it holds another study's runs: trial numbers start at 0 in
+    every study, so they would be overwritten. A study is told by its name and by a token
+    it records (`StudyAttr.OUTPUT_TOKEN`, also in the folder's `OWNER_FILE`): a study of the
+    same name in another storage wrote into the first one's trial folders, and `export` of
+    the first wrote out the second's model. `recorded`: the study's attributes in its
+    storage (None: not created yet). Returns the token the study is to record
+    (`own_output_dir` records it); run under the study lock."""
     from nas.storage import redact
 
     mine = (recorded or {}).get(StudyAttr.OUTPUT_TOKEN)
-    owner_file = config.study_dir / OWNER_FILE
-    try:
-        owner = json.loads(owner_file.read_text())
-        name, token = owner["study"], owner.get("token")
-    except FileNotFoundError:
-        owner, name, token = {}, config.name, None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        owner, name, token = {}, None, None
+    owner = _owner(config.study_dir / OWNER_FILE)
+    name = config.name if owner is None else owner.get("study")
     if name != config.name:
         held = f"study {name!r}'s trials" if name else f"an unreadable {OWNER_FILE}"
         raise RanknasError(
@@ -336,23 +339,48 @@ def claim_output_dir(
             "overwrite them: give it its own output_dir (or leave output_dir out: "
             f"ranknas-data/studies/{config.name})"
         )
+    token, theirs, here = (owner or {}).get("token"), (owner or {}).get("storage"), redact(
+        config.storage)  # fmt: skip
+    # a folder without a token (written before them) is an existing study's, not a new one's
+    ours = mine == token if token else recorded is not None
     written = any((config.study_dir / part).is_dir() and any((config.study_dir / part).iterdir())
                   for part in ("trials", "baselines"))  # fmt: skip
-    # another study of this name: its token is not this one's and it wrote runs there (a
-    # start that stopped before creating its study wrote none: its folder is free); a
-    # folder without a token (written before them) is an existing study's, not a new one's
-    ours = mine == token if token else recorded is not None
-    if not ours and written:
-        where = owner.get("storage", "another storage")
+    # not ours: refused where it holds runs, or is claimed from another storage (a study
+    # there may be starting: none written yet); a start that stopped before creating its
+    # study, in this storage, left it free
+    if not ours and (written or theirs not in (None, here)):
+        whose = (f"study {name!r} of this storage ({here}), which no longer holds it"
+                 if theirs == here and recorded is None else
+                 f"another study named {name!r} (storage {theirs or 'unknown: an older ranknas'}"
+                 f"); this one, in {here}, would overwrite them")  # fmt: skip
         raise RanknasError(
-            f"output_dir: {config.study_dir} holds the runs of another study named "
-            f"{config.name!r} (storage {where}); this one, in {redact(config.storage)}, would "
-            "overwrite them: give it its own output_dir (a folder of its own), or move that "
-            "folder aside if its study is gone"
+            f"output_dir: {config.study_dir} holds the runs of {whose}: give this study an "
+            "output_dir of its own, or move that folder aside if its study is gone"
         )
-    token = mine or token or uuid.uuid4().hex
-    if claim and (owner.get("token"), owner.get("storage")) != (token, redact(config.storage)):
-        owner_file.parent.mkdir(parents=True, exist_ok=True)
-        owner_file.write_text(json.dumps({"study": config.name, "token": token,
-                                          "storage": redact(config.storage)}) + "\n")  # fmt: skip
-    return token
+    return mine or (token if ours or theirs == here else None) or uuid.uuid4().hex
+
+
+def own_output_dir(config: StudyConfig, study: optuna.Study, token: str) -> None:
+    """Record `token` (`claim_output_dir`'s) in the study, then in its folder's
+    `OWNER_FILE` (in that order: a folder's token no study holds is not taken for
+    another's); run under the study lock."""
+    from nas.storage import redact
+
+    if study.user_attrs.get(StudyAttr.OUTPUT_TOKEN) != token:
+        study.set_user_attr(StudyAttr.OUTPUT_TOKEN, token)
+    owner = {"study": config.name, "token": token, "storage": redact(config.storage)}
+    path = config.study_dir / OWNER_FILE
+    if _owner(path) != owner:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(owner) + "\n")
+
+
+def _owner(path: Path) -> dict[str, Any] | None:
+    """The study.json of an output folder; None where there is none, {} unreadable."""
+    try:
+        owner = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}

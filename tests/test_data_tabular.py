@@ -945,6 +945,16 @@ def test_data_schema_says_what_a_new_user_s_odd_columns_are(tmp_path, capsys, ca
     assert main(["data", "schema", str(tmp_path / "bare.csv"), "--label", "0"]) == 2
     assert "its first line holds numbers where names belong" in capsys.readouterr().err
 
+    # not refused: pandas' default names for a matrix's columns, and dates written without
+    # zero padding (1/5/2024 beside 12/15/2024: one way, however wide)
+    numbered = "\n".join(f"{rng.normal():.3f},{rng.normal():.3f},{i % 2}" for i in range(300))
+    assert schema("numbered.csv", "0,1,clicked\n" + numbered) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["dense"] == ["0", "1"]
+    excel = "\n".join(f"{i % 2},{1 + i % 12}/{1 + i % 28}/2024,{rng.normal():.2f}"
+                      for i in range(300))  # fmt: skip
+    assert schema("excel.csv", "clicked,day,score\n" + excel, "--time", "day") == 0
+    assert yaml.safe_load(capsys.readouterr().out)["time"] == "day"
+
     same = "\n".join(f"{i % 2},1700000000,{rng.normal():.2f}" for i in range(300))
     assert schema("same.csv", "clicked,ts,score\n" + same, "--time", "ts") == 2
     assert "the time column 'ts' holds one value on every row" in capsys.readouterr().err

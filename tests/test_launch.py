@@ -95,10 +95,13 @@ def test_the_display_says_a_run_of_repeats_once():
     trials = [trial(0), trial(1, 0), trial(2, 0), trial(3, 0), trial(4), trial(5, 4)]
     assert _lines(trials) == [
         "trial 0 complete val NE 0.9000 on cpu",
-        "trials 1-3: 3 repeats of earlier architectures (not trained again, not counted)",
+        "trials 1, 2, 3: repeats of earlier architectures (not trained again, not counted)",
         "trial 4 complete val NE 0.9000 on cpu",
         "trial 5 complete val NE 0.9000 on cpu (a repeat)",
     ]
+    many = _lines([trial(n, 0) for n in range(1, 9)])
+    assert many == ["trials 1, 2, 3, 4, 5 and 3 more: repeats of earlier architectures (not "
+                    "trained again, not counted)"]  # fmt: skip
 
 
 def test_an_interrupted_trial_is_neither_a_failure_nor_trained_on_any_surface(tmp_path):

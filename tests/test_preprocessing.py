@@ -71,6 +71,7 @@ def test_a_few_sentinel_values_do_not_flatten_a_signed_column(tmp_path, caplog):
     at NE 1.0 without a word. They are left out of the scaling, said, and clipped; a
     heavy-tailed column (Student's t, 3 degrees of freedom) is scaled as before, as is the
     same scan of rows read as a stream."""
+    from trainers.data.preprocess import scaled_without_far_values
     from trainers.data.stream import DenseStats
 
     rng = np.random.default_rng(5)
@@ -87,8 +88,18 @@ def test_a_few_sentinel_values_do_not_flatten_a_signed_column(tmp_path, caplog):
     assert fitted["std"] == pytest.approx(normal.std(), rel=1e-3)
     assert heavy_fit["std"] == pytest.approx(heavy.std(), rel=1e-3)  # untouched
     said = [r.getMessage() for r in caplog.records if "far from all others" in r.getMessage()]
-    assert len(said) == 1 and "'score': 5 of 20,000 training values" in said[0], said
-    assert "(1e+15)" in said[0] and "leave those cells blank" in said[0]
+    assert (
+        len(said) == 1 and "dense column 'score': values far from all others (1e+15)" in (said[0])
+    ), said
+    assert "leave those cells blank" in said[0]
+    # a part of the column, not a code: untouched; a code in a mostly-zero column: left out
+    zeros = rng.normal(0, 1000, 20_000)
+    zeros[:10_000] = 0
+    clusters = np.concatenate([rng.normal(0, 1, 16_000), rng.normal(100, 1, 4_000)])
+    for column in (zeros, clusters, rng.normal(0, 1, 20_000)):
+        assert not len(scaled_without_far_values(column, column.mean(), column.std())[2])
+    zeros[:5] = 1e15
+    assert len(scaled_without_far_values(zeros, zeros.mean(), zeros.std())[2]) == 5
     streamed = DenseStats("score", seed=0)
     for piece in np.array_split(score, 7):
         streamed.update(piece)
@@ -160,6 +171,20 @@ def test_a_study_on_a_file_records_its_transforms_and_the_export_carries_them(lo
     assert main(["export", "file", "--storage", config["storage"], "--out", str(out)]) == 0
     written = json.loads((out / "preprocessing.json").read_text())["dense"]
     assert [t["column"] for t in written] == ["year", "views"]
+    # its runs saw `views` scaled otherwise (as an older ranknas fitted it): refused on resume
+    from nas.storage import load_study
+    from nas.trial_record import StudyAttr
+
+    study = load_study("file", config["storage"])
+    fitted = study.user_attrs[StudyAttr.PREPROCESSING]
+    fitted["dense"][1]["std"] *= 2
+    study.set_user_attr(StudyAttr.PREPROCESSING, fitted)
+    more = config | {"budget": {"trials": 2, "epochs_per_trial": 2}}
+    capsys.readouterr()
+    assert main(["search", str(write_config(log, more)), "--no-mlflow"]) == 2
+    err = capsys.readouterr().err
+    assert "was run with its dense columns scaled otherwise (views: " in err, err
+    assert len(load_study("file", config["storage"]).trials) == 1
 
 
 def test_the_vocabulary_comes_from_training_rows_and_new_values_are_out_of_vocabulary(tmp_path):

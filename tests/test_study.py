@@ -939,15 +939,21 @@ def test_export_refuses_a_folder_of_a_person_s_own_module_or_a_trial_another_stu
     assert (own / "ranknas_model.py").read_text() == "mine\n"
     trials = Path(config["output_dir"]) / "trials"
     mine, theirs = (trials / n / "architecture.json" for n in ("0", "1"))
-    kept = mine.read_bytes()
-    try:
-        mine.write_bytes(theirs.read_bytes())
+    kept = mine.read_bytes(), theirs.read_bytes()
+    try:  # swapped: whichever a command reads first is another study's
+        mine.write_bytes(kept[1])
+        theirs.write_bytes(kept[0])
         assert main(["export", "two", *storage, "--trial", "0", "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert "trial 0's folder" in err and "holds another architecture" in err, err
+        path = str(write_config(tmp_path, config))
+        assert main(["reevaluate", path, "--top", "2", "--seeds", "1", "--no-mlflow"]) == 2
+        assert "'s folder" in capsys.readouterr().err  # retrained nothing under another's name
     finally:
-        mine.write_bytes(kept)
-    err = capsys.readouterr().err
-    assert "trial 0's folder" in err and "holds another architecture" in err, err
+        mine.write_bytes(kept[0])
+        theirs.write_bytes(kept[1])
     assert not (tmp_path / "x").exists() and "Traceback" not in err
+    assert "reevaluation" not in load_study("two", storage[1]).user_attrs
 
 
 def test_export_again_keeps_what_a_person_changed_in_the_earlier_one(two_trials, tmp_path, capsys):
@@ -1241,13 +1247,25 @@ def test_a_study_of_the_same_name_in_another_storage_is_refused_its_output_dir(t
     assert f"storage sqlite:///{tmp_path / 'studies.db'}" in err and "Traceback" not in err
     assert weights.read_bytes() == before
     assert "same" not in [s.study_name for s in optuna.get_all_study_summaries(other["storage"])]
-    # written before tokens: the owner file names the study alone; its study adopts it
+    # written before tokens: the owner file names the study alone, the study holds none;
+    # that study adopts the folder, the other is refused again
     owner = tmp_path / "same" / "study.json"
     owner.write_text('{"study": "same"}\n')
+    load_study("same", first["storage"]).set_user_attr("output_token", None)
     more = tiny_config(tmp_path, "same", budget={"trials": 2})
     assert main(["search", str(write_config(tmp_path, more))]) == 0
-    assert main(["search", str(write_config(tmp_path, other))]) == 2  # and is refused again
+    token = load_study("same", first["storage"]).user_attrs["output_token"]
+    assert token and json.loads(owner.read_text())["token"] == token
+    assert main(["search", str(write_config(tmp_path, other))]) == 2
     assert weights.read_bytes() == before
+    # claimed from another storage, nothing written yet (its study is starting): refused
+    fresh = tiny_config(tmp_path, "fresh", budget={"trials": 1})
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "study.json").write_text(json.dumps(
+        {"study": "fresh", "token": "theirs", "storage": "sqlite:///elsewhere.db"}))  # fmt: skip
+    capsys.readouterr()
+    assert main(["search", str(write_config(tmp_path, fresh))]) == 2
+    assert "another study named 'fresh' (storage sqlite:///elsewhere.db)" in capsys.readouterr().err
 
 
 def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(

@@ -15,6 +15,7 @@ median (`step_ms`) and every rank's (`device_step_ms`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -118,8 +119,9 @@ def _job_folder() -> tempfile.TemporaryDirectory:
     first."""
     for folder in Path(tempfile.gettempdir()).glob(f"{JOB_FOLDER}*"):
         owner = folder.name.removeprefix(JOB_FOLDER).rsplit("-", 1)[0]
-        if gone_from_here(owner) and folder.stat().st_uid == os.getuid():
-            shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another run on this machine removed it first
+            if gone_from_here(owner) and folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
     return tempfile.TemporaryDirectory(prefix=f"{JOB_FOLDER}{process_identity() or 'unknown'}-")
 
 

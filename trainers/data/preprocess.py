@@ -28,8 +28,9 @@ from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.report import warn_constant_dense, warn_far_dense
 
 COUNT_RATIO = 10.0
-FAR_RATIO = 10.0  # a standard deviation this many interquartile spreads: far values in it
-IQR_PER_SD = 1.349  # a normal's interquartile range, in standard deviations
+FAR_RATIO = 10.0  # a standard deviation this many times its central values': far values in it
+TRIM = 0.005  # the central values: between these quantiles
+FAR_SHARE = 0.01  # at most this share of a column is "far"; more are a part of it
 
 
 def fit_dense(train: TabularData) -> list[dict[str, Any]]:
@@ -50,7 +51,7 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
         transforms.append(dense_transform(column, log1p, mean, std))
     source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
     warn_constant_dense(source, constant)
-    warn_far_dense(source, far, f"{len(train.dense):,} training values")
+    warn_far_dense(source, far)
     return transforms
 
 
@@ -61,15 +62,19 @@ def scaled_without_far_values(
     of them. A few values far from all others (a sentinel such as 1e15 for "unknown", in a
     column with negative numbers, which log1p does not take) made the standard deviation
     so large that every other row's value became one point: the model saw a constant.
-    Where the standard deviation is over `FAR_RATIO` times the interquartile spread
-    (normal data: 1; heavy tails such as Student's t with 3 degrees of freedom: 1.5), the
-    values beyond `FAR_RATIO` spreads of the median are left out (the transform clips
-    them)."""
-    q1, median, q3 = np.percentile(values, [25, 50, 75])
-    spread = (q3 - q1) / IQR_PER_SD
+    Where the standard deviation is over `FAR_RATIO` times that of the values between
+    the column's `TRIM` and 1 - `TRIM` quantiles (normal data: 1.07; Student's t with 3
+    degrees of freedom: 1.3), the values beyond `FAR_RATIO` of those from the median are
+    left out (the transform clips them), if they are at most `FAR_SHARE` of the column:
+    more are a part of its distribution (a second cluster), not a code."""
+    low, median, high = np.quantile(values, [TRIM, 0.5, 1 - TRIM])
+    central = values[(values >= low) & (values <= high)]
+    spread = float(central.std()) if len(central) else 0.0
     if spread <= 0 or std <= FAR_RATIO * spread:
         return mean, std, values[:0]
     far = np.abs(values - median) > FAR_RATIO * spread
+    if not far.any() or far.mean() > FAR_SHARE:
+        return mean, std, values[:0]
     kept = values[~far]
     return float(kept.mean()), float(kept.std()), values[far]
 

@@ -33,20 +33,19 @@ def warn_constant_dense(source: str, names: Sequence[str]) -> None:
                        list(names))  # fmt: skip
 
 
-def warn_far_dense(source: str, far: Mapping[str, np.ndarray], among: str) -> None:
+def warn_far_dense(source: str, far: Mapping[str, np.ndarray]) -> None:
     """Dense columns of `source` with a few values far from all others, left out of the
     column's scaling (`preprocess.scaled_without_far_values`): said with the values, which
-    are often a code for "unknown" that a blank cell would say better. `among`: the values
-    they were found among ("16,000 training values", "a sample of ...")."""
+    are often a code for "unknown" that a blank cell would say better."""
     for column, values in far.items():
         if len(values):
             distinct = np.unique(values)
             shown = ", ".join(f"{v:g}" for v in distinct[:3]) + (", ..." if len(distinct) > 3
                                                                   else "")  # fmt: skip
-            logger.warning("%s: dense column %r: %d of %s lie far from all others (%s): left "
-                           "out of its scaling, clipped in training and serving; if they stand "
-                           "for a missing value, leave those cells blank", source, column,
-                           len(values), among, shown)  # fmt: skip
+            logger.warning("%s: dense column %r: values far from all others (%s) left out of "
+                           "its scaling, clipped in training and serving; if they stand for a "
+                           "missing value, leave those cells blank", source, column,
+                           shown)  # fmt: skip
 
 
 @dataclass
@@ -64,7 +63,8 @@ class BadRowReport:
     examples: dict[str, list[int]] = field(default_factory=dict)
     # lines with the wrong number of fields: their values sit in the wrong columns, so no
     # other reason is theirs (a short line was also "label not 0/1" and had a blank filled)
-    misshapen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    misshapen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False,
+                                  compare=False)  # fmt: skip
 
     def kept(self, numbers: np.ndarray) -> np.ndarray:
         """Which of `numbers` (line/row numbers) are not `misshapen`."""

@@ -432,8 +432,7 @@ def fit_encoder(
     warn_constant_dense(source.name, [s.column for s in dense if s.low == s.high])
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = [stats.transform() for stats in dense]
-    sampled = f"a sample of {min([DENSE_SAMPLE, *(s.count for s in dense)]):,} training values"
-    warn_far_dense(source.name, {s.column: s.far for s in dense}, sampled)
+    warn_far_dense(source.name, {s.column: s.far for s in dense})
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks
 
 

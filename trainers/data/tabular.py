@@ -407,7 +407,9 @@ def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
     texts = _spread_sample(texts[texts.ne("")], sample)
     if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
         return False
-    return texts.str.contains(r"\d").all() and not _dates(texts).isna().any()  # "jan": no date
+    # "jan": no date; a stray cell (`0000-00-00`) is its line's fault, skipped when loading
+    stray = ~texts.str.contains(r"\d") | _dates(texts).isna()
+    return bool(stray.mean() <= STRAY_WORDS_SHARE)
 
 
 def _is_number(text: str) -> bool:
@@ -885,7 +887,7 @@ def _check_time_values(path: Path, column: Any) -> None:
         raise RanknasError(f"{path}: the time column {column.name!r} holds one value on every "
                            f"row ({str(column[~blank].iloc[0]).strip()!r}): no order to split "
                            "the rows by; pass another --time, or none")  # fmt: skip
-    if shown := _dates_in_several_formats(column):
+    if not _looks_like_dates(column) and (shown := _dates_in_several_formats(column)):
         raise RanknasError(f"{path}: the time column {column.name!r} holds dates written in "
                            f"more than one way ({', '.join(shown)}): rows would be read in the "
                            "wrong order or not at all; write them one way (such as "
@@ -941,7 +943,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             logger.warning("%s: inferred without %d malformed lines: %s", path, int(wrong.sum()),
                            report.describe())  # fmt: skip
     numbers = [str(c) for c in frame.columns if _is_number(str(c))]
-    if report.unit == "line" and len(numbers) >= len(frame.columns) / 2:  # no header of names
+    numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
+    if report.unit == "line" and len(numbers) >= len(frame.columns) / 2 and not numbered:
         raise RanknasError(f"{path}: its first line holds numbers where names belong "
                            f"({', '.join(numbers[:4])}, ...): it reads as a row of data, not a "
                            "header; add a first line that names the columns (the label and the "
