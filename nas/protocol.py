@@ -290,19 +290,22 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
 
 
 def _check_dense_scaling(study: optuna.Study, config: StudyConfig, data: StudyData) -> None:
-    """Refuses a study whose dense columns its recorded runs saw scaled otherwise (a fit of
-    the same rows differs only where ranknas changed how it fits: since 2026-12-07 a few
-    values far from all others are left out of a column's scaling): its exports would pair
-    those runs' weights with the new transforms."""
+    """Refuses a study whose recorded runs saw its dense columns scaled otherwise: its
+    exports would pair those runs' weights with the new transforms. The same rows fit the
+    same unless the file's values changed, or ranknas changed how it fits (since
+    2026-12-07 a few values far from all others are left out of a column's scaling)."""
     recorded = (study.user_attrs.get(StudyAttr.PREPROCESSING) or {}).get("dense") or []
     now = data.preprocessing.get("dense") or []
-    changed = [old["column"] for old, new in zip(recorded, now, strict=False) if old != new]
+    changed = [f"{old['column']}: mean {old['mean']:.4g} -> {new['mean']:.4g}, std "
+               f"{old['std']:.4g} -> {new['std']:.4g}"
+               for old, new in zip(recorded, now, strict=False) if old != new]  # fmt: skip
     if changed:
         raise RanknasError(
             f"study {config.name!r} in {redact(config.storage)} was run with its dense columns "
-            f"scaled otherwise ({', '.join(changed)}: this version leaves a few values far from "
-            "all others out of a column's scaling, and the runs recorded did not): runs under "
-            "both would not compare; give the study a new name"
+            f"scaled otherwise ({'; '.join(changed[:3])}): the file's values changed, or this "
+            "version scales them otherwise (it leaves a few values far from all others out "
+            "of a column's scaling); runs under both would not compare: give the study a "
+            "new name"
         )
 
 

@@ -183,7 +183,7 @@ def test_a_study_on_a_file_records_its_transforms_and_the_export_carries_them(lo
     capsys.readouterr()
     assert main(["search", str(write_config(log, more)), "--no-mlflow"]) == 2
     err = capsys.readouterr().err
-    assert "was run with its dense columns scaled otherwise (views: " in err, err
+    assert "was run with its dense columns scaled otherwise (views: mean " in err, err
     assert len(load_study("file", config["storage"]).trials) == 1
 
 

@@ -1430,6 +1430,7 @@ def test_a_study_split_before_ties_were_kept_together_resumes_as_it_was_split(tm
     before["split"] = {k: v for k, v in protocol["data"]["split"].items() if k != "ties"}
     before.pop("positives")
     study.set_user_attr(StudyAttr.PROTOCOL, protocol | {"data": before})  # as recorded then
+    study.set_user_attr(StudyAttr.PREPROCESSING, parts.preprocessing)  # fitted on its rows
     with pytest.raises(RanknasError, match=r"data.rows: .*`data.split.ties: file_order` splits "
                                            "as this study did"):  # fmt: skip
         run_study(parse_config(config), progress=lambda line: None)
