@@ -34,7 +34,12 @@ from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
 from trainers.data.dataset import warn_if_too_few_to_rank
-from trainers.data.preprocess import apply_preprocessing, describe, fit_preprocessing
+from trainers.data.preprocess import (
+    apply_preprocessing,
+    describe,
+    fit_preprocessing,
+    warn_unseen_in_test,
+)
 from trainers.trainer import Rows, TrainConfig, TrainResult, resolve_device, train
 
 EvalHook = Callable[[int, int, dict[str, float]], bool]
@@ -335,6 +340,7 @@ def _prepare_files(config: StudyConfig) -> StudyData:
              for path in (d.train, d.valid, d.test)]  # fmt: skip
     fitted = fit_preprocessing(parts[0], dense=d.preprocessing == "auto")
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
+    warn_unseen_in_test(valid, test, fitted)
     described = f"from files (train {d.train}, validation {d.valid}, test {d.test})"
     described = "; ".join(filter(None, [described, describe(fitted)]))
     return StudyData(train_part, valid, test, None, described, fitted)

@@ -10,6 +10,7 @@ transformed with the training split's statistics; nothing is fitted on them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,8 @@ COUNT_RATIO = 10.0
 FAR_RATIO = 10.0  # a standard deviation this many times its central values': far values in it
 TRIM = 0.005  # the central values: between these quantiles
 FAR_SHARE = 0.01  # at most this share of a column is "far"; more are a part of it
+UNSEEN_GAP = 0.3  # test values unseen in training: this share more than validation's is said
+logger = logging.getLogger(__name__)
 
 
 def fit_dense(train: TabularData) -> list[dict[str, Any]]:
@@ -201,6 +204,25 @@ def apply_preprocessing(data: TabularData, fitted: dict[str, Any]) -> TabularDat
         return apply_dense(data, [])
     categorical = apply_vocabulary(data, fitted["vocabulary"], fitted.get("hashing"))
     return apply_dense(categorical, fitted["dense"])
+
+
+def warn_unseen_in_test(valid: TabularData, test: TabularData, fitted: dict[str, Any]) -> None:
+    """Name the columns read through a vocabulary whose test values the training rows never
+    saw far more often than validation's (a test file of other items, all out of
+    vocabulary, raised test NE without a word): validation chooses the models, and the
+    test then measures them on rows unlike those."""
+    names = [f.name for f in valid.schema.categorical]
+    for name in fitted.get("vocabulary") or {}:
+        k = names.index(name)
+        if valid.schema.categorical[k].multi_valued or not len(valid) or not len(test):
+            continue
+        shares = [float((part.categorical[:, k] == OOV_ID).mean()) for part in (valid, test)]
+        if shares[1] - shares[0] > UNSEEN_GAP:
+            logger.warning("%s: %.0f%% of the test rows' %s values are unseen in training "
+                           "(validation: %.0f%%): the test measures rows unlike those the "
+                           "models were chosen on; check that the files belong together",
+                           test.bad_rows.source if test.bad_rows else "the test split",
+                           100 * shares[1], name, 100 * shares[0])  # fmt: skip
 
 
 def describe(fitted: dict[str, Any]) -> str:
