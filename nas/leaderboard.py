@@ -47,6 +47,9 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
                     "digest", "recipe", "failure_reason")  # fmt: skip
 
 
+QUEUED = "a queued starting point, not run: a study that goes on (a larger budget) trains it"
+
+
 def trial_state(trial: FrozenTrial) -> str:
     """Optuna's state, `skipped` (over a constraint, told as pruned without training),
     `repeat` (an architecture trained before, told with that trial's result) or
@@ -65,6 +68,8 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     row = {"trial": trial.number, "state": trial_state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
     row["failure_reason"] = failure_reason(trial)
+    if row["state"] == "waiting":  # a finished study listed it without a word
+        row["failure_reason"] = QUEUED
     if row["state"] == "complete" and row["runs"] is None:
         row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
     return row

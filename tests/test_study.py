@@ -1489,3 +1489,15 @@ def test_workers_started_together_share_one_ceiling(tmp_path, monkeypatch):
     for thread in threads:
         thread.join()
     assert len(timed) == 1 and [c.objectives.max_mflops for c in seen] == [2.0, 2.0]
+
+
+def test_a_queued_starting_point_not_run_says_so_on_the_leaderboard():
+    """`leaderboard --all` of a finished study listed a queued starting point as "waiting",
+    without a word of why it never ran."""
+    from nas.leaderboard import QUEUED, rows
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=0.9))
+    study.enqueue_trial({"x": 1})
+    waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
+    assert [r["failure_reason"] for r in waiting] == [QUEUED]
