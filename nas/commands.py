@@ -700,6 +700,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         title=f"{study.study_name} trial {trial.number}",
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
+    if schema and schema.get("name") == "criteo":  # read by the Criteo reader: not fitted
+        print(
+            f"warning: trial {trial.number} trained on rows the Criteo reader transformed "
+            "itself (dense: log(1 + max(x, 0)), a blank 0; ids: by frequency over the whole "
+            "file), which the export does not carry: the exported (and registered) model "
+            "takes those transformed values and ids, not raw Criteo rows",
+            file=sys.stderr,
+        )
     if args.register and source_run is None:
         print(f"trial {trial.number} has no run on {redact(tracking_uri)} (the study did not "
               f"log there): the model was logged in a run of the experiment {EXPERIMENT!r}; "

@@ -1501,3 +1501,25 @@ def test_a_queued_starting_point_not_run_says_so_on_the_leaderboard():
     study.enqueue_trial({"x": 1})
     waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
     assert [r["failure_reason"] for r in waiting] == [QUEUED]
+
+
+def test_export_of_a_criteo_study_says_its_inputs_are_the_reader_s_not_raw_rows(
+    tmp_path, capsys, monkeypatch
+):
+    """A model trained on a Criteo file exported `preprocessing.json` without the reader's
+    transforms (log of counts, ids by frequency): served raw rows, it refused blanks and hex
+    ids, and scored raw counts wrong without an error. The export says so."""
+    from trainers.data.synthetic import write_synthetic_criteo
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the reader's row cache
+    path = write_synthetic_criteo(tmp_path / "day.tsv", 3000)
+    config = tiny_config(tmp_path, "criteo", budget={"trials": 1, "max_failures": 5},
+                         data={"source": f"criteo:{path}"})  # fmt: skip
+    config["data"].pop("rows")
+    config_path = str(write_config(tmp_path, config))
+    assert main(["search", config_path]) == 0
+    capsys.readouterr()
+    assert main(["export", config_path, "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "trained on rows the Criteo reader transformed itself" in err, err
+    assert "not raw Criteo rows" in err
