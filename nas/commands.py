@@ -702,10 +702,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if schema and schema.get("name") == "criteo":  # read by the Criteo reader: not fitted
         print(
-            f"warning: trial {trial.number} trained on rows the Criteo reader transformed "
-            "itself (dense: log(1 + max(x, 0)), a blank 0; ids: by frequency over the whole "
-            "file), which the export does not carry: the exported (and registered) model "
-            "takes those transformed values and ids, not raw Criteo rows",
+            f"warning: trial {trial.number} trained on dense values the Criteo reader "
+            "transformed itself (log(1 + max(x, 0)), a blank 0), which the export does not "
+            "carry: the exported (and registered) model takes those transformed values, not "
+            "a raw row's counts (its ids it takes as the file's hex values)",
             file=sys.stderr,
         )
     if args.register and source_run is None:

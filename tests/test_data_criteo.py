@@ -154,6 +154,8 @@ def test_second_load_reads_the_cache(tmp_path, cache_dir, monkeypatch):
     for name in ("dense", "categorical", "labels"):
         np.testing.assert_array_equal(getattr(second, name), getattr(first, name))
     assert second.bad_rows == first.bad_rows
+    assert second.raw_values["C1"].values == first.raw_values["C1"].values == ("000000aa",)
+    np.testing.assert_array_equal(second.raw_values["C2"].codes.values, [0, -1])
     with pytest.raises(AssertionError, match="again"):  # other settings, other cache
         load_criteo(path, min_count=2, cache_dir=cache_dir)
 
@@ -197,3 +199,19 @@ def test_bad_options_are_user_errors(tmp_path, cache_dir):
         load_criteo(path, hash_size=1, cache_dir=cache_dir)
     with pytest.raises(RanknasError, match="unknown option"):
         load_dataset(f"criteo:{path}", min_cnt=3)
+
+
+def test_a_study_fits_the_vocabulary_on_the_training_rows_only(tmp_path, cache_dir):
+    """The reader mapped ids by frequency over the whole file: a value of the test rows
+    alone had an id of its own in training. A study's fit (on the training split) now makes
+    it out of vocabulary, and the vocabulary holds the file's hex values (exported)."""
+    from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
+
+    lines = [line(str(i % 2), cats=cats_with("aa" if i % 3 else "bb")) for i in range(80)]
+    lines += [line(str(i % 2), cats=cats_with("cc")) for i in range(20)]  # the last 20 rows
+    data = load_criteo(write(tmp_path / "c.tsv", lines), min_count=2, cache_dir=cache_dir)
+    assert data.schema.categorical[0].cardinality == 5  # the whole file: aa, bb, cc
+    train, _, test = data.split((0.8, 0.1, 0.1), method="ordered")
+    fitted = fit_preprocessing(train, dense=False)
+    assert fitted["vocabulary"]["C1"] == ["000000aa", "000000bb"]
+    assert set(apply_preprocessing(test, fitted).categorical[:, 0]) == {1}  # out of vocabulary

@@ -1507,8 +1507,10 @@ def test_export_of_a_criteo_study_says_its_inputs_are_the_reader_s_not_raw_rows(
     tmp_path, capsys, monkeypatch
 ):
     """A model trained on a Criteo file exported `preprocessing.json` without the reader's
-    transforms (log of counts, ids by frequency): served raw rows, it refused blanks and hex
-    ids, and scored raw counts wrong without an error. The export says so."""
+    transforms (log of counts, ids by frequency over the whole file, validation and test
+    rows included): served raw rows, it refused blanks and hex ids, and scored raw counts
+    wrong without an error. Its vocabularies are now the training split's, exported; that
+    its dense inputs are the reader's transformed values, the export says."""
     from trainers.data.synthetic import write_synthetic_criteo
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the reader's row cache
@@ -1521,5 +1523,9 @@ def test_export_of_a_criteo_study_says_its_inputs_are_the_reader_s_not_raw_rows(
     capsys.readouterr()
     assert main(["export", config_path, "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert "trained on rows the Criteo reader transformed itself" in err, err
-    assert "not raw Criteo rows" in err
+    assert "trained on dense values the Criteo reader transformed itself" in err, err
+    assert "not a raw row's counts" in err
+    # its ids: the training split's vocabulary of the file's hex values, exported
+    fitted = json.loads((tmp_path / "out" / "preprocessing.json").read_text())
+    hex_value = next(iter(fitted["vocabulary"]["C1"]))
+    assert len(fitted["vocabulary"]) == 26 and len(hex_value) == 8 and int(hex_value, 16) >= 0

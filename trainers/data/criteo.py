@@ -3,7 +3,9 @@ plain or compressed (gzip, bzip2, xz: the day files ship as `day_N.gz`).
 
 Integers may be empty; categoricals are hex strings (8 digits) or empty. Preprocessing:
 dense = log(1 + max(x, 0)) with missing -> 0; categorical ids by frequency with a minimum
-count or hashed (see `trainers.data.encoding`). The file is streamed in chunks of lines and
+count or hashed (see `trainers.data.encoding`); with a vocabulary, each column's hex values
+are kept (`TabularData.raw_values`), so that a study fits it on the training split and
+exports it, as for any file. The file is streamed in chunks of lines and
 each chunk is converted with numpy; the result is cached as .npy files plus `meta.json` in
 a directory keyed by the file's path, size and mtime and the preprocessing settings.
 Malformed lines (wrong column count, label not 0/1, non-integer I field, C field not hex)
@@ -28,7 +30,7 @@ from search_space.errors import RanknasError
 from search_space.files import looked_for
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.compressed import damaged_as_user_error, open_data
-from trainers.data.dataset import TabularData
+from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.encoding import frequency_ids, hashed_ids
 from trainers.data.report import BadRowLimits, BadRowReport
 
@@ -38,7 +40,7 @@ NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 CHUNK_LINES = 1 << 16
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: the categorical columns' raw values (vocabularies fitted on training)
 _ARRAYS = ("dense", "categorical", "labels")
 _PAD = 16  # digit value of the NUL padding in a fixed-width bytes array
 _HEX_DIGITS = np.full(256, 255, dtype=np.uint8)
@@ -224,7 +226,33 @@ def _encode(
         else:
             ids[:, k], cardinality = hashed_ids(column, column < 0, hash_size), hash_size
         cardinalities.append(cardinality)
-    return TabularData(dense, ids, labels, criteo_schema(cardinalities), bad_rows=report)
+    values = _raw_values(raw, min_count) if hash_size is None else {}
+    return TabularData(dense, ids, labels, criteo_schema(cardinalities), bad_rows=report,
+                       raw_values=values)  # fmt: skip
+
+
+def _raw_values(
+    codes: np.ndarray, min_count: int, uniques: list[np.ndarray] | None = None
+) -> dict[str, RawColumn]:
+    """Each categorical column's hex values as a `RawColumn`, so that its vocabulary is
+    fitted on the training split and exported (`preprocess.fit_categorical`), as a file
+    read by its schema: the ids `_encode` gives are the whole file's, validation and test
+    rows included, until then. `codes`: the hex values ([n, 26], -1 missing), or with
+    `uniques` (each column's distinct values) their positions in those (the cache's)."""
+    rows = np.arange(len(codes) + 1, dtype=np.int64)  # one value a row: shared offsets
+    columns = {}
+    for k in range(NUM_SPARSE):
+        if uniques is None:
+            present = codes[:, k] >= 0
+            distinct, inverse = np.unique(codes[present, k], return_inverse=True)
+            positions = np.full(len(codes), -1, dtype=np.int32)
+            positions[present] = inverse
+        else:
+            distinct, positions = uniques[k], codes[:, k]
+        columns[f"C{k + 1}"] = RawColumn(Jagged(rows, positions),
+                                         tuple(f"{v:08x}" for v in distinct.tolist()),
+                                         min_count=min_count)  # fmt: skip
+    return columns
 
 
 def _cache_path(path: Path, settings: dict[str, Any], cache_dir: str | Path | None) -> Path:
@@ -244,12 +272,20 @@ def _read_cache(cache: Path) -> TabularData | None:
     """The cached data set, or None when there is no (readable) cache."""
     try:
         meta = json.loads((cache / "meta.json").read_text())
+        if meta.get("version") != _CACHE_VERSION:  # an older layout: read the file again
+            return None
         arrays = {name: np.load(cache / f"{name}.npy") for name in _ARRAYS}
         schema = DatasetSchema.from_dict(meta["schema"], source=str(cache))
         report = BadRowReport.from_dict(meta["bad_rows"])
+        raw = {}
+        if meta["settings"]["hash_size"] is None:
+            with np.load(cache / "values.npz") as stored:
+                uniques = [stored[f"C{k + 1}"] for k in range(NUM_SPARSE)]
+            codes = np.load(cache / "codes.npy")
+            raw = _raw_values(codes, meta["settings"]["min_count"], uniques)
     except (OSError, ValueError, KeyError, TypeError, RanknasError):
         return None
-    return TabularData(schema=schema, bad_rows=report, **arrays)
+    return TabularData(schema=schema, bad_rows=report, raw_values=raw, **arrays)
 
 
 def _write_cache(cache: Path, data: TabularData, settings: dict[str, Any]) -> None:
@@ -267,6 +303,12 @@ def _write_cache(cache: Path, data: TabularData, settings: dict[str, Any]) -> No
         staging.mkdir(parents=True, exist_ok=True)
         for name in _ARRAYS:
             np.save(staging / f"{name}.npy", getattr(data, name))
+        if data.raw_values:  # each column's distinct hex values, and each row's position
+            columns = [data.raw_values[f"C{k + 1}"] for k in range(NUM_SPARSE)]
+            np.save(staging / "codes.npy", np.stack([c.codes.values for c in columns], axis=1))
+            hex_values = {f"C{k + 1}": np.array([int(v, 16) for v in c.values], dtype=np.int64)
+                          for k, c in enumerate(columns)}  # fmt: skip
+            np.savez(staging / "values.npz", **hex_values)
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
         staging.rename(cache)
     except OSError as exc:

@@ -235,12 +235,17 @@ def describe(fitted: dict[str, Any]) -> str:
         parts.append(f"dense columns: {shown}standardized with training statistics, clipped "
                      "to +-5 sd")  # fmt: skip
     if fitted["vocabulary"]:
+        counts = {fitted.get("min_count", {}).get(k) for k in fitted["vocabulary"]}
+        one = counts.pop() if len(counts) == 1 else None  # said once (26 Criteo columns)
         sizes = ", ".join(
             f"{k} {len(v):,}"
-            + (f" (min count {m})" if (m := fitted.get("min_count", {}).get(k)) else "")
+            + (f" (min count {m})" if (m := fitted.get("min_count", {}).get(k)) and not one
+               else "")
             for k, v in fitted["vocabulary"].items()
-        )
-        parts.append(f"training-split vocabularies ({sizes}; other values: out of vocabulary)")
+        )  # fmt: skip
+        each = f", min count {one}" if one else ""
+        parts.append(f"training-split vocabularies{each} ({sizes}; other values: out of "
+                     "vocabulary)")  # fmt: skip
     if fitted.get("hashing"):
         by_size: dict[int, list[str]] = {}
         for column, buckets in fitted["hashing"].items():
