@@ -432,7 +432,9 @@ def validate(arch: Architecture) -> Analysis:
     return analyze(arch)
 
 
-def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> list[str]:
+def _structural_problems(
+    arch: Architecture, blocks: dict[str, BlockSpec], bound: bool = True
+) -> list[str]:
     problems = []
     seen: set[str] = set()
     for block in arch.blocks:
@@ -448,7 +450,9 @@ def _structural_problems(arch: Architecture, blocks: dict[str, BlockSpec]) -> li
                     f"{where}: inputs names {source!r}, which is neither a block nor a raw input "
                     "(dense, sparse)"
                 )
-            if source == "sparse" and arch.is_bound and not arch.embedding.used:
+            # before `bind` (`bound=False`) a spec's features may be left to the schema,
+            # even where it names num_dense: 13, Criteo's right count, they said "has none"
+            if source == "sparse" and bound and arch.is_bound and not arch.embedding.used:
                 none = "uses none (every dim 0)" if arch.embedding.features else "has none"
                 problems.append(f"{where}: reads 'sparse' but the model {none} of the "
                                 "categorical features")  # fmt: skip
@@ -469,7 +473,7 @@ def unbound_problems(arch: Architecture) -> list[str]:
     """What is wrong with `arch` before a schema binds it: ops, inputs, output, cycles and
     params (a study says so before it loads the data, which can take minutes)."""
     blocks = {b.name: b for b in arch.blocks}
-    problems = _structural_problems(arch, blocks) + _param_problems(arch.blocks)
+    problems = _structural_problems(arch, blocks, bound=False) + _param_problems(arch.blocks)
     return problems or _unfed_blocks(arch, blocks)
 
 

@@ -291,3 +291,19 @@ def test_the_output_of_arch_show_json_as_a_spec_is_told_which_field_to_keep(tmp_
     path.write_text(json.dumps(shown))
     with pytest.raises(SpecError, match="puts the spec under 'architecture': save it alone"):
         Architecture.load(path)
+
+
+def test_a_spec_that_names_num_dense_gets_its_features_from_the_schema(small_schema, tmp_path):
+    """A hand-written spec with `"num_dense"` (Criteo's right 13) and no features was refused
+    before binding: "block 'attn': reads 'sparse' but the model has none of the categorical
+    features". Its features come from the schema, as without num_dense; a wrong count is
+    refused naming both."""
+    spec = preset("dlrm", small_schema).to_dict()
+    del spec["embedding"]["features"]
+    path = tmp_path / "prod.json"
+    path.write_text(json.dumps(spec))
+    arch = load_architecture(str(path), small_schema)
+    assert len(arch.embedding.features) == len(small_schema.categorical)
+    path.write_text(json.dumps(spec | {"num_dense": small_schema.num_dense + 1}))
+    with pytest.raises(SpecError, match=r"num_dense is \d+ but the dataset"):
+        load_architecture(str(path), small_schema)
