@@ -1243,6 +1243,9 @@ def _progress_line(
         )
     status = record["tags"]["status"]
     status += " (not counted)" if status == "failed" else ""  # `[1/5] failed` after `[1/5]`
+    if status == "pruned" and value is not None:  # its last evaluation's, not a finished NE
+        examples = record["metrics"].get("examples")
+        shown += f" after {examples:,.0f} examples" if examples else " when pruned"
     line = (
         f"[{done}/{config.budget.trials}] {status:<8} {metric} {shown} "
         f"({best_words})  "

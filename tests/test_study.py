@@ -1,6 +1,7 @@
 """Search studies against real storage: every searcher, resume after SIGKILL, config errors."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -731,6 +732,10 @@ def test_repeats_of_pruned_and_diverged_trials_are_told_as_their_originals_and_n
     assert len(counted(study)) == config.budget.trials
     assert repeats_said(lines) == len(repeats)
     assert leaderboard.status(study)["trials"]["repeat"] == len(repeats)
+    # a pruned trial's NE is its last evaluation's: the line says when (it read as final)
+    pruned = [line for line in lines if "] pruned " in line]
+    assert pruned and all(re.search(r"pruned +ne \d\.\d+ after [\d,]+ examples", line)
+                          for line in pruned), pruned  # fmt: skip
 
 
 def _one_point_queued_twice(tmp_path, name: str):
