@@ -701,11 +701,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
     if schema and schema.get("name") == "criteo":  # read by the Criteo reader: not fitted
+        ids = ("its ids it takes as the file's hex values" if preprocessing.get("vocabulary")
+               else "nor its ids: they are the reader's hashes of the hex values")  # fmt: skip
         print(
             f"warning: trial {trial.number} trained on dense values the Criteo reader "
             "transformed itself (log(1 + max(x, 0)), a blank 0), which the export does not "
             "carry: the exported (and registered) model takes those transformed values, not "
-            "a raw row's counts (its ids it takes as the file's hex values)",
+            f"a raw row's counts ({ids})",
             file=sys.stderr,
         )
     if args.register and source_run is None:
