@@ -1040,6 +1040,8 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
             raise RanknasError(f"{args.file}: a study's schema comes from its data: section; "
                                "--label and --time are for data files")  # fmt: skip
         return _study_schema(args.file)
+    if args.file.startswith("criteo:"):
+        return _criteo_schema(args)
     if args.label is None:
         raise RanknasError(f"{args.file}: give --label COLUMN, the label column of a data file")
     schema = infer_schema(args.file, args.label, args.time)
@@ -1049,6 +1051,22 @@ def cmd_data_schema(args: argparse.Namespace) -> int:
     print(f"# schema of {args.file}, inferred: check dense vs categorical, then save it and pass "
           "it with --schema / data.schema")  # fmt: skip
     print(_yaml_text(schema), end="")
+    return 0
+
+
+def _criteo_schema(args: argparse.Namespace) -> int:
+    """A Criteo file's schema as its reader makes it (fixed columns; cardinalities of the
+    whole file's vocabularies): `--schema` for `ranknas arch show` and `latency`."""
+    from trainers.data import load_dataset
+
+    if args.label or args.time:
+        raise RanknasError(f"{args.file}: a Criteo file's columns are fixed (label, I1-I13, "
+                           "C1-C26); drop --label and --time")  # fmt: skip
+    schema = load_dataset(args.file).schema
+    print(f"# schema of {args.file} as its reader reads it (ids by frequency over the whole "
+          "file, min count 10; a study fits them on its training split): save it and pass "
+          "it with --schema to `ranknas arch show` or `ranknas latency`")  # fmt: skip
+    print(_yaml_text(schema.to_dict()), end="")
     return 0
 
 

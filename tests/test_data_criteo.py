@@ -215,3 +215,25 @@ def test_a_study_fits_the_vocabulary_on_the_training_rows_only(tmp_path, cache_d
     fitted = fit_preprocessing(train, dense=False)
     assert fitted["vocabulary"]["C1"] == ["000000aa", "000000bb"]
     assert set(apply_preprocessing(test, fitted).categorical[:, 0]) == {1}  # out of vocabulary
+
+
+def test_data_schema_reads_a_criteo_file_and_sends_one_read_as_a_csv_there(
+    tmp_path, cache_dir, monkeypatch, capsys
+):
+    """`data schema criteo:PATH` asked for --label, then looked for a file named
+    "criteo:PATH"; the file given plainly was refused for "the header names '0', '1', ...
+    more than once" (it has no header). The first prints the reader's schema; the second
+    says to give it as criteo:PATH."""
+    import yaml
+
+    from nas.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_dir))
+    lines = [line(str(i % 2), ["3"] * 13, cats_with("aa" if i % 3 else "bb")) for i in range(40)]
+    path = write(tmp_path / "day.tsv", lines)
+    assert main(["data", "schema", f"criteo:{path}"]) == 0
+    schema = yaml.safe_load(capsys.readouterr().out)
+    assert schema["label"] == "label" and len(schema["dense"]) == 13
+    assert len(schema["categorical"]) == 26
+    assert main(["data", "schema", str(path), "--label", "0"]) == 2
+    assert "(a Criteo file? give it as criteo:PATH)" in capsys.readouterr().err

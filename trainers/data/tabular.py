@@ -579,10 +579,22 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
         with open_data(path, "rt", encoding="utf-8-sig", newline="") as file:
             header = next(csv.reader(file, delimiter=_separator(path)), header)
     twice = sorted({name for name in header if header.count(name) > 1})
+    criteo = len(header) == 40 and header[0] in ("0", "1")  # a label, 13 counts, 26 hex ids
+    if twice and (criteo or sum(map(_is_number, header)) >= len(header) / 2):  # data, no names
+        _refuse_a_row_of_data(path, [n for n in header if _is_number(n)], len(header))
     if twice:
         raise RanknasError(f"{path}: the header names {', '.join(map(repr, twice))} more than "
                            "once; give every column its own name")  # fmt: skip
     return header
+
+
+def _refuse_a_row_of_data(path: Path, numbers: list[str], fields: int) -> None:
+    """A first line of numbers where names belong: a file without a header."""
+    criteo = " (a Criteo file? give it as criteo:PATH)" if fields == 40 else ""
+    raise RanknasError(f"{path}: its first line holds numbers where names belong "
+                       f"({', '.join(numbers[:4])}, ...): it reads as a row of data, not a "
+                       "header; add a first line that names the columns (the label and the "
+                       f"features){criteo}")  # fmt: skip
 
 
 def _starts_with(path: Path, magic: bytes) -> bool:
@@ -945,10 +957,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     numbers = [str(c) for c in frame.columns if _is_number(str(c))]
     numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
     if report.unit == "line" and len(numbers) >= len(frame.columns) / 2 and not numbered:
-        raise RanknasError(f"{path}: its first line holds numbers where names belong "
-                           f"({', '.join(numbers[:4])}, ...): it reads as a row of data, not a "
-                           "header; add a first line that names the columns (the label and the "
-                           "features)")  # fmt: skip
+        _refuse_a_row_of_data(path, numbers, len(frame.columns))
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
