@@ -39,9 +39,13 @@ def damaged_as_user_error(path: str | Path) -> Iterator[None]:
 
 def compression(path: str | Path) -> str | None:
     """'gzip', 'bz2' or 'xz' (pandas' names for them), or None for a plain file."""
+    return next((kind for magic, kind in _MAGIC.items() if starts_with(path, magic)), None)
+
+
+def starts_with(path: str | Path, magic: bytes) -> bool:
+    """Whether the file's first bytes are `magic` (a format known by them, not its name)."""
     with open(path, "rb") as file:
-        head = file.read(6)
-    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+        return file.read(len(magic)) == magic
 
 
 def open_data(path: str | Path, mode: str = "rb", **kwargs: Any) -> IO[Any]:

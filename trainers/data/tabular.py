@@ -55,6 +55,7 @@ from trainers.data.compressed import (
     damaged_as_user_error,
     format_suffix,
     open_data,
+    starts_with,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.preprocess import column_ids, column_vocabulary
@@ -597,20 +598,12 @@ def _refuse_a_row_of_data(path: Path, numbers: list[str], fields: int) -> None:
                        f"features){criteo}")  # fmt: skip
 
 
-def _starts_with(path: Path, magic: bytes) -> bool:
-    try:
-        with path.open("rb") as file:
-            return file.read(len(magic)) == magic
-    except OSError:
-        return False
-
-
 def _no_rows(path: Path) -> str:
     return "it holds no rows" + ("" if path.suffix in PARQUET_SUFFIXES else " below its header")
 
 
 def _unreadable(path: Path, exc: Exception) -> RanknasError:
-    if isinstance(exc, UnicodeDecodeError) and _starts_with(path, b"PAR1"):
+    if isinstance(exc, UnicodeDecodeError) and starts_with(path, b"PAR1"):
         return RanknasError(f"{path}: a Parquet file under a text file's name; rename it to "
                             f"{path.with_suffix('.parquet').name}")  # fmt: skip
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
