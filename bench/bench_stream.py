@@ -26,9 +26,11 @@ from pathlib import Path
 
 import torch
 
+from nas.protocol import fit_on_training
 from search_space.builder import build_model
 from search_space.presets import load_architecture
 from trainers.data import load_criteo
+from trainers.data.preprocess import apply_preprocessing
 from trainers.data.stream import StreamOptions, open_stream
 from trainers.data.stream_cache import default_cache_dir
 from trainers.data.synthetic import write_synthetic_criteo
@@ -155,8 +157,10 @@ def main() -> None:
         report["open_rows_per_s"] = round(len(data.train) / opened)
         report["row_cache"] = data.cache_note or "none"
     else:
-        train_rows, valid, _ = load_criteo(path, min_count=args.min_count, use_cache=False).split(
-            method="ordered"
+        data = load_criteo(path, min_count=args.min_count, use_cache=False)
+        fitted = fit_on_training(data, "auto", f"criteo:{path}")  # the counts' transform
+        train_rows, valid, _ = (
+            apply_preprocessing(part, fitted) for part in data.split(method="ordered")
         )
         report["load_seconds"] = round(time.perf_counter() - started, 1)
     report["peak_rss_gib_after_open"] = round(peak_rss_gib(), 2)

@@ -669,6 +669,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from nas.export import EXPERIMENT, check_out_dir, export_model  # torch from here on
     from nas.storage import redact
     from search_space.schema import DatasetSchema
+    from trainers.data.criteo import dense_transforms
 
     weights = _trial_weights(trial.number, trial_dir)
     check_out_dir(Path(args.out), _study_dirs(study, config), args.force, weights)
@@ -682,6 +683,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
+    if schema and schema.get("name") == "criteo" and not preprocessing.get("dense"):
+        # recorded before 2026-12-07, when the reader transformed the counts itself, as this
+        preprocessing = preprocessing | {"dense": dense_transforms()}
     source_run = _trial_run(tracking_uri, study.study_name, trial.number,
                             config.mlflow_experiment if config else None)  # fmt: skip
     result = export_model(
@@ -700,16 +704,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         title=f"{study.study_name} trial {trial.number}",
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
-    if schema and schema.get("name") == "criteo":  # read by the Criteo reader: not fitted
-        ids = ("its ids it takes as the file's hex values" if preprocessing.get("vocabulary")
-               else "nor its ids: they are the reader's hashes of the hex values")  # fmt: skip
-        print(
-            f"warning: trial {trial.number} trained on dense values the Criteo reader "
-            "transformed itself (log(1 + max(x, 0)), a blank 0), which the export does not "
-            "carry: the exported (and registered) model takes those transformed values, not "
-            f"a raw row's counts ({ids})",
-            file=sys.stderr,
-        )
+    if schema and schema.get("name") == "criteo" and not preprocessing.get("vocabulary"):
+        print(f"warning: trial {trial.number}'s exported (and registered) model takes the "
+              "Criteo reader's hashes of the hex values as its ids (hash_size), not the "
+              "values as the file holds them", file=sys.stderr)  # fmt: skip
     if args.register and source_run is None:
         print(f"trial {trial.number} has no run on {redact(tracking_uri)} (the study did not "
               f"log there): the model was logged in a run of the experiment {EXPERIMENT!r}; "

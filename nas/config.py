@@ -120,7 +120,8 @@ class DataConfig(_Section):
     preprocessing: Literal["auto", "none"] = Field(
         default="auto",
         description="auto: for CSV/Parquet files, dense columns log1p'd where count-like, "
-        "standardized and clipped with training-split statistics; none: as read",
+        "standardized and clipped with training-split statistics; none: as read (a Criteo "
+        "file's counts: log(1 + max(x, 0)) either way)",
     )
 
     max_bad_rows: int | None = Field(

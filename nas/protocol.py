@@ -33,6 +33,7 @@ from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
+from trainers.data.criteo import dense_transforms
 from trainers.data.dataset import warn_if_too_few_to_rank
 from trainers.data.preprocess import (
     apply_preprocessing,
@@ -101,8 +102,12 @@ def _bad_row_limits(d: DataConfig) -> dict[str, Any]:
 def fit_on_training(train: TabularData, setting: str, source: str) -> dict[str, Any]:
     """What the training split fits: the ids of categorical columns read by name always
     (validation and test values must not enter a vocabulary), the dense transforms where
-    `wants_preprocessing`."""
-    return fit_preprocessing(train, dense=wants_preprocessing(setting, source))
+    `wants_preprocessing`; a Criteo file's counts always the transform its models take
+    (`criteo.dense_transforms`, which exports carry)."""
+    fitted = fit_preprocessing(train, dense=wants_preprocessing(setting, source))
+    if source.startswith("criteo:"):
+        fitted["dense"] = dense_transforms()
+    return fitted
 
 
 def _prepare_stream(config: StudyConfig) -> StudyData:
@@ -328,7 +333,7 @@ def _short(value: Any) -> str:
 
 def wants_preprocessing(setting: str, source: str) -> bool:
     """`auto`: your CSV/Parquet files; the synthetic data is standardized by construction
-    and Criteo's integers are log-transformed by its reader."""
+    and Criteo's counts take a fixed transform (`fit_on_training`)."""
     return setting == "auto" and source != "synthetic" and not source.startswith("criteo:")
 
 
@@ -338,7 +343,7 @@ def _prepare_files(config: StudyConfig) -> StudyData:
     d = config.data
     parts = [load_dataset(path, d.schema_path, **_bad_row_limits(d))
              for path in (d.train, d.valid, d.test)]  # fmt: skip
-    fitted = fit_preprocessing(parts[0], dense=d.preprocessing == "auto")
+    fitted = fit_on_training(parts[0], d.preprocessing, d.train or "")
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     warn_unseen_in_test(valid, test, fitted)
     described = f"from files (train {d.train}, validation {d.valid}, test {d.test})"

@@ -2,7 +2,8 @@
 
 A transform per dense column, fitted on the training split only (`trainers.data.preprocess`):
 `log1p` for count-like columns (as Criteo models do), then standardization with the
-training mean and standard deviation, then clipping to +-`CLIP`; a missing value (NaN)
+training mean and standard deviation, then clipping to +-`CLIP` (a transform whose
+`clip` is null keeps every value: the Criteo reader's convention); a missing value (NaN)
 becomes the training mean (0 after standardization). The same function runs in
 training and in the exported model (the export copies this file into `ranknas_model.py`),
 so a served raw row is transformed exactly as the model's training rows were.
@@ -28,7 +29,8 @@ CLIP = 5.0  # standard deviations: a stray 1e9 cannot dominate a batch
 
 def transform_dense(dense: torch.Tensor, transforms: Sequence[Mapping[str, Any]]) -> torch.Tensor:
     """`[B, D]` raw dense values -> the model's inputs; `transforms[k]` is column k's
-    (`log1p`, `mean`, `std`); an empty sequence leaves the values as they are."""
+    (`log1p`, `mean`, `std`, and `clip`: +-`CLIP` where absent, none where null); an empty
+    sequence leaves the values as they are."""
     if not transforms:
         return dense
     if dense.shape[1] != len(transforms):
@@ -38,7 +40,10 @@ def transform_dense(dense: torch.Tensor, transforms: Sequence[Mapping[str, Any]]
         x = dense[:, k].double()
         if t["log1p"]:
             x = torch.log1p(torch.clamp(x, min=0))
-        standardized = torch.clamp((x - t["mean"]) / t["std"], -CLIP, CLIP)
+        standardized = (x - t["mean"]) / t["std"]
+        clip = t.get("clip", CLIP)
+        if clip is not None:
+            standardized = torch.clamp(standardized, -clip, clip)
         columns.append(torch.nan_to_num(standardized, nan=0.0))
     return torch.stack(columns, dim=1).to(dense.dtype)
 

@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 
 from search_space.errors import RanknasError
+from search_space.preprocessing import transform_dense
 from trainers.data import criteo, load_criteo, load_dataset
 
 EMPTY_INTS = [""] * 13
@@ -33,9 +35,13 @@ def test_parses_labels_dense_and_missing_values(tmp_path, cache_dir):
     path = write(tmp_path / "day.tsv", [line("1", ints, cats_with("68fd1e64")), line("0")])
     data = load_criteo(path, min_count=1, cache_dir=cache_dir)
     np.testing.assert_array_equal(data.labels, [1.0, 0.0])
+    np.testing.assert_array_equal(data.dense[0], [0, 1, -3, np.nan, 1000, *[7] * 8])
+    assert np.isnan(data.dense[1]).all()  # counts as read, blanks missing
+    # and the transform every Criteo model takes: log(1 + max(x, 0)), a blank 0, unclipped
+    inputs = transform_dense(torch.from_numpy(data.dense), criteo.dense_transforms()).numpy()
     expected = np.log1p([0, 1, 0, 0, 1000, *[7] * 8]).astype(np.float32)
-    np.testing.assert_allclose(data.dense[0], expected, rtol=1e-6)
-    np.testing.assert_array_equal(data.dense[1], np.zeros(13))
+    np.testing.assert_allclose(inputs[0], expected, rtol=1e-6)
+    np.testing.assert_array_equal(inputs[1], np.zeros(13))
     assert data.schema.dense == tuple(f"I{i}" for i in range(1, 14))
     assert data.schema.feature_names == [f"C{i}" for i in range(1, 27)]
     assert data.categorical[0, 0] == 2 and data.categorical[1, 0] == 0  # value, missing

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -1508,14 +1509,14 @@ def test_a_queued_starting_point_not_run_says_so_on_the_leaderboard():
     assert [r["failure_reason"] for r in waiting] == [QUEUED]
 
 
-def test_export_of_a_criteo_study_says_its_inputs_are_the_reader_s_not_raw_rows(
-    tmp_path, capsys, monkeypatch
-):
+def test_export_of_a_criteo_study_takes_the_file_s_raw_rows(tmp_path, capsys, monkeypatch):
     """A model trained on a Criteo file exported `preprocessing.json` without the reader's
     transforms (log of counts, ids by frequency over the whole file, validation and test
-    rows included): served raw rows, it refused blanks and hex ids, and scored raw counts
-    wrong without an error. Its vocabularies are now the training split's, exported; that
-    its dense inputs are the reader's transformed values, the export says."""
+    rows included): served raw rows, it refused hex ids and scored raw counts wrong without
+    an error. Its vocabularies are the training split's, and its counts' transform (log(1 +
+    max(x, 0)), a blank 0) is recorded and exported: the file's own lines go in as they are."""
+    import importlib.util
+
     from trainers.data.synthetic import write_synthetic_criteo
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the reader's row cache
@@ -1526,11 +1527,26 @@ def test_export_of_a_criteo_study_says_its_inputs_are_the_reader_s_not_raw_rows(
     config_path = str(write_config(tmp_path, config))
     assert main(["search", config_path]) == 0
     capsys.readouterr()
-    assert main(["export", config_path, "--out", str(tmp_path / "out")]) == 0
-    err = capsys.readouterr().err
-    assert "trained on dense values the Criteo reader transformed itself" in err, err
-    assert "not a raw row's counts" in err
-    # its ids: the training split's vocabulary of the file's hex values, exported
-    fitted = json.loads((tmp_path / "out" / "preprocessing.json").read_text())
+    out = tmp_path / "out"
+    assert main(["export", config_path, "--out", str(out)]) == 0
+    assert "Criteo" not in capsys.readouterr().err  # nothing it does not take as given
+    fitted = json.loads((out / "preprocessing.json").read_text())
     hex_value = next(iter(fitted["vocabulary"]["C1"]))
     assert len(fitted["vocabulary"]) == 26 and len(hex_value) == 8 and int(hex_value, 16) >= 0
+    spec = importlib.util.spec_from_file_location("criteo_model", out / "ranknas_model.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "criteo_model", module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    lines = [line.split("\t") for line in path.read_text().splitlines()[-200:]]
+    counts = [line[1:14] for line in lines]
+    assert any(c == "" for row in counts for c in row) and any(
+        int(c) > 150
+        for row in counts
+        for c in row
+        if c  # beyond +-5 once logged: unclipped
+    )
+    expected = [[np.log1p(max(int(c), 0)) if c else 0.0 for c in row] for row in counts]
+    np.testing.assert_allclose(module.prepare_dense(counts, out).numpy(), expected, rtol=1e-6)
+    ids = module.encode_ids(list(zip(*(line[14:] for line in lines), strict=True)),
+                            [f"C{k}" for k in range(1, 27)], out)  # fmt: skip
+    assert (ids[:, 0] >= 2).float().mean() > 0.5  # most are values of the vocabulary

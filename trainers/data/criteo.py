@@ -1,11 +1,13 @@
 """The Criteo display-advertising TSV: `label \\t I1..I13 \\t C1..C26`, one impression a line;
 plain or compressed (gzip, bzip2, xz: the day files ship as `day_N.gz`).
 
-Integers may be empty; categoricals are hex strings (8 digits) or empty. Preprocessing:
-dense = log(1 + max(x, 0)) with missing -> 0; categorical ids by frequency with a minimum
-count or hashed (see `trainers.data.encoding`); with a vocabulary, each column's hex values
-are kept (`TabularData.raw_values`), so that a study fits it on the training split and
-exports it, as for any file. The file is streamed in chunks of lines and
+Integers may be empty; categoricals are hex strings (8 digits) or empty. The counts are
+read as they are (a blank NaN); `dense_transforms` is how every Criteo model takes them,
+log(1 + max(x, 0)) with a blank 0, a transform that studies apply and exports carry, so a
+served row's raw counts are read as training read them. Categorical ids by frequency with
+a minimum count or hashed (see `trainers.data.encoding`); with a vocabulary, each column's
+hex values are kept (`TabularData.raw_values`), so that a study fits it on the training
+split and exports it, as for any file. The file is streamed in chunks of lines and
 each chunk is converted with numpy; the result is cached as .npy files plus `meta.json` in
 a directory keyed by the file's path, size and mtime and the preprocessing settings.
 Malformed lines (wrong column count, label not 0/1, non-integer I field, C field not hex)
@@ -40,7 +42,8 @@ NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 CHUNK_LINES = 1 << 16
-_CACHE_VERSION = 2  # 2: the categorical columns' raw values (vocabularies fitted on training)
+# 2: the categorical columns' raw values (vocabularies fitted on training); 3: raw counts
+_CACHE_VERSION = 3
 _ARRAYS = ("dense", "categorical", "labels")
 _PAD = 16  # digit value of the NUL padding in a fixed-width bytes array
 _HEX_DIGITS = np.full(256, 255, dtype=np.uint8)
@@ -59,6 +62,13 @@ def criteo_schema(cardinalities: list[int]) -> DatasetSchema:
         label="label",
         name="criteo",
     )
+
+
+def dense_transforms() -> list[dict[str, Any]]:
+    """The counts' transform (`search_space.preprocessing.transform_dense`): log(1 + max(x,
+    0)), a blank 0, nothing standardized or clipped, as Criteo models take them."""
+    return [{"column": f"I{i}", "log1p": True, "mean": 0.0, "std": 1.0, "clip": None}
+            for i in range(1, NUM_DENSE + 1)]  # fmt: skip
 
 
 def default_cache_dir() -> Path:
@@ -123,7 +133,7 @@ def _file_stat(path: Path) -> os.stat_result:
 def _parse_file(
     path: Path, max_rows: int | None, limits: BadRowLimits
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, BadRowReport]:
-    """Labels [n], transformed dense [n, 13] and raw hex values [n, 26] (-1 = missing)."""
+    """Labels [n], counts [n, 13] (NaN = missing) and raw hex values [n, 26] (-1 = missing)."""
     _file_stat(path)
     report = BadRowReport(str(path), unit="line")
     parts = []
@@ -173,8 +183,9 @@ def _parse_chunk(
 
 
 def _parse_dense(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(1 + max(x, 0)) of integer tokens (empty -> 0), and which rows parsed."""
-    filled = np.where(tokens == b"", b"0", tokens)
+    """Integer tokens as float32 (empty -> NaN), and which rows parsed."""
+    blank = tokens == b""
+    filled = np.where(blank, b"0", tokens)
     ok = np.ones(len(tokens), dtype=bool)
     try:
         values = filled.astype(np.int64)
@@ -182,7 +193,12 @@ def _parse_dense(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ok = np.array([_all_integers(row) for row in filled], dtype=bool)
         values = np.zeros(filled.shape, dtype=np.int64)
         values[ok] = filled[ok].astype(np.int64)
-    return np.log1p(np.maximum(values, 0)).astype(np.float32), ok
+    return counts_with_blanks(values, blank), ok
+
+
+def counts_with_blanks(values: np.ndarray, blank: np.ndarray) -> np.ndarray:
+    """Integer counts as float32 with NaN where `blank`."""
+    return np.where(blank, np.nan, values).astype(np.float32)
 
 
 def _all_integers(tokens: np.ndarray) -> bool:

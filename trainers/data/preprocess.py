@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from search_space.preprocessing import (
+    CLIP,
     FIRST_ID,
     MISSING_ID,
     OOV_ID,
@@ -226,12 +227,15 @@ def warn_unseen_in_test(valid: TabularData, test: TabularData, fitted: dict[str,
 
 
 def describe(fitted: dict[str, Any]) -> str:
-    """One line: which columns got log1p (all are standardized and clipped), and the
-    vocabularies' sizes."""
-    logged = [t["column"] for t in fitted["dense"] if t["log1p"]]
+    """One line: which columns got log1p (all are standardized and clipped, but Criteo's
+    counts), and the vocabularies' sizes."""
+    fixed = [t["column"] for t in fitted["dense"] if t.get("clip", CLIP) is None]  # Criteo's
+    logged = [t["column"] for t in fitted["dense"] if t["log1p"] and t["column"] not in fixed]
     shown = f"log1p on {', '.join(logged)}, then " if logged else ""
     parts = []
-    if fitted["dense"]:
+    if fixed:
+        parts.append(f"dense columns {fixed[0]}..{fixed[-1]}: log(1 + max(x, 0)), a blank 0")
+    if len(fixed) < len(fitted["dense"]):
         parts.append(f"dense columns: {shown}standardized with training statistics, clipped "
                      "to +-5 sd")  # fmt: skip
     if fitted["vocabulary"]:

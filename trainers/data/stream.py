@@ -400,7 +400,8 @@ def fit_encoder(
     """One pass over rows [0, stop): the dense transforms and vocabularies, the number of
     good training rows and their positive labels."""
     spec = source.spec
-    fit_dense = dense_preprocessing and not source.dense_fixed
+    fixed = source.fixed_dense()
+    fit_dense = dense_preprocessing and fixed is None
     dense = [DenseStats(column, seed=k) for k, column in enumerate(spec.dense)] if fit_dense else []
     fitted = [c for c in spec.categorical if c.from_values]
     hashing = {c.name: c.hash_size or options.hash_size for c in fitted
@@ -431,7 +432,7 @@ def fit_encoder(
     warn_blank_categorical(source.name, blank, "training row")
     warn_constant_dense(source.name, [s.column for s in dense if s.low == s.high])
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
-    transforms = [stats.transform() for stats in dense]
+    transforms = fixed if fixed is not None else [stats.transform() for stats in dense]
     warn_far_dense(source.name, {s.column: s.far for s in dense})
     return Encoder(source, transforms, vocabularies, hashing), rows, clicks
 

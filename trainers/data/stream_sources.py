@@ -62,7 +62,6 @@ class Source:
     name: str
     spec: TabularSchema  # label, dense and categorical columns (cardinality None: fitted)
     rows: int  # positions in the files, malformed rows included
-    dense_fixed: bool = False  # the reader transforms the dense values itself (Criteo)
     # the export hashes raw texts as `bucket_ids` does here (not Criteo's: its ids are hashed
     # from the hex value, as `load_criteo`'s, and served as given)
     hashes_like_export: bool = True
@@ -71,6 +70,11 @@ class Source:
         self.limits = limits
         self.chunk_rows = chunk_rows
         self._warned: set[tuple[int, int]] = set()
+
+    def fixed_dense(self) -> list[dict[str, Any]] | None:
+        """The dense transform every model of this source takes (Criteo's counts'), not one
+        fitted on its rows; None: fitted."""
+        return None
 
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
         raise NotImplementedError
@@ -261,8 +265,10 @@ def _merge_report(report: BadRowReport, chunk: BadRowReport, first_row: int) -> 
 class CriteoSource(Source):
     """A Criteo TSV read block of lines by block of lines (`trainers.data.criteo`'s parser)."""
 
-    dense_fixed = True
     hashes_like_export = False
+
+    def fixed_dense(self) -> list[dict[str, Any]]:
+        return criteo.dense_transforms()
 
     def __init__(self, path: Path, limits: BadRowLimits, chunk_rows: int) -> None:
         super().__init__(limits, chunk_rows)
@@ -326,11 +332,14 @@ def _parse_block(lines: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if table.num_rows != len(lines) or labels.null_count:
         return None
     labels = labels.to_numpy()
-    dense = np.stack([table.column(n).fill_null(0).to_numpy() for n in names[1:14]], axis=1)
+    counts = [table.column(n) for n in names[1:14]]
+    dense = criteo.counts_with_blanks(
+        np.stack([c.fill_null(0).to_numpy() for c in counts], axis=1),
+        np.stack([c.is_null().to_numpy() for c in counts], axis=1),
+    )
     raw = [_hex_values(table.column(n).combine_chunks()) for n in names[14:]]
     if ((labels != 0) & (labels != 1)).any() or any(values is None for values in raw):
         return None
-    dense = np.log1p(np.maximum(dense, 0)).astype(np.float32)
     return labels.astype(np.float32), dense, np.stack(raw, axis=1)
 
 
