@@ -37,6 +37,7 @@ from nas.protocol import (
 from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
 from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
+    ADDED,
     DIAGRAM_FILE,
     INTERRUPTED,
     LOGGED,
@@ -91,10 +92,12 @@ def train_baselines(
     progress: Callable[[str], None] = print,
     worker: str = "",
     wait: bool = False,
+    added: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Train every baseline of `archs` (`distinct_baselines`: by key) that the study has not
     recorded (nor another worker is training); with `wait`, until all of them are recorded
     (those that other workers train included: a claim whose worker died is taken over).
+    `added`: by `baseline add`, not the config (recorded: `unlisted` leaves them out).
     Returns the study's baselines."""
     before = [r.get("order", 0) for k, r in recorded(study).items() if k not in archs]
     first = max(before, default=-1) + 1  # `baseline add`: after those the study holds
@@ -114,12 +117,26 @@ def train_baselines(
             if logger is not None:
                 logger.log_baseline(key, **record["mlflow"])
                 record["attrs"][LOGGED] = [logger.server]
+            if added:
+                record["attrs"][ADDED] = True
             study.set_user_attr(RECORD_PREFIX + key, record["attrs"])
             progress(_line(key, record["attrs"]))
         found = recorded(study)
         if not wait or all(key in found for key in archs):
             return found
         time.sleep(min(config.heartbeat_seconds, 5))  # the rest are training elsewhere
+
+
+def unlisted(study: optuna.Study, listed: dict[str, Architecture]) -> str | None:
+    """A line naming the baselines the study trained from its config that the config no
+    longer lists (`baseline add`'s are not in the config): they stay in every table and
+    verdict, which a person removing one from the YAML would not expect."""
+    keys = [k for k, r in recorded(study).items() if k not in listed and not r.get(ADDED)]
+    if not keys:
+        return None
+    return (f"baselines {', '.join(keys)}: in the study (trained earlier) but not in the "
+            "config's `baselines`; the study keeps them in its tables and verdicts (a study "
+            "without them needs a new name)")  # fmt: skip
 
 
 def _log_interrupted(logger: Any, key: str, worker: str) -> None:

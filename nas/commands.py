@@ -587,7 +587,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     if new:
         print(f"study {config.name!r}: training {', '.join(new)} as the study trains a trial")
     with parent_run_ended_on_error(logger, config):
-        train_baselines(study, config, baselines, data, logger, bars.write)
+        train_baselines(study, config, baselines, data, logger, bars.write, added=True)
     if logger is not None:
         from nas.runner import log_unlogged
 

@@ -38,6 +38,7 @@ from nas.baselines import (
     distinct_baselines,
     recorded,
     train_baselines,
+    unlisted,
 )
 from nas.commands import start_study_run
 from nas.config import StudyConfig
@@ -462,6 +463,8 @@ def _run_study(
     if config.objectives.needs_step_time:
         study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
     baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
+    if notice := unlisted(study, baselines):
+        progress(notice)
     if logger is not None:
         start_study_run(logger, config, study)
     if config.baselines:

@@ -97,8 +97,10 @@ RUN_STATUS = {"complete": "FINISHED", "pruned": "FINISHED", INTERRUPTED: "KILLED
 # that `nas.runner.log_unlogged` does not log it there again.
 LOGGED = "mlflow_logged"
 
-# A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`).
+# A baseline's record is the study attribute `baselines:<key>` (`nas.baselines`); ADDED
+# in it: by `ranknas baseline add`, not from the config.
 RECORD_PREFIX = f"{StudyAttr.BASELINES}:"
+ADDED = "added"
 
 
 def recorded(study: optuna.Study) -> dict[str, dict[str, Any]]:

@@ -41,8 +41,19 @@ def test_baselines_are_trained_outside_the_budget_and_never_reach_the_sampler(tm
         assert record["mflops"] > 0 and record["digest"]
         assert (tmp_path / "base" / "baselines" / key / "model.safetensors").exists()
     # resuming trains neither the trials nor the baselines again
-    again = run_study(config, progress=lambda line: None)
+    lines = []
+    again = run_study(config, progress=lines.append)
     assert len(again.trials) == 2 and recorded(again) == bases
+    assert not any("not in the config's `baselines`" in line for line in lines)
+    # one taken out of the YAML stays in every table and verdict: said, not silent; one
+    # added by `baseline add` (in no config) is not
+    again.set_user_attr("baselines:logistic_regression", bases["logistic_regression"] | {
+        "added": True})  # fmt: skip
+    lines.clear()
+    run_study(parse_config(_config(tmp_path, "base", baselines=(), budget={"trials": 2})),
+              progress=lines.append)  # fmt: skip
+    said = [line for line in lines if "not in the config's `baselines`" in line]
+    assert len(said) == 1 and said[0].startswith("baselines dlrm: in the study"), lines
 
 
 def test_a_baseline_interrupted_while_training_is_trained_by_the_rerun(tmp_path, monkeypatch):
@@ -246,6 +257,7 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert "verdict (recorded runs)" in capsys.readouterr().out
     study = load_study("later", config["storage"])
     assert list(recorded(study)) == ["dlrm"] and len(study.trials) == 2
+    assert recorded(study)["dlrm"]["added"]  # in no config: a search does not name it
     # added again, or its architecture under another name (recorded, or given twice in
     # one command): nothing trained twice, and said; what is added lists after the others
     schema = prepare_data(parse_config(config)).train.schema
