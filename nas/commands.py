@@ -390,8 +390,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {words.get(k, k).format(s='s' * (n != 1))}"
                        for k, n in state["trials"].items() if n)  # fmt: skip
     budget = state["budget_trials"]
-    budget = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
-    print(f"study {state['study']}: {counts or 'no trials'} ({budget})")
+    said = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
+    print(f"study {state['study']}: {counts or 'no trials'} ({said})")
+    if budget and config is not None and config.budget.trials != budget:  # the YAML edited
+        print(f"the config's budget.trials is {config.budget.trials}: " + (
+            "`ranknas search` runs up to it" if config.budget.trials > budget else
+            "a study's budget is the largest a search gave it; it does not shrink"))  # fmt: skip
     if state["time_limited"]:
         limited = state["time_limited"]
         print(f"its last search stopped at budget.time_limit_minutes "

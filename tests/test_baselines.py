@@ -318,7 +318,12 @@ def test_reading_a_study_by_its_config_needs_not_find_its_model_files(
     looked = f"looked for at {tmp_path / 'elsewhere' / 'mine.json'} (relative paths are from"
     assert "mine.json: neither a preset" in (err := capsys.readouterr().err) and looked in err
     assert main(["status", str(path)]) == 0 and main(["leaderboard", str(path)]) == 0
-    assert "mine" in capsys.readouterr().out
+    assert "mine" in (out := capsys.readouterr().out) and "budget.trials" not in out
+    # the YAML's budget raised since: status showed the last search's alone
+    path = write_config(tmp_path, config | {"budget": {"trials": 3}})
+    assert main(["status", str(path)]) == 0
+    assert "(budget 1)\nthe config's budget.trials is 3: `ranknas search` runs up to it" in (
+        capsys.readouterr().out)  # fmt: skip
 
 
 def test_two_architectures_under_one_baseline_name_are_refused(tmp_path, capsys):
