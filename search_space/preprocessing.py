@@ -19,6 +19,7 @@ of values, or a text with a separator) becomes the ids of its items; an empty on
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,21 +88,50 @@ def hash_bucket(text: str, buckets: int) -> int:
 
 
 def encode_value(
-    value: Any, index: Mapping[str, int] | None = None, buckets: int | None = None
+    value: Any,
+    index: Mapping[str, int] | None = None,
+    buckets: int | None = None,
+    whole_numbers: str | None = None,
 ) -> int:
     """A raw categorical value's id: through `index` (text -> id; other texts: OOV_ID) or
-    hashed into `buckets`; missing: MISSING_ID."""
+    hashed into `buckets` (a whole number written as the training file wrote them,
+    `whole_numbers`: see `as_written`); missing: MISSING_ID."""
     if is_missing(value):
         return MISSING_ID
     text = str(value).strip()
     if buckets is not None:
-        return hash_bucket(text, buckets)
+        return hash_bucket(as_written(text, whole_numbers), buckets)
     if index is None:
         return OOV_ID
     found = index.get(text)
     if found is None and not isinstance(value, bool):
         found = next((index[t] for t in _number_texts(text) if t in index), None)
     return OOV_ID if found is None else found
+
+
+INTEGER = re.compile(r"-?\d+")
+WHOLE_FLOAT = re.compile(r"-?\d+\.0+")
+
+
+def as_written(text: str, whole_numbers: str | None) -> str:
+    """A whole number's text as the training file wrote its whole numbers: "int" (118: a
+    CSV) or "float" (118.0: a Parquet column of floats, as an integer column with blanks
+    is); other texts, and any text where the training file wrote both or neither, as
+    given. A hashed value is its text's hash: pandas reads a CSV column of ids with blanks
+    as floats, and 118.0 then hashed to another bucket than the file's 118."""
+    if whole_numbers == "int" and WHOLE_FLOAT.fullmatch(text):
+        return text.split(".")[0]
+    if whole_numbers == "float" and (INTEGER.fullmatch(text) or WHOLE_FLOAT.fullmatch(text)):
+        return str(float(text))
+    return text
+
+
+def whole_number_form(texts: Sequence[str]) -> str | None:
+    """How `texts` (a hashed column's training values) write whole numbers: "int",
+    "float", or None (both ways, or no whole number)."""
+    forms = {"int" if INTEGER.fullmatch(t) else "float" if WHOLE_FLOAT.fullmatch(t) else None
+             for t in texts} - {None}  # fmt: skip
+    return forms.pop() if len(forms) == 1 else None
 
 
 def _number_texts(text: str) -> list[str]:

@@ -194,10 +194,11 @@ def encode_ids(
     into its buckets, as in training; the others must already be ids."""
     fitted = _preprocessing(directory)
     vocabularies, hashing = fitted.get("vocabulary", {}), fitted.get("hashing", {})
+    written = fitted.get("whole_numbers", {})  # how a hashed column's file wrote 118
     multi_valued = fitted.get("multi_valued", {})
     encoded: list[Ids] = []
     for feature, values in zip(features, columns, strict=True):
-        known, buckets = vocabularies.get(feature), hashing.get(feature)
+        known, buckets, form = vocabularies.get(feature), hashing.get(feature), written.get(feature)
         if known is None and buckets is None:
             encoded.append(torch.as_tensor(_given_ids(feature, values), dtype=torch.long))
             continue
@@ -207,7 +208,7 @@ def encode_ids(
                 if several_values(value):  # else scored as one unseen value
                     raise ValueError(f"feature {feature!r}, row {row}: {value!r} holds several "
                                      "values; this feature takes one value a row")  # fmt: skip
-            ids = [encode_value(v, index, buckets) for v in values]
+            ids = [encode_value(v, index, buckets, form) for v in values]
             encoded.append(torch.as_tensor(ids, dtype=torch.long))
             continue
         separator, items, offsets = multi_valued[feature]["separator"], [], [0]
@@ -216,7 +217,7 @@ def encode_ids(
                 texts = split_cell(cell, separator)
             except ValueError as exc:
                 raise ValueError(f"feature {feature!r}, row {row}: {exc}") from None
-            items.extend(encode_value(t, index, buckets) for t in texts or [None])
+            items.extend(encode_value(t, index, buckets, form) for t in texts or [None])
             offsets.append(len(items))
         encoded.append((torch.as_tensor(items, dtype=torch.long), torch.as_tensor(offsets)))
     if multi_valued:

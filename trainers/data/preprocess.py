@@ -25,6 +25,7 @@ from search_space.preprocessing import (
     OOV_ID,
     encode_value,
     transform_dense,
+    whole_number_form,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.report import warn_constant_dense, warn_far_dense
@@ -184,11 +185,17 @@ def apply_vocabulary(
 
 def fit_categorical(train: TabularData) -> dict[str, Any]:
     """How the columns read by name become ids, as JSON: vocabularies (min-count applied),
-    hashed columns' buckets, min-counts above 1, multi-valued columns' separators."""
+    hashed columns' buckets and how their file wrote whole numbers (served ones are
+    hashed as written so), min-counts above 1, multi-valued columns' separators."""
     raws = train.raw_values.items()
     return {
         "vocabulary": fit_vocabulary(train),
         "hashing": {n: raw.hash_size for n, raw in raws if raw.hash_size is not None},
+        "whole_numbers": {
+            n: form
+            for n, raw in raws
+            if raw.hash_size is not None and (form := whole_number_form(raw.values))
+        },
         "min_count": {n: raw.min_count for n, raw in raws if raw.min_count > 1},
         "multi_valued": {n: {"separator": raw.separator} for n, raw in raws if raw.multi_valued},
     }

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from search_space.errors import RanknasError
+from search_space.preprocessing import whole_number_form
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.dataset import (
     Batch,
@@ -361,6 +362,7 @@ class Encoder:
         transforms: list[dict[str, Any]],
         vocabularies: dict[str, list[Any]],
         hashing: dict[str, int],
+        whole_numbers: dict[str, str | None] | None = None,
     ) -> None:
         self.source, self.transforms, self.hashing = source, transforms, hashing
         self.index = {name: vocabulary_positions(vs) for name, vs in vocabularies.items()}
@@ -375,8 +377,9 @@ class Encoder:
         text = {n: [source.value_text(v) for v in vs] for n, vs in vocabularies.items()}
         # the format of `preprocess.fit_preprocessing`: the export applies it to raw rows
         exported = hashing if source.hashes_like_export else {}
+        written = {n: form for n, form in (whole_numbers or {}).items() if form and n in exported}
         self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text,
-                                       "hashing": exported}  # fmt: skip
+                                       "hashing": exported, "whole_numbers": written}  # fmt: skip
 
     def apply(self, chunk: RawChunk) -> TabularData:
         ids = chunk.ids
@@ -410,10 +413,13 @@ def fit_encoder(
     counts = {name: ValueCounts() for name in min_count}
     rows, clicks = 0, 0.0
     blank = [c.name for c in fitted]  # until a value shows, vocabulary or hashed
+    forms: dict[str, set[str | None]] = {name: set() for name in hashing}  # of whole numbers
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
         clicks += float(chunk.labels.sum())
         blank = [name for name in blank if not (chunk.raw[name][0] >= 0).any()]
+        for name, seen in forms.items():
+            seen.add(whole_number_form([str(v).strip() for v in chunk.raw[name][1].tolist()]))
         for k, stats in enumerate(dense):
             stats.update(chunk.dense[:, k])
         for name, values in counts.items():
@@ -434,7 +440,9 @@ def fit_encoder(
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = fixed if fixed is not None else [stats.transform() for stats in dense]
     warn_far_dense(source.name, {s.column: s.far for s in dense})
-    return Encoder(source, transforms, vocabularies, hashing), rows, clicks
+    whole_numbers = {name: seen.pop() for name, seen in forms.items() if len(seen) == 1}
+    encoder = Encoder(source, transforms, vocabularies, hashing, whole_numbers)
+    return encoder, rows, clicks
 
 
 class StreamSplit:

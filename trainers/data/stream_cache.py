@@ -33,7 +33,8 @@ from trainers.data.dataset import TabularData
 
 logger = logging.getLogger(__name__)
 
-CACHE_VERSION = 2  # 2: a Criteo file's fitted dense transforms are its counts' (were none)
+# 2: a Criteo file's dense transforms are its counts' (were none); hashed columns' whole_numbers
+CACHE_VERSION = 2
 CACHE_DIR_NAME = ".ranknas-cache"
 _FILES = {"dense": "dense.f32", "ids": "ids.bin", "labels": "labels.f32"}
 
