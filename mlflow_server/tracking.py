@@ -66,6 +66,8 @@ STUDY_TAG = "ranknas.study"
 TRIAL_TAG = "ranknas.trial"
 KIND_TAG = "ranknas.kind"
 BASELINE_TAG = "ranknas.baseline"
+# a trial whose architecture an earlier trial trained: its run repeats that one's figures
+REPEAT_TAG = "reused_from"
 
 # A study's view of its experiment's runs table, stored where the UI's "share view" keeps
 # one (an experiment tag of this prefix, the URL naming its key): the study's runs only,
@@ -511,14 +513,17 @@ def view_key(study: str) -> str:
 
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs but
-    the study's own and the tuned baselines' recipe trials, all sorted by `VIEW_ORDER`
+    the study's own, the tuned baselines' recipe trials and the repeats (`REPEAT_TAG`: a
+    sampler that proposed one architecture 69 times filled the view with its copies),
+    all sorted by `VIEW_ORDER`
     (`VIEW_RANK` once `reevaluated`: MLflow lists the runs without it last), lowest
     first (a flat list: a sort by a metric lists nested runs by value), with
     `view_columns`."""
     columns = view_columns(reevaluated)
     kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning"))
     return {
-        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds}",
+        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds} "
+        f"AND tags.`{REPEAT_TAG}` IS NULL",
         "orderByKey": f"metrics.`{VIEW_RANK if reevaluated else VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,

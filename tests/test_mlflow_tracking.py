@@ -279,6 +279,8 @@ def test_the_study_view_lists_its_runs_by_validation_ne_with_the_comparison_colu
         logger.start_study(study, experiment_name="views")
         for number, ne in enumerate((0.93, 0.91, 0.95)):
             logger.log_trial(number, metrics={"val_ne": ne, "test_ne": ne + 0.01})
+        # a repeat of trial 1's architecture: its figures again, not in the view
+        logger.log_trial(3, metrics={"val_ne": 0.91}, tags={"reused_from": 1})
         # a tuned baseline's recipe trial: under its baseline in the runs, not in the view
         logger.log_baseline_tuning("dlrm", 0, metrics={"val_ne": 0.5})
         assert logger.flush(timeout_s=30) == 0
