@@ -297,7 +297,7 @@ def _study_commands(command, commands) -> None:
     again.set_defaults(resumes=True)  # the runs recorded are not made again
     again.add_argument("config", metavar="CONFIG", help="the study's YAML")
     again.add_argument("--top", type=positive(int), default=3, metavar="K",
-                       help="best leaderboard trials to retrain")  # fmt: skip
+                       help="trials to retrain: those with the best recorded runs")  # fmt: skip
     again.add_argument("--seeds", type=positive(int), default=3, metavar="N",
                        help="fresh training seeds per trial")  # fmt: skip
     again.add_argument("--baselines", type=arguments.number(int, minimum=0), metavar="K",

@@ -45,8 +45,9 @@ def reevaluate_study(
     baselines: int | None = None,
     front: bool = False,
 ) -> list[dict[str, Any]]:
-    """Retrain the `top` complete trials (with `front`, also `front_below_baseline`'s near
-    ones: the Pareto front's trials cheaper than the best baseline) and the `baselines`
+    """Retrain the `top` complete trials with the best recorded runs (with `front`, also
+    `front_below_baseline`'s near ones: the Pareto front's trials cheaper than the best
+    baseline) and the `baselines`
     best complete baselines (None: all) of `config`'s study with the same `seeds` fresh
     seeds each; returns one row per trial or baseline (`trial` is then `baseline:<key>`),
     best mean validation NE first."""
@@ -60,7 +61,12 @@ def reevaluate_study(
                            "objectives.cost (mflops, params, latency_ms, step_ms) in a new "
                            "study, or drop --front")  # fmt: skip
     torch.set_num_threads(config.training.threads)
-    chosen = rows(study)[:top]
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    # the best recorded runs, as the search ranked them: the leaderboard lists the trials
+    # re-evaluated before first, and a strong trial a resumed search found was left out
+    chosen = sorted(rows(study), key=lambda r: trials[r["trial"]].values[0])[:top]
+    progress(f"re-evaluating the {len(chosen)} trial{'s' * (len(chosen) != 1)} with the best "
+             f"recorded runs: {', '.join(str(r['trial']) for r in chosen)}")  # fmt: skip
     if front:
         near, far = front_below_baseline(study)
         top_trials = {r["trial"] for r in chosen}
@@ -68,7 +74,6 @@ def reevaluate_study(
         progress(_front_line(near, far))
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
     recipes = {str(r["trial"]): trials[r["trial"]].user_attrs.get(TrialAttr.RECIPE) for r in chosen}
     bases = _best_baselines(study, baselines)

@@ -627,7 +627,7 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
 
     lines: list[str] = []
     table = reevaluate_study(config, top=2, seeds=2, progress=lines.append)
-    assert len(lines) == 4 and lines[-1].startswith("[4/4] trial")
+    assert len(lines) == 5 and lines[-1].startswith("[4/4] trial")
     assert [r["mean_val_ne"] for r in table] == sorted(r["mean_val_ne"] for r in table)
     assert {r["trial"] for r in table} == {r["trial"] for r in rows(study)[:2]}
     record = load_study("again", config.storage).user_attrs["reevaluation"]
@@ -635,8 +635,8 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     # a third seed trains only what is missing; what was recorded is kept
     lines.clear()
     table = reevaluate_study(config, top=2, seeds=3, progress=lines.append)
-    assert lines[0] == "4 of 6 runs already recorded, reused: training 2"
-    assert len(lines) == 3 and all(r["seeds"] == 3 and r["sd_val_ne"] > 0 for r in table)
+    assert lines[1] == "4 of 6 runs already recorded, reused: training 2"
+    assert len(lines) == 4 and all(r["seeds"] == 3 and r["sd_val_ne"] > 0 for r in table)
     kept = load_study("again", config.storage).user_attrs["reevaluation"]
     assert all(kept[n][s] == runs[s] for n, runs in record.items() for s in runs)
 
@@ -647,6 +647,16 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     best = study_best(load_study("again", config.storage))["trial"]
     # not `--out winner/`, where the search's own line had the first best exported
     assert "mean val NE" in out and f"--trial {best} --out winner-trial-{best}/" in out
+    # the trials with the best recorded runs, whatever was re-evaluated before (the
+    # leaderboard lists those first: a resumed search's strong new trial was left out)
+    study = load_study("again", config.storage)
+    ranked = sorted(rows(study), key=lambda r: r["val_ne"])
+    study.set_user_attr("reevaluation", {str(ranked[-1]["trial"]): {str(REEVAL_SEED): [0.9, 0.9]}})
+    assert rows(study)[0]["trial"] == ranked[-1]["trial"]  # the only seed mean: the best
+    lines.clear()
+    reevaluate_study(config, top=1, seeds=1, progress=lines.append)
+    best_run = ranked[0]["trial"]
+    assert lines[0] == f"re-evaluating the 1 trial with the best recorded runs: {best_run}"
 
 
 def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_forced(
