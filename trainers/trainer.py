@@ -441,6 +441,12 @@ def _why_no_better(result: TrainResult) -> str:
     if last > first * (1 + LOSS_NOISE) and not falling_to_the_end:
         return "its training loss rose: it diverged; a lower learning rate may help"
     if last < first and len(ne) >= 2 and ne[-1] > min(ne):
+        if ne[0] == min(ne):  # overfit before the first evaluation, perhaps: 30 epochs, 6 evals
+            first_step = result.curves["val_ne"][0][0]
+            return (f"its validation NE was lowest at its first evaluation (step {first_step:,} "
+                    f"of {result.steps:,}) and rose from there: it overfit, perhaps before it; "
+                    "more evaluations (training.evals, which early stopping keeps the best "
+                    "of) or fewer epochs may help")  # fmt: skip
         return "its validation NE turned back up: it overfit; fewer epochs may help"
     steps = f"{result.steps} step{'s' * (result.steps != 1)} ({result.examples:,} examples)"
     if result.time_limit:  # "more examples" would not have helped: the clock ended it
