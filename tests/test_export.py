@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -784,3 +785,6 @@ def test_an_export_without_its_left_out_features_reads_only_the_used_ones(cases)
         + ", ".join(f"`{n}`" for n in left_out)
         in card
     )
+    # what the module needs elsewhere, pinned (a clean venv without numpy warned each run)
+    pins = re.search(r"`pip install (torch==\S+ safetensors==\S+ numpy==\S+)`", card)
+    assert pins and "pandas" not in pins.group(1), card

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +61,18 @@ class _Columns:
                 "dataset schema so that the dense columns get their own names"
             )
         return columns
+
+
+def requirements() -> list[str]:
+    """Pinned versions of what the served model and the module need (numpy: without it
+    torch warns on import), as installed here, as the package index
+    knows them: a local build tag (`2.13.0+cpu`) is not on PyPI, so it is dropped."""
+    wanted = ("torch", "safetensors", "numpy", "pandas")  # the served module needs no torchrec
+    pins = []
+    for package in wanted:
+        try:
+            version = importlib.metadata.version(package).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        pins.append(f"{package}=={version}")
+    return pins

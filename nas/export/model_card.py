@@ -12,6 +12,7 @@ from nas.export.layout import (
     MODULE_FILE,
     WEIGHTS_FILE,
     _Columns,
+    requirements,
 )
 from search_space.architecture import Analysis, Architecture
 
@@ -247,6 +248,9 @@ def _loading_section(register: str | None, alias: str | None) -> str:
         In ranknas: `nas.export.load_exported("path/to/this/directory")`.
     """
     text = textwrap.dedent(text).strip()
+    module_needs = [pin for pin in requirements() if not pin.startswith("pandas")]
+    text += (f"\n\nTo run the module elsewhere: `pip install {' '.join(module_needs)}`, the "
+             "versions it was exported with (numpy: else torch warns on import).")  # fmt: skip
     if register and alias:
         text += (
             f"\n\n{REGISTERED_AS} `{register}` with the alias "

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata
-import importlib.util
 import io
 import json
 import logging
@@ -24,6 +22,7 @@ from nas.export.layout import (
     EXPERIMENT,
     ExportResult,
     _Columns,
+    requirements,
 )
 from nas.export.model_card import registry_description
 from nas.trial_record import PREPROCESSING_FILE
@@ -357,7 +356,7 @@ def _pyfunc_model(result: ExportResult, columns: _Columns, tmp: Path) -> dict[st
     entry_point.write_text(_PYFUNC_CODE.lstrip())
     return {"python_model": str(entry_point), "artifacts": {"export": str(result.out_dir)},
             "signature": _signature(columns), "input_example": _input_example(columns),
-            "pip_requirements": _requirements()}  # fmt: skip
+            "pip_requirements": requirements()}  # fmt: skip
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -393,17 +392,3 @@ def _input_example(columns: _Columns) -> Any:
     ids = {f: [["x"] if f in columns.list_features else "" if f in columns.raw_features else 0]
            for f in columns.features}  # fmt: skip
     return pd.DataFrame({c: [0.0] for c in columns.dense} | ids)
-
-
-def _requirements() -> list[str]:
-    """Pinned versions of what the pyfunc needs, as installed here, as the package index
-    knows them: a local build tag (`2.13.0+cpu`) is not on PyPI, so it is dropped."""
-    wanted = ("torch", "safetensors", "numpy", "pandas")  # the served module needs no torchrec
-    pins = []
-    for package in wanted:
-        try:
-            version = importlib.metadata.version(package).split("+")[0]
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        pins.append(f"{package}=={version}")
-    return pins
