@@ -334,8 +334,12 @@ def check_exists(url: str, what: str = "no studies") -> None:
     it would create an empty one, and a mistyped path would look like studies lost)."""
     path = _sqlite_path(url)
     if path is not None and not path.exists():
-        raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; run "
-                           "`ranknas search CONFIG` first, or give its --storage")  # fmt: skip
+        elsewhere = (
+            "run this from the directory the study ran in, " if not path.is_absolute() else ""
+        )  # a search here would start anew
+        raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; "
+                           f"{elsewhere}run `ranknas search CONFIG` first, or give its "
+                           "--storage")  # fmt: skip
 
 
 def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:

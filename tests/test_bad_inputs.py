@@ -527,6 +527,8 @@ def test_a_relative_storage_that_is_not_there_says_where_it_was_looked_for(
     assert main(["status", "q", "--storage", "sqlite:///ranknas-data/studies.db"]) == 2
     err = capsys.readouterr().err
     assert f"looked for at {tmp_path / 'ranknas-data/studies.db'} (relative paths" in err, err
+    # "run `ranknas search CONFIG` first" alone would start an empty study here
+    assert "run this from the directory the study ran in, run `ranknas search" in err
     assert not (tmp_path / "ranknas-data").exists()
 
 
