@@ -740,7 +740,7 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     with pytest.raises(ValueError, match="feature 'genres', row 1: an empty item"):
         module.encode_ids([["s1", "s2"], ["g1", "g2||g3"]], module.FEATURES, out)
     # a list for a single-valued feature was scored as one unseen value
-    with pytest.raises(ValueError, match=r"feature 'shop', row 1: \['s1', 's2'\] holds several"):
+    with pytest.raises(ValueError, match=r"feature 'shop', row 1: \['s1', 's2'\] is a collection"):
         module.encode_ids([["s1", ["s1", "s2"]], ["g1", "g2"]], module.FEATURES, out)
     # every bad cell of a request is told, a malformed list beside a bad number included
     bad = as_in_the_file.head(2).assign(price=["abc", 0.5], genres=["g1", "g2||g3"],
@@ -752,8 +752,8 @@ def test_the_export_on_raw_rows_with_lists_reproduces_the_recorded_test_ne(
     assert raised.value.message.splitlines() == [
         "dense column 'price', row 0: 'abc' is not a number; give a number (blank, N/A or "
         "null for missing)",
-        "categorical column 'shop', row 1: {'id': 's2'} holds several values; this column "
-        "takes one value a row",
+        "categorical column 'shop', row 1: {'id': 's2'} is a collection, not one value; this "
+        "column takes one value a row",
         "categorical column 'genres', row 1: 'g2||g3' holds an empty item (separator '|'): "
         "give its items",
     ]

@@ -158,8 +158,9 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
         lists = fitted.get("multi_valued", {}).get(feature)
         for row, cell in enumerate(values):
             if lists is None and m.several_values(cell):  # else scored as one unseen value
-                problems.append(f"categorical column {feature!r}, row {row}: {cell!r} holds "
-                                "several values; this column takes one value a row")  # fmt: skip
+                problems.append(f"categorical column {feature!r}, row {row}: {cell!r} is a "
+                                "collection, not one value; this column takes one value a "
+                                "row")  # fmt: skip
             elif lists is not None:
                 try:
                     m.split_cell(cell, lists["separator"])

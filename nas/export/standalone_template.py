@@ -206,8 +206,9 @@ def encode_ids(
         if feature not in multi_valued:
             for row, value in enumerate(values):
                 if several_values(value):  # else scored as one unseen value
-                    raise ValueError(f"feature {feature!r}, row {row}: {value!r} holds several "
-                                     "values; this feature takes one value a row")  # fmt: skip
+                    raise ValueError(f"feature {feature!r}, row {row}: {value!r} is a "
+                                     "collection, not one value; this feature takes one value a "
+                                     "row")  # fmt: skip
             ids = [encode_value(v, index, buckets, form) for v in values]
             encoded.append(torch.as_tensor(ids, dtype=torch.long))
             continue
