@@ -71,6 +71,18 @@ def test_rl_cuts_a_table_larger_than_a_device_by_rows(sharders):
     check_valid(plan, [*TABLES[:5], huge], topology)
 
 
+def test_rl_cuts_a_table_that_fits_no_device_beside_another_s_row_shards(sharders):
+    """A table just under a device's size fits an empty one, yet none beside a row shard of
+    a larger table: two tables of 4.77 and 3.81 GiB on four devices of 4 GiB found no plan
+    (on devices of 8 GiB, or on more of them, they did), and every other method refused."""
+    huge, large = TableSpec("huge", 10_000_000, 128), TableSpec("large", 8_000_000, 128)
+    tables = [*TABLES[:5], huge, large]
+    topology = Topology(4, memory_bytes=4 * GIB)
+    plan = sharders["rl"].plan(tables, topology)
+    assert set(plan.row_wise) >= {"huge", "large"}
+    check_valid(plan, tables, topology)
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_total_larger_than_all_devices(sharders, method):
     tables = [TableSpec(f"big{i}", 3_000_000, 128) for i in range(4)]  # 1.43 GiB each

@@ -157,13 +157,45 @@ class RLSharder(Sharder):
                 # alone: sampling it too would double the planning time.
                 episodes = 1 if i and self.measurer is None else self.episodes
                 cuts += [(cut, episodes)] if cut not in (c for c, _ in cuts) else []
-        plans = [self._plan_around(tables, topology, cut, n) for cut, n in cuts]
+        plans, stuck = [], None
+        for cut, n in cuts:
+            try:
+                plans.append(self._plan_around(tables, topology, cut, n))
+            except RanknasError as exc:  # what is left does not pack beside the row shards
+                stuck = exc
+        if not plans:
+            plans = [self._plan_cutting_more(tables, topology, cuts[0][0], modes[0], stuck)]
         if self.measurer is not None:
             return self._measured_best([*plans, *self._baseline_plans(tables, topology)],
                                        tables, topology)  # fmt: skip
         if len(plans) == 1:
             return plans[0]
         return min(plans, key=lambda plan: self._predicted_max(tables, plan, topology))
+
+    def _plan_cutting_more(
+        self,
+        tables: Sequence[TableSpec],
+        topology: Topology,
+        cut: dict[str, tuple[int, ...]],
+        mode: str,
+        stuck: RanknasError | None,
+    ) -> Plan:
+        """A plan with the largest whole tables cut by rows too, one more at a time, until
+        the rest packs: a table just under a device's size fits an empty device, yet not
+        one beside a row shard of a larger table (two tables of 48 and 38 GiB on eight
+        devices of 40 GiB found no plan; with 80 GiB devices, or 64 of them, they did)."""
+        shard_ms = functools.partial(self._row_shard_ms, topology=topology)
+        whole = sorted((t for t in tables if t.name not in cut), key=lambda t: -t.size_bytes)
+        for more in range(1, min(len(whole), MORE_ROW_CUTS) + 1):
+            heavy = {*cut, *(t.name for t in whole[:more])}
+            wider = row_wise_tables(tables, topology, shard_ms if mode == "auto" else None,
+                                    mode, heavy)  # fmt: skip
+            try:
+                return self._plan_around(tables, topology, wider, 1)
+            except RanknasError as exc:
+                stuck = exc
+        assert stuck is not None
+        raise stuck
 
     def _predicted_max(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
         costs = torch.from_numpy(self.cost_net.plan_costs(tables, plan, topology).sum(1))
@@ -404,6 +436,7 @@ class RLSharder(Sharder):
 
 
 ROW_MODES = ("auto", "host", "world")
+MORE_ROW_CUTS = 16  # whole tables `_plan_cutting_more` cuts by rows at most, largest first
 ShardMs = Callable[[TableSpec, int], float]  # (table, row shards) -> one shard's ms
 
 
