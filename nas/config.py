@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from cost_models.sharding.methods import MAX_DEVICES
+from cost_models.sharding.methods import DEFAULT_MODEL, MAX_DEVICES, model_to_use
 from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
@@ -460,7 +460,12 @@ class ShardingConfig(_Section):
         "random", "dim_greedy", "size_greedy", "lookup_greedy", "size_lookup_greedy",
         "torchrec", "torchrec_cw", "rl",
     ] = "size_lookup_greedy"  # fmt: skip
-    model_dir: str = Field(default="runs/sharding/model", description="`ranknas shard train`")
+    model_dir: str = Field(
+        default=str(DEFAULT_MODEL),
+        description="the folder `ranknas shard train --out` wrote (the cost model, and the "
+        "policy of method rl); the default one, where none was trained: the model shipped "
+        "with ranknas",
+    )
     hosts: int | None = Field(
         default=None, ge=1, description="hosts the devices are spread over (default: 8 a host)"
     )
@@ -492,6 +497,16 @@ class ShardingConfig(_Section):
                        else "`ranknas latency fit --target dense_step_ms`")  # fmt: skip
             raise ValueError(f"{path}: no such file{looked_for(Path(path))}; {made_by} makes one")
         return path
+
+    @field_validator("model_dir")
+    @classmethod
+    def _model_there(cls, folder: str, info: ValidationInfo) -> str:
+        if checks_files(info.context):  # a mistyped folder planned with the shipped model
+            try:
+                model_to_use(folder, "sharding.model_dir")
+            except RanknasError as exc:
+                raise ValueError(str(exc).removeprefix("sharding.model_dir: ")) from None
+        return folder
 
     @model_validator(mode="after")
     def _hosts_divide_devices(self) -> ShardingConfig:

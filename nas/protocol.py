@@ -16,9 +16,10 @@ import numpy as np
 import optuna
 
 from cost_models.sharding.links import read_links
+from cost_models.sharding.methods import model_to_use
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
-from nas.config import DEFAULT_EXAMPLES, DataConfig, StudyConfig
+from nas.config import DEFAULT_EXAMPLES, DataConfig, ShardingConfig, StudyConfig
 from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
@@ -456,11 +457,18 @@ def _step(
         shard.runtime_ms if shard.runtime_ms is not None else measured.get("runtime_ms", 0.0)
     )
     cluster = topology(shard.devices, shard.hosts, shard.links)
-    step = predict_step(arch, cluster, shard.method, shard.model_dir, batch, dense_ms,
+    step = predict_step(arch, cluster, shard.method, sharding_model(shard), batch, dense_ms,
                         analysis.dense_params, pooling_factors, runtime_ms,
                         measured.get("dense_factor", 1.0),
                         measured.get("ms_per_pooled_mb", 0.0))  # fmt: skip
     return step | {"dense_source": source}
+
+
+def sharding_model(shard: ShardingConfig) -> str:
+    """`sharding.model_dir`, or the model shipped with ranknas where that is the default
+    folder and none was trained there, as `ranknas shard plan` plans (method rl failed on a
+    fresh clone with "no readable sharding policy")."""
+    return str(model_to_use(shard.model_dir, "sharding.model_dir")[0])
 
 
 def per_device_batch(config: StudyConfig) -> int:
@@ -480,7 +488,7 @@ def plan_sharding(
     batch = per_device_batch(config)
     cluster = topology(shard.devices, shard.hosts, shard.links)
     made = Plan.from_dict(costs.step["plan"]) if costs.step is not None else None
-    plan = plan_trial_sharding(arch, cluster, shard.method, shard.model_dir, batch,
+    plan = plan_trial_sharding(arch, cluster, shard.method, sharding_model(shard), batch,
                                data.pooling_factors, made)  # fmt: skip
     (directory / SHARDING_FILE).write_text(json.dumps(plan, indent=2))
     return plan
@@ -614,7 +622,7 @@ def _train_sharded(
     processes, shard = config.training.processes, config.sharding
     tables = tables_from_architecture(arch, data.pooling_factors)
     cluster = topology(processes, None, shard.links)  # one host, its links
-    plan = make_sharder(shard.method, shard.model_dir, per_device_batch(config)).plan(
+    plan = make_sharder(shard.method, sharding_model(shard), per_device_batch(config)).plan(
         tables, cluster
     )
     return train_sharded(arch, (data.train, data.valid, data.test), train_config, plan, label)

@@ -260,6 +260,23 @@ def test_a_study_adds_the_runtime_cost_its_links_file_measured(tmp_path):
     assert step("new.json")["batch_per_device"] == 128
 
 
+def test_a_study_plans_with_rl_as_shard_plan_does_and_refuses_a_missing_model(
+    tmp_path, monkeypatch
+):
+    """`sharding.method: rl` failed on a fresh clone ("no readable sharding policy" in the
+    default folder) where `ranknas shard plan` used the model shipped with ranknas; a
+    mistyped `model_dir` planned silently with the shipped model."""
+    monkeypatch.chdir(tmp_path)  # no runs/sharding/model here
+    arch = load_architecture("dlrm", SCHEMA)
+    config = tiny_config(tmp_path, "x", objectives={"cost": "step_ms"},
+                         sharding={"devices": 4, "method": "rl"})  # fmt: skip
+    step = architecture_costs(arch, parse_config(config)).step
+    assert step["step_ms"] > 0 and step["plan"]["method"] == "rl"
+    config["sharding"]["model_dir"] = str(tmp_path / "mistyped")
+    with pytest.raises(RanknasError, match=r"sharding.model_dir.* is not a folder"):
+        parse_config(config)
+
+
 def test_a_predicted_dense_part_makes_the_step_the_same_in_every_study(tmp_path, capsys):
     """`sharding.dense_model` (`ranknas latency fit --target dense_step_ms`) predicts a
     step's dense part: a model's step is then the same number in every study, not a timing

@@ -8,10 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cost_models import lazy_handler
-from cost_models.sharding.methods import FALLBACK, MAX_DEVICES, METHODS
+from cost_models.sharding.methods import DEFAULT_MODEL, FALLBACK, MAX_DEVICES, METHODS
 from search_space import arguments
 
-DEFAULT_MODEL = Path("runs/sharding/model")
 # where `shard train --quick` saves without --out: a tiny trial run that `shard plan` must not
 # pick up by default in place of the shipped model
 QUICK_MODEL = Path("runs/sharding/quick-model")

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.sharding.cli import DEFAULT_MODEL, QUICK_MODEL
-from cost_models.sharding.cost_net import PACKAGED_MODEL, CostNet, load_cost_net
+from cost_models.sharding.cli import QUICK_MODEL
+from cost_models.sharding.cost_net import CostNet, load_cost_net
 from cost_models.sharding.evaluate import measure_plans
 from cost_models.sharding.measure import Measurer
 from cost_models.sharding.measured import measured_plan_ms
-from cost_models.sharding.methods import FALLBACK
+from cost_models.sharding.methods import DEFAULT_MODEL, FALLBACK, model_to_use
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
 from cost_models.sharding.sharders.base import check_capacity
@@ -86,22 +86,10 @@ def _cost_net(model: Path) -> CostNet | None:
 
 
 def _use_packaged_model(args: argparse.Namespace) -> None:
-    """Point `args.model` at the shipped model when the default directory has none, and
-    say so: its costs were measured on another machine than this one. A `--model` folder
-    that is not there is refused (a mistyped one planned with a greedy heuristic)."""
-    from cost_models.sharding.cli import DEFAULT_MODEL
-
-    if Path(args.model) != DEFAULT_MODEL and not Path(args.model).is_dir():
-        # a mistyped folder planned silently with a greedy heuristic instead of the policy
-        raise RanknasError(f"--model: {args.model} is not a folder (one `ranknas shard train "
-                           "--out` wrote); leave --model out for the default")  # fmt: skip
-    if Path(args.model) != DEFAULT_MODEL or (Path(args.model) / "policy.json").exists():
-        return
-    args.model = PACKAGED_MODEL
-    device = json.loads((PACKAGED_MODEL / "report.json").read_text())["device"]
-    print(f"no trained model in {DEFAULT_MODEL}: using the default shipped with ranknas, "
-          f"trained on measurements of {device} (`ranknas shard train` trains one on this "
-          "machine's)", file=sys.stderr)  # fmt: skip
+    """`args.model` as `model_to_use` resolves it, said where it is the shipped one."""
+    args.model, note = model_to_use(args.model, "--model")
+    if note:
+        print(note, file=sys.stderr)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from torch import nn
 
 from cost_models.sharding.files import load_net, save_net
 from cost_models.sharding.measure import KernelTime, single_threaded
+from cost_models.sharding.methods import PACKAGED_MODEL as PACKAGED_MODEL
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.tables import NUM_FEATURES, TableSpec, row_shard_name, table_features
 from cost_models.sharding.topology import Topology, comm_megabytes, traffic_megabytes
@@ -245,11 +246,6 @@ def errors(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, f
 
 def save_cost_net(net: CostNet, directory: str | Path) -> None:
     save_net(net, directory, "cost_net")
-
-
-# A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings;
-# its report.json says on what), for a fresh clone.
-PACKAGED_MODEL = Path(__file__).parent / "default_model"
 
 
 def load_cost_net(directory: str | Path) -> CostNet:
