@@ -37,6 +37,27 @@ def test_a_quick_training_is_not_planned_with_by_default(tmp_path, monkeypatch, 
     assert not (tmp_path / "runs/sharding/model").exists()
 
 
+def test_shard_train_checks_its_folders_before_any_work(tmp_path, monkeypatch):
+    """It wrote over a person's own report.json, and a path it could not write failed with
+    a traceback after minutes of measuring and training."""
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before the folders were checked")
+
+    monkeypatch.setattr("cost_models.sharding.commands.train_sharder", no_training)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.json").write_text('{"mine": true}')
+    train = ["shard", "train", "--quick", "--cache", str(tmp_path / "cache"), "--out"]
+    with pytest.raises(RanknasError, match=r"mine: holds files that are not a sharding model"):
+        run([*train, str(mine)])
+    assert (mine / "report.json").read_text() == '{"mine": true}'
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RanknasError, match=r"--cache .*afile is a file, not a folder"):
+        run(["shard", "train", "--quick", "--out", str(tmp_path / "new"), "--cache",
+             str(tmp_path / "afile")])  # fmt: skip
+
+
 @pytest.fixture
 def table_file(tmp_path):
     path = tmp_path / "tables.yaml"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -190,7 +191,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_capacity(tables, topology, row_split=True)
     _use_packaged_model(args)
     net = _cost_net(args.model)
-    measurer = Measurer(cache_dir=args.cache)
+    measurer = Measurer(cache_dir=_cache_folder(args.cache))
     plans, records = {}, {}
     for method in (m for m in METHODS if m != "rl" or net is not None):
         start = time.perf_counter()
@@ -260,11 +261,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = quick_config(args.seed) if args.quick else ShardTrainConfig(seed=args.seed)
     if args.rounds is not None or args.iterations is not None:
         config = _override(config, args.rounds, args.iterations)
-    measurer = Measurer(config.measure, cache_dir=args.cache)
+    out = Path(args.out or (QUICK_MODEL if args.quick else DEFAULT_MODEL))
+    replaced = _check_model_folder(out)  # before minutes of measuring and training
+    measurer = Measurer(config.measure, cache_dir=_cache_folder(args.cache))
     print(f"training on {measurer.device} with {measurer.kernel}")
     trained = train_sharder(config, measurer)
-    out = args.out or (QUICK_MODEL if args.quick else DEFAULT_MODEL)
     trained.save(out)
+    if replaced:
+        print(f"replaced the model {out} held before")
     errors = trained.report["errors"]
     for name in ("cost_model", "torchrec", "torchrec_calibrated"):
         e = errors[name]
@@ -279,6 +283,45 @@ def _override(
 ) -> ShardTrainConfig:
     rl = replace(config.rl, iterations=iterations or config.rl.iterations)
     return replace(config, rounds=rounds or config.rounds, rl=rl)
+
+
+MODEL_FILES = frozenset(
+    {"cost_net.json", "cost_net.safetensors", "policy.json", "policy.safetensors", "report.json"}
+)  # what `shard train` saves
+
+
+def _check_model_folder(out: Path) -> bool:
+    """`shard train --out`'s folder, made where missing, checked before any work (a path
+    it could not write failed after minutes of training): empty, or an earlier model's,
+    which it replaces (True); a folder of other files is refused (they were written over)."""
+    _check_folder(out, "--out")
+    held = {p.name for p in out.iterdir()}
+    if held and ("cost_net.json" not in held or held - MODEL_FILES):
+        others = sorted(held - MODEL_FILES) or sorted(held)
+        raise RanknasError(f"--out {out}: holds files that are not a sharding model's "
+                           f"({', '.join(others[:5])}); give a new or empty folder")  # fmt: skip
+    return bool(held)
+
+
+def _cache_folder(cache: Path) -> Path:
+    """`--cache`, made where missing; a file there or an unwritable path said at once."""
+    _check_folder(Path(cache), "--cache")
+    return cache
+
+
+def _check_folder(folder: Path, flag: str) -> None:
+    """`folder` made where missing, and writable; a clear error otherwise."""
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise RanknasError(f"{flag} {folder}: {blocking} is a file, not a folder; choose "
+                           "another path")  # fmt: skip
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise RanknasError(f"{flag} {folder}: cannot write there ({exc.strerror}); choose a "
+                           "writable path") from None  # fmt: skip
 
 
 def _check_writable(out: Path) -> None:
