@@ -34,7 +34,11 @@ def test_yaml_round_trip(tmp_path):
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ({"name": "a", "embedding_dim": 8}, "tables[1] (a): 'num_embeddings'"),
+        ({"name": "a", "embedding_dim": 8}, "tables[1] (a): 'num_embeddings' is missing"),
+        (  # YAML 1.1 reads 1.5e6 as a text
+            {"name": "a", "num_embeddings": "1.5e6", "embedding_dim": 8},
+            "got '1.5e6' (a text to YAML, which reads 1e6 so: write 1500000)",
+        ),
         ({"name": "a", "num_embeddings": 10, "embedding_dim": 0}, "(a): 'embedding_dim'"),
         (  # fbgemm's AssertionError in `shard compare` and `shard plan --measure`
             {"name": "a", "num_embeddings": 10, "embedding_dim": 3},
@@ -67,6 +71,13 @@ def test_malformed_files(tmp_path):
     no_list.write_text("tables: 3\n")
     with pytest.raises(RanknasError, match=re.escape("'tables: [...]'")):
         load_tables(no_list)
+    other = tmp_path / "other.yaml"  # `devices: 8` planned on --devices' count unsaid
+    other.write_text("devices: 8\ntables:\n- {name: a, num_embeddings: 2, embedding_dim: 4}\n")
+    with pytest.raises(RanknasError, match=r"unknown key\(s\) \['devices'\]; a table file"):
+        load_tables(other)
+    other.write_text("table:\n- {name: a, num_embeddings: 2, embedding_dim: 4}\n")
+    with pytest.raises(RanknasError, match=re.escape("'tables: [...]'; found ['table']")):
+        load_tables(other)
     twice = tmp_path / "twice.yaml"
     twice.write_text("tables:\n" + "- {name: a, num_embeddings: 2, embedding_dim: 4}\n" * 2)
     with pytest.raises(RanknasError, match="more than once"):

@@ -301,9 +301,10 @@ def check_host_memory(table_sets: Sequence[Sequence[TableSpec]]) -> None:
     names = ", ".join(t.name for t in largest[:5]) + (" ..." if len(largest) > 5 else "")
     raise RanknasError(
         f"timing a device's tables builds them in this machine's memory: one device's "
-        f"({names}) take {need / GIB:.2f} GiB, and {available / GIB:.2f} GiB is available "
-        "here; time them on a machine with more memory, or plan without timing (`ranknas "
-        "shard plan` without --measure predicts with the cost model)"
+        f"({names}) take {need / GIB:.2f} GiB, more than the {HOST_MEMORY_SHARE:.0%} of the "
+        f"{available / GIB:.2f} GiB available here it may take; time them on a machine with "
+        "more memory, or plan without timing (`ranknas shard plan` without --measure predicts "
+        "with the cost model)"
     )
 
 

@@ -237,7 +237,13 @@ def load_tables(path: str | Path) -> list[TableSpec]:
 
 def parse_tables(data: Any, source: str = "tables") -> list[TableSpec]:
     if not isinstance(data, dict) or not isinstance(data.get("tables"), list):
-        raise RanknasError(f"{source}: expected a mapping with a list 'tables: [...]'")
+        found = f"; found {sorted(data, key=str)}" if isinstance(data, dict) and data else ""
+        raise RanknasError(f"{source}: expected a mapping with a list 'tables: [...]'{found}")
+    unknown = sorted(set(data) - {"tables"}, key=str)
+    if unknown:  # `devices: 8` planned on --devices' count without a word
+        raise RanknasError(f"{source}: unknown key(s) {unknown}; a table file holds 'tables' "
+                           "only (devices and their memory are --devices and "
+                           "--memory-gb)")  # fmt: skip
     tables = [
         _parse_table(entry, f"{source}: tables[{i}]") for i, entry in enumerate(data["tables"])
     ]
@@ -286,10 +292,26 @@ def _parse_table(entry: Any, where: str) -> TableSpec:
 
 
 def _int(entry: Mapping[str, Any], key: str, where: str) -> int:
-    value = entry.get(key)
+    if key not in entry:
+        raise RanknasError(f"{where}: '{key}' is missing; give an integer >= 1")
+    value = entry[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RanknasError(f"{where}: '{key}' must be an integer >= 1, got {value!r}")
+        raise RanknasError(f"{where}: '{key}' must be an integer >= 1, got {value!r}"
+                           f"{_as_text(value)}")  # fmt: skip
     return value
+
+
+def _as_text(value: Any) -> str:
+    """Why a number in a YAML file came as a text: YAML 1.1 reads 1e6 and 1.5e6 (no dot
+    before the e, or no sign after it) as texts."""
+    try:
+        number = float(value) if isinstance(value, str) else None
+    except ValueError:
+        return ""
+    if number is None:
+        return ""
+    plain = f"{number:.0f}" if number.is_integer() and abs(number) < 1e18 else f"{number:.6e}"
+    return f" (a text to YAML, which reads 1e6 so: write {plain})"
 
 
 def _dim(entry: Mapping[str, Any], where: str) -> int:
@@ -305,7 +327,8 @@ def _dim(entry: Mapping[str, Any], where: str) -> int:
 def _positive(entry: Mapping[str, Any], key: str, where: str, default: float) -> float:
     value = entry.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise RanknasError(f"{where}: '{key}' must be a finite number > 0, got {value!r}")
+        raise RanknasError(f"{where}: '{key}' must be a finite number > 0, got {value!r}"
+                           f"{_as_text(value)}")  # fmt: skip
     return float(value)
 
 

@@ -44,10 +44,15 @@ def check_capacity(
     if total > capacity * topology.num_devices:
         shortfall = total - capacity * topology.num_devices
         raise RanknasError(
-            f"the {len(tables)} tables need {total / GIB:.2f} GiB but {topology.num_devices} "
-            f"devices of {capacity / GIB:.2f} GiB hold {capacity * topology.num_devices / GIB:.2f}"
+            f"the {_count(len(tables), 'table')} need {total / GIB:.2f} GiB but "
+            f"{_count(topology.num_devices, 'device')} of {capacity / GIB:.2f} GiB hold "
+            f"{capacity * topology.num_devices / GIB:.2f}"
             f" GiB (short by {shortfall / GIB:.2f} GiB): add devices or raise --memory-gb"
         )
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'s' * (n != 1)}"
 
 
 def unplaced_error(unplaced: Sequence[TableSpec], free: Sequence[int], method: str) -> RanknasError:
