@@ -58,6 +58,18 @@ def test_shard_train_checks_its_folders_before_any_work(tmp_path, monkeypatch):
              str(tmp_path / "afile")])  # fmt: skip
 
 
+def test_a_plan_that_fills_a_device_says_so(tmp_path, capsys):
+    """The heuristics fill a device to 100% (torchrec keeps 15% back): on a GPU, the
+    optimizer's state and buffers then do not fit."""
+    path = tmp_path / "full.yaml"
+    save_tables([TableSpec("big", 1_000_000, 128), TableSpec("small", 100, 16)], path)
+    plan = ["shard", "plan", str(path), "--devices", "2", "--method", "size_greedy"]
+    assert run([*plan, "--memory-gb", "0.5"]) == 0
+    assert "warning: rank(s) 0 above 90% of 0.50 GiB" in capsys.readouterr().err
+    assert run([*plan, "--memory-gb", "1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 @pytest.fixture
 def table_file(tmp_path):
     path = tmp_path / "tables.yaml"

@@ -139,7 +139,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"measured max-device cost on this machine ({measurer.device}): "
               f"{max(measured):.3f} ms per step (kernel + analytic communication)")  # fmt: skip
     _print_devices(plan, tables, topology, predicted, label)
+    _warn_full(plan, topology)
     return 0
+
+
+FULL = 0.9  # of a device's memory: a GPU also needs room for buffers and optimizer state
+
+
+def _warn_full(plan: Plan, topology: Topology) -> None:
+    """Name the devices a plan fills past `FULL` (torchrec's planner keeps 15% back for
+    what the tables' weights do not count; the other sharders fill devices to 100%)."""
+    full = [r for r, used in enumerate(plan.memory_bytes) if used > FULL * topology.memory_bytes]
+    if full:
+        ranks = ", ".join(map(str, full[:8])) + (" ..." if len(full) > 8 else "")
+        print(f"warning: rank(s) {ranks} above {FULL:.0%} of {topology.memory_bytes / GIB:.2f} "
+              "GiB: a GPU also needs room for the optimizer's state, buffers and activations; "
+              "give --memory-gb as what a device has free for the tables",
+              file=sys.stderr)  # fmt: skip
 
 
 def _plan_record(plan: Plan, predicted: np.ndarray | None, seconds: float) -> dict[str, Any]:
