@@ -203,6 +203,20 @@ def test_a_table_larger_than_a_device_is_each_sharders_no_plan_and_rl_cuts_it(
     assert out.count("do not fit on one device") == 1 and "--method rl, which cuts" in out
 
 
+def test_compare_says_which_plan_measured_lowest_and_where_rl_stands():
+    from cost_models.sharding.commands import _compared
+
+    records = [{"method": "size_greedy", "measured_max_ms": 0.5},
+               {"method": "torchrec", "measured_max_ms": 0.4},
+               {"method": "random", "error": "no plan: ..."},
+               {"method": "rl", "measured_max_ms": 0.3}]  # fmt: skip
+    assert _compared(records) == ("lowest measured max: rl (0.300 ms); rl 25.0% below the best "
+                                  "other (torchrec); timings move by a few percent from run "
+                                  "to run")  # fmt: skip
+    assert _compared(records[:2]) == "lowest measured max: torchrec (0.400 ms)"
+    assert _compared(records[3:]) is None  # one plan: nothing compared
+
+
 def test_tables_too_large_to_time_here_are_refused_before_any_is_built(
     table_file, tmp_path, monkeypatch
 ):

@@ -26,7 +26,7 @@ from cost_models.sharding.measured import measured_plan_ms
 from cost_models.sharding.methods import DEFAULT_MODEL, FALLBACK, model_to_use
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
-from cost_models.sharding.sharders.base import check_capacity
+from cost_models.sharding.sharders.base import check_capacity, counted
 from cost_models.sharding.tables import TableSpec, load_tables, tables_from_architecture
 from cost_models.sharding.topology import GIB, Topology
 from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
@@ -123,8 +123,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=2))
         return 0
     label = _labeller(args.tables)
-    print(f"{plan.method}: {_count(len(tables), 'table')} on "
-          f"{_count(plan.num_devices, 'device')} in {seconds:.3f} s")  # fmt: skip
+    print(f"{plan.method}: {counted(len(tables), 'table')} on "
+          f"{counted(plan.num_devices, 'device')} in {seconds:.3f} s")  # fmt: skip
     if plan.splits:
         cuts = ", ".join(f"{label(name)} into {parts}" for name, parts in plan.splits.items())
         print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
@@ -234,16 +234,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         output = {"kernel": measurer.kernel, "device": measurer.device}
         print(json.dumps(output | {"plans": list(records.values())}))
         return 0
-    print(f"{_count(len(tables), 'table')} on {_count(topology.num_devices, 'device')}; "
+    print(f"{counted(len(tables), 'table')} on {counted(topology.num_devices, 'device')}; "
           f"kernel: {measurer.kernel}")  # fmt: skip
     if net is None:
         print(f"(no trained model in {args.model}: rl left out; run `ranknas shard train`)")
     _print_comparison(list(records.values()))
     return 0
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def _print_comparison(records: list[dict[str, Any]]) -> None:
@@ -268,6 +264,25 @@ def _print_comparison(records: list[dict[str, Any]]) -> None:
     _print_table(header, rows)
     for error, methods in errors.items():
         print(f"{', '.join(methods)}: {error}")
+    if line := _compared(records):
+        print(line)
+
+
+def _compared(records: list[dict[str, Any]]) -> str | None:
+    """Which plan measured lowest, and rl against the best of the others: the table alone
+    said neither."""
+    timed = {r["method"]: r["measured_max_ms"] for r in records if "error" not in r}
+    if len(timed) < 2:
+        return None
+    best = min(timed, key=timed.get)
+    line = f"lowest measured max: {best} ({timed[best]:.3f} ms)"
+    others = {m: ms for m, ms in timed.items() if m != "rl"}
+    if "rl" in timed and others:
+        rival = min(others, key=others.get)
+        gap = timed["rl"] / others[rival] - 1
+        line += (f"; rl {abs(gap):.1%} {'below' if gap < 0 else 'above'} the best other "
+                 f"({rival}); timings move by a few percent from run to run")  # fmt: skip
+    return line
 
 
 # ---------------------------------------------------------------------- train

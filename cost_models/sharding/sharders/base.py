@@ -44,15 +44,16 @@ def check_capacity(
     if total > capacity * topology.num_devices:
         shortfall = total - capacity * topology.num_devices
         raise RanknasError(
-            f"the {_count(len(tables), 'table')} need {total / GIB:.2f} GiB but "
-            f"{_count(topology.num_devices, 'device')} of {capacity / GIB:.2f} GiB hold "
+            f"the {counted(len(tables), 'table')} need {total / GIB:.2f} GiB but "
+            f"{counted(topology.num_devices, 'device')} of {capacity / GIB:.2f} GiB hold "
             f"{capacity * topology.num_devices / GIB:.2f}"
             f" GiB (short by {shortfall / GIB:.2f} GiB): add devices or raise --memory-gb"
         )
 
 
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}{'s' * (n != 1)}"
+def counted(number: int, noun: str) -> str:
+    """`3 tables`, `1 device`."""
+    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def unplaced_error(unplaced: Sequence[TableSpec], free: Sequence[int], method: str) -> RanknasError:
