@@ -138,6 +138,16 @@ def test_links_refuses_an_unwritable_out_before_measuring(tmp_path, capsys, out)
         assert f"{tmp_path / 'a-file'} is a file, not a folder" in error
 
 
+def test_links_refuses_more_processes_than_cores(tmp_path, capsys):
+    """64 processes on 2 cores timed their sharing of the cores, and took the machine."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    argv = ["shard", "links", "--processes", str(cores + 1), "--out", str(tmp_path / "l.json")]
+    assert main(argv) == 2
+    assert f"give at most {cores}" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # 27 s (two gloo processes timed); `make test-all` runs it
 def test_measured_links_and_the_runtime_cost_enter_the_prediction(tmp_path):
     """`ranknas shard links` measures this machine's collectives and the sharded runtime's

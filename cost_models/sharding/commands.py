@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -378,6 +379,11 @@ def cmd_links(args: argparse.Namespace) -> int:
         raise RanknasError(
             f"--processes: at least 2 to measure links between, got {args.processes}"
         )
+    cores = len(os.sched_getaffinity(0))
+    if args.processes > cores:  # 64 on 2 cores measured the machine's load, and took it
+        raise RanknasError(f"--processes {args.processes}: this machine runs {cores} at once "
+                           "(its cores); more would time their sharing of the cores, not "
+                           f"the links: give at most {cores}")  # fmt: skip
     _check_writable(args.out)  # before a minute of measuring, not after
     links = measure_links(args.processes)
     links |= measure_runtime_ms(measured_topology(links), args.batch_size)
