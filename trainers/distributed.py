@@ -79,11 +79,16 @@ def load_plan(path: Path | None, tables: list[TableSpec], world_size: int) -> Pl
         return make_plan(assignment, tables, world_size, "round_robin")
     plan = read_plan(path)
     names, planned = {t.name for t in tables}, set(plan.table_ranks())
-    if plan.num_devices != world_size or names != planned:
-        raise RanknasError(
-            f"{path}: the plan places {sorted(planned)} on {plan.num_devices} devices; this run "
-            f"has tables {sorted(names)} on {world_size}"
-        )
+    if plan.num_devices != world_size:  # the table lists said nothing (printed twice)
+        raise RanknasError(f"{path}: the plan is for {plan.num_devices} devices and this run has "
+                           f"{world_size} processes: plan again with --devices {world_size}, "
+                           f"or run {plan.num_devices} (torchrun --nproc_per_node)")  # fmt: skip
+    if names != planned:
+        missing, extra = sorted(names - planned), sorted(planned - names)
+        raise RanknasError(f"{path}: the plan is for other tables than this model's (not "
+                           f"planned: {missing[:5]}; not the model's: {extra[:5]}); plan this "
+                           "model's tables: `ranknas shard plan ARCH --devices N "
+                           "--json`")  # fmt: skip
     return plan
 
 
