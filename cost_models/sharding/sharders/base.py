@@ -38,7 +38,7 @@ def check_capacity(
             f"table(s) {listed}{more} do not fit on one device of {capacity / GIB:.2f} GiB "
             f"(short by {shortfall / GIB:.2f} GiB): raise --memory-gb to at least "
             f"{(capacity + shortfall) / GIB:.2f}, or plan with --method rl, which cuts tables by "
-            "rows"
+            "rows (or torchrec_cw, by columns)"
         )
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:

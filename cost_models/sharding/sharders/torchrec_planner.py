@@ -43,7 +43,8 @@ class TorchrecPlanner(Sharder):
         self.name = "torchrec_cw" if column_wise else "torchrec"
 
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
-        check_capacity(tables, topology)
+        # column-wise, a table bigger than a device may fit as column shards: the planner says
+        check_capacity(tables, topology, row_split=self.column_wise)
         planner = EmbeddingShardingPlanner(
             topology=torchrec_topology(topology, RESERVED_SHARE),
             batch_size=max(1, self.batch_size // topology.num_devices),  # per rank
