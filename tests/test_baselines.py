@@ -153,11 +153,17 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
     from nas.baselines import best_baseline
 
     assert best_baseline(study)[0] == "logistic_regression"
-    study.set_user_attr("baselines:logistic_regression", record)
-    assert best_baseline(study) is None
     from nas.runner import _best_baseline
 
+    # nor a linear model, the others failed: the search ran around it (or under its FLOPs)
     space = {"type": "around", "base": "best_baseline"}
+    single_runs = {"search_space": space, "best_baseline": {"seeds": 0}}
+    around = parse_config(_config(tmp_path, "diverged") | single_runs)
+    with pytest.raises(RanknasError, match=r"every baseline but logistic_regression failed "
+                       r"\(dlrm\): the search would run around a linear model"):  # fmt: skip
+        _best_baseline(study, around, None, lambda line: None)
+    study.set_user_attr("baselines:logistic_regression", record)
+    assert best_baseline(study) is None
     around = parse_config(_config(tmp_path, "diverged") | {"search_space": space})
     with pytest.raises(RanknasError, match="no baseline trained to completion"):
         _best_baseline(study, around, None, lambda line: None)
@@ -428,7 +434,7 @@ def test_an_around_search_of_the_best_baseline_goes_around_it_at_its_flops(tmp_p
     # reevaluate reuses the baselines' runs: it trains the trials (and the dcnv2 added above)
     lines.clear()
     reevaluate_study(parse_config(config), top=2, seeds=3, progress=lines.append)
-    reused, *runs = lines
+    _, reused, *runs = lines  # the trials it chose, then what it reuses
     assert reused == "6 of 15 runs already recorded, reused: training 9"
     trained = {line.split("] ")[1].split(" seed ")[0] for line in runs}
     assert len(runs) == 9 and {t for t in trained if "baseline" in t} == {"baseline dcnv2"}
