@@ -66,7 +66,8 @@ STUDY_TAG = "ranknas.study"
 TRIAL_TAG = "ranknas.trial"
 KIND_TAG = "ranknas.kind"
 BASELINE_TAG = "ranknas.baseline"
-# a trial whose architecture an earlier trial trained: its run repeats that one's figures
+# a trial whose architecture an earlier trial trained (its run, of kind "repeat", repeats
+# that one's figures): `nas.trial_record.TrialAttr.REUSED_FROM`
 REPEAT_TAG = "reused_from"
 
 # A study's view of its experiment's runs table, stored where the UI's "share view" keeps
@@ -389,7 +390,8 @@ class _Writer:
             run_name = record.get("run_name") or f"baseline-{name}"
         else:
             number = str(record["trial"])
-            match = {STUDY_TAG: record["study"], KIND_TAG: "trial", TRIAL_TAG: number}
+            kind = "repeat" if REPEAT_TAG in record["tags"] else "trial"
+            match = {STUDY_TAG: record["study"], KIND_TAG: kind, TRIAL_TAG: number}
             run_name = record.get("run_name") or f"trial-{number}"
         extra = {"mlflow.parentRunId": parent_id}
         if record["status"] is None:  # an update: of a run this server lacks, no run at all
@@ -513,17 +515,16 @@ def view_key(study: str) -> str:
 
 def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
     """The runs table's state for comparing a study's trials and baselines: its runs but
-    the study's own, the tuned baselines' recipe trials and the repeats (`REPEAT_TAG`: a
+    the study's own, the tuned baselines' recipe trials and the repeats (kind "repeat": a
     sampler that proposed one architecture 69 times filled the view with its copies),
     all sorted by `VIEW_ORDER`
     (`VIEW_RANK` once `reevaluated`: MLflow lists the runs without it last), lowest
     first (a flat list: a sort by a metric lists nested runs by value), with
     `view_columns`."""
     columns = view_columns(reevaluated)
-    kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning"))
+    kinds = " AND ".join(f"tags.`{KIND_TAG}` != '{kind}'" for kind in ("study", "tuning", "repeat"))
     return {
-        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds} "
-        f"AND tags.`{REPEAT_TAG}` IS NULL",
+        "searchFilter": f"tags.`{STUDY_TAG}` = {_quote(study)} AND {kinds}",
         "orderByKey": f"metrics.`{VIEW_RANK if reevaluated else VIEW_ORDER}`",
         "orderByAsc": True,
         "selectedColumns": columns,

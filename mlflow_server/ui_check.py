@@ -21,6 +21,7 @@ from pathlib import Path
 from mlflow_server.tracking import (
     KIND_TAG,
     NAME_COLUMN,
+    REPEAT_TAG,
     STUDY_TAG,
     VIEW_RANK,
     study_view_url,
@@ -128,7 +129,7 @@ def _shown_first(run) -> tuple[bool, float, float]:
     """The run whose page is shown: the first by rank, else validation NE, of a run that
     trained (a reused trial points to the one that did), as the study's view lists them."""
     metrics = run.data.metrics
-    return ("reused_from" in run.data.tags, metrics.get(VIEW_RANK, float("inf")),
+    return (REPEAT_TAG in run.data.tags, metrics.get(VIEW_RANK, float("inf")),
             metrics.get("val_ne", float("inf")))  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -111,27 +111,37 @@ def encode_value(
 
 INTEGER = re.compile(r"-?\d+")
 WHOLE_FLOAT = re.compile(r"-?\d+\.0+")
+EXACT = 2**53  # whole numbers beyond it lose digits as floats: left as given
 
 
 def as_written(text: str, whole_numbers: str | None) -> str:
-    """A whole number's text as the training file wrote its whole numbers: "int" (118: a
-    CSV) or "float" (118.0: a Parquet column of floats, as an integer column with blanks
-    is); other texts, and any text where the training file wrote both or neither, as
-    given. A hashed value is its text's hash: pandas reads a CSV column of ids with blanks
-    as floats, and 118.0 then hashed to another bucket than the file's 118."""
-    if whole_numbers == "int" and WHOLE_FLOAT.fullmatch(text):
-        return text.split(".")[0]
-    if whole_numbers == "float" and (INTEGER.fullmatch(text) or WHOLE_FLOAT.fullmatch(text)):
-        return str(float(text))
-    return text
+    """A whole number's text as the training file wrote its whole numbers (`number_form`):
+    "int" (118: a CSV) or "float" (118.0: a Parquet column of floats, as an integer
+    column with blanks is); other texts, and any where the training file wrote both ways
+    or neither, as given. A hashed value is its text's hash: pandas reads a CSV column of
+    ids with blanks as floats, and 118.0 then hashed to another bucket than the file's 118."""
+    whole = INTEGER.fullmatch(text) or WHOLE_FLOAT.fullmatch(text)
+    if not whole or whole_numbers is None or abs(int(text.split(".")[0])) >= EXACT:
+        return text
+    return text.split(".")[0] if whole_numbers == "int" else str(float(text))
 
 
-def whole_number_form(texts: Sequence[str]) -> str | None:
-    """How `texts` (a hashed column's training values) write whole numbers: "int",
-    "float", or None (both ways, or no whole number)."""
-    forms = {"int" if INTEGER.fullmatch(t) else "float" if WHOLE_FLOAT.fullmatch(t) else None
-             for t in texts} - {None}  # fmt: skip
-    return forms.pop() if len(forms) == 1 else None
+def number_forms(texts: Iterable[str]) -> set[str]:
+    """The ways `texts` write whole numbers: "int" (118), "float" (118.0, as Python and
+    pandas write a float) and "other" (118.00, which `as_written` could not rebuild)."""
+    forms = set()
+    for text in texts:
+        if INTEGER.fullmatch(text):
+            forms.add("int")
+        elif WHOLE_FLOAT.fullmatch(text):
+            forms.add("float" if text == str(float(text)) else "other")
+    return forms
+
+
+def number_form(forms: set[str]) -> str | None:
+    """A hashed column's way of writing whole numbers (`number_forms` of its training
+    values), where it is one: "int" or "float"; else None (served values hashed as given)."""
+    return forms.pop() if len(forms) == 1 and forms <= {"int", "float"} else None
 
 
 def _number_texts(text: str) -> list[str]:

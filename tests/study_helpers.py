@@ -121,7 +121,7 @@ def check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.
 
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment = client.get_experiment_by_name(config["name"])
-    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
+    runs = trial_runs(client, experiment.experiment_id)
     numbers = [int(r.data.tags["ranknas.trial"]) for r in runs]
     assert len(numbers) == len(set(numbers)), "a trial was logged twice"
     for trial in done:
@@ -134,9 +134,18 @@ def check_nothing_lost_or_duplicated(config: dict, tracking_uri: str) -> optuna.
             assert status.get(trial.number) == expected, f"killed trial {trial.number}"
     for run in runs:  # a repeat names the trial that trained its architecture
         trial = study.trials[int(run.data.tags["ranknas.trial"])]
-        if "reused_from" in trial.user_attrs:
+        kind = "repeat" if "reused_from" in trial.user_attrs else "trial"
+        assert run.data.tags["ranknas.kind"] == kind, trial.number  # the view leaves it out
+        if kind == "repeat":
             assert run.data.tags["reused_from"] == str(trial.user_attrs["reused_from"])
     return study
+
+
+def trial_runs(client, experiment_id: str) -> list:
+    """Every trial's MLflow run: trained ones (kind trial) and repeats (kind repeat)."""
+    found = (client.search_runs([experiment_id], f"tags.`ranknas.kind` = '{kind}'")
+             for kind in ("trial", "repeat"))  # fmt: skip
+    return [run for runs in found for run in runs]
 
 
 def repeats_said(lines: list[str]) -> int:

@@ -16,7 +16,13 @@ from nas.config import StudyConfig
 from nas.launch import Placement, placements, worker_count
 from nas.storage import load_study
 from search_space.errors import RanknasError
-from study_helpers import check_nothing_lost_or_duplicated, counted, tiny_config, write_config
+from study_helpers import (
+    check_nothing_lost_or_duplicated,
+    counted,
+    tiny_config,
+    trial_runs,
+    write_config,
+)
 
 
 def test_workers_go_round_robin_over_the_gpus_and_split_the_cores():
@@ -278,7 +284,7 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     # each stopped worker delivered its interrupted trial to MLflow before it exited
     client = MlflowClient(tracking_uri=server.uri)
     experiment = client.get_experiment_by_name(config["name"]).experiment_id
-    runs = client.search_runs([experiment], "tags.`ranknas.kind` = 'trial'")
+    runs = trial_runs(client, experiment)
     status = {int(r.data.tags["ranknas.trial"]): r.info.status for r in runs}
     assert [status.get(t.number) for t in interrupted] == ["KILLED", "KILLED"], status
     parents = client.search_runs([experiment], "tags.`ranknas.kind` = 'study'")

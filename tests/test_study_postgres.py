@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from nas.storage import load_study, normalize_url
-from study_helpers import counted, tiny_config, write_config
+from study_helpers import counted, tiny_config, trial_runs, write_config
 
 URL = os.environ.get("RANKNAS_TEST_POSTGRES_URL")
 
@@ -113,7 +113,7 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
     assert len(stale) == 1, "the killed worker's trial should be failed by its heartbeats"
     client = MlflowClient(tracking_uri=server.uri)
     experiment = client.get_experiment_by_name(name)
-    runs = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'trial'")
+    runs = trial_runs(client, experiment.experiment_id)
     logged = [int(r.data.tags["ranknas.trial"]) for r in runs]
     assert len(logged) == len(set(logged)), "a trial was logged twice"
     finished = [t.number for t in study.trials if t.state != TrialState.RUNNING]

@@ -24,8 +24,9 @@ from search_space.preprocessing import (
     MISSING_ID,
     OOV_ID,
     encode_value,
+    number_form,
+    number_forms,
     transform_dense,
-    whole_number_form,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
 from trainers.data.report import warn_constant_dense, warn_far_dense
@@ -194,7 +195,7 @@ def fit_categorical(train: TabularData) -> dict[str, Any]:
         "whole_numbers": {
             n: form
             for n, raw in raws
-            if raw.hash_size is not None and (form := whole_number_form(raw.values))
+            if raw.hash_size is not None and (form := number_form(number_forms(raw.values)))
         },
         "min_count": {n: raw.min_count for n, raw in raws if raw.min_count > 1},
         "multi_valued": {n: {"separator": raw.separator} for n, raw in raws if raw.multi_valued},

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from search_space.errors import RanknasError
-from search_space.preprocessing import whole_number_form
+from search_space.preprocessing import number_form, number_forms
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
 from trainers.data.dataset import (
     Batch,
@@ -413,13 +413,14 @@ def fit_encoder(
     counts = {name: ValueCounts() for name in min_count}
     rows, clicks = 0, 0.0
     blank = [c.name for c in fitted]  # until a value shows, vocabulary or hashed
-    forms: dict[str, set[str | None]] = {name: set() for name in hashing}  # of whole numbers
+    exported = hashing if source.hashes_like_export else {}  # Criteo's ids: served as hashed
+    forms: dict[str, set[str]] = {name: set() for name in exported}  # how whole numbers read
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
         clicks += float(chunk.labels.sum())
         blank = [name for name in blank if not (chunk.raw[name][0] >= 0).any()]
         for name, seen in forms.items():
-            seen.add(whole_number_form([str(v).strip() for v in chunk.raw[name][1].tolist()]))
+            seen |= number_forms(str(v).strip() for v in chunk.raw[name][1].tolist())
         for k, stats in enumerate(dense):
             stats.update(chunk.dense[:, k])
         for name, values in counts.items():
@@ -440,7 +441,7 @@ def fit_encoder(
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = fixed if fixed is not None else [stats.transform() for stats in dense]
     warn_far_dense(source.name, {s.column: s.far for s in dense})
-    whole_numbers = {name: seen.pop() for name, seen in forms.items() if len(seen) == 1}
+    whole_numbers = {name: number_form(seen) for name, seen in forms.items()}
     encoder = Encoder(source, transforms, vocabularies, hashing, whole_numbers)
     return encoder, rows, clicks
 
