@@ -622,8 +622,10 @@ def _best_baseline(
                            "status`, then fix the training recipe or budget and run it as a "
                            "new study (`name:`): a study keeps the settings of its first "
                            "run")  # fmt: skip
-    failed = [k for k, r in recorded(study).items() if r.get("status") != "complete"]
-    if best[0] == "logistic_regression" and failed:  # around, or held to, a linear model
+    others = {k: r for k, r in recorded(study).items() if k != "logistic_regression"}
+    failed = [k for k, r in others.items() if r.get("status") != "complete"]
+    if best[0] == "logistic_regression" and others and len(failed) == len(others):
+        # around, or held to, a linear model
         raise RanknasError(f"study {config.name!r}: best_baseline is asked for, and every "
                            f"baseline but logistic_regression failed ({', '.join(failed)}): "
                            "the search would run around a linear model, or under its FLOPs; "

@@ -162,6 +162,12 @@ def test_a_failed_baseline_is_left_out_of_the_verdict(tmp_path):
     with pytest.raises(RanknasError, match=r"every baseline but logistic_regression failed "
                        r"\(dlrm\): the search would run around a linear model"):  # fmt: skip
         _best_baseline(study, around, None, lambda line: None)
+    # one other that completed, however far behind: a model to search around
+    linear = recorded(study)["logistic_regression"]
+    study.set_user_attr("baselines:dcnv2", linear | {"val_ne": linear["val_ne"] + 0.01})
+    best = _best_baseline(study, around, None, lambda line: None)
+    assert best is not None and best[0] == "logistic_regression"
+    study.set_user_attr("baselines:dcnv2", record | {"name": "dcnv2"})  # failed too
     study.set_user_attr("baselines:logistic_regression", record)
     assert best_baseline(study) is None
     around = parse_config(_config(tmp_path, "diverged") | {"search_space": space})
