@@ -498,15 +498,14 @@ class ShardingConfig(_Section):
             raise ValueError(f"{path}: no such file{looked_for(Path(path))}; {made_by} makes one")
         return path
 
-    @field_validator("model_dir")
-    @classmethod
-    def _model_there(cls, folder: str, info: ValidationInfo) -> str:
-        if checks_files(info.context):  # a mistyped folder planned with the shipped model
+    @model_validator(mode="after")
+    def _model_there(self, info: ValidationInfo) -> ShardingConfig:
+        if self.devices and checks_files(info.context):  # a mistyped one: the shipped model
             try:
-                model_to_use(folder, "sharding.model_dir")
-            except RanknasError as exc:
-                raise ValueError(str(exc).removeprefix("sharding.model_dir: ")) from None
-        return folder
+                model_to_use(self.model_dir, "model_dir")
+            except RanknasError as exc:  # said under `sharding:`
+                raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _hosts_divide_devices(self) -> ShardingConfig:

@@ -30,6 +30,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from cost_models.sharding.methods import model_to_use
 from nas.baselines import (
     baseline_key,
     baseline_record,
@@ -448,6 +449,10 @@ def _run_study(
         dense_predictor(config.sharding.dense_model, config.training.batch_size)
     if config.sharding.links:  # and a links file no measurement wrote
         _check_links(config.sharding.links, config.sharding.runtime_ms, progress)
+    if config.sharding.devices:  # README: the shipped model is used, and said so
+        _, shipped = model_to_use(config.sharding.model_dir, "sharding.model_dir")
+        if shipped:
+            progress(f"sharding: {shipped}")
     with study_lock(config.storage, config.name):  # workers starting together create it once
         storage = open_storage(config.storage, config.heartbeat_seconds)
         token = claim_output_dir(config, recorded_attrs(storage, config.name))

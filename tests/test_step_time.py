@@ -282,8 +282,9 @@ def test_a_study_plans_with_rl_as_shard_plan_does_and_refuses_a_missing_model(
                          sharding={"devices": 4, "method": "rl"})  # fmt: skip
     step = architecture_costs(arch, parse_config(config)).step
     assert step["step_ms"] > 0 and step["plan"]["method"] == "rl"
+    assert step["cost_model"].startswith("the sharding cost model shipped")  # not its path
     config["sharding"]["model_dir"] = str(tmp_path / "mistyped")
-    with pytest.raises(RanknasError, match=r"sharding.model_dir.* is not a folder"):
+    with pytest.raises(RanknasError, match=r"sharding: model_dir: .*mistyped is not a folder"):
         parse_config(config)
 
 

@@ -85,7 +85,8 @@ def predict_step(
     plan = make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     cost_dir = model_dir if (Path(model_dir) / "cost_net.json").exists() else str(PACKAGED_MODEL)
     net = _cost_net(cost_dir)
-    source = model_dir if cost_dir == model_dir else "the sharding cost model shipped with ranknas"
+    shipped = Path(cost_dir).resolve() == PACKAGED_MODEL.resolve()  # given, or fallen back to
+    source = "the sharding cost model shipped with ranknas" if shipped else model_dir
     per_device = _device_costs(net, tables, plan, cluster, batch_size)
     busiest = int(per_device.sum(1).argmax())
     allreduce_ms = cluster.allreduce_ms(4 * dense_params / 1e6)
