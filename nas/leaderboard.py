@@ -79,7 +79,7 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
     """Complete trials, the study's best (`study_best`) first, then the other re-evaluated
     trials by seed mean, then the rest by the first objective; with `include_all` then every
     other trial (failed, pruned, skipped, repeats) in trial order."""
-    complete = _complete_rows(study)
+    complete = by_recorded_run(study)
     best = _choose_best(study, complete)
     first = [r for r in complete if best and r["trial"] == best["trial"]]
     meaned = sorted((r for r in complete if r["mean_val_ne"] is not None and r not in first),
@@ -110,9 +110,10 @@ def view_ranks(study: optuna.Study) -> dict[str, int]:
     return {subject: rank for rank, subject in enumerate(ordered, start=1)}
 
 
-def _complete_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """Complete trials by the first objective (an architecture proposed again is listed
-    once, as first trained), with their seed means once re-evaluated."""
+def by_recorded_run(study: optuna.Study) -> list[dict[str, Any]]:
+    """Complete trials by the first objective of their recorded runs (an architecture
+    proposed again is listed once, as first trained), with their seed means once
+    re-evaluated."""
     means = seed_means(study)
     complete = sorted((t for t in study.get_trials(deepcopy=False) if trial_state(t) == "complete"),
                       key=lambda t: t.values[0])  # fmt: skip
@@ -137,7 +138,7 @@ def study_best(study: optuna.Study) -> dict[str, Any] | None:
     MFLOPs); then the cheapest of the tie. Before: the lowest recorded first objective (one
     run each, or a confirmed trial's seeds). `basis` names which; `lowest` is the trial of
     the lowest value, `ties` the finalists equivalent to it."""
-    return _choose_best(study, _complete_rows(study))
+    return _choose_best(study, by_recorded_run(study))
 
 
 def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[str, Any] | None:

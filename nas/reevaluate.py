@@ -26,7 +26,7 @@ import torch
 from nas import leaderboard
 from nas.baselines import recorded
 from nas.config import StudyConfig
-from nas.leaderboard import baseline_rows, front_below_baseline, rows, seeds_text
+from nas.leaderboard import baseline_rows, by_recorded_run, front_below_baseline, seeds_text
 from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
@@ -61,12 +61,12 @@ def reevaluate_study(
                            "objectives.cost (mflops, params, latency_ms, step_ms) in a new "
                            "study, or drop --front")  # fmt: skip
     torch.set_num_threads(config.training.threads)
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     # the best recorded runs, as the search ranked them: the leaderboard lists the trials
     # re-evaluated before first, and a strong trial a resumed search found was left out
-    chosen = sorted(rows(study), key=lambda r: trials[r["trial"]].values[0])[:top]
-    progress(f"re-evaluating the {len(chosen)} trial{'s' * (len(chosen) != 1)} with the best "
-             f"recorded runs: {', '.join(str(r['trial']) for r in chosen)}")  # fmt: skip
+    chosen = by_recorded_run(study)[:top]
+    if chosen:
+        progress(f"re-evaluating the {len(chosen)} trial{'s' * (len(chosen) != 1)} with the "
+                 f"best recorded runs: {', '.join(str(r['trial']) for r in chosen)}")  # fmt: skip
     if front:
         near, far = front_below_baseline(study)
         top_trials = {r["trial"] for r in chosen}
@@ -74,6 +74,7 @@ def reevaluate_study(
         progress(_front_line(near, far))
     if not chosen:
         raise RanknasError(f"study {config.name!r} has no complete trial to re-evaluate")
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     archs = {str(r["trial"]): trials[r["trial"]].user_attrs[TrialAttr.DIR] for r in chosen}
     recipes = {str(r["trial"]): trials[r["trial"]].user_attrs.get(TrialAttr.RECIPE) for r in chosen}
     bases = _best_baselines(study, baselines)
