@@ -395,7 +395,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if budget and config is not None and config.budget.trials != budget:  # the YAML edited
         print(f"the config's budget.trials is {config.budget.trials}: " + (
             "`ranknas search` runs up to it" if config.budget.trials > budget else
-            "a study's budget is the largest a search gave it; it does not shrink"))  # fmt: skip
+            f"`ranknas search` with it stops once {config.budget.trials} are counted (the "
+            "budget above is the largest a search gave the study)"))  # fmt: skip
     if state["time_limited"]:
         limited = state["time_limited"]
         print(f"its last search stopped at budget.time_limit_minutes "
