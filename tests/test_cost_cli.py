@@ -246,7 +246,8 @@ def test_a_model_folder_that_is_not_there_is_refused(table_file, tmp_path):
 def test_the_torchrec_planner_keeps_its_share_back_on_the_cpu_topology(tmp_path):
     """Its docstring said 15% of each device was kept back; torchrec's reservation takes it
     off a GPU's HBM only, and these CPU topologies kept nothing back (95% full plans)."""
-    from cost_models.sharding.sharders.torchrec_planner import RESERVED_SHARE, TorchrecPlanner
+    from cost_models.sharding.methods import RESERVED_SHARE
+    from cost_models.sharding.sharders.torchrec_planner import TorchrecPlanner
     from cost_models.sharding.topology import Topology
 
     tables = [TableSpec(name, 1_000_000, 64) for name in "abcd"]  # 0.24 GiB each

@@ -205,7 +205,7 @@ def _print_table(header: list[str], rows: list[list[str]]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
     # in all: a table larger than a device is a sharder's own "no plan" (rl cuts it by rows)
-    check_capacity(tables, topology, row_split=True)
+    check_capacity(tables, topology, cut=True)
     _use_packaged_model(args)
     net = _cost_net(args.model)
     measurer = Measurer(cache_dir=_cache_folder(args.cache))

@@ -17,6 +17,10 @@ FALLBACK = "size_lookup_greedy"
 # on 1,000,000 ran out of memory.
 MAX_DEVICES = 16_384
 DEFAULT_MODEL = Path("runs/sharding/model")  # where `ranknas shard train` saves one
+# torchrec's planner (`sharders.torchrec_planner`): the share of each device it keeps back,
+# and its column shards' least width under torchrec_cw
+RESERVED_SHARE = 0.15
+CW_MIN_DIM = 32
 
 # A small cost model and policy shipped with ranknas (`ranknas shard train`, default settings;
 # its report.json says on what), for a fresh clone.

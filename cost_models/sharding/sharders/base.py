@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from cost_models.sharding.methods import CW_MIN_DIM, RESERVED_SHARE
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.tables import TableSpec
 from cost_models.sharding.topology import GIB, Topology
@@ -23,13 +24,11 @@ class Sharder(ABC):
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan: ...
 
 
-def check_capacity(
-    tables: Sequence[TableSpec], topology: Topology, row_split: bool = False
-) -> None:
-    """Raise `RanknasError` when some table (unless tables may be cut by rows), or all of
-    them together, cannot fit."""
+def check_capacity(tables: Sequence[TableSpec], topology: Topology, cut: bool = False) -> None:
+    """Raise `RanknasError` when some table (unless the sharder cuts tables: rl by rows,
+    torchrec_cw by columns), or all of them together, cannot fit."""
     capacity = topology.memory_bytes
-    too_big = [] if row_split else [t for t in tables if t.size_bytes > capacity]
+    too_big = [] if cut else [t for t in tables if t.size_bytes > capacity]
     if too_big:
         listed = ", ".join(f"{t.name} ({t.size_bytes / GIB:.2f} GiB)" for t in too_big[:10])
         more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
@@ -38,7 +37,7 @@ def check_capacity(
             f"table(s) {listed}{more} do not fit on one device of {capacity / GIB:.2f} GiB "
             f"(short by {shortfall / GIB:.2f} GiB): raise --memory-gb to at least "
             f"{(capacity + shortfall) / GIB:.2f}, or plan with --method rl, which cuts tables by "
-            "rows (or torchrec_cw, by columns)"
+            f"rows{_by_columns(too_big, capacity)}"
         )
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:
@@ -49,6 +48,15 @@ def check_capacity(
             f"{capacity * topology.num_devices / GIB:.2f}"
             f" GiB (short by {shortfall / GIB:.2f} GiB): add devices or raise --memory-gb"
         )
+
+
+def _by_columns(tables: Sequence[TableSpec], capacity: int) -> str:
+    """torchrec_cw as a second way, where its narrowest column shards of every table fit
+    in what its planner leaves of a device."""
+    fits = all(t.embedding_dim >= 2 * CW_MIN_DIM
+               and t.size_bytes * CW_MIN_DIM / t.embedding_dim <= (1 - RESERVED_SHARE) * capacity
+               for t in tables)  # fmt: skip
+    return " (or torchrec_cw, by columns)" if fits else ""
 
 
 def counted(number: int, noun: str) -> str:

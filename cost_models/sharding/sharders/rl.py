@@ -141,7 +141,7 @@ class RLSharder(Sharder):
         torchrec's table-wise and column-wise) is one more candidate: it costs a few timings
         (the column-wise planner takes about as long as the measured search at 128
         devices), and the plan kept then measures no worse than any of them."""
-        check_capacity(tables, topology, row_split=True)
+        check_capacity(tables, topology, cut=True)
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
         modes = ROW_MODES if self.row_mode == "auto" and topology.hosts > 1 else (self.row_mode,)
         heavies = [frozenset()]

@@ -18,6 +18,7 @@ from torchrec.distributed.planner.storage_reservations import FixedPercentageSto
 from torchrec.distributed.planner.types import PlannerError
 from torchrec.distributed.types import ParameterSharding, ShardingType
 
+from cost_models.sharding.methods import CW_MIN_DIM, RESERVED_SHARE
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.sharders.base import Sharder, check_capacity
 from cost_models.sharding.tables import TableSpec, shard_name
@@ -30,9 +31,6 @@ from cost_models.sharding.torchrec_adapter import (
 )
 from search_space.errors import RanknasError
 
-RESERVED_SHARE = 0.15  # the share of memory torchrec's default reservation keeps back
-CW_MIN_DIM = 32
-
 
 class TorchrecPlanner(Sharder):
     name = "torchrec"
@@ -44,7 +42,7 @@ class TorchrecPlanner(Sharder):
 
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         # column-wise, a table bigger than a device may fit as column shards: the planner says
-        check_capacity(tables, topology, row_split=self.column_wise)
+        check_capacity(tables, topology, cut=self.column_wise)
         planner = EmbeddingShardingPlanner(
             topology=torchrec_topology(topology, RESERVED_SHARE),
             batch_size=max(1, self.batch_size // topology.num_devices),  # per rank
