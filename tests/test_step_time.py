@@ -142,7 +142,7 @@ def test_links_refuses_more_processes_than_cores(tmp_path, capsys):
     """64 processes on 2 cores timed their sharing of the cores, and took the machine."""
     import os
 
-    cores = len(os.sched_getaffinity(0))
+    cores = os.cpu_count() or 1
     argv = ["shard", "links", "--processes", str(cores + 1), "--out", str(tmp_path / "l.json")]
     assert main(argv) == 2
     assert f"give at most {cores}" in capsys.readouterr().err

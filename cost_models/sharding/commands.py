@@ -379,7 +379,7 @@ def cmd_links(args: argparse.Namespace) -> int:
         raise RanknasError(
             f"--processes: at least 2 to measure links between, got {args.processes}"
         )
-    cores = len(os.sched_getaffinity(0))
+    cores = os.cpu_count() or 1  # as `ranknas search --workers` splits them
     if args.processes > cores:  # 64 on 2 cores measured the machine's load, and took it
         raise RanknasError(f"--processes {args.processes}: this machine runs {cores} at once "
                            "(its cores); more would time their sharing of the cores, not "
