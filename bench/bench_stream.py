@@ -157,11 +157,9 @@ def main() -> None:
         report["open_rows_per_s"] = round(len(data.train) / opened)
         report["row_cache"] = data.cache_note or "none"
     else:
-        data = load_criteo(path, min_count=args.min_count, use_cache=False)
-        fitted = fit_on_training(data, "auto", f"criteo:{path}")  # the counts' transform
-        train_rows, valid, _ = (
-            apply_preprocessing(part, fitted) for part in data.split(method="ordered")
-        )
+        parts = load_criteo(path, min_count=args.min_count, use_cache=False).split(method="ordered")
+        fitted = fit_on_training(parts[0], "auto", f"criteo:{path}")  # as a study fits it
+        train_rows, valid, _ = (apply_preprocessing(part, fitted) for part in parts)
         report["load_seconds"] = round(time.perf_counter() - started, 1)
     report["peak_rss_gib_after_open"] = round(peak_rss_gib(), 2)
     report["train_rows"], report["valid_rows"] = len(train_rows), len(valid)

@@ -315,8 +315,8 @@ def _check_dense_scaling(study: optuna.Study, config: StudyConfig, data: StudyDa
             f"study {config.name!r} in {redact(config.storage)} was run with its dense columns "
             f"scaled otherwise ({'; '.join(changed[:3])}): the file's values changed, or this "
             "version scales them otherwise (it leaves a few values far from all others out "
-            "of a column's scaling); runs under both would not compare: give the study a "
-            "new name"
+            "of a column's scaling, and gives a Criteo file's counts log(1 + x) unscaled); "
+            "runs under both would not compare: give the study a new name"
         )
 
 

@@ -56,6 +56,7 @@ def test_shard_train_checks_its_folders_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(RanknasError, match=r"--cache .*afile is a file, not a folder"):
         run(["shard", "train", "--quick", "--out", str(tmp_path / "new"), "--cache",
              str(tmp_path / "afile")])  # fmt: skip
+    assert not (tmp_path / "new").exists()  # not left empty: planned with as a model-less one
 
 
 def test_a_plan_that_fills_a_device_says_so(tmp_path, capsys):

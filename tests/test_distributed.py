@@ -80,7 +80,7 @@ def test_a_plan_for_other_tables_or_devices_is_refused(tmp_path):
     other = dlrm[:-1]
     assert load_plan(plan, dlrm, 2).num_devices == 2
     with pytest.raises(RanknasError, match=r"plan\.json: the plan is for 2 devices and this "
-                       r"run has 1 processes: plan again with --devices 1"):  # fmt: skip
+                       r"run has 1 process: plan again with --devices 1"):  # fmt: skip
         load_plan(plan, dlrm, 1)
     with pytest.raises(RanknasError, match=r"plan\.json: the plan is for other tables than this "
                        r"model's \(not planned: \[\]; not the model's: \['t_"):  # fmt: skip

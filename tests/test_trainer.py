@@ -146,8 +146,10 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     assert "diverged; a lower learning rate" in told([0.5, 0.5, 0.9, 3.0], [1.2, 1.5])
     assert "overfit; fewer epochs" in told([0.5, 0.4, 0.3, 0.2], [0.99, 0.98, 1.01])
     # lowest at the first evaluation (30 epochs, 6 evaluations: the first after 5 of them)
-    early = told([0.5, 0.4, 0.3, 0.2], [1.02, 1.08, 1.15])
-    assert "lowest at its first evaluation (step 0 of 40)" in early
+    curves = {"train_loss": list(enumerate([0.5, 0.4, 0.3, 0.2])),
+              "val_ne": [(13, 1.02), (26, 1.08), (40, 1.15)]}  # fmt: skip
+    early = _why_no_better(TrainResult("failed", curves=curves, steps=40, examples=20_480))
+    assert "lowest at its first evaluation (step 13 of 40)" in early
     assert "more evaluations (training.evals" in early
     assert "still learning after 40 steps (20,480 examples)" in told([0.6, 0.5], [1.05, 1.01])
     # a new user's log (4% positives, 46 steps at lr 0.002): the loss's two points rose by

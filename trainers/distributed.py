@@ -38,6 +38,7 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from cost_models.sharding.plan import Plan, make_plan
+from cost_models.sharding.sharders.base import counted
 from cost_models.sharding.tables import TableSpec, tables_from_architecture
 from cost_models.sharding.torchrec_adapter import to_sharding_plan
 from cost_models.sharding.torchrun import process_group
@@ -80,15 +81,16 @@ def load_plan(path: Path | None, tables: list[TableSpec], world_size: int) -> Pl
     plan = read_plan(path)
     names, planned = {t.name for t in tables}, set(plan.table_ranks())
     if plan.num_devices != world_size:  # the table lists said nothing (printed twice)
-        raise RanknasError(f"{path}: the plan is for {plan.num_devices} devices and this run has "
-                           f"{world_size} processes: plan again with --devices {world_size}, "
-                           f"or run {plan.num_devices} (torchrun --nproc_per_node)")  # fmt: skip
+        raise RanknasError(f"{path}: the plan is for {counted(plan.num_devices, 'device')} and "
+                           f"this run has {counted(world_size, 'process')}: plan again with "
+                           f"--devices {world_size}, or run {plan.num_devices} (torchrun "
+                           "--nproc_per_node)")  # fmt: skip
     if names != planned:
         missing, extra = sorted(names - planned), sorted(planned - names)
         raise RanknasError(f"{path}: the plan is for other tables than this model's (not "
                            f"planned: {missing[:5]}; not the model's: {extra[:5]}); plan this "
-                           "model's tables: `ranknas shard plan ARCH --devices N "
-                           "--json`")  # fmt: skip
+                           "model's tables: `ranknas shard plan ARCH --schema SCHEMA "
+                           "--devices N --json`")  # fmt: skip
     return plan
 
 

@@ -294,10 +294,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.rounds is not None or args.iterations is not None:
         config = _override(config, args.rounds, args.iterations)
     out = Path(args.out or (QUICK_MODEL if args.quick else DEFAULT_MODEL))
+    made = not out.exists()
     replaced = _check_model_folder(out)  # before minutes of measuring and training
-    measurer = Measurer(config.measure, cache_dir=_cache_folder(args.cache))
-    print(f"training on {measurer.device} with {measurer.kernel}")
-    trained = train_sharder(config, measurer)
+    try:
+        measurer = Measurer(config.measure, cache_dir=_cache_folder(args.cache))
+        print(f"training on {measurer.device} with {measurer.kernel}")
+        trained = train_sharder(config, measurer)
+    except BaseException:  # an empty folder would be planned with as a model-less one
+        if made:
+            out.rmdir()
+        raise
     trained.save(out)
     if replaced:
         print(f"replaced the model {out} held before")
@@ -327,11 +333,12 @@ def _check_model_folder(out: Path) -> bool:
     it could not write failed after minutes of training): empty, or an earlier model's,
     which it replaces (True); a folder of other files is refused (they were written over)."""
     _check_folder(out, "--out")
-    held = {p.name for p in out.iterdir()}
-    if held and ("cost_net.json" not in held or held - MODEL_FILES):
-        others = sorted(held - MODEL_FILES) or sorted(held)
+    held = {p.name for p in out.iterdir() if not p.name.startswith(".")}  # .gitkeep: fine
+    weights = {"cost_net.safetensors", "policy.safetensors"}  # a model's, saved in part or whole
+    if held and (held - MODEL_FILES or not held & weights):
         raise RanknasError(f"--out {out}: holds files that are not a sharding model's "
-                           f"({', '.join(others[:5])}); give a new or empty folder")  # fmt: skip
+                           f"({', '.join(sorted(held - MODEL_FILES or held)[:5])}); give a new "
+                           "or empty folder")  # fmt: skip
     return bool(held)
 
 

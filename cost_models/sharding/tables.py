@@ -304,11 +304,13 @@ def _int(entry: Mapping[str, Any], key: str, where: str) -> int:
 def _as_text(value: Any) -> str:
     """Why a number in a YAML file came as a text: YAML 1.1 reads 1e6 and 1.5e6 (no dot
     before the e, or no sign after it) as texts."""
+    if not isinstance(value, str) or "e" not in value.lower():
+        return ""
     try:
-        number = float(value) if isinstance(value, str) else None
+        number = float(value)
     except ValueError:
         return ""
-    if number is None:
+    if not math.isfinite(number):
         return ""
     plain = f"{number:.0f}" if number.is_integer() and abs(number) < 1e18 else f"{number:.6e}"
     return f" (a text to YAML, which reads 1e6 so: write {plain})"

@@ -41,7 +41,7 @@ _BLOCK = 1 << 24  # bytes read at a time when counting lines
 class RawChunk:
     """Rows as read, before anything fitted is applied.
 
-    dense: float32 [n, D], NaN where blank (Criteo: already log1p'd, blank 0);
+    dense: float32 [n, D], NaN where blank (Criteo too: its counts as read);
     ids: int64 [n, S], the given ids (0 in the columns whose ids are fitted);
     raw: per column whose ids are fitted, each row's code into the chunk's distinct values
     (-1: missing) and those values (str for Parquet, int for Criteo's hex).

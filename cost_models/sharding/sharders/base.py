@@ -60,8 +60,9 @@ def _by_columns(tables: Sequence[TableSpec], capacity: int) -> str:
 
 
 def counted(number: int, noun: str) -> str:
-    """`3 tables`, `1 device`."""
-    return f"{number} {noun}{'s' * (number != 1)}"
+    """`3 tables`, `1 device`, `2 processes`."""
+    plural = "es" if noun.endswith("s") else "s"
+    return f"{number} {noun}{plural * (number != 1)}"
 
 
 def unplaced_error(unplaced: Sequence[TableSpec], free: Sequence[int], method: str) -> RanknasError:

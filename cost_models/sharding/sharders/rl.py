@@ -164,6 +164,7 @@ class RLSharder(Sharder):
             except RanknasError as exc:  # what is left does not pack beside the row shards
                 stuck = exc
         if not plans:
+            assert stuck is not None  # every cut failed: each said why
             plans = [self._plan_cutting_more(tables, topology, cuts[0][0], modes[0], stuck)]
         if self.measurer is not None:
             return self._measured_best([*plans, *self._baseline_plans(tables, topology)],
@@ -178,12 +179,13 @@ class RLSharder(Sharder):
         topology: Topology,
         cut: dict[str, tuple[int, ...]],
         mode: str,
-        stuck: RanknasError | None,
+        stuck: RanknasError,
     ) -> Plan:
-        """A plan with the largest whole tables cut by rows too, one more at a time, until
-        the rest packs: a table just under a device's size fits an empty device, yet not
-        one beside a row shard of a larger table (two tables of 48 and 38 GiB on eight
-        devices of 40 GiB found no plan; with 80 GiB devices, or 64 of them, they did)."""
+        """A plan with the largest whole tables cut by rows too, one more at a time (each
+        planned by the greedy episode, in the first row mode), until the rest packs: a
+        table just under a device's size fits an empty device, yet not one beside a row
+        shard of a larger table (two tables of 48 and 38 GiB on eight devices of 40 GiB
+        found no plan; with 80 GiB devices, or 64 of them, they did)."""
         shard_ms = functools.partial(self._row_shard_ms, topology=topology)
         whole = sorted((t for t in tables if t.name not in cut), key=lambda t: -t.size_bytes)
         for more in range(1, min(len(whole), MORE_ROW_CUTS) + 1):
@@ -194,7 +196,6 @@ class RLSharder(Sharder):
                 return self._plan_around(tables, topology, wider, 1)
             except RanknasError as exc:
                 stuck = exc
-        assert stuck is not None
         raise stuck
 
     def _predicted_max(self, tables: Sequence[TableSpec], plan: Plan, topology: Topology) -> float:
