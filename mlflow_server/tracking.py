@@ -393,6 +393,7 @@ class _Writer:
             kind = "repeat" if REPEAT_TAG in record["tags"] else "trial"
             match = {STUDY_TAG: record["study"], KIND_TAG: kind, TRIAL_TAG: number}
             run_name = record.get("run_name") or f"trial-{number}"
+            self._rekind(experiment_id, match)
         extra = {"mlflow.parentRunId": parent_id}
         if record["status"] is None:  # an update: of a run this server lacks, no run at all
             found = self._search(experiment_id, match)
@@ -450,6 +451,13 @@ class _Writer:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         return self._client.get_experiment_by_name(name).experiment_id  # made by another worker
+
+    def _rekind(self, experiment_id: str, match: dict[str, str]) -> None:
+        """A trial's run is one run whatever its kind: a repeat whose worker died mid-tell is
+        logged again as a failed trial (a second run, once kinds told them apart)."""
+        other = "trial" if match[KIND_TAG] == "repeat" else "repeat"
+        for run_id in self._search(experiment_id, match | {KIND_TAG: other}):
+            self._client.set_tag(run_id, KIND_TAG, match[KIND_TAG])
 
     def _find_or_create(
         self,

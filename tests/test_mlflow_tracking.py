@@ -116,6 +116,13 @@ def test_relogging_a_trial_and_resuming_a_study_do_not_duplicate_runs(
     # Two log_trial calls are two logs (two timestamps) into the same run.
     history = client.get_metric_history(trials[0].info.run_id, "train_loss")
     assert sorted(m.step for m in history) == [0, 0, 1, 1, 2, 2]
+    # a repeat (kind repeat) whose worker died mid-tell, logged again as a failed trial:
+    # one run, of the last record's kind
+    resumed.log_trial(2, metrics={"val_ne": 0.9}, tags={"reused_from": 1})
+    resumed.log_trial(2, status="FAILED", tags={"status": "failed"})
+    assert resumed.flush(timeout_s=30) == 0
+    runs = [r for r in _runs(client, "study-b") if r.data.tags.get("ranknas.trial") == "2"]
+    assert [r.data.tags["ranknas.kind"] for r in runs] == ["trial"]
 
 
 def test_outage_keeps_records_and_delivers_them_once_in_order(
