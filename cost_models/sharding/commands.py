@@ -127,8 +127,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"{plan.method}: {counted(len(tables), 'table')} on "
           f"{counted(plan.num_devices, 'device')} in {seconds:.3f} s")  # fmt: skip
     if plan.splits:
-        cuts = ", ".join(f"{label(name)} into {parts}" for name, parts in plan.splits.items())
-        print(f"column-wise cuts (shards named <table>/cw<j>): {cuts}")
+        cuts = [f"{label(name)} into {parts}" for name, parts in plan.splits.items()]
+        more = f" and {len(cuts) - 10} more (--json lists them)" if len(cuts) > 10 else ""
+        print(f"column-wise cuts (shards named <table>/cw<j>): {', '.join(cuts[:10])}{more}")
     for name, ranks in plan.row_wise.items():
         kind = "row-wise" if len(ranks) == plan.num_devices else "table-row-wise"
         print(f"{kind}: {label(name)} cut by rows over ranks {list(ranks)} (<table>/rw<j>)")
