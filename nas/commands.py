@@ -861,12 +861,10 @@ def _trial_run(
             ids = [experiment.experiment_id] if experiment is not None else []
         if not ids:
             return None
-        runs = client.search_runs(
-            ids,
-            f"tags.`ranknas.study` = '{study}' and tags."
-            f"`ranknas.kind` = 'trial' and tags.`ranknas.trial` = "
-            f"'{number}'",
-        )  # fmt: skip (a baseline's recipe runs: tuning)
+        runs = [run for kind in ("trial", "repeat")  # not a baseline's recipe runs: tuning
+                for run in client.search_runs(ids, f"tags.`ranknas.study` = '{study}' and "
+                                              f"tags.`ranknas.kind` = '{kind}' and "
+                                              f"tags.`ranknas.trial` = '{number}'")]  # fmt: skip
     except Exception:  # unreachable or refused: register from a new run instead
         return None
     return runs[0].info.run_id if runs else None
