@@ -688,9 +688,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     metrics = read_metrics(trial_dir)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
-    if schema and schema.get("name") == "criteo" and not preprocessing.get("dense"):
-        # recorded before 2026-12-07, when the reader transformed the counts itself, as this
-        preprocessing = preprocessing | {"dense": dense_transforms()}
+    if schema and schema.get("name") == "criteo":  # one recorded before 2026-12-07 lacks
+        known = preprocessing.get("vocabulary") or {}  # these: the reader's own, as here
+        preprocessing = preprocessing | {"dense": preprocessing.get("dense") or dense_transforms()}
+        if "hex_ids" not in preprocessing and known:  # every column through its vocabulary
+            preprocessing["hex_ids"] = dict.fromkeys(known)
+        if "hex_ids" not in preprocessing:  # hashed, or the whole file's ids: unknown here
+            print(f"warning: trial {trial.number}'s exported (and registered) model takes the "
+                  "Criteo reader's ids, not the file's hex values: run the study's `search` "
+                  "again (it records how), then export", file=sys.stderr)  # fmt: skip
     source_run = _trial_run(tracking_uri, study.study_name, trial.number,
                             config.mlflow_experiment if config else None)  # fmt: skip
     result = export_model(
@@ -709,10 +715,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         title=f"{study.study_name} trial {trial.number}",
     )
     print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
-    if schema and schema.get("name") == "criteo" and not preprocessing.get("vocabulary"):
-        print(f"warning: trial {trial.number}'s exported (and registered) model takes the "
-              "Criteo reader's hashes of the hex values as its ids (hash_size), not the "
-              "values as the file holds them", file=sys.stderr)  # fmt: skip
     if args.register and source_run is None:
         print(f"trial {trial.number} has no run on {redact(tracking_uri)} (the study did not "
               f"log there): the model was logged in a run of the experiment {EXPERIMENT!r}; "

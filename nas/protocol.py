@@ -34,7 +34,7 @@ from search_space.architecture import Analysis, Architecture, analyze, digest
 from search_space.builder import RankingModel, build_model
 from search_space.errors import RanknasError
 from trainers.data import TabularData, bayes_metrics, load_dataset
-from trainers.data.criteo import dense_transforms
+from trainers.data.criteo import dense_transforms, hex_ids
 from trainers.data.dataset import warn_if_too_few_to_rank
 from trainers.data.preprocess import (
     apply_preprocessing,
@@ -104,10 +104,12 @@ def fit_on_training(train: TabularData, setting: str, source: str) -> dict[str, 
     """What the training split fits: the ids of categorical columns read by name always
     (validation and test values must not enter a vocabulary), the dense transforms where
     `wants_preprocessing`; a Criteo file's counts always the transform its models take
-    (`criteo.dense_transforms`, which exports carry)."""
+    (`criteo.dense_transforms`), and its ids as hex values (`criteo.hex_ids`): exports
+    carry both, and serve the file's own lines."""
     fitted = fit_preprocessing(train, dense=wants_preprocessing(setting, source))
     if source.startswith("criteo:"):
         fitted["dense"] = dense_transforms()
+        fitted["hex_ids"] = hex_ids(train.schema, fitted["vocabulary"])
     return fitted
 
 

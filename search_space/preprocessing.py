@@ -144,6 +144,36 @@ def number_form(forms: set[str]) -> str | None:
     return forms.pop() if len(forms) == 1 and forms <= {"int", "float"} else None
 
 
+HEX_ID = re.compile(r"[0-9a-fA-F]{1,8}")
+
+
+def hex_id(value: Any) -> int | None:
+    """A Criteo id's value: 1 to 8 hex digits in either case, as its reader takes them (also
+    the number pandas makes of an all-digit one: 00015445 read as 15445, or 15445.0); None
+    where missing. ValueError otherwise (78e03281 read by pandas is inf): the vocabulary
+    holds each as 8 lowercase digits, and the text as given was out of vocabulary."""
+    if is_missing(value):
+        return None
+    text = str(value).strip()
+    if WHOLE_FLOAT.fullmatch(text):
+        text = text.split(".")[0]
+    if not HEX_ID.fullmatch(text):
+        raise ValueError(f"{value!r} is not a hex id (1 to 8 hex digits); read a Criteo file's "
+                         "ids as text (pandas: dtype=str)")  # fmt: skip
+    return int(text, 16)
+
+
+def encode_hex(value: Any, index: Mapping[str, int], buckets: int | None) -> int:
+    """A Criteo id's model id, as its reader and the study made it: its value hashed into
+    `buckets` (1 + value mod (buckets - 1)), or its 8-digit text through `index`."""
+    number = hex_id(value)
+    if number is None:
+        return MISSING_ID
+    if buckets is not None:
+        return 1 + number % (buckets - 1)
+    return index.get(f"{number:08x}", OOV_ID)
+
+
 def _number_texts(text: str) -> list[str]:
     """Other texts of the same number (none for a text that is not one): a served 3 is
     the training file's "3.0" (whole numbers written as floats), and 3.0 its "3"."""

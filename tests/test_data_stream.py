@@ -12,6 +12,7 @@ import torch
 
 from nas.cli import main
 from nas.config import parse_config
+from nas.export import standalone_template
 from search_space.builder import build_model
 from search_space.errors import RanknasError
 from search_space.presets import load_architecture
@@ -215,8 +216,15 @@ def test_criteo_stream_matches_load_criteo_with_hashing(tmp_path):
     test_rows = apply_dense(memory[2], criteo.dense_transforms())
     np.testing.assert_array_equal(streamed.test.dense, test_rows.dense)
     np.testing.assert_array_equal(streamed.test.categorical, memory[2].categorical)
-    # hashed from the hex value as load_criteo does: the export takes those ids as given
+    # hashed from the hex value as load_criteo does, and so by the export from a raw line
     assert streamed.fitted["hashing"] == fit_preprocessing(memory[0])["hashing"] == {}
+    assert streamed.fitted["hex_ids"] == {f"C{k}": 997 for k in range(1, 27)}
+    (tmp_path / "preprocessing.json").write_text(json.dumps(streamed.fitted))
+    lines = [line.split("\t") for line in path.read_text().splitlines()[-len(memory[2]) :]]
+    served = standalone_template.encode_ids(list(zip(*(line[14:] for line in lines),
+                                                     strict=True)),
+                                            [f"C{k}" for k in range(1, 27)], tmp_path)  # fmt: skip
+    np.testing.assert_array_equal(served.numpy(), streamed.test.categorical)
 
 
 def test_a_gzipped_criteo_file_streams_as_the_plain_file(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+import torch
 import yaml
 from optuna.trial import TrialState
 
@@ -1557,6 +1558,13 @@ def test_export_of_a_criteo_study_takes_the_file_s_raw_rows(tmp_path, capsys, mo
     )
     expected = [[np.log1p(max(int(c), 0)) if c else 0.0 for c in row] for row in counts]
     np.testing.assert_allclose(module.prepare_dense(counts, out).numpy(), expected, rtol=1e-6)
-    ids = module.encode_ids(list(zip(*(line[14:] for line in lines), strict=True)),
-                            [f"C{k}" for k in range(1, 27)], out)  # fmt: skip
+    names = [f"C{k}" for k in range(1, 27)]
+    ids = module.encode_ids(list(zip(*(line[14:] for line in lines), strict=True)), names, out)
     assert (ids[:, 0] >= 2).float().mean() > 0.5  # most are values of the vocabulary
+    # hex as the reader takes it: either case, unpadded, or the number pandas made of it
+    # (each was out of vocabulary: served NE 0.99 for a recorded 0.92)
+    shouted = [[v.upper().lstrip("0") or "0" if v else v for v in line[14:]] for line in lines]
+    same = module.encode_ids(list(zip(*shouted, strict=True)), names, out)
+    assert torch.equal(same, ids)
+    with pytest.raises(ValueError, match=r"feature 'C1', row 0: 'inf' is not a hex id"):
+        module.encode_ids([["inf"], *[[""]] * 25], names, out)  # 78e03281 read by pandas

@@ -154,6 +154,13 @@ def _categorical(values: list, feature: str, rows: int, fitted: dict, problems: 
     values (a vocabulary or hashing: a null is missing, an unseen value out of vocabulary;
     a multi-valued cell must split into items); else they must be ids, whole numbers in
     [0, rows) (3.0 or "3" is 3)."""
+    if feature in fitted.get("hex_ids", {}):  # a Criteo file's: hex texts (`m.hex_id`)
+        for row, cell in enumerate(values):
+            try:
+                m.hex_id(cell)
+            except ValueError as exc:
+                problems.append(f"categorical column {feature!r}, row {row}: {exc}")
+        return values
     if feature in fitted.get("vocabulary", {}) or feature in fitted.get("hashing", {}):
         lists = fitted.get("multi_valued", {}).get(feature)
         for row, cell in enumerate(values):

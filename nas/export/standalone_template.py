@@ -20,6 +20,7 @@ from torch import nn
 from search_space.names import table_name
 from search_space.preprocessing import (
     dense_value,
+    encode_hex,
     encode_value,
     is_flag,
     split_cell,
@@ -195,9 +196,20 @@ def encode_ids(
     fitted = _preprocessing(directory)
     vocabularies, hashing = fitted.get("vocabulary", {}), fitted.get("hashing", {})
     written = fitted.get("whole_numbers", {})  # how a hashed column's file wrote 118
+    hex_ids = fitted.get("hex_ids", {})  # a Criteo file's: column -> its buckets, or None
     multi_valued = fitted.get("multi_valued", {})
     encoded: list[Ids] = []
     for feature, values in zip(features, columns, strict=True):
+        if feature in hex_ids:
+            index = fitted["index"].get(feature, {})
+            ids = []
+            for row, value in enumerate(values):
+                try:
+                    ids.append(encode_hex(value, index, hex_ids[feature]))
+                except ValueError as exc:
+                    raise ValueError(f"feature {feature!r}, row {row}: {exc}") from None
+            encoded.append(torch.as_tensor(ids, dtype=torch.long))
+            continue
         known, buckets, form = vocabularies.get(feature), hashing.get(feature), written.get(feature)
         if known is None and buckets is None:
             encoded.append(torch.as_tensor(_given_ids(feature, values), dtype=torch.long))

@@ -71,6 +71,13 @@ def dense_transforms() -> list[dict[str, Any]]:
             for i in range(1, NUM_DENSE + 1)]  # fmt: skip
 
 
+def hex_ids(schema: DatasetSchema, vocabulary: dict[str, Any]) -> dict[str, int | None]:
+    """How an export takes each categorical column's hex ids (`preprocessing.encode_hex`):
+    through its vocabulary (None), or hashed by value into the column's buckets, as the
+    reader hashed them (`hash_size`)."""
+    return {f.name: None if f.name in vocabulary else f.cardinality for f in schema.categorical}
+
+
 def default_cache_dir() -> Path:
     """`$XDG_CACHE_HOME/ranknas/criteo`, or `~/.cache/ranknas/criteo`."""
     root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

@@ -46,6 +46,7 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.preprocessing import number_form, number_forms
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
+from trainers.data.criteo import hex_ids
 from trainers.data.dataset import (
     Batch,
     BatchLoader,
@@ -77,7 +78,14 @@ from trainers.data.stream_cache import (
     default_cache_dir,
     open_row_cache,
 )
-from trainers.data.stream_sources import CHUNK_ROWS, RawChunk, Source, data_files, open_source
+from trainers.data.stream_sources import (
+    CHUNK_ROWS,
+    CriteoSource,
+    RawChunk,
+    Source,
+    data_files,
+    open_source,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +388,8 @@ class Encoder:
         written = {n: form for n, form in (whole_numbers or {}).items() if form and n in exported}
         self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text,
                                        "hashing": exported, "whole_numbers": written}  # fmt: skip
+        if isinstance(source, CriteoSource):  # its ids: hex values, hashed by value
+            self.fitted["hex_ids"] = hex_ids(self.schema, text)
 
     def apply(self, chunk: RawChunk) -> TabularData:
         ids = chunk.ids
