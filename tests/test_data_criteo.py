@@ -102,6 +102,7 @@ def _mixed_file(tmp_path):
         line("0", cats=cats_with("123456789")),  # 8: too long for 8 hex digits
         "\n",  # 9: empty line
         line("0", ["", "-1", *[""] * 11], cats_with("", "ff")),  # 10: fine
+        line("0", ["99999999999999999999", *[""] * 12]),  # 11: beyond int64 (a traceback)
     ]
     return write(tmp_path / "mixed.tsv", lines)
 
@@ -113,15 +114,15 @@ def test_bad_lines_are_skipped_and_reported(tmp_path, cache_dir):
     assert len(data) == 3
     np.testing.assert_array_equal(data.labels, [1, 1, 0])
     report = data.bad_rows
-    assert (report.rows, report.bad, report.unit) == (10, 7, "line")
+    assert (report.rows, report.bad, report.unit) == (11, 8, "line")
     assert report.examples == {
         "wrong column count": [2, 9],
         "label not 0/1": [4],
-        "integer field not an integer": [3, 6],
+        "integer field not an integer": [3, 6, 11],
         "categorical field not hex": [7, 8],
     }
     assert report.reasons["wrong column count"] == 2
-    assert "lines 3, 6" in report.describe()
+    assert "lines 3, 6, 11" in report.describe()
 
 
 def test_bad_lines_are_numbered_across_chunks(tmp_path, cache_dir, monkeypatch):
@@ -139,7 +140,7 @@ def test_too_many_bad_lines_stop_the_load(tmp_path, cache_dir):
     message = str(error.value)
     assert str(path) in message and "max_bad_rows" in message
     assert "lines 2, 9" in message
-    with pytest.raises(RanknasError, match=r"7 malformed lines of 10 lines"):
+    with pytest.raises(RanknasError, match=r"8 malformed lines of 11 lines"):
         load_criteo(path, max_bad_rows=None, max_bad_fraction=0.5, cache_dir=cache_dir)
     # the default (1% of lines) applies to a cached load too
     load_criteo(path, max_bad_fraction=None, cache_dir=cache_dir)

@@ -208,13 +208,16 @@ def counts_with_blanks(values: np.ndarray, blank: np.ndarray) -> np.ndarray:
     return np.where(blank, np.nan, values).astype(np.float32)
 
 
+INT64 = np.iinfo(np.int64)
+
+
 def _all_integers(tokens: np.ndarray) -> bool:
+    """Whether every token is an integer a count can hold (int64: 99999999999999999999 was a
+    traceback, not a malformed line)."""
     try:
-        for token in tokens:
-            int(token)
-    except (ValueError, OverflowError):
+        return all(INT64.min <= int(token) <= INT64.max for token in tokens)
+    except ValueError:
         return False
-    return True
 
 
 def _parse_hex(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
