@@ -458,6 +458,13 @@ def test_registered_model_reproduces_predictions(
         register="ranknas-mixed", tracking_uri=server.uri,
     )  # fmt: skip
     assert again.model_version == result.model_version and again.reused_version  # same model
+    assert "0.8123" in version.description
+    # the same model with the study's figures of now (after `reevaluate`): the version's
+    # description follows the card (it kept the old verdict)
+    export_model(case.arch, state, METRICS | {"val_ne": 0.7999}, tmp_path / "later",
+                 schema=SCHEMA, register="ranknas-mixed", tracking_uri=server.uri)  # fmt: skip
+    latest = client.get_model_version("ranknas-mixed", result.model_version).description
+    assert "0.7999" in latest and "0.8123" not in latest
     assert "## Provenance" not in version.description
     assert "## Metrics of its recorded training run (one seed)" in version.description
     assert "](architecture.png)" not in version.description  # a broken image in the registry

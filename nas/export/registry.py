@@ -206,7 +206,7 @@ def _register(
     """Register the export as a version of `name` (a pyfunc model from code) and point the
     alias at it (None: no alias); the same export registered again (architecture, weights
     and preprocessing alike) reuses its version. The model card is the version's
-    description."""
+    description, brought up to date when a version is reused."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -224,8 +224,10 @@ def _register(
                                          source_run_id)  # fmt: skip
             client.set_model_version_tag(name, version, "ranknas_digest", result.digest)
             client.set_model_version_tag(name, version, FINGERPRINT_TAG, fingerprint)
-            description = registry_description(result.model_card.read_text())
-            client.update_model_version(name, version, description)
+        # the card of now, also for a version the same model had: after `reevaluate` its
+        # description kept the single runs' verdict
+        description = registry_description(result.model_card.read_text())
+        client.update_model_version(name, version, description)
         if alias is not None:
             client.set_registered_model_alias(name, alias, version)
     except MlflowException as exc:
