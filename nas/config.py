@@ -150,8 +150,23 @@ class DataConfig(_Section):
         return {"enabled": value} if isinstance(value, bool) else value
 
     @model_validator(mode="after")
+    def _criteo_schema(self) -> DataConfig:
+        if self.source.startswith("criteo:") and self.schema_path and not self.train:
+            raise ValueError("data.schema: a Criteo file's columns and encoding are its "
+                             "reader's (label, I1..I13, C1..C26; min count 10 in memory), so "
+                             "a schema would be ignored: drop it (streamed, data.stream "
+                             "takes min_count or hash_size)")  # fmt: skip
+        return self
+
+    @model_validator(mode="after")
     def _streamable(self) -> DataConfig:
         if not self.stream.enabled:
+            given = sorted(self.stream.model_fields_set - {"enabled"})
+            if given:  # `{enabled: false, hash_size: 1000}` ran with a vocabulary, unsaid
+                raise ValueError(f"data.stream.{given[0]} applies to streamed data only: set "
+                                 "data.stream.enabled: true, or drop it (a file read in memory "
+                                 "takes min_count / hash_size per column in its schema; a "
+                                 "Criteo file in memory: min count 10)")  # fmt: skip
             return self
         if self.source == "synthetic" or self.train:
             raise ValueError("data.stream reads one source: set data.source to a Parquet "

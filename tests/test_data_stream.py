@@ -303,6 +303,12 @@ def test_study_config_stream_section():
     with pytest.raises(RanknasError, match="splits in file order"):
         parse_config(base | {"data": {"source": "d/", "stream": {"enabled": True},
                                       "split": {"method": "random"}}})  # fmt: skip
+    # settings nothing reads: a study ran with a vocabulary, min count 10, unsaid
+    unread = {"source": "criteo:day.tsv", "stream": {"enabled": False, "hash_size": 1000}}
+    with pytest.raises(RanknasError, match=r"data\.stream\.hash_size applies to streamed data"):
+        parse_config(base | {"data": unread})
+    with pytest.raises(RanknasError, match=r"data\.schema: a Criteo file's columns"):
+        parse_config(base | {"data": {"source": "criteo:day.tsv", "schema": "s.yaml"}})
 
 
 def test_a_study_streams_its_source(shop):
