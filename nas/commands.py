@@ -129,7 +129,9 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
     if leaderboard.traded_cost(study):  # a second objective: the front is the answer
         print_front(study, leaderboard.pareto_front(study))
     print_comparison(study)
-    if summarize and table:
+    # a worker sums up too where it ends last (no trial of the study running): a study a
+    # worker finished, or joined once it was done, left its parent run RUNNING, unsummed
+    if table and (summarize or _ending(config) is not None):
         summarize_study(logger, study, table, config.study_dir)
     if logger is not None:
         flush(logger, config)
@@ -339,7 +341,7 @@ def _importance_artifact(study) -> dict[str, str]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """`search` for a study that a `search` started: a worker never creates one (a typo in
-    the name would start a separate study)."""
+    the name would start a separate study), and sums the study up only where it ends last."""
     from nas.config import load_config
     from nas.storage import load_study
 

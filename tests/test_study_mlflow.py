@@ -310,6 +310,13 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
     assert {run.info.status for run in trials.values()} >= {"FINISHED", "KILLED"}
     killed = [run.info.run_name for run in trials.values() if run.info.status != "FINISHED"]
     assert all(" MFLOPs" in name for name in killed), killed  # named as trained ones are
+    # a `ranknas worker` joining the finished study (or finishing it, ending last) sums it
+    # up: it left the parent run RUNNING for good
+    assert main(["worker", path]) == 0
+    assert StudyLogger(server.uri, outbox).flush(timeout_s=30) == 0
+    joined = _runs(client, "team")[0]
+    assert joined.info.status == "FINISHED"
+    assert joined.data.tags["best_trial"] == parent.data.tags["best_trial"]
 
     # Another worker runs the study: its parent run is RUNNING again.
     other = StudyLogger(server.uri, tmp_path / "other-outbox")
