@@ -24,7 +24,16 @@ from optuna.distributions import distribution_to_json
 from optuna.exceptions import StorageInternalError, UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
-from sqlalchemy import Connection, DateTime, Engine, bindparam, create_engine, event, text
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Engine,
+    bindparam,
+    create_engine,
+    event,
+    inspect,
+    text,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from nas.trial_record import DIED, TrialAttr
@@ -82,8 +91,20 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
             "grace_period": 3 * heartbeat_seconds,
             "heartbeat_stale_trial_callback": _SaidAndRetried(url, max_retry=3),
         }
+    with _unreachable_as_user_error(url), _engine(url).connect() as connection:
+        tables = inspect(connection).get_table_names()
+    if tables and "studies" not in tables:  # Optuna would add its own beside them
+        raise RanknasError(f"storage {redact(url)!r}: holds another program's tables "
+                           f"({', '.join(sorted(tables)[:4])}, ...: MLflow's?), not Optuna's; "
+                           "give the study storage a database of its own")  # fmt: skip
     with _unreachable_as_user_error(url):
-        storage = RDBStorage(normalize_url(url), **heartbeat)
+        try:
+            storage = RDBStorage(normalize_url(url), **heartbeat)
+        except RuntimeError as exc:  # Optuna's schema check meets another program's tables
+            raise RanknasError(f"storage {redact(url)!r}: holds tables Optuna cannot use "
+                               f"({' '.join(str(exc).split())[:120]}): MLflow's database, or "
+                               "another program's? Give the study storage a database of its "
+                               "own") from None  # fmt: skip
     if path is not None:
         _write_ahead_log(storage.engine)
     return storage
@@ -330,8 +351,10 @@ def params_in_one_transaction(trial: Trial) -> Iterator[None]:
 
 
 def check_exists(url: str, what: str = "no studies") -> None:
-    """Refuse a SQLite storage whose file is missing, for a command that only reads (opening
-    it would create an empty one, and a mistyped path would look like studies lost)."""
+    """Refuse a SQLite storage whose file is missing, or a database without Optuna's tables,
+    for a command that only reads (opening it would create an empty one, or write Optuna's
+    tables into another program's database, and a mistyped path would look like studies
+    lost)."""
     path = _sqlite_path(url)
     if path is not None and not path.exists():
         elsewhere = (
@@ -340,6 +363,11 @@ def check_exists(url: str, what: str = "no studies") -> None:
         raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; "
                            f"{elsewhere}run `ranknas search CONFIG` first, or give its "
                            "--storage")  # fmt: skip
+    with _unreachable_as_user_error(url), _engine(url).connect() as connection:
+        optuna_tables = inspect(connection).has_table("studies")
+    if not optuna_tables:  # opening it would write Optuna's tables there (MLflow's database)
+        raise RanknasError(f"{what}: the database {redact(url)} holds no Optuna studies; give "
+                           "the storage `ranknas search` used (a database of its own)")  # fmt: skip
 
 
 def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:

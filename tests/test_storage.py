@@ -181,3 +181,22 @@ def test_a_missing_study_names_the_nearest_first_and_lists_at_most_ten(tmp_path)
     said = str(raised.value)
     assert "did you mean 'quickstart'? Studies there: quickstart, team00" in said
     assert said.endswith("team08 and 5 more")
+
+
+def test_another_program_s_database_is_refused_and_left_as_it_was(tmp_path):
+    """Given MLflow's database (one server, two databases: an easy slip), Optuna wrote its
+    13 tables into it, even for `status`, or met a table of the same name with a traceback."""
+    import sqlite3
+
+    path = tmp_path / "mlflow.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32))")
+        connection.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+    url = f"sqlite:///{path}"
+    with pytest.raises(RanknasError, match="holds no Optuna studies"):
+        load_study("q", url)
+    with pytest.raises(RanknasError, match="holds another program's tables"):
+        open_storage(url)
+    with sqlite3.connect(path) as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"alembic_version", "experiments"}
