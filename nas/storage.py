@@ -46,7 +46,7 @@ _log = logging.getLogger(__name__)
 
 def redact(url: str) -> str:
     """`url` with its password, if any, replaced by `***`: for output, errors and logs."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    return re.sub(r"(://[^:/@\s]+:)\S*@", r"\1***@", url)  # to the last @: p@ss/w0rd too
 
 
 def normalize_url(url: str) -> str:
@@ -194,6 +194,8 @@ def _unreachable_as_user_error(url: str) -> Iterator[None]:
         reason = _driver_message(exc).replace(url, redact(url))
         hint = (f"; a SQLite file is given as sqlite:///{url}" if "://" not in url
                 else "; check the URL, and that the database is up and is Optuna's")  # fmt: skip
+        if url.partition("://")[2].count("@") > 1:  # the password's own @ split the URL
+            hint += " (in a password, write @ as %40 and / as %2F)"
         raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)}){hint}"
                            ) from None  # fmt: skip
 

@@ -131,6 +131,17 @@ def test_passwords_never_show(capsys):
     )
     assert redact("sqlite:///ranknas-data/studies.db") == "sqlite:///ranknas-data/studies.db"
     assert redact("https://bob:pw@mlflow.example:443") == "https://bob:***@mlflow.example:443"
+    # a password with its own @ and / (its tail showed: "***@ss/w0rd@127.0.0.1")
+    torn = "postgresql://postgres:p@ss/w0rd@127.0.0.1:5432/team"
+    assert redact(torn) == "postgresql://postgres:***@127.0.0.1:5432/team"
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from nas.storage import _unreachable_as_user_error
+
+    hint = r"write @ as %40 and / as %2F"
+    with pytest.raises(RanknasError, match=hint) as said, _unreachable_as_user_error(torn):
+        raise SQLAlchemyError(f"could not translate host name 'ss' of {torn}")
+    assert "w0rd" not in str(said.value)
     url = "postgresql://ranker:s3cret@127.0.0.1:1/studies"  # nothing listens on port 1
     assert main(["status", "some-study", "--storage", url]) == 2
     err = capsys.readouterr().err
