@@ -250,8 +250,9 @@ def _check_auth_config(config: ServerConfig) -> None:
         raise RanknasError(
             "The first start of the MLflow server with auth creates the admin user "
             f"'{config.admin_username}' and needs its password (at least {_MIN_ADMIN_PASSWORD} "
-            "characters): set MLFLOW_AUTH_ADMIN_PASSWORD in the environment or pass it as the "
-            "admin password option."
+            "characters): set MLFLOW_AUTH_ADMIN_PASSWORD in the environment (in Python, "
+            "`ServerConfig.admin_password`); its users are kept in basic_auth.db in the "
+            "server's --data-dir, whatever --backend-store-uri says"
         )
 
 
