@@ -388,7 +388,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     # WAITING: starting points queued when the study began and not run (yet, or at all:
     # the budget may have been reached first)
-    words = {"waiting": "queued starting point{s} not run"}
+    words = {"waiting": "queued trial{s} not run yet"}
     counts = ", ".join(f"{n} {words.get(k, k).format(s='s' * (n != 1))}"
                        for k, n in state["trials"].items() if n)  # fmt: skip
     budget = state["budget_trials"]

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from nas.storage import SEED_OF
 from nas.trial_record import (
     INTERRUPTED,
     StudyAttr,
@@ -48,6 +49,7 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
 
 
 QUEUED = "a queued starting point, not run: a study that goes on (a larger budget) trains it"
+RETRY = "the retry of trial {}, which did not finish: the next search trains it first"
 
 
 def trial_state(trial: FrozenTrial) -> str:
@@ -69,7 +71,8 @@ def trial_row(trial: FrozenTrial) -> dict[str, Any]:
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
     row["failure_reason"] = failure_reason(trial)
     if row["state"] == "waiting":  # a finished study listed it without a word
-        row["failure_reason"] = QUEUED
+        first = trial.system_attrs.get(SEED_OF)  # a retry's first trial
+        row["failure_reason"] = QUEUED if first is None else RETRY.format(first)
     if row["state"] == "complete" and row["runs"] is None:
         row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
     return row

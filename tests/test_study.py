@@ -1518,6 +1518,13 @@ def test_a_queued_starting_point_not_run_says_so_on_the_leaderboard():
     study.enqueue_trial({"x": 1})
     waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
     assert [r["failure_reason"] for r in waiting] == [QUEUED]
+    # an interrupted trial's retry was said never to run: the next search runs it first
+    from nas.storage import SEED_OF
+
+    retry = study.get_trials(deepcopy=False)[-1]
+    study._storage.set_trial_system_attr(retry._trial_id, SEED_OF, 3)
+    waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
+    assert waiting[0]["failure_reason"].startswith("the retry of trial 3, which did not finish")
 
 
 def test_export_of_a_criteo_study_takes_the_file_s_raw_rows(tmp_path, capsys, monkeypatch):
