@@ -161,7 +161,7 @@ class DataConfig(_Section):
     @model_validator(mode="after")
     def _streamable(self) -> DataConfig:
         if not self.stream.enabled:
-            given = sorted(self.stream.model_fields_set - {"enabled"})
+            given = sorted(self.stream.model_fields_set & {"min_count", "hash_size"})
             if given:  # `{enabled: false, hash_size: 1000}` ran with a vocabulary, unsaid
                 raise ValueError(f"data.stream.{given[0]} applies to streamed data only: set "
                                  "data.stream.enabled: true, or drop it (a file read in memory "
