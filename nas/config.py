@@ -161,7 +161,9 @@ class DataConfig(_Section):
     @model_validator(mode="after")
     def _streamable(self) -> DataConfig:
         if not self.stream.enabled:
-            given = sorted(self.stream.model_fields_set & {"min_count", "hash_size"})
+            unread = {"min_count": self.stream.min_count != 1,
+                      "hash_size": self.stream.hash_size is not None}  # fmt: skip
+            given = [name for name, set_so in unread.items() if set_so]
             if given:  # `{enabled: false, hash_size: 1000}` ran with a vocabulary, unsaid
                 raise ValueError(f"data.stream.{given[0]} applies to streamed data only: set "
                                  "data.stream.enabled: true, or drop it (a file read in memory "
