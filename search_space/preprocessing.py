@@ -141,7 +141,7 @@ def number_forms(texts: Iterable[str]) -> set[str]:
 def number_form(forms: set[str]) -> str | None:
     """A hashed column's way of writing whole numbers (`number_forms` of its training
     values), where it is one: "int" or "float"; else None (served values hashed as given)."""
-    return forms.pop() if len(forms) == 1 and forms <= {"int", "float"} else None
+    return next(iter(forms)) if len(forms) == 1 and forms <= {"int", "float"} else None
 
 
 HEX_ID = re.compile(r"[0-9a-fA-F]{1,8}")

@@ -368,15 +368,7 @@ def _check_writable(out: Path) -> None:
     """`--out`'s folder made where missing; a clear error where the file cannot be written."""
     if out.is_dir():
         raise RanknasError(f"--out {out}: a directory; give a file name, e.g. {out / 'links.json'}")
-    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise RanknasError(f"--out {out}: {blocking} is a file, not a folder; choose "
-                           "another path")  # fmt: skip
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RanknasError(f"--out {out}: cannot create {out.parent} ({exc.strerror}); "
-                           "choose a writable path") from None  # fmt: skip
+    _check_folder(out.parent, "--out")
 
 
 def cmd_links(args: argparse.Namespace) -> int:

@@ -46,7 +46,6 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.preprocessing import number_form, number_forms
 from search_space.schema import CategoricalFeature, DatasetSchema, check_encoding
-from trainers.data.criteo import hex_ids
 from trainers.data.dataset import (
     Batch,
     BatchLoader,
@@ -80,7 +79,6 @@ from trainers.data.stream_cache import (
 )
 from trainers.data.stream_sources import (
     CHUNK_ROWS,
-    CriteoSource,
     RawChunk,
     Source,
     data_files,
@@ -385,11 +383,11 @@ class Encoder:
         text = {n: [source.value_text(v) for v in vs] for n, vs in vocabularies.items()}
         # the format of `preprocess.fit_preprocessing`: the export applies it to raw rows
         exported = hashing if source.hashes_like_export else {}
-        written = {n: form for n, form in (whole_numbers or {}).items() if form and n in exported}
+        written = {n: form for n, form in (whole_numbers or {}).items() if form}  # exported's
         self.fitted: dict[str, Any] = {"dense": transforms, "vocabulary": text,
                                        "hashing": exported, "whole_numbers": written}  # fmt: skip
-        if isinstance(source, CriteoSource):  # its ids: hex values, hashed by value
-            self.fitted["hex_ids"] = hex_ids(self.schema, text)
+        if (ids := source.exported_ids(self.schema, text)) is not None:
+            self.fitted["hex_ids"] = ids
 
     def apply(self, chunk: RawChunk) -> TabularData:
         ids = chunk.ids

@@ -22,6 +22,7 @@ import numpy as np
 from search_space.errors import RanknasError
 from search_space.files import looked_for
 from search_space.preprocessing import encode_value
+from search_space.schema import DatasetSchema
 from trainers.data import criteo, tabular
 from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.encoding import hashed_ids
@@ -74,6 +75,13 @@ class Source:
     def fixed_dense(self) -> list[dict[str, Any]] | None:
         """The dense transform every model of this source takes (Criteo's counts'), not one
         fitted on its rows; None: fitted."""
+        return None
+
+    def exported_ids(
+        self, schema: DatasetSchema, vocabularies: dict[str, Any]
+    ) -> dict[str, int | None] | None:
+        """How an export takes the categorical values as this source holds them, where it
+        has its own way (Criteo's hex ids: `criteo.hex_ids`); None: the fitted encoding's."""
         return None
 
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
@@ -269,6 +277,11 @@ class CriteoSource(Source):
 
     def fixed_dense(self) -> list[dict[str, Any]]:
         return criteo.dense_transforms()
+
+    def exported_ids(
+        self, schema: DatasetSchema, vocabularies: dict[str, Any]
+    ) -> dict[str, int | None]:
+        return criteo.hex_ids(schema, vocabularies)
 
     def __init__(self, path: Path, limits: BadRowLimits, chunk_rows: int) -> None:
         super().__init__(limits, chunk_rows)
