@@ -1269,7 +1269,9 @@ def test_a_study_of_the_same_name_in_another_storage_is_refused_its_output_dir(t
     owner = tmp_path / "same" / "study.json"
     owner.write_text('{"study": "same"}\n')
     load_study("same", first["storage"]).set_user_attr("output_token", None)
-    more = tiny_config(tmp_path, "same", budget={"trials": 2})
+    # a resumed search draws with a seed of its own (its pid): its trial may diverge at 4,000
+    # rows (3 of 33 do), which is not what is tested (CI, 2026-12-07: two in a row)
+    more = tiny_config(tmp_path, "same", budget={"trials": 2, "max_failures": 50})
     assert main(["search", str(write_config(tmp_path, more))]) == 0
     token = load_study("same", first["storage"]).user_attrs["output_token"]
     assert token and json.loads(owner.read_text())["token"] == token
