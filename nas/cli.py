@@ -270,7 +270,7 @@ def _study_commands(command, commands) -> None:
             help="a study name (looked up in --storage), or the study's YAML (.yaml/.yml: its "
             "name and storage)",
         )  # fmt: skip
-        sub.add_argument("--storage", metavar="URL",
+        sub.add_argument("--storage", metavar="URL", type=_storage_url,
                          help="Optuna storage URL that holds the study (default: the YAML's, "
                          f"else {DEFAULT_STORAGE})")  # fmt: skip
 
@@ -580,6 +580,12 @@ def _readers_may_go() -> Iterator[None]:
     finally:
         for name in own:
             setattr(sys, name, streams[name])
+
+
+def _storage_url(url: str) -> str:
+    from nas.storage import standard_url  # imports the database drivers: only when given
+
+    return standard_url(url)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

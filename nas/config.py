@@ -627,6 +627,9 @@ class StudyConfig(_Section):
     @field_validator("storage")
     @classmethod
     def _storage(cls, url: str) -> str:
+        from nas.storage import standard_url
+
+        url = standard_url(url)
         if not re.match(r"^(sqlite|postgresql|postgresql\+\w+|mysql\+?\w*)://", url):
             raise ValueError(
                 "must be an RDB URL: sqlite:///PATH.db or postgresql://USER@HOST:PORT/DB"

@@ -49,6 +49,14 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@\s]+:)\S*@", r"\1***@", url)  # to the last @: p@ss/w0rd too
 
 
+def standard_url(url: str) -> str:
+    """A storage URL as given, with libpq's and Heroku's `postgres://` spelled as SQLAlchemy
+    reads it (`postgresql://`), so that one study has one URL whichever was typed."""
+    if url.startswith("postgres://"):
+        return "postgresql://" + url.removeprefix("postgres://")
+    return url
+
+
 def normalize_url(url: str) -> str:
     """SQLAlchemy 2.1 reads `postgresql://` as psycopg 3; use psycopg2 where only it exists."""
     if url.startswith("postgresql://") and importlib.util.find_spec("psycopg") is None:

@@ -122,3 +122,21 @@ def test_a_worker_killed_mid_trial_costs_nothing(tmp_path, server):
 
 def _trials(name: str) -> list:
     return load_study(name, URL).trials if _exists(name) else []
+
+
+def test_libpq_s_postgres_spelling_is_the_same_storage(tmp_path, capsys):
+    """`postgres://` (libpq's, Heroku's) was refused as an unknown SQLAlchemy dialect: it
+    is the same storage as `postgresql://`, in the YAML and in `--storage`."""
+    from nas.cli import main
+    from nas.config import parse_config
+
+    assert URL.startswith("postgresql://"), URL
+    spelled = "postgres://" + URL.removeprefix("postgresql://")
+    name = f"pg-{uuid.uuid4().hex[:8]}"
+    config = tiny_config(tmp_path, name, budget={"trials": 1, "max_failures": 50},
+                         storage=spelled)  # fmt: skip
+    assert parse_config(config).storage == URL
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    capsys.readouterr()
+    assert main(["status", name, "--storage", spelled]) == 0
+    assert "1 complete" in capsys.readouterr().out
