@@ -1577,3 +1577,18 @@ def test_export_of_a_criteo_study_takes_the_file_s_raw_rows(tmp_path, capsys, mo
     assert torch.equal(same, ids)
     with pytest.raises(ValueError, match=r"feature 'C1', row 0: 'inf' is not a hex id"):
         module.encode_ids([["inf"], *[[""]] * 25], names, out)  # 78e03281 read by pandas
+    # the card's example reads the file's lines (a Criteo file has no header: it read them
+    # with csv.DictReader, the first line taken for column names)
+    (tmp_path / "new_lines.tsv").write_text("\n".join(path.read_text().splitlines()[-200:]))
+    card = (out / "model_card.md").read_text()
+    example = (
+        card.split("```python\n")[1].split("```")[0].replace("path/to/this/directory", str(out))
+    )
+    scope: dict = {}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "ranknas_model", module)
+    exec(example, scope)
+    with torch.no_grad():
+        expected = torch.sigmoid(scope["model"](module.prepare_dense(counts, out), ids))
+    assert scope["probabilities"].shape == (200,)
+    torch.testing.assert_close(scope["probabilities"], expected)

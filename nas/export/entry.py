@@ -109,7 +109,17 @@ def export_model(
     (out / DIAGRAM_FILE).write_bytes(diagram_png(arch, title))
     if step is not None:
         (out / SHARDING_FILE).write_text(json.dumps(sharding_export(arch, step), indent=2))
-    card = _model_card(analysis, metrics, columns, arch_digest, register, alias, provenance, step)
+    card = _model_card(
+        analysis,
+        metrics,
+        columns,
+        arch_digest,
+        register,
+        alias,
+        provenance,
+        step,
+        criteo="hex_ids" in fitted,
+    )
     result.model_card.write_text(card)
     written = [ARCHITECTURE_FILE, PREPROCESSING_FILE, WEIGHTS_FILE, MODULE_FILE, DIAGRAM_FILE,
                *([SHARDING_FILE] if step is not None else []), CARD_FILE]  # fmt: skip

@@ -41,9 +41,11 @@ def _model_card(
     alias: str | None = "champion",
     provenance: Mapping[str, Any] | None = None,
     step: Mapping[str, Any] | None = None,
+    criteo: bool = False,
 ) -> str:
     """The Markdown model card of an export (`provenance`: where the model comes from, e.g.
-    study, trial, date, training recipe, Bayes floor, baselines)."""
+    study, trial, date, training recipe, Bayes floor, baselines; `criteo`: trained on
+    Criteo-format lines, which its example reads)."""
     arch = analysis.arch
     title = arch.name or "ranknas model"
     if provenance and "study" in provenance and "trial" in provenance:  # not "around-space"
@@ -59,7 +61,7 @@ def _model_card(
         "## Inputs\n\n" + _inputs_section(arch, columns),
         f"## Architecture\n\n{DIAGRAM_LINK}\n\n" + _blocks_table(analysis),
         *([_step_section(step, metrics)] if step else []),
-        "## Files and loading\n\n" + _loading_section(register, alias),
+        "## Files and loading\n\n" + _loading_section(register, alias, criteo),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -217,7 +219,13 @@ def _blocks_table(analysis: Analysis) -> str:
     )
 
 
-def _loading_section(register: str | None, alias: str | None) -> str:
+CSV_ROWS = 'rows = list(csv.DictReader(open("new_rows.csv")))  # raw rows, columns as in training'
+CRITEO_ROWS = """\
+columns = ["label", *m.DENSE_COLUMNS, *m.FEATURES]  # a Criteo line's fields: no header
+rows = [dict(zip(columns, line.rstrip("\\n").split("\\t"))) for line in open("new_lines.tsv")]"""
+
+
+def _loading_section(register: str | None, alias: str | None, criteo: bool = False) -> str:
     text = f"""
         - `{ARCHITECTURE_FILE}`: the architecture spec (`Architecture.load` in ranknas).
         - `{WEIGHTS_FILE}`: the weights, a state dict in safetensors format.
@@ -236,7 +244,7 @@ def _loading_section(register: str | None, alias: str | None) -> str:
         import ranknas_model as m
 
         model = m.load("path/to/this/directory")
-        rows = list(csv.DictReader(open("new_rows.csv")))  # raw rows, columns as in training
+        READ_ROWS
         dense = m.prepare_dense([[r[c] for c in m.DENSE_COLUMNS] for r in rows],
                                 "path/to/this/directory")
         ids = m.encode_ids([[r[f] for r in rows] for f in m.FEATURES], m.FEATURES,
@@ -247,7 +255,9 @@ def _loading_section(register: str | None, alias: str | None) -> str:
 
         In ranknas: `nas.export.load_exported("path/to/this/directory")`.
     """
-    text = textwrap.dedent(text).strip()
+    text = textwrap.dedent(text).strip().replace("READ_ROWS", CRITEO_ROWS if criteo else CSV_ROWS)
+    if criteo:
+        text = text.replace("import csv\n", "")
     module_needs = [pin for pin in requirements() if not pin.startswith("pandas")]
     text += (f"\n\nTo run the module elsewhere: `pip install {' '.join(module_needs)}`, the "
              "versions it was exported with (numpy: else torch warns on import).")  # fmt: skip
