@@ -102,11 +102,12 @@ def launch(
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
     (context, unset_nvml_check), workers = _starter(gpus), []
     relay = _Relay(_headed_logs(logs, count, config_path))
+    earlier = _finished_earlier(config, config_path)
     try:  # a signal while they start stops those already started; so does any failure here
         for i, place in enumerate(places):
             log = logs / f"worker-{i}.log"
             workers.append(_start(context, config_path, place, log, extra_args, unset_nvml_check))
-        _watch(config, workers, relay)
+        _watch(config, workers, relay, earlier)
     except BaseException:
         _stop(workers)
         for line in relay.lines():  # what they said since the last look, as they stopped
@@ -277,12 +278,30 @@ def relayed_to(line: str) -> TextIO:
     return sys.stderr if _DIAGNOSTIC.match(line) else sys.stdout
 
 
-def _watch(config: StudyConfig, workers: list[BaseProcess], relay: _Relay) -> None:
-    """One progress display for all workers, from the storage: a line per finished trial,
-    and the workers' other lines (`_Relay`)."""
+def _finished_earlier(config: StudyConfig, config_path: str) -> set[int]:
+    """The trials of a resumed study finished before this launch, said in one line (each
+    was a line of the display: hundreds on a long study, before a refusal of its config)."""
     from nas.trial_record import counted_trials
 
-    seen: set[int] = set()
+    study = _opened(config)
+    if study is None:
+        return set()
+    trials = study.get_trials(deepcopy=False)
+    finished = {t.number for t in trials if t.state.is_finished()}
+    if finished:
+        print(f"resuming: {counted_trials(trials)} of {config.budget.trials} trials done "
+              f"earlier (`ranknas leaderboard {config_path}` lists them)", flush=True)  # fmt: skip
+    return finished
+
+
+def _watch(
+    config: StudyConfig, workers: list[BaseProcess], relay: _Relay, earlier: set[int]
+) -> None:
+    """One progress display for all workers, from the storage: a line per trial finished
+    since the launch (`earlier`: those before it), and the workers' other lines (`_Relay`)."""
+    from nas.trial_record import counted_trials
+
+    seen = set(earlier)
     study = None  # opened once the first worker has created it
     with bars.bar(config.budget.trials, f"study {config.name}", "trials", lines=False) as bar:
         while True:

@@ -385,3 +385,30 @@ def test_a_workers_warnings_go_where_one_process_writes_them():
     assert relayed_to("WARNING: trial 3: the worker died (missed heartbeats)") is sys.stderr
     assert relayed_to("error: trial 0: cannot read the weights") is sys.stderr
     assert relayed_to("data: 3,200 training, 400 validation, 400 test rows") is sys.stdout
+
+
+def test_a_resumed_launch_says_the_earlier_trials_once_not_a_line_each(tmp_path, capsys):
+    """A launch on a study of 200 finished trials printed 200 "trial N complete" lines
+    before its first new one (or before a worker's refusal of the config)."""
+    from optuna.trial import create_trial
+
+    from nas.launch import _finished_earlier, _Relay, _watch
+    from nas.trial_record import TrialAttr
+
+    config = StudyConfig.model_validate(tiny_config(tmp_path, "again", budget={"trials": 5}))
+    assert _finished_earlier(config, "again.yaml") == set()  # a new study: nothing to say
+    study = optuna.create_study(study_name="again", storage=config.storage)
+    attrs = {TrialAttr.DEVICE: "cpu", "val_ne": 0.9}
+    for _ in range(3):
+        study.add_trial(create_trial(value=0.9, user_attrs=attrs))
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={TrialAttr.DEVICE: "cpu"}))
+    earlier = _finished_earlier(config, "again.yaml")
+    assert earlier == {0, 1, 2, 3}
+    assert capsys.readouterr().out == (
+        "resuming: 3 of 5 trials done earlier (`ranknas leaderboard again.yaml` lists them)\n"
+    )
+    study.add_trial(create_trial(value=0.8, user_attrs=attrs | {"val_ne": 0.8}))  # this launch's
+    _watch(config, [], _Relay([]), earlier)
+    out = capsys.readouterr().out
+    assert "trial 4 complete val NE 0.8000 on cpu" in out
+    assert not any(f"trial {n} " in out for n in range(4)), out
