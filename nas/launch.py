@@ -102,16 +102,18 @@ def launch(
     print(f"{count} workers: {where}; their logs in {logs}", flush=True)
     (context, unset_nvml_check), workers = _starter(gpus), []
     relay = _Relay(_headed_logs(logs, count, config_path))
-    earlier = _finished_earlier(config, config_path)
+    display = _Display(config, relay, _finished_earlier(config, config_path))
     try:  # a signal while they start stops those already started; so does any failure here
         for i, place in enumerate(places):
             log = logs / f"worker-{i}.log"
             workers.append(_start(context, config_path, place, log, extra_args, unset_nvml_check))
-        _watch(config, workers, relay, earlier)
+        _watch(config, workers, display)
     except BaseException:
         _stop(workers)
-        for line in relay.lines():  # what they said since the last look, as they stopped
-            bars.write(line, relayed_to(line))
+        # what they said and recorded since the last look, as they stopped; a failing last
+        # look does not replace why the launch stopped
+        with contextlib.suppress(Exception):
+            display.show()
         raise
     for worker in workers:
         worker.join()
@@ -294,27 +296,35 @@ def _finished_earlier(config: StudyConfig, config_path: str) -> set[int]:
     return finished
 
 
-def _watch(
-    config: StudyConfig, workers: list[BaseProcess], relay: _Relay, earlier: set[int]
-) -> None:
+class _Display:
     """One progress display for all workers, from the storage: a line per trial finished
     since the launch (`earlier`: those before it), and the workers' other lines (`_Relay`)."""
+
+    def __init__(self, config: StudyConfig, relay: _Relay, earlier: set[int]) -> None:
+        self.config, self.relay, self.seen = config, relay, set(earlier)
+        self.study = None  # opened once the first worker has created it
+
+    def show(self) -> list:
+        """What is new since the last look; the study's trials."""
+        self.study = self.study or _opened(self.config)
+        for line in self.relay.lines():
+            bars.write(line, relayed_to(line))
+        trials = self.study.get_trials(deepcopy=False) if self.study is not None else []
+        finished = [t for t in trials if t.number not in self.seen and t.state.is_finished()]
+        self.seen.update(t.number for t in finished)
+        for line in _lines(finished):
+            bars.write(line)
+        return trials
+
+
+def _watch(config: StudyConfig, workers: list[BaseProcess], display: _Display) -> None:
+    """`display` until the workers end, with a bar of the trials counted."""
     from nas.trial_record import counted_trials
 
-    seen = set(earlier)
-    study = None  # opened once the first worker has created it
     with bars.bar(config.budget.trials, f"study {config.name}", "trials", lines=False) as bar:
         while True:
             running = any(w.is_alive() for w in workers)
-            study = study or _opened(config)
-            for line in relay.lines():
-                bars.write(line, relayed_to(line))
-            trials = study.get_trials(deepcopy=False) if study is not None else []
-            finished = [t for t in trials if t.number not in seen and t.state.is_finished()]
-            seen.update(t.number for t in finished)
-            for line in _lines(finished):
-                bars.write(line)
-            done = counted_trials(trials)
+            done = counted_trials(display.show())
             bar.update(max(0, done - bar.n))
             if not running:
                 return

@@ -281,6 +281,8 @@ def test_a_stopped_launch_stops_every_worker_and_resumes(start, tmp_path, server
     assert not [t for t in study.trials if t.state == TrialState.RUNNING], "a worker ran on"
     interrupted = [t for t in study.trials if t.user_attrs.get("failure_reason") == "interrupted"]
     assert len(interrupted) == 2
+    for trial in interrupted:  # told as the workers stopped: the display's last look
+        assert f"trial {trial.number} interrupted on cpu" in output, output
     # each stopped worker delivered its interrupted trial to MLflow before it exited
     client = MlflowClient(tracking_uri=server.uri)
     experiment = client.get_experiment_by_name(config["name"]).experiment_id
@@ -392,7 +394,7 @@ def test_a_resumed_launch_says_the_earlier_trials_once_not_a_line_each(tmp_path,
     before its first new one (or before a worker's refusal of the config)."""
     from optuna.trial import create_trial
 
-    from nas.launch import _finished_earlier, _Relay, _watch
+    from nas.launch import _Display, _finished_earlier, _Relay, _watch
     from nas.trial_record import TrialAttr
 
     config = StudyConfig.model_validate(tiny_config(tmp_path, "again", budget={"trials": 5}))
@@ -408,7 +410,7 @@ def test_a_resumed_launch_says_the_earlier_trials_once_not_a_line_each(tmp_path,
         "resuming: 3 of 5 trials done earlier (`ranknas leaderboard again.yaml` lists them)\n"
     )
     study.add_trial(create_trial(value=0.8, user_attrs=attrs | {"val_ne": 0.8}))  # this launch's
-    _watch(config, [], _Relay([]), earlier)
+    _watch(config, [], _Display(config, _Relay([]), earlier))
     out = capsys.readouterr().out
     assert "trial 4 complete val NE 0.8000 on cpu" in out
     assert not any(f"trial {n} " in out for n in range(4)), out
