@@ -434,6 +434,30 @@ def architecture_costs(
     return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms, step)
 
 
+CONSTRAINTS = ("max_mflops", "max_params", "max_latency_ms", "max_step_ms")  # `over_constraint`
+
+
+def over_constraint(costs: Costs, config: StudyConfig) -> str | None:
+    """Why an architecture is not trained (over a constraint of `objectives`), or None."""
+    o = config.objectives
+    reason = None
+    if isinstance(o.max_mflops, float) and costs.mflops > o.max_mflops:
+        reason = f"{costs.mflops:.4g} MFLOPs exceeds objectives.max_mflops={o.max_mflops:.4g}"
+    elif o.max_params and costs.params > o.max_params:
+        reason = f"{costs.params} params exceeds objectives.max_params={o.max_params}"
+    elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:
+        reason = (f"{costs.latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
+                  f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
+    elif (
+        isinstance(o.max_step_ms, float)
+        and costs.step_ms is not None
+        and costs.step_ms > o.max_step_ms
+    ):
+        reason = (f"{costs.step_ms:.3f} ms predicted training step on {costs.step['devices']} "
+                  f"devices exceeds objectives.max_step_ms={o.max_step_ms:.3f}")  # fmt: skip
+    return reason
+
+
 def _step(
     arch: Architecture, analysis: Analysis, config: StudyConfig, pooling_factors: dict | None
 ) -> dict[str, Any]:

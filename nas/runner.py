@@ -48,6 +48,7 @@ from nas.feature_screen import Screen, describe, screen, screens
 from nas.leaderboard import costs_text, reeval_metrics, seed_means, study_best
 from nas.oneshot.phase import PHASE_SEARCHERS, PROPOSED_BY, proposed_by, run_search_phase
 from nas.protocol import (
+    CONSTRAINTS,
     Costs,
     StepReference,
     StudyData,
@@ -55,6 +56,7 @@ from nas.protocol import (
     check_protocol,
     dense_predictor,
     latency_predictor,
+    over_constraint,
     plan_sharding,
     prepare_data,
     protocol_changes,
@@ -130,9 +132,6 @@ def _repeats(trials: list[FrozenTrial]) -> int:
     return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
 
 
-CONSTRAINTS = ("max_mflops", "max_params", "max_latency_ms", "max_step_ms")  # `_over_constraint`
-
-
 def _exhausted(trials: list[FrozenTrial], config: StudyConfig) -> bool:
     """The searcher may propose architectures trained before (they cost no training and
     are not counted); past `REPEATS_PER_TRIAL` per budgeted trial the space is taken as
@@ -176,7 +175,7 @@ def open_study(
     study = _create_study(config, storage, sampler=sampler, pruner=pruner)
 
     def admits(values: dict[str, Any]) -> bool:
-        return _over_constraint(architecture_costs(space.decode(values), config), config) is None
+        return over_constraint(architecture_costs(space.decode(values), config), config) is None
 
     if _check_search_space(study, config):
         study.set_metric_names(objective_names(config))  # how dashboards name the values
@@ -1038,7 +1037,7 @@ def run_trial(
     tags = {TrialAttr.DIGEST: digest(arch), TrialAttr.WORKER: worker, TrialAttr.DEVICE: device}
     if config.searcher.type in PHASE_SEARCHERS:  # a candidate, or the budget past them
         tags[PROPOSED_BY] = proposed_by(trial.study, config.searcher.type, tags[TrialAttr.DIGEST])
-    reason = _over_constraint(costs, config)
+    reason = over_constraint(costs, config)
     over = {TrialAttr.OVER_CONSTRAINT: True} if reason else {}
     # which process trains it: a resumed study fails it at once once that process is gone
     process = {TrialAttr.PROCESS: identity} if (identity := process_identity()) else {}
@@ -1074,27 +1073,6 @@ def _artifacts(directory: Path) -> dict[str, str]:
     """The trial's text files that go to its MLflow run."""
     names = (ARCHITECTURE_FILE, SHARDING_FILE, STEP_FILE, TRAINED_PLAN_FILE)
     return {name: (directory / name).read_text() for name in names if (directory / name).exists()}
-
-
-def _over_constraint(costs: Costs, config: StudyConfig) -> str | None:
-    """Why an architecture is not trained (over a constraint of `objectives`), or None."""
-    o = config.objectives
-    reason = None
-    if isinstance(o.max_mflops, float) and costs.mflops > o.max_mflops:
-        reason = f"{costs.mflops:.4g} MFLOPs exceeds objectives.max_mflops={o.max_mflops:.4g}"
-    elif o.max_params and costs.params > o.max_params:
-        reason = f"{costs.params} params exceeds objectives.max_params={o.max_params}"
-    elif o.max_latency_ms and costs.latency_ms is not None and costs.latency_ms > o.max_latency_ms:
-        reason = (f"{costs.latency_ms:.3f} ms forward latency (batch {o.latency_batch_size}) "
-                  f"exceeds objectives.max_latency_ms={o.max_latency_ms}")  # fmt: skip
-    elif (
-        isinstance(o.max_step_ms, float)
-        and costs.step_ms is not None
-        and costs.step_ms > o.max_step_ms
-    ):
-        reason = (f"{costs.step_ms:.3f} ms predicted training step on {costs.step['devices']} "
-                  f"devices exceeds objectives.max_step_ms={o.max_step_ms:.3f}")  # fmt: skip
-    return reason
 
 
 def _train(

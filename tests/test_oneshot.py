@@ -382,3 +382,26 @@ def test_a_trial_is_named_by_the_candidate_it_trains_not_by_its_queue_slot(tmp_p
     study.set_user_attr(phase_attr("dnas"), {"candidates": [{"digest": "a"}, {"digest": "b"}]})
     assert [proposed_by(study, "dnas", d) for d in ("b", "a", "z")] == ["dnas #2", "dnas #1",
                                                                          "random"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["oneshot", "dnas"])
+def test_the_phase_enqueues_only_candidates_within_the_studys_constraints(tmp_path, kind):
+    """With objectives.max_mflops the phase enqueued its best candidates whatever they
+    cost: those over the ceiling were skipped untrained, and random points took their
+    places in the budget."""
+    searcher = {"type": kind, "top_k": 2, "supernet_steps": 20, "search_candidates": 8,
+                "population": 4, "sample_size": 2, "finetune_steps": 1,
+                "finetune_batch_size": 32, "score_rows": 300}  # fmt: skip
+    free = run_study(parse_config(tiny_config(tmp_path, f"free-{kind}", searcher=searcher)),
+                     progress=lambda line: None)  # fmt: skip
+    costs = [c["mflops"] for c in free.user_attrs[f"{kind}_phase"]["candidates"]]
+    ceiling = max(costs) * 0.999  # the unconstrained phase's costliest pick is over it
+    config = tiny_config(tmp_path, f"held-{kind}", searcher=searcher,
+                         objectives={"max_mflops": ceiling})  # fmt: skip
+    lines: list[str] = []
+    study = run_study(parse_config(config), progress=lines.append)
+    candidates = study.user_attrs[f"{kind}_phase"]["candidates"]
+    assert len(candidates) == 2 and all(c["mflops"] <= ceiling for c in candidates)
+    assert any(line.startswith(f"{kind}: passed over ") for line in lines), lines
+    proposed = [t for t in study.trials if t.user_attrs["proposed_by"].startswith(kind)]
+    assert [t.state for t in proposed] == [optuna.trial.TrialState.COMPLETE] * 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 
@@ -25,7 +25,7 @@ from nas.config import StudyConfig
 from nas.oneshot.dnas import ArchitectureDistribution, train_dnas
 from nas.oneshot.search import Candidate, Scorer, search
 from nas.oneshot.supernet import Supernet, train_supernet
-from nas.protocol import StudyData
+from nas.protocol import CONSTRAINTS, StudyData, architecture_costs, over_constraint
 from nas.storage import study_lock
 from nas.trial_record import counted_trials
 from search_space.errors import RanknasError
@@ -33,7 +33,12 @@ from search_space.spaces import SearchSpace
 from search_space.spaces.dag import DagSpace
 from trainers import progress as bars
 
+T = TypeVar("T")
+
 PHASE_SEARCHERS = ("oneshot", "dnas")
+# DNAS without rescoring draws this many times `top_k` of its most probable architectures,
+# so that those over a constraint can be passed over
+PASSED_OVER_FACTOR = 8
 # a trial's attribute: which phase's candidate it trains (`dnas #1`), or `random` for the
 # random sampling that fills the budget after the candidates
 PROPOSED_BY = "proposed_by"
@@ -177,6 +182,7 @@ def _oneshot(config, space, data, progress, logger) -> tuple[list[dict], dict]:
             seed=config.seed,
             on_progress=on_progress,
         )
+    ranked = _within_constraints(config, space, data, ranked, lambda c: c.values, progress)
     ranked = _refine(config, scorer, ranked, progress, logger)
     candidates = _enqueued(ranked, s.top_k)
     supernet_examples = (curve[-1][0] if curve else 0) * t.batch_size
@@ -220,6 +226,36 @@ def _refine(config, scorer: Scorer, ranked: list[Candidate], progress, logger) -
              f"{best.coarse_ne:.4f}, {best.mflops:.3f} MFLOPs)")  # fmt: skip
     _log(logger, {f"{kind}_best_refined_ne": best.ne})
     return ranked
+
+
+def _within_constraints(
+    config: StudyConfig,
+    space: DagSpace,
+    data: StudyData,
+    ranked: list[T],
+    values_of: Callable[[T], dict[str, Any]],
+    progress: Callable[[str], None],
+) -> list[T]:
+    """The best of `ranked` within the study's constraints (`objectives.max_mflops` and
+    the others), as many as the phase goes on with (`top_k`, `refine_candidates`): one
+    over them would be enqueued only to be skipped untrained, its place in the budget going
+    to random sampling."""
+    s, kept, over = config.searcher, [], 0
+    if not any(getattr(config.objectives, name) for name in CONSTRAINTS):
+        return ranked
+    wanted = max(s.top_k, s.refine_candidates or 0)
+    for item in ranked:
+        if len(kept) == wanted:
+            break
+        costs = architecture_costs(space.decode(values_of(item)), config, data.pooling_factors)
+        if over_constraint(costs, config):
+            over += 1
+        else:
+            kept.append(item)
+    if over:
+        progress(f"{s.type}: passed over {over} of its best-ranked candidates, over the "
+                 "study's objectives.max_* constraints")  # fmt: skip
+    return kept
 
 
 def _enqueued(ranked: list[Candidate], top_k: int) -> list[dict]:
@@ -274,13 +310,16 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
                 found.append(scorer(values))
                 bar.update()
         ranked = sorted((c for c in found if c is not None), key=lambda c: c.fitness)
+        ranked = _within_constraints(config, space, data, ranked, lambda c: c.values, progress)
         progress(f"dnas: scored the {len(ranked)} most probable architectures with inherited "
                  "weights")  # fmt: skip
         candidates = _enqueued(_refine(config, scorer, ranked, progress, logger), s.top_k)
         scored_examples = scorer.examples
     else:
-        candidates = []
-        for values in dist.top_values(s.top_k, seed=config.seed):
+        candidates = []  # the most probable first; those over a constraint passed over
+        drawn = dist.top_values(s.top_k * PASSED_OVER_FACTOR, seed=config.seed)
+        kept = _within_constraints(config, space, data, drawn, lambda v: v, progress)
+        for values in kept[: s.top_k]:
             arch = space.decode(values)
             candidates.append(
                 {"values": values, "digest": digest(arch), "mflops": analyze(arch).flops / 1e6}
