@@ -293,16 +293,22 @@ def pareto_front(study: optuna.Study) -> list[dict[str, Any]]:
     return sorted(front, key=lambda r: r[key])
 
 
+def front_baseline(study: optuna.Study) -> dict[str, Any] | None:
+    """The baseline the Pareto front is measured against: the best complete one (by seed
+    means where they are known), None without one or where it has no cost."""
+    bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
+    meaned = [b for b in bases if b["mean_val_ne"] is not None]
+    base = min(meaned or bases, key=estimated_ne, default=None)
+    return base if base is not None and base.get(cost_key(study)) is not None else None
+
+
 def front_below_baseline(study: optuna.Study) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The Pareto front's trials cheaper than the best baseline (the verdict's: by seed
     means where it has them), split into those at most `FRONT_SLACK` worse in NE (where a
     model as good at a lower cost may be, once their seeds are known: `reevaluate
     --front`) and the others; two empty lists without a baseline that has a cost."""
-    key = cost_key(study)
-    bases = [b for b in baseline_rows(study) if b["state"] == "complete"]
-    meaned = [b for b in bases if b["mean_val_ne"] is not None]
-    base = min(meaned or bases, key=estimated_ne, default=None)
-    if base is None or base.get(key) is None:
+    key, base = cost_key(study), front_baseline(study)
+    if base is None:
         return [], []
     bound = estimated_ne(base) * (1 + FRONT_SLACK)
     cheaper = [r for r in pareto_front(study) if r[key] < base[key]]

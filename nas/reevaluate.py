@@ -60,6 +60,12 @@ def reevaluate_study(
                            f"baseline: study {config.name!r} trades NE against no cost; set "
                            "objectives.cost (mflops, params, latency_ms, step_ms) in a new "
                            "study, or drop --front")  # fmt: skip
+    if front and leaderboard.front_baseline(study) is None:
+        unit = leaderboard.COST_UNITS[leaderboard.cost_key(study)]
+        raise RanknasError(f"--front retrains the Pareto front's trials cheaper than the best "
+                           f"baseline: study {config.name!r} has no complete baseline with its "
+                           f"cost ({unit}); add your model with `ranknas baseline add CONFIG "
+                           "PRESET_OR_FILE`, or drop --front")  # fmt: skip
     torch.set_num_threads(config.training.threads)
     # the best recorded runs, as the search ranked them: the leaderboard lists the trials
     # re-evaluated before first, and a strong trial a resumed search found was left out

@@ -1330,6 +1330,16 @@ def test_reevaluate_front_needs_a_study_that_trades_ne_against_a_cost(tmp_path, 
     err = capsys.readouterr().err
     assert "study 'nocost' trades NE against no cost; set objectives.cost" in err
     assert "Traceback" not in err
+    # a study that trades NE against MFLOPs, with no baseline: it said "0 of the Pareto
+    # front's trials are cheaper than the best baseline" and exited 0, retraining none
+    from nas.trial_record import StudyAttr
+
+    config = tiny_config(tmp_path, "nobase")
+    study = recorded_study(config["storage"], [(0.85, 1.0), (0.86, 0.5)], name="nobase")
+    study.set_user_attr(StudyAttr.OBJECTIVES, ["ne", "mflops"])
+    assert main(["reevaluate", str(write_config(tmp_path, config)), "--front"]) == 2
+    err = capsys.readouterr().err
+    assert "study 'nobase' has no complete baseline with its cost (MFLOPs); add your" in err, err
 
 
 def test_a_study_ended_by_repeats_over_its_ceiling_names_the_ceiling(tmp_path):
