@@ -417,9 +417,25 @@ def test_a_file_separated_by_another_character_is_refused_saying_which(files, tm
 
 
 def test_a_file_that_is_not_utf8_is_refused_saying_what_to_do(files, tmp_path):
-    (tmp_path / "latin.csv").write_bytes(CSV.replace("de", "d\xe9").encode("latin-1"))
-    with pytest.raises(RanknasError, match=r"latin\.csv: not UTF-8 text .*save it as UTF-8"):
+    bad = CSV.replace("de", "d\xe9").encode("latin-1")
+    (tmp_path / "latin.csv").write_bytes(bad)
+    at, lines = bad.index(b"\xe9"), bad[: bad.index(b"\xe9")].splitlines()
+    where = rf"line {len(lines)}, byte {at} \(0xe9\)"  # the é is on the last line begun
+    with pytest.raises(RanknasError, match=rf"latin\.csv: not UTF-8 text: {where}; save it as"):
         load_tabular(tmp_path / "latin.csv", files[1])
+
+
+def test_the_first_byte_that_is_not_utf8_is_found_past_a_read_s_buffer(tmp_path):
+    """The error said "can't decode byte 0xff in position 0" of a byte on line 51: a
+    position inside pandas' buffer. A character split across two reads is UTF-8."""
+    from trainers.data.tabular import _first_non_utf8
+
+    good = "é".encode()
+    head = b"x" * ((1 << 20) - 1) + good + b"\n" * 3  # the é across the first read's end
+    (tmp_path / "deep.csv").write_bytes(head + b"ab\xffc\n")
+    assert _first_non_utf8(tmp_path / "deep.csv") == f": line 4, byte {len(head) + 2} (0xff)"
+    (tmp_path / "fine.csv").write_bytes(head)
+    assert _first_non_utf8(tmp_path / "fine.csv") == ""
 
 
 def test_a_compressed_parquet_file_is_refused_saying_what_to_do(files, tmp_path):

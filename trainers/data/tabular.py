@@ -27,6 +27,7 @@ pandas reads CSV; pyarrow reads and writes Parquet; both are imported only when 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import importlib
 import logging
@@ -608,7 +609,8 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
                             f"{path.with_suffix('.parquet').name}")  # fmt: skip
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
         fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
-        return RanknasError(f"{path}: not UTF-8 text ({exc}); save it as UTF-8 (pandas: {fix})")
+        where = _first_non_utf8(path)
+        return RanknasError(f"{path}: not UTF-8 text{where}; save it as UTF-8 (pandas: {fix})")
     if path.is_file() and path.stat().st_size == 0:
         wanted = ("a Parquet file of named columns" if path.suffix in PARQUET_SUFFIXES else
                   "a file with a header line of column names and rows below it")  # fmt: skip
@@ -620,6 +622,25 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
                             "closed (the rest of the file would be its text); close or remove "
                             "that quote")  # fmt: skip
     return RanknasError(f"{path}: cannot read the file ({exc})")
+
+
+def _first_non_utf8(path: Path) -> str:
+    """Where the file's first byte that is not UTF-8 is (`: line 51, byte 1077 (0xff)`,
+    counted from 1 and 0 as an editor does), or "" where the whole file decodes (the
+    error's own position is within a reader's buffer: "position 0" of a byte deep in it)."""
+    decoder, offset, line = codecs.getincrementaldecoder("utf-8")(), 0, 1
+    with open_data(path) as stream:
+        while chunk := stream.read(1 << 20):
+            pending = len(decoder.getstate()[0])  # a character's first bytes, held over
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:  # in the held-over bytes and the chunk
+                data, at = exc.object, exc.start
+                line += data[:at].count(b"\n")
+                return f": line {line}, byte {offset - pending + at} (0x{data[at]:02x})"
+            line += chunk.count(b"\n")
+            offset += len(chunk)
+    return ""
 
 
 def _record_line(path: Path, record: int) -> int:
