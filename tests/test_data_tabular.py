@@ -425,6 +425,17 @@ def test_a_file_that_is_not_utf8_is_refused_saying_what_to_do(files, tmp_path):
         load_tabular(tmp_path / "latin.csv", files[1])
 
 
+def test_a_directory_given_as_the_file_to_infer_a_schema_of_is_named_as_such(tmp_path):
+    """`ranknas data schema DIR` said "unknown file type", of a folder."""
+    from trainers.data.tabular import infer_schema
+
+    (tmp_path / "logs.csv").mkdir()
+    with pytest.raises(RanknasError, match=r"logs\.csv: a directory, not a data file; give one"):
+        infer_schema(tmp_path / "logs.csv", "clicked")
+    with pytest.raises(RanknasError, match=rf"{tmp_path.name}: a directory, not a data file"):
+        infer_schema(tmp_path, "clicked")
+
+
 def test_the_first_byte_that_is_not_utf8_is_found_past_a_read_s_buffer(tmp_path):
     """The error said "can't decode byte 0xff in position 0" of a byte on line 51: a
     position inside pandas' buffer. A character split across two reads is UTF-8."""

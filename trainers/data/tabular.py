@@ -555,6 +555,9 @@ def _read_frame(
 def _header(path: Path) -> list[str]:
     """The column names of a CSV/Parquet file."""
     suffix = format_suffix(path)
+    if path.is_dir():
+        raise RanknasError(f"{path}: a directory, not a data file; give one file of it "
+                           f"({FILE_TYPES})")  # fmt: skip
     if suffix not in TABULAR_SUFFIXES:
         raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}")
     if not path.is_file():
