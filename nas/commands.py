@@ -150,7 +150,8 @@ def _run_workers(args: argparse.Namespace, config, logger):
     interrupted before the budget was done."""
     from nas import launch
     from nas.cli import INTERRUPTED_EXITS, Terminated
-    from nas.storage import check_server, load_study
+    from nas.protocol_diff import check_training
+    from nas.storage import check_server, existing_attrs, load_study
     from nas.trial_record import claim_output_dir
 
     gpus = launch.visible_gpus() if config.training.device != "cpu" else []
@@ -159,13 +160,12 @@ def _run_workers(args: argparse.Namespace, config, logger):
         ["--no-mlflow"] if args.no_mlflow else []
     )
     # what every worker would refuse, said once before any starts (or writes its log in
-    # another study's folder): an unreachable storage, another study's output_dir
+    # another study's folder): an unreachable storage, another study's output_dir, a
+    # changed recipe (each worker would load the data first)
     check_server(config.storage)
-    try:
-        recorded = load_study(config.name, config.storage).user_attrs
-    except RanknasError:  # not created yet
-        recorded = None
+    recorded = existing_attrs(config.name, config.storage)
     claim_output_dir(config, recorded)
+    check_training(recorded, config)
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
     interrupted = [c for c in failed if c in INTERRUPTED_EXITS]

@@ -20,6 +20,12 @@ from cost_models.sharding.methods import model_to_use
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
 from nas.config import DEFAULT_EXAMPLES, DataConfig, ShardingConfig, StudyConfig
+from nas.protocol_diff import (
+    other_settings,
+    protocol_changes,
+    recorded_training,
+    training_protocol,
+)
 from nas.storage import redact
 from nas.trial_record import (
     SHARDING_FILE,
@@ -145,11 +151,7 @@ def study_protocol(config: StudyConfig, data: StudyData) -> dict[str, Any]:
         described["stream"] = d.stream.model_dump(mode="json", include={"min_count", "hash_size"})
     if d.source == "synthetic" and not d.train:
         described["synthetic_rows"] = d.rows
-    how = {"device", "threads", "cuda_graph", "compile"}  # where and how fast, not what is computed
-    training = config.training.model_dump(mode="json", exclude=how)
-    per_trial = {"examples_per_trial", "epochs_per_trial"}
-    budget = config.budget.model_dump(mode="json", include=per_trial)
-    return {"data": described, "training": training | budget}
+    return {"data": described, "training": training_protocol(config)}
 
 
 def _positives(part: Any) -> int | None:
@@ -181,91 +183,6 @@ def _with_split_column(protocol: dict[str, Any]) -> dict[str, Any]:
     return protocol | {"data": protocol["data"] | {"split": split | {"column": time}}}
 
 
-def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
-    """The settings that differ between two protocols, as `name: old -> new`."""
-    changes = []
-    for key in sorted(set(recorded) | set(now)):
-        old, new = recorded.get(key, _UNSET), now.get(key, _UNSET)
-        name = f"{prefix}{key}"
-        if isinstance(old, dict) and isinstance(new, dict):
-            changes += protocol_changes(old, new, f"{name}.")
-        elif _named_lists(old, new) and old != new:  # (a schema's columns)
-            changes += _named_changes(name, old, new)
-        elif _lists_of_mappings(old, new) and old != new:  # the items that changed, by name
-            changes += _item_changes(name, old, new)
-        elif old != new:
-            changes.append(f"{name}: {_short(old)} -> {_short(new)}")
-    return changes
-
-
-def _lists_of_mappings(old: Any, new: Any) -> bool:
-    """Two lists of as many mappings (a schema's columns): told item by item, as a whole
-    they are cut short before the change shows."""
-    lists = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
-    return lists and all(isinstance(item, dict) for item in (*old, *new))
-
-
-def _named_lists(old: Any, new: Any) -> bool:
-    """Two lists of distinct names, or two of mappings with distinct names: told by the
-    names added, left out, moved and changed, as a whole they are cut short before the
-    change shows."""
-    names = [_list_names(v) for v in (old, new)]
-    if any(n is None or len(set(n)) != len(n) for n in names):
-        return False
-    return len({type(item) for item in (*old, *new)}) <= 1
-
-
-def _list_names(value: Any) -> list[str] | None:
-    if not isinstance(value, list):
-        return None
-    if all(isinstance(item, str) for item in value):
-        return value
-    if all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in value):
-        return [item["name"] for item in value]
-    return None
-
-
-def _named_changes(name: str, old: list, new: list) -> list[str]:
-    """`name: added a, b; left out c` and what changed in the items both name; or that the
-    same items are in another order."""
-    before, after = (dict(zip(_list_names(v), v, strict=True)) for v in (old, new))
-    added = [n for n in after if n not in before]
-    left_out = [n for n in before if n not in after]
-    named = (("added", added), ("left out", left_out))
-    parts = [f"{what} {_names(names)}" for what, names in named if names]
-    changes = [f"{name}: {'; '.join(parts)}"] if parts else []
-    both = [n for n in before if n in after]
-    if both != [n for n in after if n in before]:  # a column's place is its input's index
-        changes.append(f"{name}: {_names([n for n in after if n in before])} in another order")
-    kept = [before[n] for n in both], [after[n] for n in both]
-    if kept[0] != kept[1] and all(isinstance(item, dict) for item in kept[0]):
-        changes += _item_changes(name, *kept)
-    return changes
-
-
-def _names(names: list[str], most: int = 6) -> str:
-    more = f", and {len(names) - most} more" if len(names) > most else ""
-    return ", ".join(names[:most]) + more
-
-
-def _item_changes(name: str, old: list[dict], new: list[dict], most: int = 2) -> list[str]:
-    """What changed in the items of two lists of mappings: each setting of up to `most`
-    items, else which items (a data set rewritten: every column's cardinality moved)."""
-    items = [(f"{name}[{_item_name(a, b, i)}]", a, b)
-             for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]  # fmt: skip
-    if len(items) > most:
-        names = ", ".join(item.removeprefix(name) for item, _, _ in items[:6])
-        return [f"{name}: {len(items)} of {len(old)} changed ({names}{', ...' * (len(items) > 6)})"]
-    return [change for item, a, b in items for change in protocol_changes({item: a}, {item: b})]
-
-
-def _item_name(old: Any, new: Any, index: int) -> str:
-    """A list item by its `name` where both have the same one (a schema's columns), else
-    by its index."""
-    named = isinstance(old, dict) and isinstance(new, dict) and "name" in old
-    return str(old["name"]) if named and old["name"] == new.get("name") else str(index)
-
-
 def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) -> None:
     """Refuses to add runs to `study` under another protocol than the one it recorded
     (`study_protocol`); records it where none is (a new study, or one from before)."""
@@ -274,7 +191,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     if recorded is None:
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
-    training = SETTINGS_BEFORE_THEY_WERE_RECORDED | recorded.get("training", {})
+    training = recorded_training(recorded)
     if _split_methods(recorded) | _split_methods(now) == {"auto", data.auto_split}:
         recorded, now = (_with_split_method(p, data.auto_split) for p in (recorded, now))
     recorded, now = _with_split_column(recorded), _with_split_column(now)
@@ -287,18 +204,12 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     ties = now["data"]["split"].pop("ties") if "ties" not in recorded_split else None
     changes = protocol_changes(recorded | {"training": training}, now)
     if changes:
-        more = len(changes) - 4
-        shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
         moved = any(c.startswith("data.rows:") for c in changes)
         why = ("" if ties != "together" or not moved or not data.split.startswith("in time")
                else " (a time split now keeps rows of one time on one side of each boundary, "
                "since 2026-12-01; `data.split.ties: file_order` splits as this study "
                "did)")  # fmt: skip
-        raise RanknasError(
-            f"study {config.name!r} in {redact(config.storage)} was run with other settings "
-            f"({shown}){why}: runs under both would not compare; put them back, or give the "
-            "study a new name"
-        )
+        raise other_settings(config, changes, why)
     _check_dense_scaling(study, config, data)
 
 
@@ -323,17 +234,6 @@ def _check_dense_scaling(study: optuna.Study, config: StudyConfig, data: StudyDa
 
 
 # What a study recorded before a setting existed trained with (its protocol lacks the key).
-SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
-_UNSET = object()  # a setting one of two protocols does not name
-
-
-def _short(value: Any) -> str:
-    if value is _UNSET:
-        return "(not set)"
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def wants_preprocessing(setting: str, source: str) -> bool:
     """`auto`: your CSV/Parquet files; the synthetic data is standardized by construction
     and Criteo's counts take a fixed transform (`fit_on_training`)."""

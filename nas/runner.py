@@ -59,11 +59,11 @@ from nas.protocol import (
     over_constraint,
     plan_sharding,
     prepare_data,
-    protocol_changes,
     record_result,
     study_protocol,
     train_architecture,
 )
+from nas.protocol_diff import check_training, protocol_changes
 from nas.recipe import recipe_key, trial_recipe, with_recipe
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
@@ -71,6 +71,7 @@ from nas.searchers.base import distributions
 from nas.storage import (
     beating,
     check_server,
+    existing_attrs,
     fail_stale_trials,
     first_run,
     open_storage,
@@ -418,6 +419,7 @@ def _run_study(
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
     check_baseline_files(config.baselines)  # before the data, which can take minutes
+    check_training(existing_attrs(config.name, config.storage), config)  # the same
     try:  # and a device this machine lacks (it came after the data and an empty study)
         resolve_device(config.training.device)
     except RanknasError as exc:

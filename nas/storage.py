@@ -388,6 +388,14 @@ def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:
         return None
 
 
+def existing_attrs(name: str, url: str) -> dict[str, Any] | None:
+    """The user attributes of study `name`, or None where it does not exist yet."""
+    try:
+        return load_study(name, url).user_attrs
+    except RanknasError:
+        return None
+
+
 def load_study(name: str, url: str) -> optuna.Study:
     """The study `name`, which must exist (a missing SQLite file is not created)."""
     check_exists(url, f"no study {name!r}")

@@ -414,6 +414,22 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
     assert not [key for key in study.user_attrs if key.startswith(("baseline", "reevaluation"))]
 
 
+def test_a_changed_recipe_is_refused_before_the_data_loads(tmp_path, capsys):
+    """Every worker of a launch loaded the data (minutes on a large log) before each
+    refused a changed training recipe; so did one `search`."""
+    config = tiny_config(tmp_path, "early", budget={"trials": 1})
+    run_study(parse_config(config), progress=lambda line: None)
+    gone = {"source": str(tmp_path / "moved.csv"), "schema": str(tmp_path / "schema.yaml")}
+    changed = tiny_config(tmp_path, "early", budget={"trials": 1, "epochs_per_trial": 2},
+                          data=gone)  # fmt: skip
+    capsys.readouterr()
+    for workers in ([], ["--workers", "2"]):
+        assert main(["search", str(write_config(tmp_path, changed)), *workers]) == 2
+        err = capsys.readouterr().err
+        assert "(training.epochs_per_trial: 3.0 -> 2.0)" in err and "moved.csv" not in err, err
+    assert not (tmp_path / "early" / "workers").exists()  # no worker started
+
+
 def test_a_data_file_rewritten_with_as_many_rows_is_refused_by_its_labels(tmp_path, capsys):
     """A log whose labels changed (here: all flipped) under the same row counts trained new
     runs beside the recorded ones, with figures that looked plausible."""
@@ -1376,7 +1392,7 @@ def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, caps
 
 def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
     """The schema's columns were one list, cut short at 60 characters before the change."""
-    from nas.protocol import protocol_changes
+    from nas.protocol_diff import protocol_changes
 
     columns = [{"name": f"c{i}", "cardinality": 10} for i in range(8)]
     changed = [*columns[:7], {"name": "c7", "cardinality": 9}]
@@ -1387,7 +1403,7 @@ def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
 def test_a_column_added_left_out_or_moved_is_named_in_the_refusal():
     """Lists of other lengths were cut short, both at the same place: `[{"name": "user_id",
     "cardinality": 302}, {"name": "item_... -> [{"name": "user_id", ...` hid the change."""
-    from nas.protocol import protocol_changes
+    from nas.protocol_diff import protocol_changes
 
     def schema(dense, categorical):
         columns = [{"name": name, "cardinality": 300 + len(name)} for name in categorical]

@@ -1,0 +1,145 @@
+"""What a study's runs share, told apart from what a new run would use: the settings that
+differ, as `name: old -> new`. Torch-free, so that a command refuses a changed recipe before
+it loads the data (minutes on a large log) or starts its workers; the data's half of the
+protocol is checked once the data is loaded (`nas.protocol.check_protocol`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nas.config import StudyConfig
+from nas.storage import redact
+from nas.trial_record import StudyAttr
+from search_space.errors import RanknasError
+
+SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
+_UNSET = object()  # a setting one of two protocols does not name
+
+
+def _short(value: Any) -> str:
+    if value is _UNSET:
+        return "(not set)"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def training_protocol(config: StudyConfig) -> dict[str, Any]:
+    """The training half of a study's protocol: the recipe and the examples each trial
+    trains on. Not the device, threads or compilation: where and how fast, not what is
+    computed."""
+    how = {"device", "threads", "cuda_graph", "compile"}
+    training = config.training.model_dump(mode="json", exclude=how)
+    per_trial = {"examples_per_trial", "epochs_per_trial"}
+    return training | config.budget.model_dump(mode="json", include=per_trial)
+
+
+def recorded_training(protocol: dict[str, Any]) -> dict[str, Any]:
+    """The training half of a recorded protocol, with the settings added since it was."""
+    return SETTINGS_BEFORE_THEY_WERE_RECORDED | protocol.get("training", {})
+
+
+def check_training(recorded: dict[str, Any] | None, config: StudyConfig) -> None:
+    """Refuses a run of a study (its recorded attributes: `recorded`) under another
+    training recipe than its runs had, before the data is loaded."""
+    protocol = (recorded or {}).get(StudyAttr.PROTOCOL)
+    if protocol is None:
+        return
+    changes = protocol_changes(recorded_training(protocol), training_protocol(config), "training.")
+    if changes:
+        raise other_settings(config, changes)
+
+
+def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> RanknasError:
+    more = len(changes) - 4
+    shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
+    return RanknasError(
+        f"study {config.name!r} in {redact(config.storage)} was run with other settings "
+        f"({shown}){why}: runs under both would not compare; put them back, or give the "
+        "study a new name"
+    )
+
+
+def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The settings that differ between two protocols, as `name: old -> new`."""
+    changes = []
+    for key in sorted(set(recorded) | set(now)):
+        old, new = recorded.get(key, _UNSET), now.get(key, _UNSET)
+        name = f"{prefix}{key}"
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += protocol_changes(old, new, f"{name}.")
+        elif _named_lists(old, new) and old != new:  # (a schema's columns)
+            changes += _named_changes(name, old, new)
+        elif _lists_of_mappings(old, new) and old != new:  # the items that changed, by name
+            changes += _item_changes(name, old, new)
+        elif old != new:
+            changes.append(f"{name}: {_short(old)} -> {_short(new)}")
+    return changes
+
+
+def _lists_of_mappings(old: Any, new: Any) -> bool:
+    """Two lists of as many mappings (a schema's columns): told item by item, as a whole
+    they are cut short before the change shows."""
+    lists = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
+    return lists and all(isinstance(item, dict) for item in (*old, *new))
+
+
+def _named_lists(old: Any, new: Any) -> bool:
+    """Two lists of distinct names, or two of mappings with distinct names: told by the
+    names added, left out, moved and changed, as a whole they are cut short before the
+    change shows."""
+    names = [_list_names(v) for v in (old, new)]
+    if any(n is None or len(set(n)) != len(n) for n in names):
+        return False
+    return len({type(item) for item in (*old, *new)}) <= 1
+
+
+def _list_names(value: Any) -> list[str] | None:
+    if not isinstance(value, list):
+        return None
+    if all(isinstance(item, str) for item in value):
+        return value
+    if all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in value):
+        return [item["name"] for item in value]
+    return None
+
+
+def _named_changes(name: str, old: list, new: list) -> list[str]:
+    """`name: added a, b; left out c` and what changed in the items both name; or that the
+    same items are in another order."""
+    before, after = (dict(zip(_list_names(v), v, strict=True)) for v in (old, new))
+    added = [n for n in after if n not in before]
+    left_out = [n for n in before if n not in after]
+    named = (("added", added), ("left out", left_out))
+    parts = [f"{what} {_names(names)}" for what, names in named if names]
+    changes = [f"{name}: {'; '.join(parts)}"] if parts else []
+    both = [n for n in before if n in after]
+    if both != [n for n in after if n in before]:  # a column's place is its input's index
+        changes.append(f"{name}: {_names([n for n in after if n in before])} in another order")
+    kept = [before[n] for n in both], [after[n] for n in both]
+    if kept[0] != kept[1] and all(isinstance(item, dict) for item in kept[0]):
+        changes += _item_changes(name, *kept)
+    return changes
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    more = f", and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def _item_changes(name: str, old: list[dict], new: list[dict], most: int = 2) -> list[str]:
+    """What changed in the items of two lists of mappings: each setting of up to `most`
+    items, else which items (a data set rewritten: every column's cardinality moved)."""
+    items = [(f"{name}[{_item_name(a, b, i)}]", a, b)
+             for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b]  # fmt: skip
+    if len(items) > most:
+        names = ", ".join(item.removeprefix(name) for item, _, _ in items[:6])
+        return [f"{name}: {len(items)} of {len(old)} changed ({names}{', ...' * (len(items) > 6)})"]
+    return [change for item, a, b in items for change in protocol_changes({item: a}, {item: b})]
+
+
+def _item_name(old: Any, new: Any, index: int) -> str:
+    """A list item by its `name` where both have the same one (a schema's columns), else
+    by its index."""
+    named = isinstance(old, dict) and isinstance(new, dict) and "name" in old
+    return str(old["name"]) if named and old["name"] == new.get("name") else str(index)
