@@ -150,7 +150,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     interrupted before the budget was done."""
     from nas import launch
     from nas.cli import INTERRUPTED_EXITS, Terminated
-    from nas.protocol_diff import check_training
+    from nas.protocol_diff import check_settings
     from nas.storage import check_server, existing_attrs, load_study
     from nas.trial_record import claim_output_dir
 
@@ -165,7 +165,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     check_server(config.storage)
     recorded = existing_attrs(config.name, config.storage)
     claim_output_dir(config, recorded)
-    check_training(recorded, config)
+    check_settings(recorded, config)
     codes = launch.launch(args.config, config, count, gpus, extra)
     failed = [c for c in codes if c != 0]
     interrupted = [c for c in failed if c in INTERRUPTED_EXITS]

@@ -39,15 +39,30 @@ def recorded_training(protocol: dict[str, Any]) -> dict[str, Any]:
     return SETTINGS_BEFORE_THEY_WERE_RECORDED | protocol.get("training", {})
 
 
-def check_training(recorded: dict[str, Any] | None, config: StudyConfig) -> None:
-    """Refuses a run of a study (its recorded attributes: `recorded`) under another
-    training recipe than its runs had, before the data is loaded."""
-    protocol = (recorded or {}).get(StudyAttr.PROTOCOL)
-    if protocol is None:
-        return
-    changes = protocol_changes(recorded_training(protocol), training_protocol(config), "training.")
+def check_settings(recorded: dict[str, Any] | None, config: StudyConfig) -> None:
+    """Refuses a run of a study (its recorded attributes: `recorded`) under another training
+    recipe than its runs had, or, where step time is a cost, another cluster (the steps of
+    its trials were predicted for the one recorded): before the data is loaded."""
+    recorded = recorded or {}
+    changes = []
+    if (protocol := recorded.get(StudyAttr.PROTOCOL)) is not None:
+        now = training_protocol(config)
+        changes += protocol_changes(recorded_training(protocol), now, "training.")
+    cluster = recorded.get(StudyAttr.STEP_CLUSTER)
+    if cluster is None and StudyAttr.STEP_DEVICES in recorded:  # recorded before the rest
+        cluster = {"devices": recorded[StudyAttr.STEP_DEVICES]}
+    if cluster is not None and config.objectives.needs_step_time:
+        now = {key: value for key, value in step_cluster(config).items() if key in cluster}
+        changes += protocol_changes(cluster, now, "sharding.")
     if changes:
         raise other_settings(config, changes)
+
+
+def step_cluster(config: StudyConfig) -> dict[str, Any]:
+    """The settings of `sharding` that a predicted step time depends on, as recorded (not
+    the files: each machine has its own paths)."""
+    return config.sharding.model_dump(mode="json", include={"devices", "hosts", "method",
+                                                            "runtime_ms"})  # fmt: skip
 
 
 def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> RanknasError:

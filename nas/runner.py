@@ -63,7 +63,7 @@ from nas.protocol import (
     study_protocol,
     train_architecture,
 )
-from nas.protocol_diff import check_training, protocol_changes
+from nas.protocol_diff import check_settings, protocol_changes, step_cluster
 from nas.recipe import recipe_key, trial_recipe, with_recipe
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
@@ -419,7 +419,7 @@ def _run_study(
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
     check_baseline_files(config.baselines)  # before the data, which can take minutes
-    check_training(existing_attrs(config.name, config.storage), config)  # the same
+    check_settings(existing_attrs(config.name, config.storage), config)  # the same
     try:  # and a device this machine lacks (it came after the data and an empty study)
         resolve_device(config.training.device)
     except RanknasError as exc:
@@ -468,6 +468,7 @@ def _run_study(
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
     if config.objectives.needs_step_time:
         study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
+        study.set_user_attr(StudyAttr.STEP_CLUSTER, step_cluster(config))
     baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
     if notice := unlisted(study, baselines):
         progress(notice)

@@ -75,6 +75,7 @@ class StudyAttr(StrEnum):
     MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved
     STEP_MS_CEILING = "step_ms_ceiling"  # objectives.max_step_ms: best_baseline | base, same
     STEP_DEVICES = "step_devices"  # sharding.devices that step_ms is predicted for
+    STEP_CLUSTER = "step_cluster"  # and the rest of that cluster (`protocol_diff.step_cluster`)
     AROUND_BASE = "around_base"  # search_space.base: best_baseline, once resolved
     FEATURE_IMPORTANCE = "feature_importance"  # the around base's (`nas.feature_screen`)
     TIME_LIMITED = "time_limited"  # the last search stopped by budget.time_limit_minutes

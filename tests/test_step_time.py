@@ -79,11 +79,32 @@ def _held_to_dlrm(tmp_path: Path, name: str, trials: int) -> dict:
     return config | {"search_space": AROUND_DLRM}
 
 
+def test_a_step_time_study_resumed_on_another_cluster_is_refused(tmp_path):
+    """A study of 4 devices resumed with 64 held its trials to the 4 devices' ceiling,
+    labelled "on 64 devices", and put the steps of both clusters on one Pareto front."""
+    from nas.protocol_diff import check_settings, step_cluster
+    from nas.trial_record import StudyAttr
+
+    config = _held_to_dlrm(tmp_path, "cluster", trials=1)
+    recorded = {StudyAttr.STEP_CLUSTER: step_cluster(parse_config(config))}
+    check_settings(recorded, parse_config(config))  # the same cluster
+    moved = parse_config(config | {"sharding": {"devices": 64, "hosts": 8, "method": "rl"}})
+    changes = ('sharding.devices: 16 -> 64; sharding.hosts: 2 -> 8; sharding.method: '
+               '"size_lookup_greedy" -> "rl"')  # fmt: skip
+    with pytest.raises(RanknasError, match=re.escape(f"other settings ({changes})")):
+        check_settings(recorded, moved)
+    with pytest.raises(RanknasError, match=r"\(sharding\.devices: 16 -> 64\)"):  # recorded
+        check_settings({StudyAttr.STEP_DEVICES: 16}, moved)  # before the rest of the cluster
+    check_settings(recorded, parse_config(config | {"objectives": {"cost": "mflops"}}))
+
+
 def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_path, capsys):
     config = _held_to_dlrm(tmp_path, "steps", trials=3)
     study = run_study(parse_config(config), progress=lambda line: None)
     ceiling = study.user_attrs["step_ms_ceiling"]
     assert ceiling["of"] == "base dlrm" and ceiling["step_ms"] > 0
+    assert study.user_attrs["step_cluster"] == {"devices": 16, "hosts": 2, "runtime_ms": None,
+                                                "method": "size_lookup_greedy"}  # fmt: skip
     trained = [t for t in study.trials if t.values]
     assert trained, "no trial completed"
     for t in (t for t in study.trials if t.state.is_finished()):
