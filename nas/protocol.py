@@ -21,6 +21,7 @@ from cost_models.sharding.plan import Plan
 from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
 from nas.config import DEFAULT_EXAMPLES, DataConfig, ShardingConfig, StudyConfig
 from nas.protocol_diff import (
+    cluster_changes,
     other_settings,
     protocol_changes,
     recorded_training,
@@ -203,6 +204,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     recorded_split = recorded["data"].get("split") or {}
     ties = now["data"]["split"].pop("ties") if "ties" not in recorded_split else None
     changes = protocol_changes(recorded | {"training": training}, now)
+    changes += cluster_changes(study.user_attrs, config)  # `baseline add`'s step is predicted
     if changes:
         moved = any(c.startswith("data.rows:") for c in changes)
         why = ("" if ties != "together" or not moved or not data.split.startswith("in time")

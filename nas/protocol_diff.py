@@ -48,14 +48,20 @@ def check_settings(recorded: dict[str, Any] | None, config: StudyConfig) -> None
     if (protocol := recorded.get(StudyAttr.PROTOCOL)) is not None:
         now = training_protocol(config)
         changes += protocol_changes(recorded_training(protocol), now, "training.")
+    changes += cluster_changes(recorded, config)
+    if changes:
+        raise other_settings(config, changes)
+
+
+def cluster_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:
+    """How the cluster of a step-time study (its recorded attributes: `recorded`) changed."""
     cluster = recorded.get(StudyAttr.STEP_CLUSTER)
     if cluster is None and StudyAttr.STEP_DEVICES in recorded:  # recorded before the rest
         cluster = {"devices": recorded[StudyAttr.STEP_DEVICES]}
-    if cluster is not None and config.objectives.needs_step_time:
-        now = {key: value for key, value in step_cluster(config).items() if key in cluster}
-        changes += protocol_changes(cluster, now, "sharding.")
-    if changes:
-        raise other_settings(config, changes)
+    if cluster is None or not config.objectives.needs_step_time:
+        return []
+    now = {key: value for key, value in step_cluster(config).items() if key in cluster}
+    return protocol_changes(cluster, now, "sharding.")
 
 
 def step_cluster(config: StudyConfig) -> dict[str, Any]:
