@@ -171,6 +171,13 @@ def test_a_run_worse_than_the_base_rate_is_told_what_it_lacked():
     constant = TrainResult("failed", curves={"val_ne": [(0, 1.0), (1, 1.01)]},
                            validation={"ne": 1.01, "auc": 0.5})  # fmt: skip
     assert "AUC is 0.5: its score does not vary with the input" in _why_no_better(constant)
+    # learning rates 500x and 2e7x the defaults: NE 4.1 to 8.8 from the first evaluation was
+    # told "a higher learning rate may help", or (saturated: AUC 0.5) to check the features
+    lower = "above 1.5 at every evaluation, confidently wrong from its first steps: it diverged"
+    assert lower in told([0.9, 0.7, 0.8, 0.7], [4.3, 4.12])
+    saturated = TrainResult("failed", curves={"val_ne": [(0, 6.1), (1, 5.64)]},
+                            validation={"ne": 5.64, "auc": 0.5})  # fmt: skip
+    assert lower in _why_no_better(saturated)
 
 
 def test_cli_train_prints_json_with_the_bayes_floor(capsys):

@@ -412,6 +412,18 @@ def _check_diverged(result: TrainResult) -> None:
 # with 4% positives move it by a few percent
 LOSS_NOISE = 0.05
 FEW_LABELS = 10  # validation rows of the rarer label under this: NE there measures noise
+# a validation NE above this at every evaluation, and well above a coin flip's (p = 0.5: an
+# untrained model's start where it does not start at the base rate), is confidently wrong
+# from the first steps: a step too large, not a model still learning, nor overfit
+FAR_ABOVE_BASE = 1.5
+
+
+def _far_above_base(rate: float | None) -> float:
+    """`FAR_ABOVE_BASE`, or 1.2 times a coin flip's NE at base rate `rate` where higher."""
+    if rate is None or not 0 < rate < 1:
+        return FAR_ABOVE_BASE
+    entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+    return max(FAR_ABOVE_BASE, 1.2 * math.log(2) / entropy)
 
 
 def _why_no_better(result: TrainResult) -> str:
@@ -429,11 +441,17 @@ def _why_no_better(result: TrainResult) -> str:
             return (f"its {rows:,.0f} validation rows hold {fewer} {label} label"
                     f"{'s' * (fewer != 1)}: too few for its NE to measure the model; give more "
                     "rows")  # fmt: skip
+    ne = [value for _, value in result.curves.get("val_ne", [])]
+    far = _far_above_base(rate)
+    if min(ne or [result.validation.get("ne", 0.0)]) > far:  # its score may be one for
+        # every row too (saturated): no check of the features would find anything
+        return (f"its validation NE was above {far:.3g} at every evaluation, confidently "
+                "wrong from its first steps: it diverged; a lower learning rate may "
+                "help")  # fmt: skip
     if result.validation.get("auc") == 0.5:  # one score for every row: no ranking at all
         return ("its validation AUC is 0.5: its score does not vary with the input; check "
                 "that the architecture reads the features (no recipe fixes that)")  # fmt: skip
     losses = [loss for _, loss in result.curves.get("train_loss", [])]
-    ne = [value for _, value in result.curves.get("val_ne", [])]
     quarter, first, last = max(1, len(losses) // 4), 0.0, 0.0  # no curve: neither branch
     if len(losses) >= 2:
         first, last = statistics.fmean(losses[:quarter]), statistics.fmean(losses[-quarter:])
