@@ -412,13 +412,13 @@ def _tool_commands(command, commands) -> None:
     defaults = TrainConfig()  # the defaults studies train with, too
     train.add_argument("--batch-size", type=positive(int), default=defaults.batch_size,
                        help="training examples per step")  # fmt: skip
-    train.add_argument("--dense-lr", type=float, default=defaults.dense_lr,
+    train.add_argument("--dense-lr", type=positive(float), default=defaults.dense_lr,
                        help="learning rate of the dense layers (Adam)")  # fmt: skip
     train.add_argument("--lr-schedule", choices=LR_SCHEDULES,
                        help="the dense lr over the run: cosine from --dense-lr to 0 over the "
                        "budget (the default with a budget), cosine_restarts: over each "
                        "evaluation's interval (the default without), or constant")  # fmt: skip
-    train.add_argument("--sparse-lr", type=float, default=defaults.sparse_lr,
+    train.add_argument("--sparse-lr", type=positive(float), default=defaults.sparse_lr,
                        help="learning rate of the embedding tables (Adagrad)")  # fmt: skip
     train.add_argument("--evals", type=positive(int),
                        help=f"validation evaluations over the budget (default: {defaults.evals}; "

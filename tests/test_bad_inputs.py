@@ -413,6 +413,15 @@ ARGUMENT_CASES = {
     "a negative seed": (["train", "--arch", "dlrm", "--seed", "-1"], "--seed: must be at least 0"),
     "a device torch does not know": (["train", "--arch", "dlrm", "--device", "tpu"], "'tpu': use"),
     "an infinite budget": (["train", "--arch", "dlrm", "--epochs", "inf"], "a finite number"),
+    # refused by the trainer, after the data, as "train config: dense_lr must be > 0"
+    "a learning rate of nan": (
+        ["train", "--arch", "dlrm", "--dense-lr", "nan"],
+        "--dense-lr: expected a finite number, got nan",
+    ),
+    "a negative learning rate": (
+        ["train", "--arch", "dlrm", "--sparse-lr", "-1"],
+        "--sparse-lr: must be above 0, got -1",
+    ),
     "a port out of range": (["mlflow", "status", "--port", "99999"], "must be at most 65535"),
     "retraining no trials": (["reevaluate", "x.yaml", "--top", "0"], "--top: must be above 0"),
     "--trials -1": (["search", "x.yaml", "--trials", "-1"], "--trials: must be above 0"),
