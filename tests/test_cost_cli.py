@@ -174,7 +174,8 @@ def test_train_help_states_the_training_defaults(capsys):
 def test_user_mistakes(model, table_file, tmp_path):
     too_big = tmp_path / "big.json"
     save_tables([TableSpec("huge", 2_000_000, 128)], too_big)
-    with pytest.raises(RanknasError, match=r"huge \(0.95 GiB\).*short by 0.45 GiB"):
+    told = r"huge \(0.954 GiB\).*short by 0.454 GiB\): raise --memory-gb to at least 0.954,"
+    with pytest.raises(RanknasError, match=told):
         run(["shard", "plan", str(too_big), "--devices", "2", "--memory-gb", "0.5",
              "--method", "size_greedy"])  # fmt: skip
     # rl cuts it by rows: it met no other table to place and failed in numpy

@@ -58,7 +58,17 @@ def test_table_larger_than_a_device(sharders, method):
     with pytest.raises(RanknasError) as info:
         sharders[method].plan([*TABLES[:5], huge], Topology(4, memory_bytes=4 * GIB))
     message = str(info.value)
-    assert "huge (4.77 GiB)" in message and "short by 0.77 GiB" in message
+    assert "huge (4.77 GiB)" in message and "short by 0.768 GiB" in message
+
+
+def test_sizes_below_a_gib_are_told_to_three_digits_and_a_bound_rounded_up():
+    """A device of 0.02 GiB and a table of 0.0238: "short by 0.00 GiB: raise --memory-gb to
+    at least 0.02", what the user had given."""
+    from cost_models.sharding.sharders.base import gib
+
+    size = int(0.02384 * GIB)
+    assert (gib(size), gib(size, up=True), gib(0.02 * GIB)) == ("0.0238", "0.0239", "0.0200")
+    assert (gib(4.77 * GIB), gib(4.771 * GIB, up=True), gib(0)) == ("4.77", "4.78", "0.00")
 
 
 def test_torchrec_cw_cuts_a_table_larger_than_a_device_by_columns(sharders):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar
@@ -30,24 +31,35 @@ def check_capacity(tables: Sequence[TableSpec], topology: Topology, cut: bool = 
     capacity = topology.memory_bytes
     too_big = [] if cut else [t for t in tables if t.size_bytes > capacity]
     if too_big:
-        listed = ", ".join(f"{t.name} ({t.size_bytes / GIB:.2f} GiB)" for t in too_big[:10])
+        listed = ", ".join(f"{t.name} ({gib(t.size_bytes)} GiB)" for t in too_big[:10])
         more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
-        shortfall = max(t.size_bytes for t in too_big) - capacity
+        largest = max(t.size_bytes for t in too_big)
         raise RanknasError(
-            f"table(s) {listed}{more} do not fit on one device of {capacity / GIB:.2f} GiB "
-            f"(short by {shortfall / GIB:.2f} GiB): raise --memory-gb to at least "
-            f"{(capacity + shortfall) / GIB:.2f}, or plan with --method rl, which cuts tables by "
+            f"table(s) {listed}{more} do not fit on one device of {gib(capacity)} GiB "
+            f"(short by {gib(largest - capacity)} GiB): raise --memory-gb to at least "
+            f"{gib(largest, up=True)}, or plan with --method rl, which cuts tables by "
             f"rows{_by_columns(too_big, capacity)}"
         )
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:
         shortfall = total - capacity * topology.num_devices
         raise RanknasError(
-            f"the {counted(len(tables), 'table')} need {total / GIB:.2f} GiB but "
-            f"{counted(topology.num_devices, 'device')} of {capacity / GIB:.2f} GiB hold "
-            f"{capacity * topology.num_devices / GIB:.2f}"
-            f" GiB (short by {shortfall / GIB:.2f} GiB): add devices or raise --memory-gb"
+            f"the {counted(len(tables), 'table')} need {gib(total)} GiB but "
+            f"{counted(topology.num_devices, 'device')} of {gib(capacity)} GiB hold "
+            f"{gib(capacity * topology.num_devices)}"
+            f" GiB (short by {gib(shortfall)} GiB): add devices or raise --memory-gb"
         )
+
+
+def gib(size: float, up: bool = False) -> str:
+    """`size` bytes in GiB: two decimals from 1 GiB, three significant digits below (a
+    limit of 0.02 GiB was told "short by 0.00 GiB"); `up`: rounded up, so that a bound said
+    is enough."""
+    value = size / GIB
+    digits = 2 if value >= 1 or value <= 0 else 2 - math.floor(math.log10(value))
+    scale = 10**digits
+    shown = math.ceil(value * scale) / scale if up else value
+    return f"{shown:.{digits}f}"
 
 
 def _by_columns(tables: Sequence[TableSpec], capacity: int) -> str:
