@@ -367,11 +367,14 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     chosen = study_best(study)["trial"]  # the best every surface names, ties included
     best = next(r for r in found if r["trial"] == chosen)
     base = min(bases, key=lambda r: r["val_ne"])
-    delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
-                  else best["test_ne"] - base["test_ne"])  # fmt: skip
     paired = None
     if on_means:
+        best, base, shared = _on_shared_seeds(study, best, base)
+        if shared is not None:
+            basis = f"seed means over the {seeds_text(shared, fresh=False)} both were trained with"
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
+    delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
+                  else best["test_ne"] - base["test_ne"])  # fmt: skip
     same = best.get("digest") is not None and best.get("digest") == base.get("digest")
     fields = {
         "basis": basis,
@@ -409,6 +412,29 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "cost": cost_key(study),
     }
     return fields | {"outcome": outcome(fields)}
+
+
+def _on_shared_seeds(
+    study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], int | None]:
+    """`best` and `base` with their seed means over the seeds both were trained with, and
+    how many those are (None where they have the same seeds): a baseline chosen by
+    `best_baseline.seeds` may have more seeds than a trial `reevaluate --seeds` retrained
+    with fewer; its mean over all of them beside the trial's was a comparison of two seed
+    sets, labelled with one."""
+    record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
+    a, b = record.get(str(best["trial"]), {}), record.get(f"baseline:{base['baseline']}", {})
+    shared = sorted(a.keys() & b.keys())
+    if a.keys() == b.keys() or not shared:
+        return best, base, None
+
+    def over_shared(row: dict[str, Any], runs: dict[str, list]) -> dict[str, Any]:
+        val = [runs[s][0] for s in shared if runs[s][0] is not None]
+        test = [runs[s][1] for s in shared if runs[s][1] is not None]
+        return row | {"val_ne": statistics.fmean(val) if val else row["val_ne"],
+                      "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
+
+    return over_shared(best, a), over_shared(base, b), len(shared)
 
 
 def why_no_verdict(study: optuna.Study) -> str:

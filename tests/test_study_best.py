@@ -416,3 +416,22 @@ def test_the_best_names_its_own_seed_count(tmp_path):
     best = study_best(recorded_study(url, TRIALS, reevaluation=means))
     assert best["trial"] == 0
     assert best["basis"] == "seed means over 4 fresh seeds (the finalists' 3 to 4)"
+
+
+def test_a_verdict_compares_a_trial_and_a_baseline_over_the_seeds_both_have(tmp_path):
+    """`reevaluate --seeds 2` on a study whose best baseline was chosen by 3 seeds: the
+    verdict set the trial's 2-seed mean against the baseline's 3-seed mean, labelled "over 3
+    fresh seeds", beside a paired test over 2."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [0.9410, 0.9394], "baseline:dcnv2": [0.9430, 0.9436, 0.9451]}
+    study = recorded_study(url, TRIALS[:1], baselines={"dcnv2": (0.9461, 0.5)}, reevaluation=runs)
+    v = verdict(study)
+    assert v["basis"] == "seed means over the 2 seeds both were trained with"
+    assert v["best_baseline"]["val_ne"] == pytest.approx(0.9433)  # not 0.9439, over 3
+    assert v["delta_val_ne"] == pytest.approx(v["paired"]["delta_val_ne_mean"])
+    assert v["paired"]["seeds"] == 2
+    # the same seeds: the means as recorded, said as before
+    same = recorded_study(f"sqlite:///{tmp_path / 'same.db'}", TRIALS[:1],
+                          baselines={"dcnv2": (0.9461, 0.5)},
+                          reevaluation=runs | {"baseline:dcnv2": [0.9430, 0.9436]})  # fmt: skip
+    assert verdict(same)["basis"] == "seed means over 2 fresh seeds"
