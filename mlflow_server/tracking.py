@@ -542,8 +542,9 @@ def study_view(study: str, reevaluated: bool = False) -> dict[str, Any]:
 
 
 def view_columns(reevaluated: bool = False) -> list[str]:
-    """The view's columns: `VIEW_COLUMNS`; once a study is re-evaluated (before, no run
-    logs them) its rank first and the seed means beside validation NE."""
+    """The view's columns: `VIEW_COLUMNS`; once a study has seed means (`reevaluate`, or
+    baselines chosen by `best_baseline.seeds`; before, no run logs them) its rank first
+    and the seed means beside validation NE."""
     if not reevaluated:
         return list(VIEW_COLUMNS)
     rank, *means = REEVAL_COLUMNS

@@ -101,13 +101,17 @@ def view_ranks(study: optuna.Study) -> dict[str, int]:
     by run (`trial:N`, `baseline:KEY`). (Sorted by seed mean alone, a tie's cheaper best was
     not first, and the best trials not yet re-evaluated came last, newest first.)"""
     table = rows(study)  # the best first, then the trials in their order
-    keyed = [(r["mean_val_ne"] is None, estimated_ne(r), 1, f"trial:{r['trial']}") for r in table]
+    # by seed means first once trials have them; before, the baselines' (best_baseline.seeds)
+    # among the trials' recorded runs, as the verdict meets them (not all ahead of the trials)
+    grouped = any(r["mean_val_ne"] is not None for r in table)
+    keyed = [(grouped and r["mean_val_ne"] is None, estimated_ne(r), 1, f"trial:{r['trial']}")
+             for r in table]  # fmt: skip
     if keyed:  # the best takes the lowest trial's place, ahead of it
         group = keyed[0][0]
         lowest = min(k[1] for k in keyed if k[0] == group)
         keyed[0] = (group, lowest, 0, keyed[0][3])
-    keyed += [(b["mean_val_ne"] is None, estimated_ne(b), 1, f"baseline:{b['baseline']}")
-              for b in baseline_rows(study)
+    keyed += [(grouped and b["mean_val_ne"] is None, estimated_ne(b), 1,
+               f"baseline:{b['baseline']}") for b in baseline_rows(study)
               if b["state"] == "complete" and b["val_ne"] is not None]  # fmt: skip
     ordered = [subject for *_, subject in sorted(keyed, key=lambda k: k[:3])]
     return {subject: rank for rank, subject in enumerate(ordered, start=1)}

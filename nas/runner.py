@@ -472,6 +472,7 @@ def _run_study(
     baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
     if notice := unlisted(study, baselines):
         progress(notice)
+    viewed_means = StudyAttr.REEVALUATION in study.user_attrs  # the view shows seed means
     if logger is not None:
         start_study_run(logger, config, study)
     if config.baselines:
@@ -482,6 +483,8 @@ def _run_study(
         )
         train_baselines(study, config, baselines, data, logger, progress, worker, needed)
     best = _best_baseline(study, config, data, progress)
+    if logger is not None and not viewed_means and StudyAttr.REEVALUATION in study.user_attrs:
+        start_study_run(logger, config, study)  # the baselines' seed means: their columns
     if space is None:
         space = make_space(_with_around_base(study, config, best, progress), data.train.schema)
         space = with_recipe(space, config.training)

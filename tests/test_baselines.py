@@ -772,3 +772,22 @@ def test_reevaluate_front_names_the_trials_it_leaves_out_as_trials():
     line = _front_line([{"trial": 3}], [{"trial": 0}])
     assert "retraining 1 within 1% of its NE (trials 3); not trial 0, more than 1%" in line
     assert "; not trials 0, 2, more" in _front_line([], [{"trial": 0}, {"trial": 2}])
+
+
+def test_the_mlflow_view_shows_the_seed_means_the_baselines_were_chosen_by(tmp_path, server):
+    """A study around its best baseline by seed means logged them on the baselines' runs,
+    and its view (made as the study started, before any run had them) hid their columns."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from mlflow_server.tracking import REEVAL_COLUMNS, SHARED_VIEW_PREFIX, view_key
+
+    config = _config(tmp_path, "meaned-view", budget={"trials": 1, "epochs_per_trial": 1},
+                     best_baseline={"seeds": 2}, mlflow={"tracking_uri": server.uri})  # fmt: skip
+    config["search_space"] = {"type": "around", "base": "best_baseline"}
+    assert main(["search", str(write_config(tmp_path, config))]) == 0
+    assert "reevaluation" in load_study("meaned-view", config["storage"]).user_attrs  # seeds
+    experiment = MlflowClient(server.uri).get_experiment_by_name("meaned-view")
+    view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("meaned-view")])
+    assert set(REEVAL_COLUMNS) < set(view["selectedColumns"]), view["selectedColumns"]

@@ -381,6 +381,15 @@ def test_the_mlflow_view_ranks_trials_and_baselines_in_the_leaderboard_s_order(t
     ordered = sorted(ranks, key=ranks.__getitem__)
     assert ordered == ["trial:1", "trial:0", "baseline:dlrm",  # seed means
                        "trial:3", "baseline:dcnv2", "trial:2"]  # fmt: skip  # single runs
+    # before reevaluate, baselines chosen by seed means (best_baseline.seeds) stood ahead of
+    # every trial, the study's best too
+    study = recorded_study(f"sqlite:///{tmp_path / 'before.db'}", TRIALS,
+                           baselines={"dlrm": (0.855, 0.5), "dcnv2": (0.851, 1.0)},
+                           reevaluation={"baseline:dlrm": [0.853, 0.857, 0.855],
+                                         "baseline:dcnv2": [0.851, 0.853, 0.852]})  # fmt: skip
+    ranks = view_ranks(study)
+    assert sorted(ranks, key=ranks.__getitem__) == [
+        "trial:0", "baseline:dcnv2", "baseline:dlrm", "trial:1", "trial:2"]  # fmt: skip
 
 
 def test_a_baseline_dominated_only_by_single_runs_is_said_apart(tmp_path):
