@@ -1618,3 +1618,15 @@ def test_export_of_a_criteo_study_takes_the_file_s_raw_rows(tmp_path, capsys, mo
         expected = torch.sigmoid(scope["model"](module.prepare_dense(counts, out), ids))
     assert scope["probabilities"].shape == (200,)
     torch.testing.assert_close(scope["probabilities"], expected)
+    # a model that reads 25 of the 26 (C2 at dim 0, an around search's variant): its
+    # FEATURES named the line's fields, and C3 took C2's value, C4 C3's, ...
+    from types import SimpleNamespace
+
+    from nas.export.model_card import CRITEO_ROWS
+
+    fewer = SimpleNamespace(DENSE_COLUMNS=module.DENSE_COLUMNS,
+                            FEATURES=tuple(f for f in module.FEATURES if f != "C2"))  # fmt: skip
+    scope = {"m": fewer}
+    exec(CRITEO_ROWS, scope)
+    first = path.read_text().splitlines()[-200].split("\t")
+    assert (scope["rows"][0]["C3"], scope["rows"][0]["I13"]) == (first[16], first[13])

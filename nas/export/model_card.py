@@ -221,8 +221,9 @@ def _blocks_table(analysis: Analysis) -> str:
 
 CSV_ROWS = 'rows = list(csv.DictReader(open("new_rows.csv")))  # raw rows, columns as in training'
 CRITEO_ROWS = """\
-columns = ["label", *m.DENSE_COLUMNS, *m.FEATURES]  # a Criteo line's fields: no header
-rows = [dict(zip(columns, line.rstrip("\\n").split("\\t"))) for line in open("new_lines.tsv")]"""
+columns = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
+rows = [dict(zip(columns, line.rstrip("\\n").split("\\t"))) for line in open("new_lines.tsv")]
+# a Criteo line's 40 fields, no header; a feature the model does not read is ignored"""
 
 
 def _loading_section(register: str | None, alias: str | None, criteo: bool = False) -> str:
