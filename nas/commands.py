@@ -151,7 +151,7 @@ def _run_workers(args: argparse.Namespace, config, logger):
     from nas import launch
     from nas.cli import INTERRUPTED_EXITS, Terminated
     from nas.protocol_diff import check_settings
-    from nas.storage import check_server, existing_attrs, load_study
+    from nas.storage import check_server, existing_study, load_study
     from nas.trial_record import claim_output_dir
 
     gpus = launch.visible_gpus() if config.training.device != "cpu" else []
@@ -163,7 +163,8 @@ def _run_workers(args: argparse.Namespace, config, logger):
     # another study's folder): an unreachable storage, another study's output_dir, a
     # changed recipe (each worker would load the data first)
     check_server(config.storage)
-    recorded = existing_attrs(config.name, config.storage)
+    study = existing_study(config.name, config.storage)
+    recorded = study.user_attrs if study is not None else None
     claim_output_dir(config, recorded)
     check_settings(recorded, config)
     codes = launch.launch(args.config, config, count, gpus, extra)
@@ -564,6 +565,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     from nas.baselines import distinct_baselines, recorded, train_baselines
     from nas.config import load_config
     from nas.protocol import check_protocol, prepare_data
+    from nas.protocol_diff import check_settings
     from nas.storage import load_study, study_lock
     from nas.trial_record import claim_output_dir, own_output_dir
     from search_space.preset_names import unknown_architecture
@@ -578,6 +580,7 @@ def cmd_baseline_add(args: argparse.Namespace) -> int:
     for name in args.baselines:  # a file's spec too (its fit to the data is checked after)
         check_before_the_data(name)
     study = load_study(config.name, config.storage)
+    check_settings(study.user_attrs, config)  # before the data, which can take minutes
     torch.set_num_threads(config.training.threads)
     data = prepare_data(config)
     check_protocol(study, config, data)

@@ -283,9 +283,10 @@ def relayed_to(line: str) -> TextIO:
 def _finished_earlier(config: StudyConfig, config_path: str) -> set[int]:
     """The trials of a resumed study finished before this launch, said in one line (each
     was a line of the display: hundreds on a long study, before a refusal of its config)."""
+    from nas.storage import existing_study
     from nas.trial_record import counted_trials
 
-    study = _opened(config)
+    study = existing_study(config.name, config.storage)
     if study is None:
         return set()
     trials = study.get_trials(deepcopy=False)
@@ -306,7 +307,9 @@ class _Display:
 
     def show(self) -> list:
         """What is new since the last look; the study's trials."""
-        self.study = self.study or _opened(self.config)
+        from nas.storage import existing_study
+
+        self.study = self.study or existing_study(self.config.name, self.config.storage)
         for line in self.relay.lines():
             bars.write(line, relayed_to(line))
         trials = self.study.get_trials(deepcopy=False) if self.study is not None else []
@@ -333,22 +336,13 @@ def _watch(config: StudyConfig, workers: list[BaseProcess], display: _Display) -
 
 def _say_time_limit(config: StudyConfig) -> None:
     """The workers' search stopped by its time limit, said once (each worker would)."""
+    from nas.storage import existing_study
     from nas.trial_record import StudyAttr, time_limit_line
 
-    study = _opened(config)
+    study = existing_study(config.name, config.storage)
     limited = study.user_attrs.get(StudyAttr.TIME_LIMITED) if study is not None else None
     if limited:
         print(time_limit_line(limited, config.budget.trials), flush=True)
-
-
-def _opened(config: StudyConfig):
-    """The study; None while the first worker is still creating it."""
-    from nas.storage import load_study
-
-    try:
-        return load_study(config.name, config.storage)
-    except RanknasError:
-        return None
 
 
 def _lines(trials: list) -> list[str]:

@@ -428,14 +428,14 @@ def _on_shared_seeds(
     sets, labelled with one."""
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     a, b = record.get(str(best["trial"]), {}), record.get(f"baseline:{base['baseline']}", {})
-    shared = sorted(a.keys() & b.keys())
-    if a.keys() == b.keys() or not shared:
+    trained = [{seed for seed, (val, _) in runs.items() if val is not None} for runs in (a, b)]
+    shared = sorted(trained[0] & trained[1])  # a seed whose run failed is in neither mean
+    if trained[0] == trained[1] or not shared:
         return best, base, None
 
     def over_shared(row: dict[str, Any], runs: dict[str, list]) -> dict[str, Any]:
-        val = [runs[s][0] for s in shared if runs[s][0] is not None]
         test = [runs[s][1] for s in shared if runs[s][1] is not None]
-        return row | {"val_ne": statistics.fmean(val) if val else row["val_ne"],
+        return row | {"val_ne": statistics.fmean(runs[s][0] for s in shared),
                       "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
 
     return over_shared(best, a), over_shared(base, b), len(shared)

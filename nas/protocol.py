@@ -235,7 +235,6 @@ def _check_dense_scaling(study: optuna.Study, config: StudyConfig, data: StudyDa
         )
 
 
-# What a study recorded before a setting existed trained with (its protocol lacks the key).
 def wants_preprocessing(setting: str, source: str) -> bool:
     """`auto`: your CSV/Parquet files; the synthetic data is standardized by construction
     and Criteo's counts take a fixed transform (`fit_on_training`)."""

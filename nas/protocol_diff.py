@@ -6,6 +6,7 @@ protocol is checked once the data is loaded (`nas.protocol.check_protocol`)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from nas.config import StudyConfig
@@ -13,6 +14,7 @@ from nas.storage import redact
 from nas.trial_record import StudyAttr
 from search_space.errors import RanknasError
 
+# What a study recorded before a setting existed trained with (its protocol lacks the key).
 SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
 _UNSET = object()  # a setting one of two protocols does not name
 
@@ -67,8 +69,9 @@ def cluster_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:
 def step_cluster(config: StudyConfig) -> dict[str, Any]:
     """The settings of `sharding` that a predicted step time depends on, as recorded (not
     the files: each machine has its own paths)."""
-    return config.sharding.model_dump(mode="json", include={"devices", "hosts", "method",
-                                                            "runtime_ms"})  # fmt: skip
+    s = config.sharding  # hosts left out: 8 devices a host (`cost_models.sharding.step.topology`)
+    hosts = s.hosts or max(1, math.ceil(s.devices / 8))
+    return {"devices": s.devices, "hosts": hosts, "method": s.method, "runtime_ms": s.runtime_ms}
 
 
 def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> RanknasError:

@@ -28,6 +28,7 @@ from nas.baselines import recorded
 from nas.config import StudyConfig
 from nas.leaderboard import baseline_rows, by_recorded_run, front_below_baseline, seeds_text
 from nas.protocol import StudyData, check_protocol, prepare_data, train_architecture
+from nas.protocol_diff import check_settings
 from nas.storage import load_study
 from nas.trial_record import StudyAttr, TrialAttr, read_architecture
 from search_space.errors import RanknasError
@@ -55,6 +56,7 @@ def reevaluate_study(
         raise RanknasError(f"--top and --seeds must be at least 1, --baselines at least 0 "
                            f"(got {top}, {seeds} and {baselines})")  # fmt: skip
     study = load_study(config.name, config.storage)
+    check_settings(study.user_attrs, config)  # before the data, which can take minutes
     if front and leaderboard.traded_cost(study) is None:
         raise RanknasError(f"--front retrains the Pareto front's trials cheaper than the best "
                            f"baseline: study {config.name!r} trades NE against no cost; set "

@@ -71,7 +71,7 @@ from nas.searchers.base import distributions
 from nas.storage import (
     beating,
     check_server,
-    existing_attrs,
+    existing_study,
     fail_stale_trials,
     first_run,
     open_storage,
@@ -419,7 +419,8 @@ def _run_study(
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
     check_baseline_files(config.baselines)  # before the data, which can take minutes
-    check_settings(existing_attrs(config.name, config.storage), config)  # the same
+    if (recorded := existing_study(config.name, config.storage)) is not None:
+        check_settings(recorded.user_attrs, config)  # the same
     try:  # and a device this machine lacks (it came after the data and an empty study)
         resolve_device(config.training.device)
     except RanknasError as exc:
@@ -461,14 +462,14 @@ def _run_study(
         own_output_dir(config, study, token)
         _check_search_space(study, config)
         check_protocol(study, config, data)
+        if config.objectives.needs_step_time:  # checked and recorded under one lock
+            study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
+            study.set_user_attr(StudyAttr.STEP_CLUSTER, step_cluster(config))
     study.set_user_attr(StudyAttr.SCHEMA, data.train.schema.to_dict())
     study.set_user_attr(StudyAttr.PREPROCESSING, data.preprocessing)
     study.set_user_attr(StudyAttr.RECIPE, study_protocol(config, data)["training"])
     if data.bayes_ne is not None:
         study.set_user_attr(StudyAttr.BAYES_NE, data.bayes_ne)
-    if config.objectives.needs_step_time:
-        study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)
-        study.set_user_attr(StudyAttr.STEP_CLUSTER, step_cluster(config))
     baselines = distinct_baselines(study, config.baselines, data.train.schema)  # run untouched
     if notice := unlisted(study, baselines):
         progress(notice)

@@ -388,10 +388,10 @@ def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:
         return None
 
 
-def existing_attrs(name: str, url: str) -> dict[str, Any] | None:
-    """The user attributes of study `name`, or None where it does not exist yet."""
+def existing_study(name: str, url: str) -> optuna.Study | None:
+    """The study `name`, or None where it does not exist yet (a first worker creating it)."""
     try:
-        return load_study(name, url).user_attrs
+        return load_study(name, url)
     except RanknasError:
         return None
 

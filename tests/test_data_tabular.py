@@ -447,6 +447,16 @@ def test_the_first_byte_that_is_not_utf8_is_found_past_a_read_s_buffer(tmp_path)
     assert _first_non_utf8(tmp_path / "deep.csv") == f": line 4, byte {len(head) + 2} (0xff)"
     (tmp_path / "fine.csv").write_bytes(head)
     assert _first_non_utf8(tmp_path / "fine.csv") == ""
+    (tmp_path / "cut.csv").write_bytes(b"a,b\n1,\xe2\x82")  # cut inside a character
+    assert _first_non_utf8(tmp_path / "cut.csv") == (
+        ": line 2, its last 2 byte(s) begin a character it never ends"
+    )
+    import gzip
+
+    (tmp_path / "deep.csv.gz").write_bytes(gzip.compress(head + b"ab\xffc\n"))
+    assert _first_non_utf8(tmp_path / "deep.csv.gz") == (
+        f": line 4, byte {len(head) + 2} of its decompressed text (0xff)"
+    )
 
 
 def test_a_compressed_parquet_file_is_refused_saying_what_to_do(files, tmp_path):

@@ -88,6 +88,8 @@ def test_a_step_time_study_resumed_on_another_cluster_is_refused(tmp_path):
     config = _held_to_dlrm(tmp_path, "cluster", trials=1)
     recorded = {StudyAttr.STEP_CLUSTER: step_cluster(parse_config(config))}
     check_settings(recorded, parse_config(config))  # the same cluster
+    unsaid = config | {"sharding": {"devices": 16}}  # 8 devices a host: 2 hosts, as given
+    check_settings(recorded, parse_config(unsaid))
     moved = parse_config(config | {"sharding": {"devices": 64, "hosts": 8, "method": "rl"}})
     changes = ('sharding.devices: 16 -> 64; sharding.hosts: 2 -> 8; sharding.method: '
                '"size_lookup_greedy" -> "rl"')  # fmt: skip

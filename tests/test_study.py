@@ -416,15 +416,17 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
 
 def test_a_changed_recipe_is_refused_before_the_data_loads(tmp_path, capsys):
     """Every worker of a launch loaded the data (minutes on a large log) before each
-    refused a changed training recipe; so did one `search`."""
+    refused a changed training recipe; so did one `search`, `baseline add`, `reevaluate`."""
     config = tiny_config(tmp_path, "early", budget={"trials": 1})
     run_study(parse_config(config), progress=lambda line: None)
     gone = {"source": str(tmp_path / "moved.csv"), "schema": str(tmp_path / "schema.yaml")}
     changed = tiny_config(tmp_path, "early", budget={"trials": 1, "epochs_per_trial": 2},
                           data=gone)  # fmt: skip
     capsys.readouterr()
-    for workers in ([], ["--workers", "2"]):
-        assert main(["search", str(write_config(tmp_path, changed)), *workers]) == 2
+    path = str(write_config(tmp_path, changed))
+    for args in (["search", path], ["search", path, "--workers", "2"],
+                 ["baseline", "add", path, "dlrm"], ["reevaluate", path]):  # fmt: skip
+        assert main(args) == 2
         err = capsys.readouterr().err
         assert "(training.epochs_per_trial: 3.0 -> 2.0)" in err and "moved.csv" not in err, err
     assert not (tmp_path / "early" / "workers").exists()  # no worker started

@@ -444,3 +444,13 @@ def test_a_verdict_compares_a_trial_and_a_baseline_over_the_seeds_both_have(tmp_
                           baselines={"dcnv2": (0.9461, 0.5)},
                           reevaluation=runs | {"baseline:dcnv2": [0.9430, 0.9436]})  # fmt: skip
     assert verdict(same)["basis"] == "seed means over 2 fresh seeds"
+    # a seed whose run failed (None) is in neither side's mean
+    failed = recorded_study(f"sqlite:///{tmp_path / 'failed.db'}", TRIALS[:1],
+                            baselines={"dcnv2": (0.9461, 0.5)},
+                            reevaluation=runs | {"0": [0.9410, 0.0, 0.9400]})  # fmt: skip
+    record = failed.user_attrs["reevaluation"]
+    record["0"]["10001"] = [None, None]
+    failed.set_user_attr("reevaluation", record)
+    v = verdict(failed)
+    assert v["basis"] == "seed means over the 2 seeds both were trained with"
+    assert v["best_baseline"]["val_ne"] == pytest.approx((0.9430 + 0.9451) / 2)

@@ -310,9 +310,9 @@ def _dnas(config, space, data, progress, logger) -> tuple[list[dict], dict]:
                 found.append(scorer(values))
                 bar.update()
         ranked = sorted((c for c in found if c is not None), key=lambda c: c.fitness)
-        ranked = _within_constraints(config, space, data, ranked, lambda c: c.values, progress)
         progress(f"dnas: scored the {len(ranked)} most probable architectures with inherited "
                  "weights")  # fmt: skip
+        ranked = _within_constraints(config, space, data, ranked, lambda c: c.values, progress)
         candidates = _enqueued(_refine(config, scorer, ranked, progress, logger), s.top_k)
         scored_examples = scorer.examples
     else:

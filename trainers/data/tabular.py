@@ -632,6 +632,7 @@ def _first_non_utf8(path: Path) -> str:
     counted from 1 and 0 as an editor does), or "" where the whole file decodes (the
     error's own position is within a reader's buffer: "position 0" of a byte deep in it)."""
     decoder, offset, line = codecs.getincrementaldecoder("utf-8")(), 0, 1
+    of = " of its decompressed text" if compression(path) else ""
     with open_data(path) as stream:
         while chunk := stream.read(1 << 20):
             pending = len(decoder.getstate()[0])  # a character's first bytes, held over
@@ -640,9 +641,13 @@ def _first_non_utf8(path: Path) -> str:
             except UnicodeDecodeError as exc:  # in the held-over bytes and the chunk
                 data, at = exc.object, exc.start
                 line += data[:at].count(b"\n")
-                return f": line {line}, byte {offset - pending + at} (0x{data[at]:02x})"
+                byte = f"byte {offset - pending + at}{of}"
+                return f": line {line}, {byte} (0x{data[at]:02x})"
             line += chunk.count(b"\n")
             offset += len(chunk)
+    pending = len(decoder.getstate()[0])
+    if pending:  # a character's first bytes, and nothing after them
+        return f": line {line}, its last {pending} byte(s){of} begin a character it never ends"
     return ""
 
 
