@@ -308,6 +308,22 @@ def test_a_study_on_a_list_column_exports_a_model_that_serves_lists(tmp_path, ca
     assert np.allclose(json.loads(run.stdout), probabilities, atol=1e-6)
 
 
+def test_the_examples_read_a_quoted_line_break_as_training_kept_it(tmp_path, monkeypatch):
+    """Training keeps a quoted field's line break as written ("a\r\nb"); the examples'
+    plain open() made it "a\nb", out of vocabulary when served."""
+    import csv as csv_module
+
+    from nas.export.model_card import CSV_ROWS
+
+    (tmp_path / "new_rows.csv").write_bytes(b'y,note\r\n1,"a\r\nb"\r\n')
+    monkeypatch.chdir(tmp_path)
+    readme = re.search(r"^rows = list\(csv\.DictReader\(.*$", README.read_text(), re.MULTILINE)
+    for example in (CSV_ROWS, readme.group(0)):
+        scope: dict = {"csv": csv_module}
+        exec(example, scope)
+        assert scope["rows"] == [{"y": "1", "note": "a\r\nb"}], example
+
+
 def test_describe_groups_hashed_columns_by_their_buckets():
     from trainers.data.preprocess import describe
 

@@ -219,7 +219,9 @@ def _blocks_table(analysis: Analysis) -> str:
     )
 
 
-CSV_ROWS = 'rows = list(csv.DictReader(open("new_rows.csv")))  # raw rows, columns as in training'
+CSV_ROWS = """\
+# raw rows, columns as in training; newline="": a quoted field's line break kept as written
+rows = list(csv.DictReader(open("new_rows.csv", newline="")))"""
 CRITEO_ROWS = """\
 columns = ["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
 rows = [dict(zip(columns, line.rstrip("\\n").split("\\t"))) for line in open("new_lines.tsv")]
