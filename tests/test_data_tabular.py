@@ -436,6 +436,21 @@ def test_a_directory_given_as_the_file_to_infer_a_schema_of_is_named_as_such(tmp
         infer_schema(tmp_path, "clicked")
 
 
+def test_a_repeated_header_line_is_not_counted_as_values(tmp_path, caplog):
+    """Two logs joined with `cat`: the second header's names were counted as values, so a
+    constant column became a categorical feature of two values."""
+    from trainers.data.tabular import infer_schema
+
+    lines = [f"{i % 3 == 0:d},{i / 7:.3f},7.0,s{i % 20}" for i in range(600)]
+    header = "clicked,price,const,shop"
+    (tmp_path / "joined.csv").write_text("\n".join([header, *lines[:300], header, *lines[300:]]))
+    schema = infer_schema(tmp_path / "joined.csv", "clicked")
+    assert schema["dense"] == ["price"]
+    assert schema["categorical"] == [{"name": "shop", "cardinality": 22, "min_count": 1}]
+    assert "inferred without 1 repeats of the header line" in caplog.text
+    assert "left out const: the same value on every row" in caplog.text
+
+
 def test_the_first_byte_that_is_not_utf8_is_found_past_a_read_s_buffer(tmp_path):
     """The error said "can't decode byte 0xff in position 0" of a byte on line 51: a
     position inside pandas' buffer. A character split across two reads is UTF-8."""

@@ -976,6 +976,14 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         if wrong.any():
             logger.warning("%s: inferred without %d malformed lines: %s", path, int(wrong.sum()),
                            report.describe())  # fmt: skip
+        # the header again (files joined with `cat`): its names were counted as the columns'
+        # values, and a constant column became a categorical one of two
+        again = (frame.astype(str) == [str(c) for c in frame.columns]).all(axis=1)
+        frame = frame[~again]
+        if again.any():
+            logger.warning("%s: inferred without %d repeats of the header line (files joined "
+                           "with their headers?); training skips them as malformed rows", path,
+                           int(again.sum()))  # fmt: skip
     numbers = [str(c) for c in frame.columns if _is_number(str(c))]
     numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
     if report.unit == "line" and len(numbers) >= len(frame.columns) / 2 and not numbered:
