@@ -783,6 +783,20 @@ def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, fil
     assert "inferred without 2 malformed lines" in caplog.text and "7, 8" in caplog.text
 
 
+def test_a_bad_row_after_a_field_of_two_lines_or_a_blank_line_is_named_by_its_line(tmp_path, files):
+    """The line numbers counted records: after a quoted field holding a line break, a bad
+    label on line 8 was told as line 7, where the user found a valid row."""
+    path = tmp_path / "quoted.csv"
+    lines = CSV.splitlines()
+    lines[2] = lines[2].replace("de", '"d\ne"')  # line 3 spans lines 3 and 4
+    path.write_text("\n".join([*lines, "", "x,1,30,us,1,x", "0,1,2,us,1,x,9"]) + "\n")
+    data = load_tabular(path, files[1], max_bad_fraction=None)
+    assert data.bad_rows.examples == {
+        "label not 0/1, true/false or yes/no (clicked)": [9],
+        "wrong number of fields (the header has 6)": [10],
+    }
+
+
 def test_data_schema_takes_a_column_of_dates_as_the_time(tmp_path, capsys):
     from nas.cli import main
 

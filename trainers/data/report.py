@@ -65,6 +65,16 @@ class BadRowReport:
     # other reason is theirs (a short line was also "label not 0/1" and had a blank filled)
     misshapen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False,
                                   compare=False)  # fmt: skip
+    # the file line where each row's record starts, where one read of the file found them
+    # (a quoted field may span lines: row k is then not line k + 1)
+    first_lines: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def numbers(self, rows: int) -> np.ndarray:
+        """The line (or row) number of each of `rows` rows, as the report names them."""
+        if self.first_lines is not None and len(self.first_lines) == rows:
+            return self.first_lines
+        first = 2 if self.unit == "line" else 1  # CSV line 1 is the header
+        return np.arange(first, first + rows)
 
     def kept(self, numbers: np.ndarray) -> np.ndarray:
         """Which of `numbers` (line/row numbers) are not `misshapen`."""

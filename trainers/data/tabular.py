@@ -347,7 +347,6 @@ def _raw_column(
     lengths = np.ones(len(series), dtype=np.int64)
     items: list[Any] = []
     problems: dict[str, list[int]] = {}
-    first = 2 if report.unit == "line" else 1
     for i, cell in enumerate(series.tolist()):
         try:
             texts = split_cell(cell, column.separator)
@@ -357,7 +356,7 @@ def _raw_column(
         items.extend(texts or [None])  # an empty cell: one missing item
         lengths[i] = max(len(texts), 1)
     for problem, rows in problems.items():
-        report.add(f"bad list cell ({column.name}): {problem}", np.asarray(rows) + first)
+        report.add(f"bad list cell ({column.name}): {problem}", report.numbers(len(series))[rows])
         bad[rows] = True
     if lengths.max(initial=0) <= 1:
         _warn_other_separator(series, column, report.source)
@@ -506,8 +505,7 @@ def _times(frame: Any, spec: TabularSchema, report: BadRowReport, bad: np.ndarra
     """The time column as numbers (dates as nanoseconds); marks rows without a time bad."""
     values = _time_values(frame[spec.time])
     wrong = np.isnan(values)
-    first = 2 if report.unit == "line" else 1
-    report.add(f"time not a number or a date ({spec.time})", np.flatnonzero(wrong) + first)
+    report.add(f"time not a number or a date ({spec.time})", report.numbers(len(wrong))[wrong])
     bad |= wrong
     return values
 
@@ -697,16 +695,18 @@ def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarra
     with open_data(path, "rt", newline="", encoding="utf-8", errors="replace") as file:
         records = csv.reader(file, delimiter=_separator(path))
         expected = len(next(records, []))
-        counts, lines = [], []
+        counts, starts, before = [], [], records.line_num
         for record in records:
             if record:  # pandas skips blank lines
                 counts.append(len(record))
-                lines.append(records.line_num)
+                starts.append(before + 1)
+            before = records.line_num
     wrong = np.asarray(counts, dtype=np.int64) != expected
     if len(wrong) != rows:  # records pandas reads otherwise: no line to blame reliably
         return np.zeros(rows, dtype=bool)
-    report.add(f"wrong number of fields (the header has {expected})", np.asarray(lines)[wrong])
-    report.misshapen = np.flatnonzero(wrong) + 2  # as `_convert` numbers them: line 1 the header
+    report.first_lines = np.asarray(starts, dtype=np.int64)
+    report.add(f"wrong number of fields (the header has {expected})", report.first_lines[wrong])
+    report.misshapen = report.first_lines[wrong]
     return wrong
 
 
@@ -734,8 +734,7 @@ def _convert(
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray | None], np.ndarray]:
     """Labels, dense values, given-id columns (None where ids are computed), bad-row mask."""
     report.rows = len(frame)
-    first = 2 if report.unit == "line" else 1  # CSV line 1 is the header
-    numbers = np.arange(first, first + len(frame))
+    numbers = report.numbers(len(frame))
     label, missing = _label(frame[spec.label])
     bad = missing | ~np.isin(label, (0.0, 1.0))
     report.add(f"label not 0/1, true/false or yes/no ({spec.label})", numbers[bad])
