@@ -19,6 +19,7 @@ from nas.trial_record import (
     INTERRUPTED,
     StudyAttr,
     TrialAttr,
+    counted_trials,
     failure_reason,
     interrupted,
     mflops_text,
@@ -49,6 +50,8 @@ BASELINE_COLUMNS = ("baseline", "state", "val_ne", "test_ne", "val_logloss", "te
 
 
 QUEUED = "a queued starting point, not run: a study that goes on (a larger budget) trains it"
+# the same, in a study whose budget has room (stopped by its time limit, or Ctrl-C)
+QUEUED_NEXT = "a queued starting point, not run yet: the next search trains it"
 RETRY = "the retry of trial {}, which did not finish: the next search trains it first"
 
 
@@ -65,14 +68,17 @@ def trial_state(trial: FrozenTrial) -> str:
     return trial.state.name.lower()
 
 
-def trial_row(trial: FrozenTrial) -> dict[str, Any]:
+def trial_row(trial: FrozenTrial, room: bool = False) -> dict[str, Any]:
+    """`trial`'s leaderboard row; `room`: its study's budget is not spent (a queued point
+    is then trained by the next search as it is)."""
     attrs = trial.user_attrs
     row = {"trial": trial.number, "state": trial_state(trial)}
     row |= {key: attrs.get(key) for key in COLUMNS if key not in row}
     row["failure_reason"] = failure_reason(trial)
     if row["state"] == "waiting":  # a finished study listed it without a word
         first = trial.system_attrs.get(SEED_OF)  # a retry's first trial
-        row["failure_reason"] = QUEUED if first is None else RETRY.format(first)
+        queued = QUEUED_NEXT if room else QUEUED
+        row["failure_reason"] = queued if first is None else RETRY.format(first)
     if row["state"] == "complete" and row["runs"] is None:
         row["runs"] = 1  # not confirmed (`budget.confirm_seeds`): one training run
     return row
@@ -89,7 +95,11 @@ def rows(study: optuna.Study, include_all: bool = False) -> list[dict[str, Any]]
                     key=lambda r: r["mean_val_ne"])  # fmt: skip
     rest = [r for r in complete if r["mean_val_ne"] is None and r not in first]
     trials = study.get_trials(deepcopy=False)
-    others = [trial_row(t) for t in trials if trial_state(t) != "complete"] if include_all else []
+    budget = study.user_attrs.get(StudyAttr.BUDGET_TRIALS)
+    room = budget is not None and counted_trials(trials) < budget
+    others = (
+        [trial_row(t, room) for t in trials if trial_state(t) != "complete"] if include_all else []
+    )
     return [*first, *meaned, *rest, *others]
 
 

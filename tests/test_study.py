@@ -1548,6 +1548,15 @@ def test_a_queued_starting_point_not_run_says_so_on_the_leaderboard():
     study.enqueue_trial({"x": 1})
     waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
     assert [r["failure_reason"] for r in waiting] == [QUEUED]
+    # a study stopped by its time limit, or Ctrl-C, before its budget: it was told "a larger
+    # budget trains it", where `status` said a plain rerun goes on
+    from nas.leaderboard import QUEUED_NEXT
+    from nas.trial_record import StudyAttr
+
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, 5)
+    waiting = [r for r in rows(study, include_all=True) if r["state"] == "waiting"]
+    assert [r["failure_reason"] for r in waiting] == [QUEUED_NEXT]
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, 1)  # spent
     # an interrupted trial's retry was said never to run: the next search runs it first
     from nas.storage import SEED_OF
 
