@@ -405,6 +405,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"its last search stopped at budget.time_limit_minutes "
               f"({duration_text(limited['minutes'])}) with {limited['counted']} trials counted: "
               "`ranknas search` goes on")  # fmt: skip
+    if state["exhausted"]:  # said by the search that ended; `status` is asked days later
+        print(f"its last search ended before the budget: the searcher proposed "
+              f"{state['repeats']} architectures it had proposed before (the space, or what "
+              "fits under the study's ceilings, holds few new ones; `ranknas search` says "
+              "which)")  # fmt: skip
     bases = state["baselines"]
     if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
         from nas.storage import redact

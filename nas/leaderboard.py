@@ -20,10 +20,12 @@ from nas.trial_record import (
     StudyAttr,
     TrialAttr,
     counted_trials,
+    exhausted,
     failure_reason,
     interrupted,
     mflops_text,
     recorded,
+    repeats,
 )
 from search_space.errors import RanknasError
 from trainers.processes import gone_from_here
@@ -782,10 +784,13 @@ def status(study: optuna.Study) -> dict[str, Any]:
     for t in trials:
         counts[trial_state(t)] += 1
     best = study_best(study)
+    budget = study.user_attrs.get(StudyAttr.BUDGET_TRIALS)
     return {
         "study": study.study_name,
-        "budget_trials": study.user_attrs.get(StudyAttr.BUDGET_TRIALS),
+        "budget_trials": budget,
         "time_limited": study.user_attrs.get(StudyAttr.TIME_LIMITED),
+        "repeats": repeats(trials),
+        "exhausted": bool(budget) and counted_trials(trials) < budget and exhausted(trials, budget),
         "searcher": study.user_attrs.get(StudyAttr.SEARCHER),
         "objectives": study.user_attrs.get(StudyAttr.OBJECTIVES),
         "trials": counts,

@@ -100,12 +100,14 @@ from nas.trial_record import (
     claim_output_dir,
     counted,
     counted_trials,
+    exhausted,
     failure_reason,
     mlflow_record,
     own_output_dir,
     read_architecture,
     read_metrics,
     read_step,
+    repeats,
     space_params,
     summary_name,
     time_limit_line,
@@ -125,19 +127,7 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
 DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (then doubled)
 IDLE_POLL_SECONDS = 1.0  # a worker with no trial to ask, while others' trials run
-REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
-
-
-def _repeats(trials: list[FrozenTrial]) -> int:
-    return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
-
-
-def _exhausted(trials: list[FrozenTrial], config: StudyConfig) -> bool:
-    """The searcher may propose architectures trained before (they cost no training and
-    are not counted); past `REPEATS_PER_TRIAL` per budgeted trial the space is taken as
-    exhausted and the study ends."""
-    return _repeats(trials) >= REPEATS_PER_TRIAL * config.budget.trials
 
 
 def objective_names(config: StudyConfig) -> list[str]:
@@ -338,7 +328,7 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
     more than the failures it still allows, so that workers running side by side cannot
     together fail past `budget.max_failures`; refused when too many failed or were skipped."""
     done = counted_trials(trials)
-    if done >= config.budget.trials or _exhausted(trials, config):
+    if done >= config.budget.trials or exhausted(trials, config.budget.trials):
         return 0
     skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
     if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
@@ -592,7 +582,7 @@ def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progre
         progress(f"study {config.name!r} already holds {done} counted trials, more than its "
                  f"budget of {config.budget.trials}: none trained; raise budget.trials (or "
                  "--trials) above it to search further")  # fmt: skip
-    if done < config.budget.trials and _exhausted(trials, config):
+    if done < config.budget.trials and exhausted(trials, config.budget.trials):
         why = "the space holds few new ones; widen search_space or lower budget.trials"
         skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
         if skipped:  # the ceilings, not the space, may be what leaves nothing new
@@ -604,7 +594,7 @@ def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progre
                    "budget.trials")  # fmt: skip
         progress(
             f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
-            f"searcher proposed {_repeats(trials)} architectures it had proposed before, so " + why
+            f"searcher proposed {repeats(trials)} architectures it had proposed before, so " + why
         )
 
 

@@ -157,6 +157,20 @@ def duration_text(minutes: float) -> str:
     return f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:.3g} s"
 
 
+REPEATS_PER_TRIAL = 3  # architectures proposed again allowed per budgeted trial
+
+
+def repeats(trials: list[FrozenTrial]) -> int:
+    return sum(TrialAttr.REUSED_FROM in t.user_attrs for t in trials)
+
+
+def exhausted(trials: list[FrozenTrial], budget: int) -> bool:
+    """The searcher may propose architectures trained before (they cost no training and
+    are not counted); past `REPEATS_PER_TRIAL` per budgeted trial the space is taken as
+    exhausted and the study ends."""
+    return repeats(trials) >= REPEATS_PER_TRIAL * budget
+
+
 def counted_trials(trials: list[FrozenTrial]) -> int:
     """The trials that count in the budget."""
     return sum(counted(t) for t in trials)

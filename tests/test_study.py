@@ -20,9 +20,9 @@ from nas import leaderboard
 from nas.cli import main
 from nas.config import parse_config
 from nas.protocol import prepare_data
-from nas.runner import REPEATS_PER_TRIAL, run_study
+from nas.runner import run_study
 from nas.storage import load_study, study_lock
-from nas.trial_record import TrialAttr
+from nas.trial_record import REPEATS_PER_TRIAL, TrialAttr
 from search_space.errors import RanknasError
 from search_space.spaces import make_space
 from study_helpers import (
@@ -1365,7 +1365,7 @@ def test_a_study_ended_by_repeats_over_its_ceiling_names_the_ceiling(tmp_path):
     over it: the study's last line blamed the search space."""
     from optuna.trial import create_trial
 
-    from nas.runner import REPEATS_PER_TRIAL, _say_if_exhausted
+    from nas.runner import _say_if_exhausted
 
     config = parse_config(tiny_config(tmp_path, "ceiling", budget={"trials": 1},
                                       objectives={"max_mflops": 1.4e-05}))  # fmt: skip
@@ -1379,6 +1379,27 @@ def test_a_study_ended_by_repeats_over_its_ceiling_names_the_ceiling(tmp_path):
     _say_if_exhausted(study, config, said.append)
     assert len(said) == 1 and "few new ones fit under objectives.max_mflops=1.4e-05" in said[0]
     assert f"({REPEATS_PER_TRIAL + 1} proposals were over it" in said[0], said
+
+
+def test_status_says_a_study_ended_by_repeats_before_its_budget(tmp_path, capsys):
+    """`status` said "4 complete, 15 repeat (budget 5)" with no word of why the study
+    stopped short; only the search's last line said it."""
+    from optuna.trial import create_trial
+
+    from nas.trial_record import StudyAttr
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="small", storage=url)
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, 2)
+    study.add_trial(create_trial(value=0.9, user_attrs={"val_ne": 0.9}))
+    for _ in range(REPEATS_PER_TRIAL * 2):
+        study.add_trial(create_trial(value=0.9, user_attrs={TrialAttr.REUSED_FROM: 0}))
+    assert main(["status", "small", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "its last search ended before the budget: the searcher proposed 6 architectures" in out
+    study.set_user_attr(StudyAttr.BUDGET_TRIALS, 1)  # met: nothing to explain
+    assert main(["status", "small", "--storage", url]) == 0
+    assert "ended before the budget" not in capsys.readouterr().out
 
 
 def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, capsys):
