@@ -5,8 +5,10 @@ protocol is checked once the data is loaded (`nas.protocol.check_protocol`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from nas.config import StudyConfig
@@ -67,11 +69,28 @@ def cluster_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:
 
 
 def step_cluster(config: StudyConfig) -> dict[str, Any]:
-    """The settings of `sharding` that a predicted step time depends on, as recorded (not
-    the files: each machine has its own paths)."""
+    """The settings of `sharding` that a predicted step time depends on, as recorded: the
+    files' contents, not their paths (each machine has its own)."""
     s = config.sharding  # hosts left out: 8 devices a host (`cost_models.sharding.step.topology`)
     hosts = s.hosts or max(1, math.ceil(s.devices / 8))
-    return {"devices": s.devices, "hosts": hosts, "method": s.method, "runtime_ms": s.runtime_ms}
+    return {
+        "devices": s.devices,
+        "hosts": hosts,
+        "method": s.method,
+        "runtime_ms": s.runtime_ms,
+        "links_content": _content(s.links),
+        "dense_model_content": _content(s.dense_model),
+    }
+
+
+def _content(path: str | None) -> str | None:
+    """A file's content digest (None without a file)."""
+    if path is None:
+        return None
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise RanknasError(f"{path}: cannot read it ({exc.strerror})") from None
 
 
 def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> RanknasError:

@@ -98,6 +98,19 @@ def test_a_step_time_study_resumed_on_another_cluster_is_refused(tmp_path):
     with pytest.raises(RanknasError, match=r"\(sharding\.devices: 16 -> 64\)"):  # recorded
         check_settings({StudyAttr.STEP_DEVICES: 16}, moved)  # before the rest of the cluster
     check_settings(recorded, parse_config(config | {"objectives": {"cost": "mflops"}}))
+    # measured links (another machine's, or measured again): their content, not their path
+    links = tmp_path / "links.json"
+    links.write_text('{"measured": 1}')
+    measured = config | {"sharding": {"devices": 16, "hosts": 2, "links": str(links)}}
+    recorded = {StudyAttr.STEP_CLUSTER: step_cluster(parse_config(measured))}
+    moved = tmp_path / "elsewhere" / "links.json"
+    moved.parent.mkdir()
+    moved.write_text('{"measured": 1}')
+    elsewhere = {"sharding": {"devices": 16, "hosts": 2, "links": str(moved)}}
+    check_settings(recorded, parse_config(measured | elsewhere))
+    links.write_text('{"measured": 2}')
+    with pytest.raises(RanknasError, match=r"other settings \(sharding\.links_content: "):
+        check_settings(recorded, parse_config(measured))
 
 
 def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_path, capsys):
@@ -106,7 +119,9 @@ def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_pa
     ceiling = study.user_attrs["step_ms_ceiling"]
     assert ceiling["of"] == "base dlrm" and ceiling["step_ms"] > 0
     assert study.user_attrs["step_cluster"] == {"devices": 16, "hosts": 2, "runtime_ms": None,
-                                                "method": "size_lookup_greedy"}  # fmt: skip
+                                                "method": "size_lookup_greedy",
+                                                "links_content": None,
+                                                "dense_model_content": None}  # fmt: skip
     trained = [t for t in study.trials if t.values]
     assert trained, "no trial completed"
     for t in (t for t in study.trials if t.state.is_finished()):
