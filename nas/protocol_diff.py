@@ -88,7 +88,8 @@ def _content(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        with Path(path).open("rb") as file:
+            return "sha256:" + hashlib.file_digest(file, "sha256").hexdigest()[:16]
     except OSError as exc:
         raise RanknasError(f"{path}: cannot read it ({exc.strerror})") from None
 

@@ -29,7 +29,7 @@ from trainers.data.dataset import Batch, ResidentBatches, TabularData
 from trainers.data.stream import Rows
 from trainers.fused_tables import FusedTables
 from trainers.joint_tables import JointTables
-from trainers.metrics import ranking_metrics
+from trainers.metrics import entropy, ranking_metrics
 from trainers.steps import EagerStep, GraphStep, set_lr
 
 # Called at each intermediate evaluation with (step, examples seen, validation metrics);
@@ -422,8 +422,7 @@ def _far_above_base(rate: float | None) -> float:
     """`FAR_ABOVE_BASE`, or 1.2 times a coin flip's NE at base rate `rate` where higher."""
     if rate is None or not 0 < rate < 1:
         return FAR_ABOVE_BASE
-    entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
-    return max(FAR_ABOVE_BASE, 1.2 * math.log(2) / entropy)
+    return max(FAR_ABOVE_BASE, 1.2 * math.log(2) / entropy(rate))
 
 
 def _why_no_better(result: TrainResult) -> str:
