@@ -13,6 +13,7 @@ failed by heartbeats and retried, as with `ranknas worker`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import multiprocessing
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nas.config import StudyConfig
-from nas.trial_record import TIME_LIMIT_SAID
+from nas.trial_record import INTERRUPTED, TIME_LIMIT_SAID, counted_trials
 from search_space.errors import RanknasError
 from trainers import progress as bars
 from trainers.config import cpu_label
@@ -280,21 +281,33 @@ def relayed_to(line: str) -> TextIO:
     return sys.stderr if _DIAGNOSTIC.match(line) else sys.stdout
 
 
+# finished trials that the budget does not count, as a resumed launch says them
+_NOT_COUNTED = {
+    "fail": "failed",
+    "repeat": "repeated",
+    "skipped": "skipped",
+    INTERRUPTED: "interrupted",
+}
+
+
 def _finished_earlier(config: StudyConfig, config_path: str) -> set[int]:
     """The trials of a resumed study finished before this launch, said in one line (each
     was a line of the display: hundreds on a long study, before a refusal of its config)."""
+    from nas.leaderboard import trial_state
     from nas.storage import existing_study
-    from nas.trial_record import counted_trials
 
     study = existing_study(config.name, config.storage)
     if study is None:
         return set()
     trials = study.get_trials(deepcopy=False)
-    finished = {t.number for t in trials if t.state.is_finished()}
+    finished = [t for t in trials if t.state.is_finished()]
     if finished:
-        print(f"resuming: {counted_trials(trials)} of {config.budget.trials} trials done "
-              f"earlier (`ranknas leaderboard {config_path}` lists them)", flush=True)  # fmt: skip
-    return finished
+        # the rest by kind: "0 of 5 done" alone hid 3 earlier failures
+        kinds = collections.Counter(trial_state(t) for t in finished)
+        rest = "".join(f", {n} {said}" for kind, said in _NOT_COUNTED.items() if (n := kinds[kind]))
+        done = f"{counted_trials(trials)} of {config.budget.trials} trials done earlier{rest}"
+        print(f"resuming: {done} (`ranknas leaderboard {config_path}` lists them)", flush=True)
+    return {t.number for t in finished}
 
 
 class _Display:

@@ -407,7 +407,8 @@ def test_a_resumed_launch_says_the_earlier_trials_once_not_a_line_each(tmp_path,
     earlier = _finished_earlier(config, "again.yaml")
     assert earlier == {0, 1, 2, 3}
     assert capsys.readouterr().out == (
-        "resuming: 3 of 5 trials done earlier (`ranknas leaderboard again.yaml` lists them)\n"
+        "resuming: 3 of 5 trials done earlier, 1 failed (`ranknas leaderboard again.yaml` lists "
+        "them)\n"
     )
     study.add_trial(create_trial(value=0.8, user_attrs=attrs | {"val_ne": 0.8}))  # this launch's
     _watch(config, [], _Display(config, _Relay([]), earlier))
