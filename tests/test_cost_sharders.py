@@ -69,6 +69,12 @@ def test_sizes_below_a_gib_are_told_to_three_digits_and_a_bound_rounded_up():
     size = int(0.02384 * GIB)
     assert (gib(size), gib(size, up=True), gib(0.02 * GIB)) == ("0.0238", "0.0239", "0.0200")
     assert (gib(4.77 * GIB), gib(4.771 * GIB, up=True), gib(0)) == ("4.77", "4.78", "0.00")
+    # rounded to the next power of ten: three significant digits still
+    assert (gib(0.9995 * GIB, up=True), gib(0.9996 * GIB), gib(0.09996 * GIB)) == (
+        "1.00",
+        "1.00",
+        "0.100",
+    )
 
 
 def test_torchrec_cw_cuts_a_table_larger_than_a_device_by_columns(sharders):

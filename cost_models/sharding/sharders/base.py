@@ -57,9 +57,13 @@ def gib(size: float, up: bool = False) -> str:
     is enough."""
     value = size / GIB
     digits = 2 if value >= 1 or value <= 0 else 2 - math.floor(math.log10(value))
-    scale = 10**digits
-    shown = math.ceil(value * scale) / scale if up else value
-    return f"{shown:.{digits}f}"
+    if digits > 2 and _rounded(value, digits, up) >= 10.0 ** (3 - digits):
+        digits -= 1  # rounded up to the next power of ten: 1.00, not 1.000
+    return f"{_rounded(value, digits, up):.{digits}f}"
+
+
+def _rounded(value: float, digits: int, up: bool) -> float:
+    return math.ceil(value * 10**digits) / 10**digits if up else round(value, digits)
 
 
 def _by_columns(tables: Sequence[TableSpec], capacity: int) -> str:
