@@ -451,6 +451,20 @@ def test_a_repeated_header_line_is_not_counted_as_values(tmp_path, caplog):
     assert "left out const: the same value on every row" in caplog.text
 
 
+def test_values_are_counted_as_training_reads_them_without_surrounding_spaces(tmp_path, caplog):
+    """`data schema` counted " s1" and "s1" as two values (training strips both to one): a
+    cardinality too large, and a column of one value padded two ways kept as a feature."""
+    from trainers.data.tabular import infer_schema
+
+    lines = [
+        f"{i % 3 == 0:d},{i / 7:.3f},{' ' * (i % 2)}x,{' ' * (i % 2)}s{i % 20}" for i in range(600)
+    ]
+    (tmp_path / "padded.csv").write_text("\n".join(["clicked,price,const,shop", *lines]))
+    schema = infer_schema(tmp_path / "padded.csv", "clicked")
+    assert schema["categorical"] == [{"name": "shop", "cardinality": 22, "min_count": 1}]
+    assert "left out const: the same value on every row" in caplog.text
+
+
 def test_the_first_byte_that_is_not_utf8_is_found_past_a_read_s_buffer(tmp_path):
     """The error said "can't decode byte 0xff in position 0" of a byte on line 51: a
     position inside pandas' buffer. A character split across two reads is UTF-8."""

@@ -1011,7 +1011,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             logger.warning("%s: left out %s: the synthetic data's true click probability is "
                            "the answer, not a feature", path, column)  # fmt: skip
             continue
-        if frame[column].astype(str).nunique(dropna=False) <= 1:
+        if frame[column].astype(str).str.strip().nunique(dropna=False) <= 1:  # as training reads
             constant.append(str(column))
             continue
         lists = _list_column(frame[column])
@@ -1020,7 +1020,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             continue
         values, blank = _numeric(frame[column])
         words = np.isnan(values[~blank])
-        distinct = frame[column][~blank].nunique()
+        distinct = frame[column][~blank].astype(str).str.strip().nunique()
         named_ids = ID_NAME.search(str(column)) is not None
         named_time = suggest_time and TIME_NAME.search(str(column)) is not None
         if named_time and not words.any() and (epochs := _epoch_times(values[~blank])):
