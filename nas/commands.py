@@ -1014,7 +1014,9 @@ def _train_streamed(args: argparse.Namespace) -> int:
                             max_bad_rows=args.max_bad_rows,
                             max_bad_fraction=args.max_bad_fraction)  # fmt: skip
     dense = wants_preprocessing(args.preprocessing, args.data)
-    data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense)
+    anyway = "--split ordered" if args.split == "auto" else None  # auto: checked, as a study's
+    data = open_stream(args.data, args.schema, options=options, dense_preprocessing=dense,
+                       time_order=anyway)  # fmt: skip
     print(f"split {data.description}", file=sys.stderr)
     if data.cache_note:
         print(data.cache_note, file=sys.stderr)

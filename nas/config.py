@@ -39,7 +39,8 @@ class SplitConfig(_Section):
     method: Literal["auto", "random", "ordered", "time"] = Field(
         default="auto",
         description="auto: random for synthetic data, time when the schema (or `column`) "
-        "names a time column, else ordered (file order)",
+        "names a time column, else ordered (file order); streamed data: file order, checked "
+        "against the time column if one is named",
     )
     column: str | None = Field(default=None, description="time: the event-time column")
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)

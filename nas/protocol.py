@@ -127,8 +127,11 @@ def _prepare_stream(config: StudyConfig) -> StudyData:
     d, s = config.data, config.data.stream
     options = StreamOptions(**s.model_dump(exclude={"enabled"}) | _bad_row_limits(d))
     dense = wants_preprocessing(d.preprocessing, d.source)
+    # auto: file order, checked against the time column; ordered: file order as it is
+    anyway = "set data.split.method: ordered" if d.split.method == "auto" else None
     data = open_stream(d.source, d.schema_path, fractions=d.split.fractions, options=options,
-                       dense_preprocessing=dense)  # fmt: skip
+                       dense_preprocessing=dense, time_order=anyway,
+                       time_column=d.split.column)  # fmt: skip
     parts = [data.description, describe(data.fitted), data.cache_note]
     described = "; ".join(filter(None, parts))
     return StudyData(data.train, data.valid, data.test, None, described, data.fitted, "ordered")

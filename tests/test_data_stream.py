@@ -322,3 +322,62 @@ def test_a_study_streams_its_source(shop):
     assert isinstance(prepared.train, StreamSplit) and len(prepared.train) == 2400
     assert "streamed from" in prepared.split and "training-split vocabularies" in prepared.split
     assert prepared.preprocessing["vocabulary"]["country"][0] == "c0"
+
+
+def _with_days(shop, days) -> str:
+    """The shop's rows with a `day` column (the schema's time) as two Parquet files."""
+    table = shop_table(ROWS).append_column("day", pa.array(days))
+    (shop / "timed").mkdir()
+    for k, lo in enumerate((0, ROWS // 2)):
+        pq.write_table(table.slice(lo, ROWS // 2), shop / "timed" / f"part-{k}.parquet")
+    (shop / "timed.yaml").write_text(SCHEMA + "time: day\n")
+    return str(shop / "timed")
+
+
+def test_a_streamed_split_in_file_order_is_checked_against_the_time_column(shop, capsys):
+    """A streamed log not written in time order was split in file order without a word: the
+    model validated and tested on rows older than ones it trained on."""
+    shuffled = _with_days(shop, np.random.default_rng(0).permutation(ROWS) // 30)
+    schema = str(shop / "timed.yaml")
+    with pytest.raises(RanknasError, match="not in time order") as info:
+        open_stream(shuffled, schema, time_order="set data.split.method: ordered")
+    assert "rows are earlier than the latest training row" in str(info.value)
+    assert str(info.value).endswith("split in file order anyway: set data.split.method: ordered")
+    assert "file order," in open_stream(shuffled, schema).description  # ordered: as written
+    # a row cache written meanwhile is no way around the check
+    with pytest.raises(RanknasError, match="not in time order"):
+        open_stream(shuffled, schema, time_order="--split ordered")
+    train = ["train", "--stream", "--data", shuffled, "--schema", schema, "--arch", "dlrm"]
+    assert (
+        main(train) == 2
+        and "split in file order anyway: --split ordered" in capsys.readouterr().err
+    )
+
+
+def test_a_time_column_in_order_but_for_a_few_rows_is_told_not_refused(shop, caplog):
+    days = np.arange(ROWS) // 30
+    days[5] = 10**6  # one training row of a wrong date: every later row is "earlier" than it
+    days[ROWS - 40 : ROWS - 38] = 0  # 2 test rows logged late
+    streamed = open_stream(_with_days(shop, days), str(shop / "timed.yaml"), time_order="x")
+    assert "in file order, the order of 'day'" in streamed.description
+    warned = [r.getMessage() for r in caplog.records if "out of place" in r.getMessage()]
+    assert len(warned) == 2 and "1 of the 2,400 training rows later" in warned[0]
+    assert "2 of the 300 test rows are earlier than the latest validation row" in warned[1]
+
+
+def test_a_study_names_its_time_column_for_the_streamed_split(shop):
+    from nas.protocol import prepare_data
+
+    source = _with_days(shop, np.arange(ROWS)[::-1] // 30)  # newest first
+    data = {"source": source, "schema": str(shop / "schema.yaml"), "stream": True,
+            "split": {"column": "day"}}  # fmt: skip
+    config = parse_config({"name": "s", "search_space": {"type": "around", "base": "dlrm"},
+                           "data": data})  # fmt: skip
+    with pytest.raises(RanknasError, match=r"not in time order.*data\.split\.method: ordered"):
+        prepare_data(config)
+    data["split"] = {"method": "ordered"}
+    config = parse_config({"name": "s", "search_space": {"type": "around", "base": "dlrm"},
+                           "data": data})  # fmt: skip
+    assert "streamed from" in prepare_data(config).split
+    with pytest.raises(RanknasError, match="a Criteo file has no time column"):
+        open_stream("criteo:day.tsv", None, time_order="x", time_column="day")

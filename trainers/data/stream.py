@@ -3,8 +3,8 @@ one pass, batches made in a background thread.
 
 - The split is by position in the files (training rows first, then validation, then
   test): the file-order split of the in-memory path, which is the time order when the
-  files are written in time order. Malformed rows are dropped where they are, so a split
-  holds its range's good rows.
+  files are written in time order (`check_time_order` checks it against a time column).
+  Malformed rows are dropped where they are, so a split holds its range's good rows.
 - One pass over the training rows fits what the in-memory path fits on the training
   split (`trainers.data.preprocess`'s formats, so the export and serving read it the same):
   each dense column's transform (running mean and variance of x and of log1p(x), min, max,
@@ -134,12 +134,17 @@ def open_stream(
     fractions: Sequence[float] = (0.8, 0.1, 0.1),
     options: StreamOptions | None = None,
     dense_preprocessing: bool = True,
+    time_order: str | None = None,
+    time_column: str | None = None,
 ) -> StreamedData:
     """Open `criteo:PATH` or Parquet files (a directory or one file, with the schema YAML at
     `schema_path`), split them in file order, and fit the preprocessing in one pass over the
     training rows (dense transforms only with `dense_preprocessing`). With `options.cache`,
     the encoded rows are written to a row cache after the fit and every pass reads them; a
-    later run with the same files and settings reads the cache and fits nothing."""
+    later run with the same files and settings reads the cache and fits nothing.
+
+    `time_order`: check that file order is the order of the time column (`time_column`, or
+    the schema's), `check_time_order`; its text says how to split in file order anyway."""
     options = options or StreamOptions()
     check_encoding(options.min_count, options.hash_size, spec)
     if spec == "synthetic":
@@ -147,11 +152,22 @@ def open_stream(
             "streaming reads files: give data.source (a Parquet directory or file, or "
             "criteo:PATH); the built-in synthetic data is generated in memory"
         )
+    criteo_file = spec.startswith("criteo:")  # no time column; counting its lines is a pass
+    if time_column and criteo_file:
+        raise RanknasError(f"{spec}: a Criteo file has no time column ({time_column!r} given "
+                           "for the split); its lines are in time order: drop it")  # fmt: skip
     where = _cache_path(spec, schema_path, fractions, options, dense_preprocessing)
-    if where is not None and (cache := open_row_cache(where)) is not None:
-        return _from_cache(cache, options, f"read the encoded rows cached in {where}")
-    limits = BadRowLimits(options.max_bad_rows, options.max_bad_fraction)
-    source = open_source(spec, schema_path, chunk_rows=options.chunk_rows, limits=limits)
+    cache = open_row_cache(where) if where is not None else None
+    order, source = "", None
+    if cache is None or (time_order and not criteo_file):
+        limits = BadRowLimits(options.max_bad_rows, options.max_bad_fraction)
+        source = open_source(spec, schema_path, chunk_rows=options.chunk_rows, limits=limits,
+                             time_column=time_column)  # fmt: skip
+        if time_order:
+            order = check_time_order(source, _bounds(source.rows, fractions), time_order)
+    if cache is not None:
+        return _from_cache(cache, options, f"read the encoded rows cached in {where}", order)
+    assert source is not None
     bounds = _bounds(source.rows, fractions)
     encoder, train_rows, clicks = fit_encoder(source, bounds[1], options, dense_preprocessing)
     if where is not None:
@@ -159,15 +175,15 @@ def open_stream(
                 "label_mean": clicks / train_rows, "fitted": encoder.fitted}  # fmt: skip
         if (cache := _write_row_cache(where, source, bounds, encoder, meta)) is not None:
             note = f"wrote the encoded rows to {where} ({cache.nbytes / 2**30:.2f} GiB)"
-            return _from_cache(cache, options, note + ": later runs read them")
+            return _from_cache(cache, options, note + ": later runs read them", order)
     read_train = _encoded(source, *bounds[:2], encoder)
     train = StreamSplit(read_train, encoder.schema, train_rows, options,
                         label_mean=clicks / train_rows, positives=round(clicks))  # fmt: skip
     valid, test = (
         _eval_split(source, lo, hi, encoder, options) for lo, hi in (bounds[1:3], bounds[2:])
     )
-    return StreamedData(train, valid, test, encoder.fitted,
-                        _describe(source.name, source.rows, (train, valid, test)))  # fmt: skip
+    description = _describe(source.name, source.rows, (train, valid, test), order=order)
+    return StreamedData(train, valid, test, encoder.fitted, description)
 
 
 def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
@@ -175,14 +191,65 @@ def _bounds(rows: int, fractions: Sequence[float]) -> list[int]:
     return [0, *(int(b) for b in split_bounds(rows, fractions)), rows]
 
 
-def _describe(name: str, rows: int, splits: Sequence[Rows], cached: bool = False) -> str:
+def _describe(
+    name: str, rows: int, splits: Sequence[Rows], cached: bool = False, order: str = ""
+) -> str:
     train, valid, test = splits
     read = "from the row cache" if cached else "in chunks"
     return (
-        f"in file order, streamed from {name} ({rows:,} rows in the files, "
+        f"in file order{order}, streamed from {name} ({rows:,} rows in the files, "
         f"{len(train):,} training rows read {read}; "
         f"{_eval_where(valid)} validation, {_eval_where(test)} test)"
     )
+
+
+TIME_ORDER_TOLERANCE = 0.01  # rows out of place at a split's edge, told but not refused
+_SPLITS = ("training", "validation", "test")
+
+
+def check_time_order(source: Source, bounds: list[int], anyway: str) -> str:
+    """Refuse a split in file order that is not in the order of the source's time column:
+    more than `TIME_ORDER_TOLERANCE` of a later split's rows earlier than the latest row of
+    the split before (or of the earlier split's rows later than the later one's earliest,
+    whichever is fewer: one row of a wrong date does not refuse a log). Fewer are told in a
+    warning; `anyway` says how to split in file order regardless. Two passes over the time
+    column at most; what is said of the order (", the order of 'hour'"), or ""."""
+    time = source.spec.time
+    if not time:
+        return ""
+    ranges = list(pairwise(bounds))
+    spans = [_time_span(source.times(lo, hi)) for lo, hi in ranges]
+    for k in range(len(ranges) - 1):
+        (_, latest), (earliest, _) = spans[k], spans[k + 1]
+        if latest <= earliest:
+            continue
+        later = sum(int(np.count_nonzero(t > earliest)) for t in source.times(*ranges[k]))
+        earlier = sum(int(np.count_nonzero(t < latest)) for t in source.times(*ranges[k + 1]))
+        sizes = [hi - lo for lo, hi in ranges[k : k + 2]]
+        share = min(later / sizes[0], earlier / sizes[1])
+        said = (f"{earlier:,} of the {sizes[1]:,} {_SPLITS[k + 1]} rows are earlier than the "
+                f"latest {_SPLITS[k]} row and {later:,} of the {sizes[0]:,} {_SPLITS[k]} rows "
+                f"later than the earliest {_SPLITS[k + 1]} row, by the time column "
+                f"{time!r}")  # fmt: skip
+        if share > TIME_ORDER_TOLERANCE:
+            raise RanknasError(
+                f"{source.name}: the rows are not in time order: {said}; split in file order, "
+                "the model would be validated and tested on rows older than ones it trained "
+                f"on. Write the files sorted by {time!r} (a directory's files in name order), "
+                f"or split in file order anyway: {anyway}"
+            )
+        logger.warning("%s: %s: at most %.0f%% out of place, split in file order", source.name,
+                       said, 100 * TIME_ORDER_TOLERANCE)  # fmt: skip
+    return f", the order of {time!r}"
+
+
+def _time_span(pieces: Iterator[np.ndarray]) -> tuple[float, float]:
+    """The earliest and latest time of a split (NaN, a cell of no time, left out)."""
+    low, high = math.inf, -math.inf
+    for times in pieces:
+        if (times := times[~np.isnan(times)]).size:
+            low, high = min(low, float(times.min())), max(high, float(times.max()))
+    return low, high
 
 
 def _eval_split(source: Source, lo: int, hi: int, encoder: Encoder, options: StreamOptions) -> Rows:
@@ -259,7 +326,9 @@ def _write_row_cache(
             writer.discard()
 
 
-def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedData:
+def _from_cache(
+    cache: RowCache, options: StreamOptions, note: str, order: str = ""
+) -> StreamedData:
     """Training streamed from the cache; validation and test too, or in memory when small."""
     meta = cache.meta
     positives = meta.get("split_positives", [None] * 3)  # a cache written before they were
@@ -273,7 +342,7 @@ def _from_cache(cache: RowCache, options: StreamOptions, note: str) -> StreamedD
             splits.append(StreamSplit(read, cache.schema, hi - lo, options, label_mean,
                                       positives[k]))  # fmt: skip
     train, valid, test = splits
-    description = _describe(meta["source"], meta["source_rows"], splits, cached=True)
+    description = _describe(meta["source"], meta["source_rows"], splits, cached=True, order=order)
     return StreamedData(train, valid, test, meta["fitted"], description, note)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,11 @@ class Source:
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
         raise NotImplementedError
 
+    def times(self, start: int, stop: int) -> Iterator[np.ndarray]:
+        """The time column of rows [start, stop) as numbers (dates as nanoseconds, NaN where
+        a cell holds neither), piece by piece; nothing for a source without one."""
+        return iter(())
+
     def bucket_ids(self, values: np.ndarray, buckets: int) -> np.ndarray:
         """The hashed id of each raw value: the exported model's function of its text."""
         return np.fromiter((encode_value(v, None, buckets) for v in values.tolist()),
@@ -115,9 +120,10 @@ def open_source(
     *,
     chunk_rows: int = CHUNK_ROWS,
     limits: BadRowLimits | None = None,
+    time_column: str | None = None,
 ) -> Source:
     """A Criteo TSV (`criteo:PATH`), or Parquet files (a directory of them, or one) described
-    by the schema YAML at `schema_path`."""
+    by the schema YAML at `schema_path` (`time_column`: in place of the schema's time)."""
     limits = limits or BadRowLimits()
     text = str(path)
     if text.startswith("criteo:"):
@@ -128,6 +134,8 @@ def open_source(
             "columns); give data.schema / --schema"
         )
     spec = read_tabular_schema(schema_path)
+    if time_column:
+        spec = replace(spec, time=time_column)
     if lists := [c.name for c in spec.categorical if c.multi_valued]:
         raise RanknasError(
             f"{schema_path}: multi-valued column(s) {lists} are not streamed yet: train in "
@@ -161,31 +169,46 @@ class ParquetSource(Source):
         self.rows = sum(self.sizes)
 
     def chunks(self, start: int, stop: int) -> Iterator[RawChunk]:
+        for file, reader, lo, hi in self._files_of(start, stop):
+            report = BadRowReport(str(file), unit="row")
+            for batch, first_row in self._batches(file, reader, lo, hi, self.spec.columns):
+                yield self._convert(batch, first_row, report)
+            self._finish(report, lo, hi)
+
+    def times(self, start: int, stop: int) -> Iterator[np.ndarray]:
+        if not self.spec.time:
+            return
+        for file, reader, lo, hi in self._files_of(start, stop):
+            for batch, _ in self._batches(file, reader, lo, hi, [self.spec.time]):
+                yield tabular._time_values(batch.column(0).to_pandas())
+
+    def _files_of(self, start: int, stop: int) -> Iterator[tuple[Path, Any, int, int]]:
+        """Each file holding positions [start, stop), with the rows [lo, hi) of it they are."""
         offset = 0
         for file, reader, size in zip(self.files, self.readers, self.sizes, strict=True):
             lo, hi = max(start - offset, 0), min(stop - offset, size)
             if lo < hi:
-                yield from self._file_chunks(file, reader, lo, hi)
+                yield file, reader, lo, hi
             offset += size
 
-    def _file_chunks(self, file: Path, reader: Any, lo: int, hi: int) -> Iterator[RawChunk]:
-        """Rows [lo, hi) of one file, reading one row group at a time (asked for several,
-        pyarrow reads all their bytes ahead)."""
-        report = BadRowReport(str(file), unit="row")
+    def _batches(
+        self, file: Path, reader: Any, lo: int, hi: int, columns: list[str]
+    ) -> Iterator[tuple[Any, int]]:
+        """Rows [lo, hi) of one file's `columns` with the file row each batch starts at,
+        reading one row group at a time (asked for several, pyarrow reads all their bytes
+        ahead)."""
         try:
             for group, position in _row_groups(reader, lo, hi):
                 batches = reader.iter_batches(
-                    batch_size=self.chunk_rows, row_groups=[group], columns=self.spec.columns
+                    batch_size=self.chunk_rows, row_groups=[group], columns=columns
                 )
                 for batch in batches:
                     begin, end = max(lo - position, 0), min(hi - position, batch.num_rows)
                     if begin < end:
-                        chunk = batch.slice(begin, end - begin)
-                        yield self._convert(chunk, position + begin, report)
+                        yield batch.slice(begin, end - begin), position + begin
                     position += batch.num_rows
         except OSError as exc:  # pyarrow's IO and decoding errors
             raise RanknasError(f"{file}: cannot read the Parquet file ({exc})") from None
-        self._finish(report, lo, hi)
 
     def _convert(self, batch: Any, first_row: int, report: BadRowReport) -> RawChunk:
         frame = batch.to_pandas()
