@@ -443,6 +443,10 @@ def cmd_status(args: argparse.Namespace) -> int:
                                       for r in state["running"]))  # fmt: skip
     if state["best"] is not None:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")
+    if pending := state["reevaluation_pending"]:
+        print(f"not counted yet: {pending} run{'s' * (pending != 1)} of an interrupted "
+              "re-evaluation (`ranknas reevaluate`, or a search's best-baseline seeds); run "
+              "that command again to finish it (it reuses them)")  # fmt: skip
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
     view = _view_url(config)

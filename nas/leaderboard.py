@@ -778,6 +778,14 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     return trial
 
 
+def pending_runs(study: optuna.Study) -> int:
+    """Runs of an interrupted re-evaluation, not in any seed mean until the command that
+    made them runs again and finishes (reusing them)."""
+    return sum(
+        len(runs) for runs in study.user_attrs.get(StudyAttr.REEVALUATION_PENDING, {}).values()
+    )
+
+
 def status(study: optuna.Study) -> dict[str, Any]:
     trials = study.get_trials(deepcopy=False)
     counts = {s.name.lower(): 0 for s in TrialState} | {"skipped": 0, "repeat": 0, INTERRUPTED: 0}
@@ -804,6 +812,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "feature_importance": study.user_attrs.get(StudyAttr.FEATURE_IMPORTANCE),
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
+        "reevaluation_pending": pending_runs(study),
         "devices": _devices(trials),
         "running": [
             {

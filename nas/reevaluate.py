@@ -36,6 +36,7 @@ from trainers import progress as bars
 
 REEVAL_SEED = 10_000  # far from every trial's seed (study seed + trial number)
 ATTR = StudyAttr.REEVALUATION
+PENDING = StudyAttr.REEVALUATION_PENDING
 
 
 def reevaluate_study(
@@ -126,9 +127,13 @@ def retrain(
     """Train each architecture of `archs` (key: `<trial>` or `baseline:<key>`, value: its
     directory) with the first `seeds` fresh seeds that the study has not recorded, each
     with its searched recipe in `recipes` (none: the study's); each run is recorded as it
-    ends. Returns the study's record of every re-evaluation run."""
+    ends, as pending (`PENDING`: reused by a rerun), and the whole record is published
+    once every run has ended: an interrupted round's seed means would rank one finalist
+    over one seed against the others' single runs. Returns the study's record of every
+    re-evaluation run."""
     recipes = recipes or {}
-    record: dict[str, dict[str, list[float]]] = dict(study.user_attrs.get(ATTR, {}))
+    pending = dict(study.user_attrs.get(PENDING, {}))
+    record = _merged(study.user_attrs.get(ATTR, {}), pending)
     wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
     todo = sum(not _has_ne(record.get(key, {}), seed) for key in archs for seed in wanted)
     total = len(archs) * len(wanted)
@@ -152,11 +157,22 @@ def retrain(
                                                recipe=recipes.get(key))  # fmt: skip
                 runs[seed] = _recorded(result)
                 record[key] = runs
-                study.set_user_attr(ATTR, record)
+                pending[key] = pending.get(key, {}) | {seed: runs[seed]}
+                study.set_user_attr(PENDING, pending)
                 done += 1
                 progress(f"[{done}/{todo}] {label}: {_outcome(result)}")
                 bar.update()
+    if pending:
+        study.set_user_attr(ATTR, record)
+        study.set_user_attr(PENDING, {})
     return record
+
+
+def _merged(
+    record: dict[str, dict[str, list[float]]], pending: dict[str, dict[str, list[float]]]
+) -> dict[str, dict[str, list[float]]]:
+    """The published runs with the pending ones over them, key by key."""
+    return {key: record.get(key, {}) | pending.get(key, {}) for key in record | pending}
 
 
 def _baseline_recipes(study: optuna.Study, keys: list[str]) -> dict[str, dict | None]:

@@ -68,6 +68,8 @@ class StudyAttr(StrEnum):
     SCHEMA = "schema"
     BAYES_NE = "bayes_ne"
     REEVALUATION = "reevaluation"
+    # the runs of a `reevaluate` (or best-baseline seeds) not finished: unseen by the surfaces
+    REEVALUATION_PENDING = "reevaluation_pending"
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained

@@ -630,6 +630,42 @@ def test_sharding_plans_read_a_multi_valued_feature_as_its_mean_ids_per_row(tmp_
     assert 2.2 < plan["pooling_factors"]["t_genres"] < 2.8
 
 
+def test_an_interrupted_reevaluation_is_on_no_surface_until_it_finishes(
+    tmp_path, monkeypatch, capsys
+):
+    """After Ctrl-C in `reevaluate`, `status` named the one finalist retrained with one seed
+    best over trials with lower recorded runs, while its verdict used the recorded runs."""
+    import nas.reevaluate as reevaluate
+    from nas.leaderboard import status, study_best
+
+    settings = tiny_config(tmp_path, "cut", budget={"trials": 3})
+    config = parse_config(settings)
+    before = study_best(run_study(config, progress=lambda line: None))
+    real, calls = reevaluate.train_architecture, []
+
+    def cut_after_one(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reevaluate, "train_architecture", cut_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        reevaluate.reevaluate_study(config, top=2, seeds=2, progress=lambda line: None)
+    study = load_study("cut", config.storage)
+    assert "reevaluation" not in study.user_attrs and study_best(study) == before
+    assert status(study)["reevaluation_pending"] == 1
+    assert main(["status", str(write_config(tmp_path, settings))]) == 0
+    assert "not counted yet: 1 run of an interrupted re-evaluation" in capsys.readouterr().out
+    monkeypatch.setattr(reevaluate, "train_architecture", real)
+    lines: list[str] = []
+    reevaluate.reevaluate_study(config, top=2, seeds=2, progress=lines.append)
+    assert "1 of 4 runs already recorded, reused: training 3" in lines
+    study = load_study("cut", config.storage)
+    assert status(study)["reevaluation_pending"] == 0
+    assert [len(runs) for runs in study.user_attrs["reevaluation"].values()] == [2, 2]
+
+
 def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     from nas.leaderboard import best_trial, rows, study_best
     from nas.reevaluate import REEVAL_SEED, reevaluate_study
