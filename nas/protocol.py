@@ -195,7 +195,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     if recorded is None:
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
-    training = recorded_training(recorded)
+    training = recorded_training(recorded, now["training"])
     if _split_methods(recorded) | _split_methods(now) == {"auto", data.auto_split}:
         recorded, now = (_with_split_method(p, data.auto_split) for p in (recorded, now))
     recorded, now = _with_split_column(recorded), _with_split_column(now)

@@ -18,6 +18,10 @@ from search_space.errors import RanknasError
 
 # What a study recorded before a setting existed trained with (its protocol lacks the key).
 SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
+# Settings recorded only since 2026-12-07: a study from before is taken to have had today's.
+RECORDED_SINCE = ("trial_seconds",)
+# `budget`'s settings of each trial's training, in the protocol's training half
+PER_TRIAL = ("examples_per_trial", "epochs_per_trial", "trial_seconds")
 _UNSET = object()  # a setting one of two protocols does not name
 
 
@@ -34,13 +38,14 @@ def training_protocol(config: StudyConfig) -> dict[str, Any]:
     computed."""
     how = {"device", "threads", "cuda_graph", "compile"}
     training = config.training.model_dump(mode="json", exclude=how)
-    per_trial = {"examples_per_trial", "epochs_per_trial"}
-    return training | config.budget.model_dump(mode="json", include=per_trial)
+    return training | config.budget.model_dump(mode="json", include=set(PER_TRIAL))
 
 
-def recorded_training(protocol: dict[str, Any]) -> dict[str, Any]:
-    """The training half of a recorded protocol, with the settings added since it was."""
-    return SETTINGS_BEFORE_THEY_WERE_RECORDED | protocol.get("training", {})
+def recorded_training(protocol: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """The training half of a recorded protocol, with the settings added since it was (and
+    those recorded since, as `now`, the training half of today's)."""
+    unknown = {key: now.get(key) for key in RECORDED_SINCE}
+    return SETTINGS_BEFORE_THEY_WERE_RECORDED | unknown | protocol.get("training", {})
 
 
 def check_settings(recorded: dict[str, Any] | None, config: StudyConfig) -> None:
@@ -51,7 +56,7 @@ def check_settings(recorded: dict[str, Any] | None, config: StudyConfig) -> None
     changes = []
     if (protocol := recorded.get(StudyAttr.PROTOCOL)) is not None:
         now = training_protocol(config)
-        changes += protocol_changes(recorded_training(protocol), now, "training.")
+        changes += protocol_changes(recorded_training(protocol, now), now, "training.")
     changes += cluster_changes(recorded, config)
     if changes:
         raise other_settings(config, changes)
@@ -95,6 +100,7 @@ def _content(path: str | None) -> str | None:
 
 
 def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> RanknasError:
+    changes = [_as_configured(change) for change in changes]
     more = len(changes) - 4
     shown = "; ".join(changes[:4]) + (f"; and {more} more" if more > 0 else "")
     return RanknasError(
@@ -102,6 +108,13 @@ def other_settings(config: StudyConfig, changes: list[str], why: str = "") -> Ra
         f"({shown}){why}: runs under both would not compare; put them back, or give the "
         "study a new name"
     )
+
+
+def _as_configured(change: str) -> str:
+    """A change named where the YAML sets it: `budget.epochs_per_trial`, which the protocol
+    keeps in its training half."""
+    key = change.partition(":")[0].removeprefix("training.")
+    return "budget." + change.removeprefix("training.") if key in PER_TRIAL else change
 
 
 def protocol_changes(recorded: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:

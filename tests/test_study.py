@@ -390,7 +390,9 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
         ({"data": {"split": {"method": "ordered"}}}, 'data.split.method: "auto" -> "ordered"'),
         ({"training": {"dense_lr": 0.01}}, "training.dense_lr: 0.002 -> 0.01"),
         ({"training": {"lr_schedule": "constant"}}, 'training.lr_schedule: "cosine" -> "constant"'),
-        ({"budget": {"trials": 1, "epochs_per_trial": 1}}, "training.epochs_per_trial: 3.0 -> 1.0"),
+        ({"budget": {"trials": 1, "epochs_per_trial": 1}}, "budget.epochs_per_trial: 3.0 -> 1.0"),
+        # a time limit on each trial's training: trials under another stop elsewhere
+        ({"budget": {"trials": 1, "trial_seconds": 30}}, "budget.trial_seconds: null -> 30.0"),
     ],
 )
 def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
@@ -428,7 +430,7 @@ def test_a_changed_recipe_is_refused_before_the_data_loads(tmp_path, capsys):
                  ["baseline", "add", path, "dlrm"], ["reevaluate", path]):  # fmt: skip
         assert main(args) == 2
         err = capsys.readouterr().err
-        assert "(training.epochs_per_trial: 3.0 -> 2.0)" in err and "moved.csv" not in err, err
+        assert "(budget.epochs_per_trial: 3.0 -> 2.0)" in err and "moved.csv" not in err, err
     assert not (tmp_path / "early" / "workers").exists()  # no worker started
 
 
@@ -1447,6 +1449,21 @@ def test_search_ends_with_the_pareto_front_of_a_study_with_a_cost(tmp_path, caps
     plain = tiny_config(tmp_path, "plain", budget={"trials": 1})
     assert main(["search", str(write_config(tmp_path, plain))]) == 0
     assert "Pareto front" not in capsys.readouterr().out  # one objective: the table says it
+
+
+def test_a_setting_recorded_since_a_study_began_is_taken_as_it_is_now(tmp_path):
+    """`budget.trial_seconds` is in the protocol since 2026-12-07: a study recorded before
+    goes on with whatever it has (what it trained with is unknown), later ones are held."""
+    from nas.protocol_diff import check_settings, training_protocol
+    from nas.trial_record import StudyAttr
+
+    config = parse_config(tiny_config(tmp_path, "old", budget={"trials": 1, "trial_seconds": 5}))
+    now = training_protocol(config)
+    before = {k: v for k, v in now.items() if k != "trial_seconds"}
+    check_settings({StudyAttr.PROTOCOL: {"training": before}}, config)  # no refusal
+    recorded = {StudyAttr.PROTOCOL: {"training": before | {"trial_seconds": None}}}
+    with pytest.raises(RanknasError, match=r"budget\.trial_seconds: null -> 5\.0"):
+        check_settings(recorded, config)
 
 
 def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
