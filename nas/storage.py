@@ -380,6 +380,26 @@ def check_exists(url: str, what: str = "no studies") -> None:
                            "the storage `ranknas search` used (a database of its own)")  # fmt: skip
 
 
+def other_sqlite_holding(url: str, other: str, name: str, key: str, value: Any) -> bool:
+    """Whether `other`, a SQLite storage of another file than `url`'s, exists and holds
+    study `name` with user attribute `key` at `value` (read-only: nothing is created)."""
+    here, there = _sqlite_path(url), _sqlite_path(other)
+    if here is None or there is None or not there.is_file():
+        return False
+    if here.exists() and here.samefile(there):
+        return False
+    query = ("SELECT a.value_json FROM study_user_attributes a JOIN studies s "
+             "ON a.study_id = s.study_id WHERE s.study_name = ? AND a.key = ?")  # fmt: skip
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{there.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            rows = db.execute(query, (name, key)).fetchall()
+    except sqlite3.Error:  # not Optuna's, or unreadable: no study there to protect
+        return False
+    return any(json.loads(row[0]) == value for row in rows)
+
+
 def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:
     """The user attributes of study `name` in `storage`; None where it does not exist."""
     try:

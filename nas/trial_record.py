@@ -346,7 +346,7 @@ def claim_output_dir(config: StudyConfig, recorded: dict[str, Any] | None) -> st
     the first wrote out the second's model. `recorded`: the study's attributes in its
     storage (None: not created yet). Returns the token the study is to record
     (`own_output_dir` records it); run under the study lock."""
-    from nas.storage import redact
+    from nas.storage import other_sqlite_holding, redact
 
     mine = (recorded or {}).get(StudyAttr.OUTPUT_TOKEN)
     owner = _owner(config.study_dir / OWNER_FILE)
@@ -364,6 +364,17 @@ def claim_output_dir(config: StudyConfig, recorded: dict[str, Any] | None) -> st
     ours = mine == token if token else recorded is not None
     written = any((config.study_dir / part).is_dir() and any((config.study_dir / part).iterdir())
                   for part in ("trials", "baselines"))  # fmt: skip
+    if (
+        ours
+        and theirs not in (None, here)
+        and other_sqlite_holding(config.storage, theirs, config.name, StudyAttr.OUTPUT_TOKEN, token)
+    ):  # a copy of the storage file: each would overwrite the other's trials
+        raise RanknasError(
+            f"storage {here} holds a copy of study {name!r}, which {theirs} still holds and "
+            f"whose trials are in {config.study_dir}: runs of both would overwrite each "
+            "other's trials there. Run the study in its own storage, give the copy an "
+            "output_dir of its own, or delete the original if the copy replaces it"
+        )
     # not ours: refused where it holds runs, or is claimed from another storage (a study
     # there may be starting: none written yet); a start that stopped before creating its
     # study, in this storage, left it free

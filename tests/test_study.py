@@ -1343,6 +1343,32 @@ def test_a_study_of_the_same_name_in_another_storage_is_refused_its_output_dir(t
     assert "another study named 'fresh' (storage sqlite:///elsewhere.db)" in capsys.readouterr().err
 
 
+def test_a_copy_of_the_storage_file_is_refused_the_original_s_output_dir(tmp_path, capsys):
+    """`cp studies.db moved.db` then a search on the copy: both held the folder's token, so
+    each wrote its trial 1 over the other's and `export` of the copy's refused its folder."""
+    import sqlite3
+
+    first = tiny_config(tmp_path, "kept", budget={"trials": 1})
+    run_study(parse_config(first), progress=lambda line: None)
+    # the file as `cp` copies it once the search has ended (its write-ahead log merged)
+    with (
+        sqlite3.connect(tmp_path / "studies.db") as src,
+        sqlite3.connect(tmp_path / "moved.db") as dst,
+    ):
+        src.backup(dst)
+    copy = tiny_config(tmp_path, "kept", budget={"trials": 2},
+                       storage=f"sqlite:///{tmp_path / 'moved.db'}")  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, copy))]) == 2
+    err = capsys.readouterr().err
+    assert "holds a copy of study 'kept', which sqlite:///" in err and "Traceback" not in err
+    assert not (tmp_path / "kept" / "trials" / "1").exists()
+    # moved, not copied: the study goes on from its new file
+    (tmp_path / "studies.db").unlink()
+    more = tiny_config(tmp_path, "kept", budget={"trials": 2, "max_failures": 50},
+                       storage=copy["storage"])  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, more))]) == 0
+
+
 def test_reevaluate_front_retrains_the_cheaper_front_and_names_the_cheapest(
     tmp_path, capsys, monkeypatch
 ):
