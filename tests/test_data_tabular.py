@@ -890,9 +890,10 @@ def test_one_number_with_a_separator_leaves_its_dense_column_dense(tmp_path):
 
 
 def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, caplog):
-    """Epoch seconds in `ts` (and milliseconds in `event_time`) were listed under dense;
-    they are left out with the `--time` to pass. Large numbers under another name (`bytes`)
-    and small numbers in `ts` stay dense; with --time the other columns are as they were."""
+    """Epoch seconds in `ts` (and milliseconds in `event_time`, `ts_ms`, `created_at`) were
+    listed under dense; they are left out with the `--time` to pass (with --time given, the
+    other times are left out too: they were dense). Large numbers under another name
+    (`bytes`) and small numbers in `ts` stay dense."""
     from trainers.data.tabular import infer_schema
 
     start = 1_772_323_200  # 2026-03-01 00:00 UTC
@@ -900,6 +901,8 @@ def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, cap
         "clicked": [i % 2 for i in range(200)],
         "ts": [start + 97 * i for i in range(200)],
         "event_time": [(start + 86_400 + 13 * i) * 1000 for i in range(200)],
+        "ts_ms": [(start + 5 * i) * 1000 for i in range(200)],
+        "created_at": [start - 600 + 7 * i for i in range(200)],
         "bytes": [start + 31 * i for i in range(200)],
         "step": [3 * i for i in range(200)],  # (0, 1, 2, ... would number the rows)
     }
@@ -914,7 +917,12 @@ def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, cap
     assert "left out event_time: it looks like a time column (epoch milliseconds, 2026-03-02" in (
         caplog.text
     )
-    assert infer_schema(path, "clicked", time="ts")["dense"] == ["event_time", "bytes", "step"]
+    assert "left out ts_ms" in caplog.text and "left out created_at" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert infer_schema(path, "clicked", time="ts")["dense"] == ["bytes", "step"]
+    assert "left out event_time: it looks like a time column (epoch milliseconds" in caplog.text
+    assert "the split's time is ts" in caplog.text
     small = [f"{i % 2},{2 * i}" for i in range(200)]
     (tmp_path / "small.csv").write_text("clicked,ts\n" + "\n".join(small))
     assert infer_schema(tmp_path / "small.csv", "clicked")["dense"] == ["ts"]

@@ -869,10 +869,13 @@ ID_NAME = re.compile(
 )
 ROW_KEY_SHARE = 0.95  # of the rows with a distinct id: the column names rows, not features
 UNNAMED = re.compile(r"Unnamed: \d+")  # pandas' header for a column whose header cell is empty
-# A column named as a time ("ts", "timestamp", "event_time", "clickTime", "date"): epoch
+# A column named as a time ("ts", "timestamp", "event_time", "clickTime", "date", with a unit:
+# "ts_ms", "timestamp_ms", "time_sec", or as a moment: "created_at", "clickedAt"): epoch
 # numbers in it are when the row happened, not a feature (a time split orders by them).
 TIME_NAME = re.compile(
-    r"(?:^|[_\-\s.])(?i:ts|time|timestamp|date|datetime|epoch)$|[a-z0-9](?:Time|Timestamp|Date|Ts)$"
+    r"(?:^|[_\-\s.])(?i:(?:ts|time|timestamp|date|datetime|epoch)"
+    r"(?:[_\-\s.](?:ms|s|secs?|seconds|millis|msec|utc))?|at)$"
+    r"|[a-z0-9](?:Time|Timestamp|Date|Ts)(?:Ms|Secs?|Seconds|Millis|Utc)?$|[a-z0-9]At$"
 )
 EPOCH_SECONDS = (946_684_800, 4_102_444_800)  # 2000-01-01 and 2100-01-01, UTC
 # "1,234.56" is no number to pandas, so none to training either (and "1,234" may mean 1.234
@@ -960,7 +963,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
     (Parquet), or of texts of which at least `LIST_SHARE` hold a separator of
     `LIST_SEPARATORS` (CSV), is multi-valued. Without `time`, the first column of dates
     becomes the time column, and a column named as a time (`TIME_NAME`) that holds epoch
-    seconds or milliseconds is left out with a warning that suggests it as `--time`; a given
+    seconds or milliseconds is left out with a warning that suggests it as `--time` (with
+    `time` given, such another column is left out too: a time, not a feature); a given
     `time` that holds no numbers or dates is refused. A column of ids (text, or whole numbers
     named as ids) with a different value on nearly every row (a request or impression id) is
     left out, with a warning, as is a column with one value (or none) in every row: it tells
@@ -1022,10 +1026,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         words = np.isnan(values[~blank])
         distinct = frame[column][~blank].astype(str).str.strip().nunique()
         named_ids = ID_NAME.search(str(column)) is not None
-        named_time = suggest_time and TIME_NAME.search(str(column)) is not None
+        named_time = TIME_NAME.search(str(column)) is not None
         if named_time and not words.any() and (epochs := _epoch_times(values[~blank])):
-            logger.warning("%s: left out %s: it looks like a time column (%s); pass --time %s "
-                           "to split in time order", path, column, epochs, column)  # fmt: skip
+            then = (f"pass --time {column} to split in time order" if suggest_time else
+                    f"the split's time is {time}")  # fmt: skip
+            logger.warning("%s: left out %s: it looks like a time column (%s); %s", path,
+                           column, epochs, then)  # fmt: skip
             continue
         texts = frame[column][~blank][words]
         # more than a few such cells (a few: stray rows of a dense column, below)
