@@ -1083,6 +1083,11 @@ def test_data_schema_says_what_a_new_user_s_odd_columns_are(tmp_path, capsys, ca
     (tmp_path / "bare.csv").write_text(bare)
     assert main(["data", "schema", str(tmp_path / "bare.csv"), "--label", "0"]) == 2
     assert "its first line holds numbers where names belong" in capsys.readouterr().err
+    # training from it with a schema said the schema's names were wrong ("Fix the names")
+    (tmp_path / "bare.yaml").write_text("label: clicked\ndense: [visits, price]\n")
+    train = ["train", "--data", str(tmp_path / "bare.csv"), "--schema", str(tmp_path / "bare.yaml")]
+    assert main([*train, "--arch", "logistic_regression"]) == 2
+    assert "bare.csv: its first line holds numbers where names belong" in capsys.readouterr().err
 
     # not refused: pandas' default names for a matrix's columns, and dates written without
     # zero padding (1/5/2024 beside 12/15/2024: one way, however wide)

@@ -591,6 +591,15 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
     return header
 
 
+def _check_header_names(path: Path, names: list[str]) -> None:
+    """Refuse a text file's first line of numbers where names belong: a file without a
+    header (its first row was read as the names; the schema's were then "not in" it)."""
+    numbers = [name for name in names if _is_number(name)]
+    numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
+    if len(numbers) >= len(names) / 2 and not numbered and format_suffix(path) in CSV_SUFFIXES:
+        _refuse_a_row_of_data(path, numbers, len(names))
+
+
 def _refuse_a_row_of_data(path: Path, numbers: list[str], fields: int) -> None:
     """A first line of numbers where names belong: a file without a header."""
     criteo = " (a Criteo file? give it as criteo:PATH)" if fields == 40 else ""
@@ -723,6 +732,7 @@ def _check_time_column(column: str, path: Path) -> None:
 def _check_columns(spec: TabularSchema, path: Path, available: list[str]) -> None:
     missing = [c for c in spec.columns if c not in available]
     if missing:
+        _check_header_names(path, available)
         raise RanknasError(
             f"{spec.source}: column(s) {missing} not in {path}; the file has {available}. "
             "Fix the names in the schema file."
@@ -987,10 +997,8 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             logger.warning("%s: inferred without %d repeats of the header line (files joined "
                            "with their headers?); training skips them as malformed rows", path,
                            int(again.sum()))  # fmt: skip
-    numbers = [str(c) for c in frame.columns if _is_number(str(c))]
-    numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
-    if report.unit == "line" and len(numbers) >= len(frame.columns) / 2 and not numbered:
-        _refuse_a_row_of_data(path, numbers, len(frame.columns))
+    if report.unit == "line":
+        _check_header_names(path, [str(c) for c in frame.columns])
     missing = [c for c in (label, time) if c and c not in frame.columns]
     if missing:
         raise RanknasError(f"{path}: no column(s) {missing}; the file has {list(frame.columns)}")
