@@ -338,9 +338,6 @@ def architecture_costs(
     return Costs(analysis.flops / 1e6, analysis.dense_params, latency_ms, step)
 
 
-CONSTRAINTS = ("max_mflops", "max_params", "max_latency_ms", "max_step_ms")  # `over_constraint`
-
-
 def over_constraint(costs: Costs, config: StudyConfig) -> str | None:
     """Why an architecture is not trained (over a constraint of `objectives`), or None."""
     o = config.objectives

@@ -16,6 +16,7 @@ from nas.storage import redact
 from nas.trial_record import StudyAttr
 from search_space.errors import RanknasError
 
+CONSTRAINTS = ("max_mflops", "max_params", "max_latency_ms", "max_step_ms")  # `over_constraint`
 # What a study recorded before a setting existed trained with (its protocol lacks the key).
 SETTINGS_BEFORE_THEY_WERE_RECORDED = {"lr_schedule": "constant", "search": None}
 # Settings recorded only since 2026-12-07: a study from before is taken to have had today's.
@@ -58,8 +59,29 @@ def check_settings(recorded: dict[str, Any] | None, config: StudyConfig) -> None
         now = training_protocol(config)
         changes += protocol_changes(recorded_training(protocol, now), now, "training.")
     changes += cluster_changes(recorded, config)
+    if ceilings := ceiling_changes(recorded, config):
+        raise other_settings(config, changes + ceilings, CEILINGS_CHANGED)
     if changes:
         raise other_settings(config, changes)
+
+
+def configured_ceilings(config: StudyConfig) -> dict[str, Any]:
+    """`objectives.max_*` as the config gives them (`best_baseline` and `base` unresolved)."""
+    return {key: getattr(config.objectives, key) for key in CONSTRAINTS}
+
+
+# why a searched study's ceilings are held
+CEILINGS_CHANGED = (" (its trials above a new ceiling would stay its best, and points skipped "
+                    "under an old one were never trained)")  # fmt: skip
+
+
+def ceiling_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:
+    """How the ceilings of a study that has searched (its recorded attributes: `recorded`)
+    changed."""
+    ceilings = recorded.get(StudyAttr.CEILINGS)
+    if ceilings is None or StudyAttr.SEARCH_SPACE not in recorded:
+        return []
+    return protocol_changes(ceilings, configured_ceilings(config), "objectives.")
 
 
 def cluster_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:

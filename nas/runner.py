@@ -48,7 +48,6 @@ from nas.feature_screen import Screen, describe, screen, screens
 from nas.leaderboard import costs_text, reeval_metrics, seed_means, study_best
 from nas.oneshot.phase import PHASE_SEARCHERS, PROPOSED_BY, proposed_by, run_search_phase
 from nas.protocol import (
-    CONSTRAINTS,
     Costs,
     StepReference,
     StudyData,
@@ -63,7 +62,16 @@ from nas.protocol import (
     study_protocol,
     train_architecture,
 )
-from nas.protocol_diff import check_settings, protocol_changes, step_cluster
+from nas.protocol_diff import (
+    CEILINGS_CHANGED,
+    CONSTRAINTS,
+    ceiling_changes,
+    check_settings,
+    configured_ceilings,
+    other_settings,
+    protocol_changes,
+    step_cluster,
+)
 from nas.recipe import recipe_key, trial_recipe, with_recipe
 from nas.reevaluate import best_baseline_by_seed_means
 from nas.searchers import make_sampler
@@ -234,6 +242,16 @@ def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
             " (objectives.metric and cost); put them back, or give the study a new name"
         )
     return recorded is None
+
+
+def _check_ceilings(study: optuna.Study, config: StudyConfig) -> None:
+    """`protocol_diff.ceiling_changes` under the study lock (a worker may have created the
+    study since `check_settings`); records the ceilings where none are (a new study, or one
+    from before they were)."""
+    if changes := ceiling_changes(study.user_attrs, config):
+        raise other_settings(config, changes, CEILINGS_CHANGED)
+    if study.user_attrs.get(StudyAttr.CEILINGS) != (now := configured_ceilings(config)):
+        study.set_user_attr(StudyAttr.CEILINGS, now)
 
 
 def _sampler_seed(config: StudyConfig, storage: RDBStorage, worker: str) -> int:
@@ -451,6 +469,7 @@ def _run_study(
         study = _create_study(config, storage)
         own_output_dir(config, study, token)
         _check_search_space(study, config)
+        _check_ceilings(study, config)
         check_protocol(study, config, data)
         if config.objectives.needs_step_time:  # checked and recorded under one lock
             study.set_user_attr(StudyAttr.STEP_DEVICES, config.sharding.devices)

@@ -385,6 +385,8 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
         ),
         ({"objectives": {"cost": "mflops"}}, "objectives ne, not ne, mflops"),
         ({"objectives": {"metric": "logloss"}}, "objectives ne, not logloss"),
+        # a ceiling added later: the best (above it) stayed the best on every surface
+        ({"objectives": {"max_mflops": 0.03}}, "objectives.max_mflops: null -> 0.03"),
         ({"data": {"rows": 5000}}, "data.rows: [3200, 400, 400] -> [4000, 500, 500]"),
         ({"data": {"seed": 7}}, "data.seed: 0 -> 7"),
         ({"data": {"split": {"method": "ordered"}}}, 'data.split.method: "auto" -> "ordered"'),

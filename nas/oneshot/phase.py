@@ -25,7 +25,8 @@ from nas.config import StudyConfig
 from nas.oneshot.dnas import ArchitectureDistribution, train_dnas
 from nas.oneshot.search import Candidate, Scorer, search
 from nas.oneshot.supernet import Supernet, train_supernet
-from nas.protocol import CONSTRAINTS, StudyData, architecture_costs, over_constraint
+from nas.protocol import StudyData, architecture_costs, over_constraint
+from nas.protocol_diff import CONSTRAINTS
 from nas.storage import study_lock
 from nas.trial_record import counted_trials
 from search_space.errors import RanknasError
