@@ -388,11 +388,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(strict_json(state))
         return 0
     # WAITING: starting points queued when the study began and not run (yet, or at all:
-    # the budget may have been reached first)
-    words = {"waiting": "queued trial{s} not run yet"}
+    # the budget was reached first)
+    budget, trials = state["budget_trials"], state["trials"]
+    spent = bool(budget) and trials["complete"] + trials["pruned"] >= budget
+    words = {"waiting": "queued point{s} left untrained (the budget was reached first)" if spent
+             else "queued trial{s} not run yet"}  # fmt: skip
     counts = ", ".join(f"{n} {words.get(k, k).format(s='s' * (n != 1))}"
-                       for k, n in state["trials"].items() if n)  # fmt: skip
-    budget = state["budget_trials"]
+                       for k, n in trials.items() if n)  # fmt: skip
     said = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
     print(f"study {state['study']}: {counts or 'no trials'} ({said})")
     if budget and config is not None and config.budget.trials != budget:  # the YAML edited
@@ -411,7 +413,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               "fits under the study's ceilings, holds few new ones; `ranknas search` says "
               "which)")  # fmt: skip
     bases = state["baselines"]
-    if bases and not any(b["state"] == "complete" for b in bases):  # what stopped the search
+    done = any(b["state"] == "complete" for b in bases)
+    if done and not counts:  # stopped while training them (or still): the search comes after
+        print("baselines: " + ", ".join(f"{b['baseline']} {b['state']}" for b in bases))
+    if bases and not done:  # what stopped the search
         from nas.storage import redact
 
         storage = f" --storage {redact(args.storage)}" if args.storage else ""

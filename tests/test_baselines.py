@@ -730,6 +730,31 @@ def test_status_of_a_study_whose_baselines_all_failed_says_so(tmp_path, capsys):
     assert table[1].endswith("failure reason") and table[2].endswith(reason), table
 
 
+def test_status_names_the_baselines_recorded_before_the_search_and_unrun_starting_points(
+    tmp_path, capsys
+):
+    """A search stopped while training its baselines: status said only "no trials". A
+    finished study's starting points not run read as work still to come."""
+    from optuna.trial import create_trial
+
+    from study_helpers import recorded_study
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = recorded_study(url, [], name="early")
+    study.set_user_attr("baselines:dcnv2", {"name": "dcnv2", "order": 0, "status": "complete",
+                                            "val_ne": 0.94, "mflops": 0.1})  # fmt: skip
+    assert main(["status", "early", "--storage", url]) == 0
+    assert "baselines: dcnv2 complete" in capsys.readouterr().out
+    study.set_user_attr("budget_trials", 2)
+    for _ in range(2):
+        study.add_trial(create_trial(value=0.9, user_attrs={"val_ne": 0.9, "mflops": 0.05}))
+    study.enqueue_trial({})
+    assert main(["status", "early", "--storage", url]) == 0
+    shown = capsys.readouterr().out
+    assert "2 complete, 1 queued point left untrained (the budget was reached first)" in shown
+    assert "baselines: dcnv2" not in shown  # the verdict speaks of them
+
+
 def test_one_seed_reads_as_one():
     """`reevaluate --seeds 1` said "seed means over 1 fresh seeds" and an sd of 0.0000."""
     from nas.leaderboard import format_reevaluation, seeds_text
