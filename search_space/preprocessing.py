@@ -19,6 +19,7 @@ of values, or a text with a separator) becomes the ids of its items; an empty on
 from __future__ import annotations
 
 import hashlib
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -105,7 +106,9 @@ def encode_value(
         return OOV_ID
     found = index.get(text)
     if found is None and not isinstance(value, bool):
-        found = next((index[t] for t in _number_texts(text) if t in index), None)
+        # a number (not a text) may have lost the leading zeros its id was written with
+        padded = isinstance(value, numbers.Number)
+        found = next((index[t] for t in _number_texts(text, padded) if t in index), None)
     return OOV_ID if found is None else found
 
 
@@ -174,16 +177,23 @@ def encode_hex(value: Any, index: Mapping[str, int], buckets: int | None) -> int
     return index.get(f"{number:08x}", OOV_ID)
 
 
-def _number_texts(text: str) -> list[str]:
+MAX_PADDED_DIGITS = 20  # the widest id a number is zero-padded to
+
+
+def _number_texts(text: str, padded: bool = False) -> list[str]:
     """Other texts of the same number (none for a text that is not one): a served 3 is
-    the training file's "3.0" (whole numbers written as floats), and 3.0 its "3"."""
+    the training file's "3.0" (whole numbers written as floats), and 3.0 its "3"; with
+    `padded` (a value served as a number), also "03", "003", ...: a zip code "00425" that
+    pandas read as 425."""
     try:
         number = float(text)
     except ValueError:
         return []
     if not number.is_integer():
         return [repr(number)]
-    return [str(int(number)), f"{int(number)}.0"]
+    whole = str(int(number))
+    zeros = [whole.zfill(width) for width in range(len(whole) + 1, MAX_PADDED_DIGITS + 1)]
+    return [whole, f"{whole}.0", *(zeros if padded and number >= 0 else [])]
 
 
 def vocabulary_index(values: Sequence[str]) -> dict[str, int]:

@@ -593,6 +593,27 @@ def test_hashed_ids_are_stable_across_processes_and_equal_in_the_export(tmp_path
     assert served[:, 0].tolist() == ids
 
 
+def test_ids_written_with_leading_zeros_are_found_when_served_as_numbers(tmp_path):
+    """Zip codes "00425" served from `pandas.read_csv` (which reads them as 425) were out of
+    vocabulary, silently: NE 0.91 where the test NE was 0.83. A text "425" is still as given."""
+    import pandas as pd
+
+    from nas.export import standalone_template
+    from trainers.data.preprocess import apply_preprocessing, fit_preprocessing
+
+    zips = [f"{(i % 40) * 97:05d}" for i in range(400)]
+    data = _shop_log(tmp_path, zips, "shop")
+    fitted = fit_preprocessing(data)
+    trained = apply_preprocessing(data, fitted).categorical[:, 0].tolist()
+    (tmp_path / "preprocessing.json").write_text(json.dumps(fitted))
+    frame = pd.read_csv(tmp_path / "log.csv")
+    assert frame["shop"].dtype == "int64"  # the zeros are gone
+    served = standalone_template.encode_ids([frame["shop"].tolist()], ["shop"], tmp_path)
+    assert served[:, 0].tolist() == trained
+    texts = [str(int(z)) for z in zips[:3]]  # "0", "97", "194": other texts than the file's
+    assert standalone_template.encode_ids([texts], ["shop"], tmp_path)[1:, 0].tolist() == [1, 1]
+
+
 def test_a_hashed_column_of_numbers_serves_them_as_its_file_wrote_them(tmp_path):
     """A hashed value is its text's hash: pandas reads a CSV column of ids with blanks as
     floats, and a served 118.0 went to another bucket than the file's 118 (the registered
