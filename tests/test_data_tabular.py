@@ -949,6 +949,28 @@ def test_schema_inference_suggests_an_epoch_column_named_as_a_time(tmp_path, cap
     assert infer_schema(tmp_path / "small.csv", "clicked")["dense"] == ["ts"]
 
 
+def test_schema_inference_suggests_dates_written_as_digits_as_the_time(tmp_path, caplog):
+    """Avazu's `hour` (14102100: YYMMDDHH) was a dense feature and the split fell back to
+    file order; so was a partition's `ds` (20241005). An hour of the day stays a feature."""
+    from trainers.data.tabular import infer_schema
+
+    rows = [f"{i % 2},{14102100 + (i // 50) % 24},{20241001 + i // 100},{i % 24},{i % 7}.5"
+            for i in range(300)]  # fmt: skip
+    path = tmp_path / "avazu.csv"
+    path.write_text("click,hour,ds,hour_of_day,price\n" + "\n".join(rows))
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(path, "click")
+    assert "time" not in schema and schema["dense"] == ["price"]
+    assert [c["name"] for c in schema["categorical"]] == ["hour_of_day"]
+    assert ("left out hour: it looks like a time column (YYMMDDHH, 2014-10-21 to 2014-10-21); "
+            "pass --time hour to split in time order") in caplog.text  # fmt: skip
+    assert "left out ds: it looks like a time column (YYYYMMDD, 2024-10-01 to 2024-10-03)" in (
+        caplog.text
+    )
+    timed = infer_schema(path, "click", time="hour")
+    assert timed["time"] == "hour" and timed["dense"] == ["price"]
+
+
 def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):
     """A whole-number column named as ids is categorical however many values it has (a
     400-valued `city_id` was inferred dense); a column with a different id on every row (a

@@ -888,6 +888,14 @@ TIME_NAME = re.compile(
     r"|[a-z0-9](?:Time|Timestamp|Date|Ts)(?:Ms|Secs?|Seconds|Millis|Utc)?$|[a-z0-9]At$"
 )
 EPOCH_SECONDS = (946_684_800, 4_102_444_800)  # 2000-01-01 and 2100-01-01, UTC
+# A column named as a day or an hour ("hour", "day", "ds", "dt", or as a time): dates written
+# as digits in it (Avazu's `hour`, 14102100; a partition's 20241005) order the rows in time.
+DAY_NAME = re.compile(r"(?:^|[_\-\s.])(?i:hour|day|ds|dt)$")
+DIGIT_DATES = (
+    ("YYYYMMDDHH", "%Y%m%d%H", 10),
+    ("YYYYMMDD", "%Y%m%d", 8),
+    ("YYMMDDHH", "%y%m%d%H", 8),
+)
 # "1,234.56" is no number to pandas, so none to training either (and "1,234" may mean 1.234
 # elsewhere): such a column is left out, and said, rather than read with its commas dropped.
 THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
@@ -957,6 +965,22 @@ def _epoch_times(values: np.ndarray) -> str | None:
             span = (np.array([values.min(), values.max()]) // scale).astype(np.int64)
             first, last = span.astype("datetime64[s]").astype("datetime64[D]")
             return f"epoch {unit}, {first} to {last}"
+    return None
+
+
+def _digit_dates(values: np.ndarray) -> str | None:
+    """How whole numbers that are all dates written as digits (`DIGIT_DATES`) from 2000 to
+    2099 read ("YYMMDDHH, 2014-10-21 to 2014-10-30"); None where they are not. Their order
+    as numbers is their order in time, so a time split takes them as they are."""
+    pd = _import("pandas", "reading tabular data")
+    if not values.size or not np.all(values == np.floor(values)) or values.min() < 0:
+        return None
+    texts = pd.Series(np.unique(values).astype(np.int64).astype(str))
+    for name, layout, digits in DIGIT_DATES:
+        if (texts.str.len() == digits).all():
+            dates = pd.to_datetime(texts, format=layout, errors="coerce")
+            if dates.notna().all() and dates.min().year >= 2000 and dates.max().year < 2100:
+                return f"{name}, {dates.min().date()} to {dates.max().date()}"
     return None
 
 
@@ -1035,7 +1059,9 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         distinct = frame[column][~blank].astype(str).str.strip().nunique()
         named_ids = ID_NAME.search(str(column)) is not None
         named_time = TIME_NAME.search(str(column)) is not None
-        if named_time and not words.any() and (epochs := _epoch_times(values[~blank])):
+        named_day = named_time or DAY_NAME.search(str(column)) is not None
+        if not words.any() and (epochs := (named_time and _epoch_times(values[~blank]))
+                                or (named_day and _digit_dates(values[~blank]))):  # fmt: skip
             then = (f"pass --time {column} to split in time order" if suggest_time else
                     f"the split's time is {time}")  # fmt: skip
             logger.warning("%s: left out %s: it looks like a time column (%s); %s", path,
