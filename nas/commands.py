@@ -1035,7 +1035,7 @@ def _train_streamed(args: argparse.Namespace) -> int:
     model = build_model(arch, seed=args.seed)
     result = train(model, data.train, data.valid, data.test, _train_config(args),
                    label=f"train {args.arch}")  # fmt: skip
-    return _print_run(args, result.summary(), result)
+    return _print_run(args, result.summary() | {"split": data.description}, result)
 
 
 def _shown(key: str, value: Any) -> str:

@@ -289,6 +289,7 @@ def test_train_stream_from_the_command_line(tmp_path, capsys):
     summary = json.loads(out.out.strip().splitlines()[-1])
     # 4 steps on random-looking hashed ids may not beat the base rate: a diverged run is 1
     assert summary["examples"] == 2048 and summary["steps"] == 4 and summary["val_examples"] == 300
+    assert summary["split"].startswith("in file order, streamed from")  # as in memory: said
     assert code == (0 if summary["status"] == "complete" else 1)
     assert "streamed from" in out.err
     assert main(["train", "--stream", "--data", "synthetic", "--arch", "dlrm"]) == 2
