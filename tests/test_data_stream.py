@@ -382,3 +382,21 @@ def test_a_study_names_its_time_column_for_the_streamed_split(shop):
     assert "streamed from" in prepare_data(config).split
     with pytest.raises(RanknasError, match="a Criteo file has no time column"):
         open_stream("criteo:day.tsv", None, time_order="x", time_column="day")
+
+
+def test_a_categorical_column_of_one_value_in_training_is_named_in_both_paths(shop, caplog):
+    """A dense column constant in training was named; a categorical one (an app version that
+    changes after the training rows) trained silently as a feature that tells nothing."""
+    versions = np.where(np.arange(ROWS) < 2400, "v1", "v2")
+    table = shop_table(ROWS).append_column("version", pa.array(versions))
+    pq.write_table(table, shop / "versioned.parquet")
+    (shop / "versioned.yaml").write_text(SCHEMA + "  - version\n")
+    said = "categorical column(s) ['version'] hold one value in every training row"
+    data = load_tabular(shop / "versioned.parquet", shop / "versioned.yaml")
+    with caplog.at_level("WARNING"):
+        fit_preprocessing(data.split(method="ordered")[0])
+    assert said in caplog.text  # the list names it alone
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        open_stream(str(shop / "versioned.parquet"), str(shop / "versioned.yaml"))
+    assert said in caplog.text

@@ -29,7 +29,7 @@ from search_space.preprocessing import (
     transform_dense,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
-from trainers.data.report import warn_constant_dense, warn_far_dense
+from trainers.data.report import warn_constant_categorical, warn_constant_dense, warn_far_dense
 
 COUNT_RATIO = 10.0
 FAR_RATIO = 10.0  # a standard deviation this many times its central values': far values in it
@@ -189,6 +189,8 @@ def fit_categorical(train: TabularData) -> dict[str, Any]:
     hashed columns' buckets and how their file wrote whole numbers (served ones are
     hashed as written so), min-counts above 1, multi-valued columns' separators."""
     raws = train.raw_values.items()
+    source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
+    warn_constant_categorical(source, [n for n, raw in raws if _one_value(raw)])
     return {
         "vocabulary": fit_vocabulary(train),
         "hashing": {n: raw.hash_size for n, raw in raws if raw.hash_size is not None},
@@ -200,6 +202,17 @@ def fit_categorical(train: TabularData) -> dict[str, Any]:
         "min_count": {n: raw.min_count for n, raw in raws if raw.min_count > 1},
         "multi_valued": {n: {"separator": raw.separator} for n, raw in raws if raw.multi_valued},
     }
+
+
+def _one_value(raw: RawColumn) -> bool:
+    """A single-valued column with one value and no blank in every training row."""
+    codes = raw.codes.values
+    return (
+        not raw.multi_valued
+        and len(codes) > 0
+        and bool((codes >= 0).all())
+        and (len(np.unique(codes)) == 1)
+    )
 
 
 def fit_preprocessing(train: TabularData, dense: bool = True) -> dict[str, Any]:

@@ -24,6 +24,15 @@ def warn_blank_categorical(source: str, names: Sequence[str], where: str = "row"
                        "schema", source, list(names), where)  # fmt: skip
 
 
+def warn_constant_categorical(source: str, names: Sequence[str]) -> None:
+    """Categorical columns of `source` with one value, never blank, in every training row:
+    a feature that tells nothing, whose other values later rows hold are all unseen."""
+    if names:
+        logger.warning("%s: categorical column(s) %s hold one value in every training row: a "
+                       "feature that tells nothing (later rows' other values are all out of "
+                       "vocabulary); drop them from the schema", source, list(names))  # fmt: skip
+
+
 def warn_constant_dense(source: str, names: Sequence[str]) -> None:
     """Dense columns of `source` with one value (or none) in every training row: scaled
     to 0 everywhere, a feature that tells nothing; `data schema` leaves them out."""

@@ -67,6 +67,7 @@ from trainers.data.preprocess import (
 from trainers.data.report import (
     BadRowLimits,
     warn_blank_categorical,
+    warn_constant_categorical,
     warn_constant_dense,
     warn_far_dense,
 )
@@ -490,12 +491,14 @@ def fit_encoder(
     counts = {name: ValueCounts() for name in min_count}
     rows, clicks = 0, 0.0
     blank = [c.name for c in fitted]  # until a value shows, vocabulary or hashed
+    gaps: set[str] = set()  # columns with a blank in some training row
     exported = hashing if source.hashes_like_export else {}  # Criteo's ids: served as hashed
     forms: dict[str, set[str]] = {name: set() for name in exported}  # how whole numbers read
     for chunk in source.chunks(0, stop):
         rows += len(chunk)
         clicks += float(chunk.labels.sum())
         blank = [name for name in blank if not (chunk.raw[name][0] >= 0).any()]
+        gaps |= {name for name in counts if (chunk.raw[name][0] < 0).any()}
         for name, seen in forms.items():
             seen |= number_forms(str(v).strip() for v in chunk.raw[name][1].tolist())
         for k, stats in enumerate(dense):
@@ -514,6 +517,8 @@ def fit_encoder(
                            "filled with the training mean", source.name, stats.blanks,
                            stats.column)  # fmt: skip
     warn_blank_categorical(source.name, blank, "training row")
+    one = [name for name, c in counts.items() if len(c.counts) == 1 and name not in gaps]
+    warn_constant_categorical(source.name, one)
     warn_constant_dense(source.name, [s.column for s in dense if s.low == s.high])
     vocabularies = {name: c.vocabulary(min_count[name]) for name, c in counts.items()}
     transforms = fixed if fixed is not None else [stats.transform() for stats in dense]
