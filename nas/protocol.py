@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,6 +263,12 @@ def split_method(method: str, data: TabularData, source: str) -> str:
     """`auto`: random for synthetic rows (they have no order), time when the data has a time
     column, else the file's order: offline numbers should measure the future, as production
     does."""
+    if method == "random" and data.time is not None:
+        logging.getLogger(__name__).warning(
+            "%s: a random split of rows that have a time (%s): validation and test rows come "
+            "from the same times as the training rows, so their NE reads better than a model "
+            "does on later rows; split method auto or time splits in time order", source,
+            data.schema.time)  # fmt: skip
     if method != "auto":
         return method
     if source == "synthetic":

@@ -1154,3 +1154,18 @@ def test_data_schema_says_what_a_new_user_s_odd_columns_are(tmp_path, capsys, ca
     assert "a Parquet file under a text file's name; rename it to p.parquet" in (
         capsys.readouterr().err
     )
+
+
+def test_a_random_split_of_rows_that_have_a_time_is_told(tmp_path, caplog):
+    """`--split random` on a log with a time column mixed later rows into training without a
+    word: its validation and test NE read better than the model does on later rows."""
+    from nas.protocol import split_method
+
+    data = _shop_log(tmp_path, [f"s{i % 9}" for i in range(200)], "shop")
+    with caplog.at_level("WARNING"):
+        assert split_method("random", data, "log.csv") == "random"
+    assert "log.csv: a random split of rows that have a time (t)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert split_method("auto", data, "log.csv") == "time"
+    assert not caplog.text
