@@ -122,12 +122,22 @@ def _arch_table(arch, report: dict[str, Any], name: str) -> str:
     header = ["block", "op", "inputs", "output", "FLOPs", "params"]
     return "\n".join([
         f"architecture {arch.name or name}  digest {report['digest']}",
-        f"inputs: dense[{arch.num_dense}], {len(emb.used)} features x dim {emb.dim}",
+        f"inputs: dense[{arch.num_dense}], {len(emb.used)} features x dim {emb.dim}"
+        + _own_dims(emb),
         align(header, rows),
         f"total: {_human(report['flops'])} FLOPs/example, {_human(report['dense_params'])} "
         f"dense params, {_human(report['embedding_params'])} embedding params "
         f"(head: {arch.output_block} -> logit)",
     ])  # fmt: skip
+
+
+def _own_dims(emb) -> str:
+    """The features of a dim of their own, and those left out: " (c9 at 16; left out: c2)"."""
+    own = [f"{f.name} at {f.dim}" for f in emb.features if f.dim not in (None, 0, emb.dim)]
+    out = [f.name for f in emb.features if f.dim == 0]
+    parts = [", ".join(own)] if own else []
+    parts += [f"left out: {', '.join(out)}"] if out else []
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def cmd_space_sample(args: argparse.Namespace) -> int:

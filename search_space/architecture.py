@@ -38,6 +38,7 @@ from typing import Any
 
 from search_space.blocks import OPS
 from search_space.errors import SpecError
+from search_space.files import read_data_file
 from search_space.params import validate_params
 from search_space.schema import POOLINGS, DatasetSchema
 from search_space.shapes import Dense, Shape, Sparse
@@ -61,6 +62,9 @@ class Feature:
 class EmbeddingConfig:
     dim: int
     features: tuple[Feature, ...] = ()
+    # a hand-written spec's own dims by feature name, its features left to the schema: `bind`
+    # makes them the features' (0: left out)
+    dims: tuple[tuple[str, int], ...] = ()
 
     def feature_dim(self, feature: Feature) -> int:
         return self.dim if feature.dim is None else feature.dim
@@ -103,6 +107,8 @@ class Architecture:
         if self.num_dense is not None:
             data["num_dense"] = self.num_dense
         data["embedding"] = {"dim": self.embedding.dim, "features": features}
+        if self.embedding.dims:  # not bound yet
+            data["embedding"]["dims"] = dict(self.embedding.dims)
         data["blocks"] = [
             {"name": b.name, "op": b.op, "inputs": list(b.inputs), "params": _jsonable(b.params)}
             for b in self.blocks
@@ -127,7 +133,10 @@ class Architecture:
 
     @classmethod
     def load(cls, path: str | Path) -> Architecture:
+        """An architecture file: JSON, or YAML where its name ends in .yaml or .yml."""
         path = Path(path)
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return _parse(read_data_file(path, "the architecture", SpecError), str(path))
         try:
             text = path.read_text()
         except OSError as exc:
@@ -151,10 +160,17 @@ class Architecture:
                 f"dataset {schema.name!r} has {schema.num_dense} dense columns; {SCHEMA_HINT}"
             )
         if not self.embedding.features:
+            dims = dict(self.embedding.dims)
+            if unknown := sorted(dims.keys() - {f.name for f in schema.categorical}):
+                raise SpecError(
+                    f"embedding.dims: {unknown} not categorical columns of dataset "
+                    f"{schema.name!r} ({', '.join(f.name for f in schema.categorical)})"
+                )
             features = tuple(
-                Feature(f.name, f.cardinality, pooling=f.pooling) for f in schema.categorical
+                Feature(f.name, f.cardinality, dims.get(f.name), f.pooling)
+                for f in schema.categorical
             )
-            embedding = replace(self.embedding, features=features)
+            embedding = replace(self.embedding, features=features, dims=())
             return replace(self, num_dense=schema.num_dense, embedding=embedding)
         _check_features_match(self, schema)
         return replace(self, num_dense=schema.num_dense)
@@ -246,6 +262,14 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
     dim = data["dim"]
     if not _is_int(dim) or not 1 <= dim <= 4096:
         raise SpecError(f"{where}.dim: {dim!r} is out of range: must be an integer in [1, 4096]")
+    dims = _parse_dims(data.get("dims", {}), where)
+    if dims and data.get("features"):
+        raise SpecError(f"{where}: give each feature's own dim in 'dims' (features from "
+                        "the schema) or in 'features' (each with its num_embeddings), not "
+                        "both")  # fmt: skip
+    unknown = sorted(set(data) - {"dim", "features", "dims"}, key=str)
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {unknown}; allowed: dim, dims, features")
     features = []
     for i, entry in enumerate(data.get("features", [])):
         at = f"{where}.features[{i}]"
@@ -263,7 +287,8 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
             raise SpecError(f"{at} ({entry['name']}): num_embeddings must be an integer >= 1 "
                             "(its table's rows: the schema's cardinality); or leave "
                             "'features' out to take every feature from the data's schema at "
-                            "embedding.dim")  # fmt: skip
+                            "embedding.dim, with own dims in embedding.dims: "
+                            "{NAME: DIM}")  # fmt: skip
         if fdim is not None and (not _is_int(fdim) or not 0 <= fdim <= 4096):
             raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [0, 4096] (0: "
                             "the model does not use the feature)")  # fmt: skip
@@ -271,7 +296,18 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
     names = [f.name for f in features]
     if len(set(names)) != len(names):
         raise SpecError(f"{where}.features: a feature name appears twice")
-    return EmbeddingConfig(dim, tuple(features))
+    return EmbeddingConfig(dim, tuple(features), dims)
+
+
+def _parse_dims(data: Any, where: str) -> tuple[tuple[str, int], ...]:
+    """`embedding.dims`: {feature name: its own dim (0: left out)}."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}.dims: expected a mapping of feature names to dims ({{c9: 16}})")
+    for name, dim in data.items():
+        if not _is_int(dim) or not 0 <= dim <= 4096:
+            raise SpecError(f"{where}.dims.{name}: {dim!r} must be an integer in [0, 4096] (0: "
+                            "the model does not use the feature)")  # fmt: skip
+    return tuple(sorted(data.items()))
 
 
 def _parse_block(data: Any, where: str) -> BlockSpec:
@@ -281,6 +317,9 @@ def _parse_block(data: Any, where: str) -> BlockSpec:
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {unknown}; allowed: name, op, inputs, params")
     name, op, inputs = data.get("name"), data.get("op"), data.get("inputs")
+    if name is None:
+        raise SpecError(f"{where}: missing 'name' (each block is named, and read by that name "
+                        "in later blocks' inputs)")  # fmt: skip
     if not isinstance(name, str) or not _NAME.match(name) or name in RAW_INPUTS:
         raise SpecError(
             f"{where}: name {name!r} must be an identifier (letters, digits, _) other than "

@@ -65,4 +65,5 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
         return str(exc)
     mark = exc.problem_mark
-    return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    tab = "; indent with spaces, not tabs" if "'\\t'" in str(exc.problem) else ""
+    return f"{exc.problem} at line {mark.line + 1}, column {mark.column + 1}{tab}"

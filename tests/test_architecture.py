@@ -184,6 +184,36 @@ def test_malformed_documents_name_the_field(data, expected, small_schema):
     assert expected in str(info.value)
 
 
+def test_a_hand_written_model_gives_own_dims_by_name_and_may_be_yaml(small_schema, tmp_path):
+    """A feature's own dim needed every feature listed with its table's rows (which a study's
+    vocabulary decides); a YAML file was "not valid JSON"; a block without a name was told
+    "name None must be an identifier"."""
+    import yaml
+
+    own = spec(DLRM_LIKE, dims={"c1": 16, "c2": 0})
+    arch = bound(own, small_schema)
+    dims = {f.name: f.dim for f in arch.embedding.features}
+    assert dims == {"c0": None, "c1": 16, "c2": 0, "c3": None, "c4": None, "c5": None}
+    listed = bound(spec(DLRM_LIKE, features=[f.__dict__ for f in arch.embedding.features]),
+                   small_schema)  # fmt: skip
+    assert digest(arch) == digest(listed)
+    from nas.cli import _own_dims  # `arch show` said "5 features x dim 4" alone
+
+    assert _own_dims(arch.embedding) == " (c1 at 16; left out: c2)"
+    with pytest.raises(SpecError, match=r"embedding.dims: \['c9'\] not categorical columns"):
+        bound(spec(DLRM_LIKE, dims={"c9": 8}), small_schema)
+    with pytest.raises(SpecError, match=r"embedding.dims.c1: -1 must be an integer in \[0"):
+        bound(spec(DLRM_LIKE, dims={"c1": -1}), small_schema)
+    (tmp_path / "team.yaml").write_text(yaml.safe_dump(own))
+    assert digest(load_architecture(str(tmp_path / "team.yaml"), small_schema)) == digest(arch)
+    (tmp_path / "tabbed.yaml").write_text("embedding:\n\tdim: 4\n")
+    with pytest.raises(SpecError, match=r"tabbed.yaml: not valid YAML .*indent with spaces"):
+        load_architecture(str(tmp_path / "tabbed.yaml"), small_schema)
+    unnamed = [{"op": "mlp", "inputs": ["dense"], "params": {"widths": [4]}}]
+    with pytest.raises(SpecError, match=r"blocks\[0\]: missing 'name'"):
+        Architecture.from_dict(spec(unnamed))
+
+
 def test_not_json_names_the_file_and_line():
     with pytest.raises(SpecError, match=r"model.json: not valid JSON \(Expecting value: line 2"):
         Architecture.from_json('{\n"blocks": [,]}', source="model.json")

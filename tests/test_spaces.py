@@ -258,6 +258,30 @@ def test_around_leaves_features_out_at_dim_0_and_other_spaces_refuse_it(small_sc
         make_space({"type": "dag", "feature_dims": [0, 8]}, small_schema)
 
 
+def test_around_a_hand_built_model_keeps_its_own_feature_dims(tmp_path, small_schema):
+    """A base with a dim of its own for c1 and c2 left out (dim 0): every point read every
+    feature at the model's dim, so no point was the base, and the features its engineers had
+    left out came back."""
+    import json
+
+    spec = preset("dlrm", small_schema).to_dict()
+    dims = {"c1": 32, "c2": 0}
+    for feature in spec["embedding"]["features"]:
+        feature["dim"] = dims.get(feature["name"])
+    (tmp_path / "team.json").write_text(json.dumps(spec))
+    base = Architecture.from_dict(spec)
+    space = make_space({"type": "around", "base": str(tmp_path / "team.json")}, small_schema)
+    assert digest(space.decode(space.base_values())) == digest(base)
+    for seed in range(20):
+        arch = space.sample(seed)
+        own = {f.name: arch.embedding.feature_dim(f) for f in arch.embedding.features}
+        assert own["c2"] == 0 and own["c1"] == 2 * arch.embedding.dim  # scaled with the model's
+        analyze(arch)
+    searched = make_space({"type": "around", "base": str(tmp_path / "team.json"),
+                           "feature_dims": [0, 16, 32]}, small_schema)  # fmt: skip
+    assert digest(searched.decode(searched.base_values())) == digest(base)
+
+
 def test_an_around_space_without_the_bases_embedding_dim_starts_from_the_nearest():
     """`embedding_dims` that leave out the base's dim: the study's starting points (which
     begin at `base_values`) were refused as "embedding_dim: 16 is not one of 2, 4"."""

@@ -82,6 +82,7 @@ class AroundSpace(SearchSpace):
         if unknown:
             raise SpecError(f"search_space.insert_at: {unknown} not blocks of the base {names}")
         self._base_reach = raw_inputs_reaching(self.base.blocks, self.base.output_block)
+        self._base_dims = {f.name: f.dim for f in self.base.embedding.features}
         super().__init__(schema, config)
 
     # ------------------------------------------------------------------- parameters
@@ -120,9 +121,10 @@ class AroundSpace(SearchSpace):
         }
         if self.config.feature_dims:
             dims = self.config.feature_dims
-            kept = [d for d in dims if d] or dims  # the base uses every feature: not 0
+            kept = [d for d in dims if d] or dims
             for f in self.base.embedding.features:
-                values[f"dim.{f.name}"] = nearest(kept, self.base.embedding.feature_dim(f))
+                own = self.base.embedding.feature_dim(f)  # 0: the base leaves it out
+                values[f"dim.{f.name}"] = 0 if own == 0 and 0 in dims else nearest(kept, own)
         blocks = {b.name: b for b in self.base.blocks}
         for name, p in self._parameters.items():
             block, _, knob = name.partition(".")
@@ -204,11 +206,24 @@ class AroundSpace(SearchSpace):
         return tuple(blocks)
 
     def _kept_features(self, values: dict[str, Any]) -> int:
-        """The categorical features `values` keep (a 0 among `feature_dims` leaves one out;
-        all left out keeps them all, as `decode` does)."""
-        dims = [values[f"dim.{f.name}"] for f in self.schema.categorical
-                if f"dim.{f.name}" in values]  # fmt: skip
+        """The categorical features `values` keep (a dim 0 leaves one out; all left out keeps
+        them all, as `decode` does)."""
+        dims = [self._feature_dim(values, f.name) for f in self.schema.categorical]
         return sum(d != 0 for d in dims) or self.schema.num_sparse
+
+    def _feature_dim(self, values: dict[str, Any], name: str) -> int | None:
+        """With `feature_dims`, the one searched; else the base's own: a feature it leaves
+        out stays out, and one it gives a dim of its own keeps it, scaled as the model's dim
+        is (a hand-built model's layout was dropped: every point read every feature at one
+        dim, and none was the base)."""
+        if self.config.feature_dims:
+            return super()._feature_dim(values, name)
+        own = self._base_dims.get(name)
+        if not own:  # the model's dim (None), or left out (0)
+            return own
+        dim = values["embedding_dim"]
+        scaled = max(1, round(own * dim / self.base.embedding.dim))
+        return None if scaled == dim else scaled
 
     def _inputs(self, values: dict[str, Any], base: BlockSpec) -> tuple[str, ...]:
         chosen = [k.split(".in.", 1)[1] for k in self._parameters
