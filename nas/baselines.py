@@ -34,7 +34,7 @@ from nas.protocol import (
     record_result,
     train_architecture,
 )
-from nas.recipe import base_recipe, nearest_values, recipe_of, recipe_parameters
+from nas.recipe import PREFIX, base_recipe, nearest_values, recipe_of, recipe_parameters
 from nas.storage import beating, open_storage, study_lock
 from nas.trial_record import (
     ADDED,
@@ -263,7 +263,14 @@ def _tuned_recipe(
         storage.set_trial_user_attr(stale._trial_id, "interrupted", True)
         tuning.tell(stale.number, state=TrialState.FAIL)
     if not tuning.trials:
-        tuning.enqueue_trial(nearest_values(searched, base))
+        first = nearest_values(searched, base)
+        tuning.enqueue_trial(first)
+        if moved := [f"{name} {base[name]:g} as {first[PREFIX + name]:g}" for name in base
+                     if PREFIX + name in first and first[PREFIX + name] != base[name]]:  # fmt: skip
+            grid = f"the nearest points of training.search's grid ({', '.join(moved)})"
+            progress(
+                f"tuning baseline {key}: its first recipe, the study's own, is taken at {grid}"
+            )
     spaces = {name: CategoricalDistribution(p.choices) for name, p in searched.items()}
     kept: dict[int, tuple[Any, Any]] = {}
     done_before = tuning.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -163,6 +163,9 @@ def test_a_tuned_baseline_is_compared_at_its_best_recipe(tmp_path, monkeypatch):
     trained_as = [f"baseline dlrm recipe {n}" for n in range(1, 4)]  # counted from 1, as the log
     assert trained == trained_as  # not trained again
     assert sum(line.startswith("baseline dlrm recipe") for line in lines) == 3
+    # the study's 0.002 is no grid point: its first recipe said so, not silently 0.0032
+    assert ("tuning baseline dlrm: its first recipe, the study's own, is taken at the nearest "
+            "points of training.search's grid (dense_lr 0.002 as 0.0032)") in lines  # fmt: skip
     assert f"at its best of 3 recipes (dense_lr {record['recipe']['dense_lr']}" in "".join(lines)
     assert "each at its best of 3 recipes" in format_verdict(verdict(study))
 
