@@ -124,6 +124,7 @@ from nas.trial_record import (
 from search_space.architecture import Architecture, analyze, digest
 from search_space.builder import RankingModel
 from search_space.errors import RanknasError, SpecError
+from search_space.presets import check_before_the_data
 from search_space.space_configs import BEST_BASELINE
 from search_space.spaces import SearchSpace, make_space
 from trainers import progress as bars
@@ -427,6 +428,11 @@ def _run_study(
     torch.set_num_threads(config.training.threads)
     check_server(config.storage)
     check_baseline_files(config.baselines)  # before the data, which can take minutes
+    if (base := getattr(config.search_space, "base", None)) not in (None, BEST_BASELINE):
+        try:  # (it was told after the data, which left an empty study folder)
+            check_before_the_data(base)
+        except RanknasError as exc:
+            raise RanknasError(f"search_space.base: {exc}") from None
     if (recorded := existing_study(config.name, config.storage)) is not None:
         check_settings(recorded.user_attrs, config)  # the same
     try:  # and a device this machine lacks (it came after the data and an empty study)

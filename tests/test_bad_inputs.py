@@ -549,3 +549,17 @@ def test_a_gpu_asked_for_where_there_is_none_is_said_before_the_data(tmp_path, c
     assert err.startswith("error: training.device: device 'cuda' asked for, but CUDA is not "
                           "available here; set it to auto or cpu"), err  # fmt: skip
     assert "data:" not in out and not (tmp_path / "studies.db").exists()
+
+
+def test_a_broken_base_file_is_said_before_the_data(tmp_path, capsys):
+    """A typo in the around space's base file was told once the data had loaded, and left
+    an empty study folder."""
+    bad = tmp_path / "team.json"
+    block = {"name": "top", "op": "mpl", "inputs": ["dense"], "params": {"widths": [4]}}
+    bad.write_text(json.dumps({"embedding": {"dim": 4}, "blocks": [block]}))
+    config = tiny_config(tmp_path, "bad")
+    config["search_space"] = {"type": "around", "base": str(bad)}
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: search_space.base: {bad}: ") and "unknown op 'mpl'" in err, err
+    assert "data:" not in out and not (tmp_path / "bad").exists()
