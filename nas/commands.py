@@ -449,9 +449,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state["best"] is not None:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")
     if pending := state["reevaluation_pending"]:
-        print(f"not counted yet: {pending} run{'s' * (pending != 1)} of an interrupted "
-              "re-evaluation (`ranknas reevaluate`, or a search's best-baseline seeds); run "
-              "that command again to finish it (it reuses them)")  # fmt: skip
+        print(f"not counted yet: {pending} run{'s' * (pending != 1)} of a re-evaluation "
+              "that has not finished (`ranknas reevaluate`, or a search's best-baseline seeds): "
+              "running now, or interrupted; then run that command again to finish it (it "
+              "reuses them)")  # fmt: skip
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
     view = _view_url(config)

@@ -22,6 +22,7 @@ from cost_models.sharding.plan import Plan
 from cost_models.sharding.step import plan_trial_sharding, predict_step, topology
 from nas.config import DEFAULT_EXAMPLES, DataConfig, ShardingConfig, StudyConfig
 from nas.protocol_diff import (
+    RECORDED_SINCE,
     cluster_changes,
     other_settings,
     protocol_changes,
@@ -196,6 +197,7 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
     if recorded is None:
         study.set_user_attr(StudyAttr.PROTOCOL, now)
         return
+    original, training_before = recorded, recorded.get("training", {})
     training = recorded_training(recorded, now["training"])
     if _split_methods(recorded) | _split_methods(now) == {"auto", data.auto_split}:
         recorded, now = (_with_split_method(p, data.auto_split) for p in (recorded, now))
@@ -216,6 +218,10 @@ def check_protocol(study: optuna.Study, config: StudyConfig, data: StudyData) ->
                "since 2026-12-01; `data.split.ties: file_order` splits as this study "
                "did)")  # fmt: skip
         raise other_settings(config, changes, why)
+    if unrecorded := {k: now["training"][k] for k in RECORDED_SINCE if k not in training_before}:
+        # held from now on: taken as today's once, not again at every resume
+        study.set_user_attr(StudyAttr.PROTOCOL, original | {
+            "training": training_before | unrecorded})  # fmt: skip
     _check_dense_scaling(study, config, data)
 
 

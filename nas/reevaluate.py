@@ -162,9 +162,10 @@ def retrain(
                 done += 1
                 progress(f"[{done}/{todo}] {label}: {_outcome(result)}")
                 bar.update()
-    if pending:
-        study.set_user_attr(ATTR, record)
-        study.set_user_attr(PENDING, {})
+    if finished := {key: record[key] for key in archs if key in pending}:
+        # this round's runs only: another, interrupted, round's stay pending until it ends
+        study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
+        study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
     return record
 
 

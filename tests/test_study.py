@@ -660,14 +660,23 @@ def test_an_interrupted_reevaluation_is_on_no_surface_until_it_finishes(
     assert "reevaluation" not in study.user_attrs and study_best(study) == before
     assert status(study)["reevaluation_pending"] == 1
     assert main(["status", str(write_config(tmp_path, settings))]) == 0
-    assert "not counted yet: 1 run of an interrupted re-evaluation" in capsys.readouterr().out
+    assert "not counted yet: 1 run of a re-evaluation that has not finished" in (
+        capsys.readouterr().out
+    )
     monkeypatch.setattr(reevaluate, "train_architecture", real)
+    # another round that ends (the trial left out of the top 2, one seed) publishes its own
+    other = leaderboard.rows(study)[-1]["trial"]
+    trial_dir = study.trials[other].user_attrs["trial_dir"]
+    reevaluate.retrain(study, config, {str(other): trial_dir}, 1, lambda line: None)
+    study = load_study("cut", config.storage)
+    assert list(study.user_attrs["reevaluation"]) == [str(other)]
+    assert status(study)["reevaluation_pending"] == 1
     lines: list[str] = []
     reevaluate.reevaluate_study(config, top=2, seeds=2, progress=lines.append)
     assert "1 of 4 runs already recorded, reused: training 3" in lines
     study = load_study("cut", config.storage)
     assert status(study)["reevaluation_pending"] == 0
-    assert [len(runs) for runs in study.user_attrs["reevaluation"].values()] == [2, 2]
+    assert sorted(len(runs) for runs in study.user_attrs["reevaluation"].values()) == [1, 2, 2]
 
 
 def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
@@ -1492,6 +1501,18 @@ def test_a_setting_recorded_since_a_study_began_is_taken_as_it_is_now(tmp_path):
     recorded = {StudyAttr.PROTOCOL: {"training": before | {"trial_seconds": None}}}
     with pytest.raises(RanknasError, match=r"budget\.trial_seconds: null -> 5\.0"):
         check_settings(recorded, config)
+    # a resumed older study records it once taken: a third run with another is refused
+    study = run_study(config, progress=lambda line: None)
+    protocol = study.user_attrs[StudyAttr.PROTOCOL]
+    del protocol["training"]["trial_seconds"]
+    study.set_user_attr(StudyAttr.PROTOCOL, protocol)
+    more = parse_config(tiny_config(tmp_path, "old", budget={"trials": 2, "trial_seconds": 5}))
+    run_study(more, progress=lambda line: None)
+    held = load_study("old", config.storage).user_attrs[StudyAttr.PROTOCOL]["training"]
+    assert held["trial_seconds"] == 5
+    other = parse_config(tiny_config(tmp_path, "old", budget={"trials": 3, "trial_seconds": 7}))
+    with pytest.raises(RanknasError, match=r"budget\.trial_seconds: 5\.0 -> 7\.0"):
+        run_study(other, progress=lambda line: None)
 
 
 def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
