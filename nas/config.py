@@ -25,7 +25,7 @@ from nas.defaults import DEFAULT_STORAGE, DEFAULT_TRACKING_URI
 from search_space.arguments import DEVICE_PATTERN, SEED_MAX
 from search_space.errors import RanknasError
 from search_space.files import looked_for, read_data_file
-from search_space.preset_names import checks_files, unknown_architecture
+from search_space.preset_names import ARCHITECTURE_SUFFIXES, checks_files, unknown_architecture
 from search_space.sections import Section as _Section
 from search_space.space_configs import AnySpaceConfig, format_validation_error
 from trainers.config import LrSchedule, TrainConfig
@@ -578,7 +578,8 @@ class MlflowConfig(_Section):
 
 def baseline_key(name_or_file: str) -> str:
     """`dlrm` for a preset, the file's stem for an architecture file."""
-    return Path(name_or_file).stem if name_or_file.endswith(".json") else name_or_file
+    path = Path(name_or_file)
+    return path.stem if path.suffix.lower() in ARCHITECTURE_SUFFIXES else name_or_file
 
 
 class StudyConfig(_Section):

@@ -40,6 +40,7 @@ from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.files import read_data_file
 from search_space.params import validate_params
+from search_space.preset_names import ARCHITECTURE_SUFFIXES
 from search_space.schema import POOLINGS, DatasetSchema
 from search_space.shapes import Dense, Shape, Sparse
 
@@ -135,7 +136,7 @@ class Architecture:
     def load(cls, path: str | Path) -> Architecture:
         """An architecture file: JSON, or YAML where its name ends in .yaml or .yml."""
         path = Path(path)
-        if path.suffix.lower() in (".yaml", ".yml"):
+        if path.suffix.lower() in ARCHITECTURE_SUFFIXES[1:]:
             return _parse(read_data_file(path, "the architecture", SpecError), str(path))
         try:
             text = path.read_text()

@@ -8,6 +8,7 @@ from pathlib import Path
 from search_space.files import looked_for
 
 PRESET_NAMES = ("logistic_regression", "dlrm", "dcnv2", "deepfm", "dhen", "wukong")
+ARCHITECTURE_SUFFIXES = (".json", ".yaml", ".yml")  # an architecture file: JSON, or YAML
 
 
 def checks_files(context: dict | None) -> bool:

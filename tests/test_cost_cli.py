@@ -116,6 +116,22 @@ def test_plan_names_an_architecture_s_tables_by_their_columns(tmp_path, capsys):
     assert "t_user%2Eid" in json.loads(capsys.readouterr().out)["assignment"]  # the module's
 
 
+def test_plan_and_a_study_take_an_architecture_written_in_yaml(tmp_path, capsys):
+    """A YAML architecture file was read by `shard plan` as a table file, and keyed as a
+    baseline by its whole path (`models/team.yaml`: a nested folder of that name)."""
+    import yaml
+
+    from nas.config import baseline_key
+    from search_space.presets import PRESETS
+
+    blocks = PRESETS["dlrm"]().to_dict()["blocks"]
+    (tmp_path / "team.yaml").write_text(yaml.safe_dump({"embedding": {"dim": 8}, "blocks": blocks}))
+    argv = ["shard", "plan", str(tmp_path / "team.yaml"), "--devices", "2"]
+    assert run([*argv, "--method", "size_greedy", "--model", str(tmp_path)]) == 0
+    assert "t_c0" in capsys.readouterr().out  # the synthetic schema's tables, by their columns
+    assert baseline_key(str(tmp_path / "models" / "team.yaml")) == "team"
+
+
 def test_plan_keeps_a_table_file_s_names_as_written(tmp_path, capsys):
     save_tables([TableSpec("a%2Eb", 100, 8), TableSpec("c", 100, 8)], tmp_path / "t.yaml")
     argv = ["shard", "plan", str(tmp_path / "t.yaml"), "--devices", "2"]

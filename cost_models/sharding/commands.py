@@ -32,7 +32,9 @@ from cost_models.sharding.tables import TableSpec, load_tables, tables_from_arch
 from cost_models.sharding.topology import GIB, Topology
 from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
 from search_space.errors import RanknasError
+from search_space.files import read_data_file
 from search_space.names import shown
+from search_space.preset_names import ARCHITECTURE_SUFFIXES
 
 
 def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
@@ -62,7 +64,7 @@ def _is_architecture(source: str) -> bool:
     from search_space.presets import PRESETS
 
     path = Path(source)
-    return source in PRESETS or (path.suffix == ".json" and _has_blocks(path))
+    return source in PRESETS or (path.suffix.lower() in ARCHITECTURE_SUFFIXES and _has_blocks(path))
 
 
 def _labeller(source: str) -> Callable[[str], str]:
@@ -73,8 +75,8 @@ def _labeller(source: str) -> Callable[[str], str]:
 
 def _has_blocks(path: Path) -> bool:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = read_data_file(path, "the architecture")
+    except RanknasError:
         return False  # load_tables reports what is wrong with it
     return isinstance(data, dict) and "blocks" in data
 
