@@ -81,7 +81,9 @@ def ceiling_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:
     ceilings = recorded.get(StudyAttr.CEILINGS)
     if ceilings is None or StudyAttr.SEARCH_SPACE not in recorded:
         return []
-    return protocol_changes(ceilings, configured_ceilings(config), "objectives.")
+    # a ceiling added to ranknas since the study recorded its own: unset then too
+    now = {k: v for k, v in configured_ceilings(config).items() if k in ceilings or v is not None}
+    return protocol_changes(ceilings, now, "objectives.")
 
 
 def cluster_changes(recorded: dict[str, Any], config: StudyConfig) -> list[str]:

@@ -220,7 +220,7 @@ def _check_features_match(arch: Architecture, schema: DatasetSchema) -> None:
 
 def _parse(data: Any, source: str) -> Architecture:
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a JSON object with 'blocks' and 'embedding'")
+        raise SpecError(f"{source}: expected an object (a mapping) with 'blocks' and 'embedding'")
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise SpecError(
@@ -305,6 +305,8 @@ def _parse_dims(data: Any, where: str) -> tuple[tuple[str, int], ...]:
     if not isinstance(data, dict):
         raise SpecError(f"{where}.dims: expected a mapping of feature names to dims ({{c9: 16}})")
     for name, dim in data.items():
+        if not isinstance(name, str):  # YAML reads an unquoted 1 as a number
+            raise SpecError(f"{where}.dims: {name!r} is no feature name; quote it ('{name}')")
         if not _is_int(dim) or not 0 <= dim <= 4096:
             raise SpecError(f"{where}.dims.{name}: {dim!r} must be an integer in [0, 4096] (0: "
                             "the model does not use the feature)")  # fmt: skip

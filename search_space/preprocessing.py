@@ -192,6 +192,7 @@ def _number_texts(text: str, padded: bool = False) -> list[str]:
     if not number.is_integer():
         return [repr(number)]
     whole = str(int(number))
+    # narrowest first: where a vocabulary holds "07" and "007", a served 7 is the first
     zeros = [whole.zfill(width) for width in range(len(whole) + 1, MAX_PADDED_DIGITS + 1)]
     return [whole, f"{whole}.0", *(zeros if padded and number >= 0 else [])]
 

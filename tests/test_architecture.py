@@ -204,6 +204,8 @@ def test_a_hand_written_model_gives_own_dims_by_name_and_may_be_yaml(small_schem
         bound(spec(DLRM_LIKE, dims={"c9": 8}), small_schema)
     with pytest.raises(SpecError, match=r"embedding.dims.c1: -1 must be an integer in \[0"):
         bound(spec(DLRM_LIKE, dims={"c1": -1}), small_schema)
+    with pytest.raises(SpecError, match=r"embedding.dims: 2 is no feature name; quote it"):
+        bound(spec(DLRM_LIKE, dims={"c1": 8, 2: 4}), small_schema)
     (tmp_path / "team.yaml").write_text(yaml.safe_dump(own))
     assert digest(load_architecture(str(tmp_path / "team.yaml"), small_schema)) == digest(arch)
     (tmp_path / "tabbed.yaml").write_text("embedding:\n\tdim: 4\n")

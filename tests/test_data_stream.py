@@ -360,7 +360,7 @@ def test_a_time_column_in_order_but_for_a_few_rows_is_told_not_refused(shop, cap
     days[5] = 10**6  # one training row of a wrong date: every later row is "earlier" than it
     days[ROWS - 40 : ROWS - 38] = 0  # 2 test rows logged late
     streamed = open_stream(_with_days(shop, days), str(shop / "timed.yaml"), time_order="x")
-    assert "in file order, the order of 'day'" in streamed.description
+    assert "in file order, the order of 'day' but for a few rows" in streamed.description
     warned = [r.getMessage() for r in caplog.records if "out of place" in r.getMessage()]
     assert len(warned) == 2 and "1 of the 2,400 training rows later" in warned[0]
     assert "2 of the 300 test rows are earlier than the latest validation row" in warned[1]
@@ -400,3 +400,15 @@ def test_a_categorical_column_of_one_value_in_training_is_named_in_both_paths(sh
     with caplog.at_level("WARNING"):
         open_stream(str(shop / "versioned.parquet"), str(shop / "versioned.yaml"))
     assert said in caplog.text
+
+
+def test_a_time_column_without_times_claims_no_order(shop):
+    """Cells of no time in a split (blank, or text that is no date) gave the check nothing
+    to compare, and the split was still said to be "the order of 'day'"."""
+    from trainers.data.stream import _bounds, check_time_order
+
+    table = shop_table(ROWS).append_column("day", pa.array(["soon"] * ROWS))
+    pq.write_table(table, shop / "untimed.parquet")
+    (shop / "untimed.yaml").write_text(SCHEMA + "time: day\n")
+    source = open_source(shop / "untimed.parquet", shop / "untimed.yaml")
+    assert check_time_order(source, _bounds(source.rows, (0.8, 0.1, 0.1)), "x") == ""

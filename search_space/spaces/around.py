@@ -48,6 +48,7 @@ from search_space.spaces.base import (
 from search_space.spaces.dag import _output_count
 
 KEEP = "none"
+MAX_DIM = 4096  # the largest dim an architecture file takes
 # Ops a block may be swapped for, by (input kind, output kind); each has params derivable
 # from a width multiplier and the number of embeddings it reads (`_op_params`).
 SWAPS = {
@@ -222,7 +223,7 @@ class AroundSpace(SearchSpace):
         if not own:  # the model's dim (None), or left out (0)
             return own
         dim = values["embedding_dim"]
-        scaled = max(1, round(own * dim / self.base.embedding.dim))
+        scaled = min(MAX_DIM, max(1, round(own * dim / self.base.embedding.dim)))
         return None if scaled == dim else scaled
 
     def _inputs(self, values: dict[str, Any], base: BlockSpec) -> tuple[str, ...]:

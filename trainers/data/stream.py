@@ -220,6 +220,9 @@ def check_time_order(source: Source, bounds: list[int], anyway: str) -> str:
         return ""
     ranges = list(pairwise(bounds))
     spans = [_time_span(source.times(lo, hi)) for lo, hi in ranges]
+    if any(low > high for low, high in spans):  # a split of no time at all: nothing to say
+        return ""
+    claim = f", the order of {time!r}"
     for k in range(len(ranges) - 1):
         (_, latest), (earliest, _) = spans[k], spans[k + 1]
         if latest <= earliest:
@@ -241,7 +244,8 @@ def check_time_order(source: Source, bounds: list[int], anyway: str) -> str:
             )
         logger.warning("%s: %s: at most %.0f%% out of place, split in file order", source.name,
                        said, 100 * TIME_ORDER_TOLERANCE)  # fmt: skip
-    return f", the order of {time!r}"
+        claim = f", the order of {time!r} but for a few rows"
+    return claim
 
 
 def _time_span(pieces: Iterator[np.ndarray]) -> tuple[float, float]:

@@ -1031,7 +1031,6 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             _no_rows(path))  # fmt: skip
         raise RanknasError(f"{path}: no schema to infer: {why}")
     _check_label(path, frame[label])
-    suggest_time = time is None
     if time is None:
         time = next((str(c) for c in frame.columns if c != label and _looks_like_dates(frame[c])),
                     None)  # fmt: skip
@@ -1062,7 +1061,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         named_day = named_time or DAY_NAME.search(str(column)) is not None
         if not words.any() and (epochs := (named_time and _epoch_times(values[~blank]))
                                 or (named_day and _digit_dates(values[~blank]))):  # fmt: skip
-            then = (f"pass --time {column} to split in time order" if suggest_time else
+            then = (f"pass --time {column} to split in time order" if time is None else
                     f"the split's time is {time}")  # fmt: skip
             logger.warning("%s: left out %s: it looks like a time column (%s); %s", path,
                            column, epochs, then)  # fmt: skip
