@@ -127,6 +127,7 @@ from search_space.errors import RanknasError, SpecError
 from search_space.presets import check_before_the_data
 from search_space.space_configs import BEST_BASELINE
 from search_space.spaces import SearchSpace, make_space
+from search_space.spaces.around import AroundSpace
 from trainers import progress as bars
 from trainers.processes import process_identity
 from trainers.trainer import TrainResult, device_label, resolve_device
@@ -177,7 +178,9 @@ def open_study(
     def admits(values: dict[str, Any]) -> bool:
         return over_constraint(architecture_costs(space.decode(values), config), config) is None
 
-    if _check_search_space(study, config):
+    new = _check_search_space(study, config)
+    _check_own_dims(study, config, space, new)
+    if new:
         study.set_metric_names(objective_names(config))  # how dashboards name the values
         for values in [*filter(admits, first.points if first else []),
                        *space.starting_points(s.startup_trials, config.seed, admits)]:  # fmt: skip
@@ -192,6 +195,24 @@ def open_study(
     budget = max(config.budget.trials, study.user_attrs.get(StudyAttr.BUDGET_TRIALS, 0))
     study.set_user_attr(StudyAttr.BUDGET_TRIALS, budget)
     return study
+
+
+def _check_own_dims(study: optuna.Study, config: StudyConfig, space: Any, new: bool) -> None:
+    """Refuses a study searched around a base of its own feature dims (or features it leaves
+    out) before the around space kept them (2026-12-07): its trials' values now decode to
+    other models than it trained. Marks the studies that decode so."""
+    if study.user_attrs.get(StudyAttr.OWN_DIMS):
+        return
+    inner = getattr(space, "inner", space)  # a recipe's space wraps the architectures'
+    base = inner.base if isinstance(inner, AroundSpace) and not inner.config.feature_dims else None
+    if not new and base is not None and any(f.dim is not None for f in base.embedding.features):
+        raise RanknasError(
+            f"study {config.name!r} searched around {base.name or 'its base'} before the "
+            "around space kept a base's own feature dims (2026-12-07: every point read every "
+            "feature at the model's dim); its trials' values now decode to other models. "
+            "Give the study a new name to search around the base as it is"
+        )
+    study.set_user_attr(StudyAttr.OWN_DIMS, True)
 
 
 def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> optuna.Study:

@@ -1515,6 +1515,25 @@ def test_a_setting_recorded_since_a_study_began_is_taken_as_it_is_now(tmp_path):
         run_study(other, progress=lambda line: None)
 
 
+def test_a_study_around_a_base_of_own_dims_from_before_they_were_kept_is_refused(tmp_path):
+    """Since 2026-12-07 the around space decodes a base's own feature dims: a study searched
+    around such a base before would have its trials' values decode to other models."""
+    from search_space.presets import preset
+    from search_space.schema import synthetic_schema
+
+    spec = preset("dlrm", synthetic_schema()).to_dict()
+    spec["embedding"] = {"dim": 8, "dims": {"c1": 16}}
+    (tmp_path / "team.json").write_text(json.dumps(spec))
+    settings = tiny_config(tmp_path, "own", budget={"trials": 1})
+    settings["search_space"] = {"type": "around", "base": str(tmp_path / "team.json")}
+    study = run_study(parse_config(settings), progress=lambda line: None)
+    assert study.user_attrs["around_own_dims"] is True
+    study.set_user_attr("around_own_dims", None)  # as a study searched before
+    settings["budget"]["trials"] = 2
+    with pytest.raises(RanknasError, match="before the around space kept a base's own feature"):
+        run_study(parse_config(settings), progress=lambda line: None)
+
+
 def test_a_changed_column_of_the_schema_is_named_in_the_refusal():
     """The schema's columns were one list, cut short at 60 characters before the change."""
     from nas.protocol_diff import protocol_changes
