@@ -152,6 +152,20 @@ def test_a_study_held_to_its_base_step_time_and_its_export_ships_the_plan(tmp_pa
     assert f"{shipped['predicted_step']['step_ms']:.3f} ms a step on 16 devices" in card
 
 
+def test_a_base_trained_as_a_baseline_is_held_to_its_recorded_step(tmp_path):
+    """Around DLRM held to `max_step_ms: base` with DLRM a baseline: the ceiling priced the
+    base again (its dense part timed anew), 7.394 ms beside the baseline's recorded 7.269,
+    and a trial slower than DLRM's recorded step passed under it."""
+    from nas.baselines import recorded
+
+    config = _held_to_dlrm(tmp_path, "based", trials=1) | {"baselines": ["dlrm"]}
+    study = run_study(parse_config(config | {"best_baseline": {"seeds": 0}}),
+                      progress=lambda line: None)  # fmt: skip
+    ceiling = study.user_attrs["step_ms_ceiling"]
+    assert ceiling["of"] == "base dlrm"
+    assert ceiling["step_ms"] == recorded(study)["dlrm"]["step_ms"]
+
+
 def test_an_unsharded_export_has_no_plan(tmp_path):
     """Not even one that `--force` wrote over an export that had one: that plan stayed,
     another model's, and SHA256SUMS did not list it."""
