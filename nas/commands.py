@@ -412,6 +412,15 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{state['repeats']} architectures it had proposed before (the space, or what "
               "fits under the study's ceilings, holds few new ones; `ranknas search` says "
               "which)")  # fmt: skip
+    numbers = {k: v for k, v in (state["ceilings"] or {}).items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+    if numbers:  # a named one (best_baseline, base) has its own line below
+        print("ceilings: " + ", ".join(f"objectives.{k} {v:g}" for k, v in numbers.items())
+              + "; skipped trials were above them and not trained")  # fmt: skip
+    if state["stopped_on_ceilings"]:
+        print(f"its last search stopped: {state['skipped']} sampled architectures were above "
+              "its ceilings and too few fitted; loosen them in a new study (`name:`), or "
+              "search a space of smaller architectures")  # fmt: skip
     bases = state["baselines"]
     done = any(b["state"] == "complete" for b in bases)
     if done and not counts:  # stopped while training them (or still): the search comes after

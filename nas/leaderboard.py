@@ -26,6 +26,8 @@ from nas.trial_record import (
     mflops_text,
     recorded,
     repeats,
+    skipped,
+    stopped_on_ceilings,
 )
 from search_space.errors import RanknasError
 from trainers.processes import gone_from_here
@@ -806,6 +808,11 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best_val_ne": best["val_ne"] if best else None,
         "best": best,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
+        "ceilings": study.user_attrs.get(StudyAttr.CEILINGS),
+        "stopped_on_ceilings": bool(budget)
+        and counted_trials(trials) < budget
+        and stopped_on_ceilings(trials, budget),
+        "skipped": skipped(trials),
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
         "step_ms_ceiling": study.user_attrs.get(StudyAttr.STEP_MS_CEILING),
         "around_base": study.user_attrs.get(StudyAttr.AROUND_BASE),

@@ -116,7 +116,9 @@ from nas.trial_record import (
     read_metrics,
     read_step,
     repeats,
+    skipped,
     space_params,
+    stopped_on_ceilings,
     summary_name,
     time_limit_line,
     write_architecture,
@@ -134,7 +136,6 @@ from trainers.trainer import TrainResult, device_label, resolve_device
 
 Progress = Callable[[str], None]
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-SKIPS_PER_TRIAL = 10  # candidates over a constraint allowed per budgeted trial
 DRAWING_POLL_SECONDS = 0.05  # a trial's first wait for an earlier point drawn (then doubled)
 IDLE_POLL_SECONDS = 1.0  # a worker with no trial to ask, while others' trials run
 CONFIRM_SEED_STRIDE = 100_000  # confirmation seeds: far from trial and re-evaluation seeds
@@ -370,13 +371,12 @@ def _trials_left(trials: list[FrozenTrial], config: StudyConfig) -> int:
     done = counted_trials(trials)
     if done >= config.budget.trials or exhausted(trials, config.budget.trials):
         return 0
-    skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
-    if skipped >= SKIPS_PER_TRIAL * config.budget.trials:
+    if stopped_on_ceilings(trials, config.budget.trials):
         raise RanknasError(
-            f"study {config.name!r}: {skipped} sampled architectures exceeded the "
-            f"objectives' constraints and only {done} met them; loosen objectives."
-            "max_mflops / max_params / max_latency_ms / max_step_ms, or search a space "
-            "of smaller architectures"
+            f"study {config.name!r}: {skipped(trials)} sampled architectures exceeded the "
+            f"objectives' constraints and only {done} met them; in a new study (`name:`: "
+            "this one keeps its ceilings), loosen objectives.max_mflops / max_params / "
+            "max_latency_ms / max_step_ms, or search a space of smaller architectures"
         )
     failed = sum(_is_error(t) for t in trials)
     limit = config.budget.max_failures or config.budget.trials
@@ -630,14 +630,13 @@ def _say_if_exhausted(study: optuna.Study, config: StudyConfig, progress: Progre
                  "--trials) above it to search further")  # fmt: skip
     if done < config.budget.trials and exhausted(trials, config.budget.trials):
         why = "the space holds few new ones; widen search_space or lower budget.trials"
-        skipped = sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
-        if skipped:  # the ceilings, not the space, may be what leaves nothing new
+        if over := skipped(trials):  # the ceilings, not the space, may leave nothing new
             o = config.objectives
             ceilings = ", ".join(f"objectives.{name}={value:.4g}" for name in CONSTRAINTS
                                  if isinstance(value := getattr(o, name), int | float))  # fmt: skip
-            why = (f"few new ones fit under {ceilings} ({skipped} proposals were over it, "
-                   "skipped untrained); raise that ceiling, widen search_space or lower "
-                   "budget.trials")  # fmt: skip
+            why = (f"few new ones fit under {ceilings} ({over} proposals were over it, "
+                   "skipped untrained); raise that ceiling or widen search_space in a new "
+                   "study (`name:`), or lower budget.trials")  # fmt: skip
         progress(
             f"study {config.name!r} ended at {done} of {config.budget.trials} trials: the "
             f"searcher proposed {repeats(trials)} architectures it had proposed before, so " + why

@@ -175,6 +175,19 @@ def exhausted(trials: list[FrozenTrial], budget: int) -> bool:
     return repeats(trials) >= REPEATS_PER_TRIAL * budget
 
 
+SKIPS_PER_TRIAL = 10  # candidates over a ceiling allowed per budgeted trial
+
+
+def skipped(trials: list[FrozenTrial]) -> int:
+    """Candidates over a ceiling of `objectives`, skipped untrained."""
+    return sum(bool(t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)) for t in trials)
+
+
+def stopped_on_ceilings(trials: list[FrozenTrial], budget: int) -> bool:
+    """Whether so few candidates fit under the study's ceilings that it stopped searching."""
+    return skipped(trials) >= SKIPS_PER_TRIAL * budget > 0
+
+
 def counted_trials(trials: list[FrozenTrial]) -> int:
     """The trials that count in the budget."""
     return sum(counted(t) for t in trials)

@@ -161,13 +161,26 @@ def test_collect_measures_distinct_architectures(tmp_path):
     assert calls == [1, 2, 3] and len({arch.to_json() for arch, _ in measured}) == 3
 
 
-def test_a_study_skips_trials_over_max_latency_and_stops_when_none_fits(tmp_path):
+def test_a_study_skips_trials_over_max_latency_and_stops_when_none_fits(tmp_path, capsys):
     objectives = {"max_latency_ms": 1e-6, "latency_batch_size": 16}
     config = tiny_config(tmp_path, "fast", objectives=objectives, budget={"trials": 2})
-    with pytest.raises(RanknasError, match="20 sampled architectures exceeded the objectives"):
+    with pytest.raises(RanknasError, match=r"20 sampled architectures exceeded .* in a new study"):
         run_study(parse_config(config), progress=lambda line: None)
     study = load_study("fast", config["storage"])
     assert len(study.trials) == 20
+    # what it advises is what a rerun allows: a new study (this one keeps its ceilings)
+    looser = tiny_config(tmp_path, "fast", objectives=objectives | {"max_latency_ms": 1e3},
+                         budget={"trials": 2})  # fmt: skip
+    with pytest.raises(RanknasError, match=r"objectives.max_latency_ms: 1e-06 -> 1000\.0"):
+        run_study(parse_config(looser), progress=lambda line: None)
+    from nas.leaderboard import status  # and status says the ceiling, and why it stopped
+
+    said = status(load_study("fast", config["storage"]))
+    assert said["ceilings"]["max_latency_ms"] == 1e-6 and said["stopped_on_ceilings"]
+    assert main(["status", "fast", "--storage", config["storage"]]) == 0
+    out = capsys.readouterr().out
+    assert "ceilings: objectives.max_latency_ms 1e-06; skipped trials" in out
+    assert "its last search stopped: 20 sampled architectures were above its ceilings" in out
     for trial in study.trials:
         assert trial.state == TrialState.PRUNED and trial.user_attrs["latency_ms"] > 0
         assert "exceeds objectives.max_latency_ms=1e-06" in trial.user_attrs["failure_reason"]
