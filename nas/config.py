@@ -527,7 +527,10 @@ class ShardingConfig(_Section):
 
     @model_validator(mode="after")
     def _hosts_divide_devices(self) -> ShardingConfig:
-        if self.hosts is not None and (not self.devices or self.devices % self.hosts):
+        if self.hosts is not None and not self.devices:
+            raise ValueError(f"hosts: {self.hosts} given, but no devices: set devices to the "
+                             "devices the hosts hold together (8 a host: 16 on 2)")  # fmt: skip
+        if self.hosts is not None and self.devices % self.hosts:
             raise ValueError(f"hosts: {self.hosts} must divide devices ({self.devices}) evenly")
         return self
 

@@ -179,6 +179,13 @@ CASES = {
         lambda p: ["search", _study(p, sharding={"devices": 16, "hosts": 3})],
         "sharding: hosts: 3 must divide devices (16) evenly",
     ),
+    "hosts given without devices": (  # "hosts: 2 must divide devices (0)": 2 does
+        lambda p: [
+            "search",
+            _study(p, objectives={"cost": "step_ms"}, sharding={"devices": 0, "hosts": 2}),
+        ],
+        "sharding: hosts: 2 given, but no devices: set devices",
+    ),
     "a negative step time ceiling": (
         lambda p: ["search", _study(p, objectives={"max_step_ms": -2}, sharding={"devices": 4})],
         "objectives.max_step_ms: got -2: use a number of ms above 0, best_baseline or base",
