@@ -125,6 +125,8 @@ def _parse_categorical(entry: Any, where: str) -> CategoricalFeature:
         and isinstance(entry.get("name"), str)
     ):
         name = entry if isinstance(entry, str) else entry["name"]
+        if isinstance(entry, dict):  # a misspelt `cardinality` is named, not "missing"
+            parse_multi_valued(entry, where, {"name", "cardinality", *READER_FIELDS})
         raise RanknasError(
             f"{where}: {name!r} has no cardinality, which building a model without its data "
             f"needs: give {{name: {name}, cardinality: N}} (`ranknas data schema FILE --label "

@@ -277,6 +277,11 @@ def test_data_schema_infers_a_schema_that_every_command_takes(tmp_path, capsys):
     (tmp_path / "short.yaml").write_text("label: clicked\ndense: [price]\ncategorical: [user]\n")
     assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "short.yaml")]) == 2
     assert "'user' has no cardinality" in capsys.readouterr().err
+    (tmp_path / "typo.yaml").write_text(
+        "label: clicked\ndense: [price]\ncategorical: [{name: user, cardinalty: 11}]\n"
+    )  # the misspelt field was hidden behind "has no cardinality"
+    assert main(["arch", "show", "dlrm", "--schema", str(tmp_path / "typo.yaml")]) == 2
+    assert "unknown field(s) ['cardinalty']" in capsys.readouterr().err
 
 
 def test_data_schema_of_a_study_is_its_trials_schema_and_a_data_file_needs_its_label(
