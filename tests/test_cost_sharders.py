@@ -59,6 +59,9 @@ def test_table_larger_than_a_device(sharders, method):
         sharders[method].plan([*TABLES[:5], huge], Topology(4, memory_bytes=4 * GIB))
     message = str(info.value)
     assert "huge (4.77 GiB)" in message and "short by 0.768 GiB" in message
+    # on one device no cut helps: told to add devices or memory, not to try rl
+    with pytest.raises(RanknasError, match="add devices or raise --memory-gb$"):
+        sharders[method].plan([*TABLES[:5], huge], Topology(1, memory_bytes=4 * GIB))
 
 
 def test_sizes_below_a_gib_are_told_to_three_digits_and_a_bound_rounded_up():

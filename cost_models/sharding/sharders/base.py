@@ -29,6 +29,15 @@ def check_capacity(tables: Sequence[TableSpec], topology: Topology, cut: bool = 
     """Raise `RanknasError` when some table (unless the sharder cuts tables: rl by rows,
     torchrec_cw by columns), or all of them together, cannot fit."""
     capacity = topology.memory_bytes
+    total = sum(t.size_bytes for t in tables)
+    if total > capacity * topology.num_devices:  # first: no cutting helps then
+        shortfall = total - capacity * topology.num_devices
+        raise RanknasError(
+            f"the {counted(len(tables), 'table')} need {gib(total)} GiB but "
+            f"{counted(topology.num_devices, 'device')} of {gib(capacity)} GiB hold "
+            f"{gib(capacity * topology.num_devices)}"
+            f" GiB (short by {gib(shortfall)} GiB): add devices or raise --memory-gb"
+        )
     too_big = [] if cut else [t for t in tables if t.size_bytes > capacity]
     if too_big:
         listed = ", ".join(f"{t.name} ({gib(t.size_bytes)} GiB)" for t in too_big[:10])
@@ -39,15 +48,6 @@ def check_capacity(tables: Sequence[TableSpec], topology: Topology, cut: bool = 
             f"(short by {gib(largest - capacity)} GiB): raise --memory-gb to at least "
             f"{gib(largest, up=True)}, or plan with --method rl, which cuts tables by "
             f"rows{_by_columns(too_big, capacity)}"
-        )
-    total = sum(t.size_bytes for t in tables)
-    if total > capacity * topology.num_devices:
-        shortfall = total - capacity * topology.num_devices
-        raise RanknasError(
-            f"the {counted(len(tables), 'table')} need {gib(total)} GiB but "
-            f"{counted(topology.num_devices, 'device')} of {gib(capacity)} GiB hold "
-            f"{gib(capacity * topology.num_devices)}"
-            f" GiB (short by {gib(shortfall)} GiB): add devices or raise --memory-gb"
         )
 
 

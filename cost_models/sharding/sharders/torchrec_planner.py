@@ -55,7 +55,8 @@ class TorchrecPlanner(Sharder):
         except PlannerError as exc:
             first_line = str(exc).strip().splitlines()[0]
             raise RanknasError(f"{self.name} planner found no plan: {first_line} (it keeps "
-                               f"{RESERVED_SHARE:.0%} of each device back)") from None  # fmt: skip
+                               f"{RESERVED_SHARE:.0%} of each device back): add devices, raise "
+                               "--memory-gb, or try another --method") from None  # fmt: skip
         module_plan = sharding.plan[""]
         assignment, splits = {}, {}
         for t in tables:
