@@ -279,3 +279,11 @@ def test_the_torchrec_planner_keeps_its_share_back_on_the_cpu_topology(tmp_path)
     roomy = Topology(num_devices=2, memory_bytes=int(tables[0].size_bytes * 2 / 0.8))
     plan = TorchrecPlanner().plan(tables, roomy)
     assert max(plan.memory_bytes) <= (1 - RESERVED_SHARE) * roomy.memory_bytes
+
+
+def test_ranks_are_printed_as_runs():
+    """A table cut over 128 ranks printed every rank: two lines of 0, 1, 2, ... 127."""
+    from cost_models.sharding.commands import _spans
+
+    assert _spans(range(128)) == "0-127"
+    assert _spans([9, 0, 1, 2, 3, 5, 8, 10, 11]) == "0-3, 5, 8-11"

@@ -132,9 +132,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cuts = [f"{label(name)} into {parts}" for name, parts in plan.splits.items()]
         more = f" and {len(cuts) - 10} more (--json lists them)" if len(cuts) > 10 else ""
         print(f"column-wise cuts (shards named <table>/cw<j>): {', '.join(cuts[:10])}{more}")
+    cut_over: dict[tuple[int, ...], list[str]] = {}  # tables by the ranks they are cut over
     for name, ranks in plan.row_wise.items():
+        cut_over.setdefault(tuple(ranks), []).append(label(name))
+    for ranks, names in cut_over.items():
         kind = "row-wise" if len(ranks) == plan.num_devices else "table-row-wise"
-        print(f"{kind}: {label(name)} cut by rows over ranks {list(ranks)} (<table>/rw<j>)")
+        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+        print(f"{kind}: {', '.join(names[:10])}{more} cut by rows over ranks "
+              f"{_spans(ranks)} (<table>/rw<j>)")  # fmt: skip
     if predicted is None:
         print(f"predicted cost: no cost model in {args.model} (run `ranknas shard train`)")
     else:
@@ -145,6 +150,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_devices(plan, tables, topology, predicted, label)
     _warn_full(plan, topology)
     return 0
+
+
+def _spans(ranks: Sequence[int]) -> str:
+    """Ranks as runs: "0-7, 16-23" (128 of them were listed one by one)."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 FULL = 0.9  # of a device's memory: a GPU also needs room for buffers and optimizer state
