@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -30,8 +31,11 @@ def test_a_quick_training_is_not_planned_with_by_default(tmp_path, monkeypatch, 
     """`--quick` (a few seconds, a poor model) saved where `shard plan` looks by default."""
     monkeypatch.chdir(tmp_path)
     assert run(["shard", "train", "--quick", "--cache", str(tmp_path / "cache")]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "saved the cost model and policy in runs/sharding/quick-model" in out
+    # a cost model that ranks plans no better than chance (tau -0.39) was said to plan with
+    tau = float(re.search(r"held-out cost_model: .* Kendall tau (-?[\d.]+)", out).group(1))
+    assert ("no better than chance" in err) == (tau <= 0), (tau, err)
     assert "ranknas shard plan ... --model runs/sharding/quick-model" in out
     assert (tmp_path / "runs/sharding/quick-model").is_dir()
     assert not (tmp_path / "runs/sharding/model").exists()

@@ -332,6 +332,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"held-out {name}: MAPE {e['mape']:.1f}%, Kendall tau {e['kendall_tau']:.3f}")
     use = "" if out == DEFAULT_MODEL else f"; plan with it: ranknas shard plan ... --model {out}"
     print(f"saved the cost model and policy in {out} ({trained.report['seconds']} s){use}")
+    if (tau := errors["cost_model"]["kendall_tau"]) <= 0:
+        print(f"warning: its cost model ranks held-out plans no better than chance (Kendall "
+              f"tau {tau:.2f}): its plans are no better than a guess; train it longer "
+              "(without --quick, or with more --rounds) before planning with it",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
