@@ -60,7 +60,7 @@ def test_table_larger_than_a_device(sharders, method):
     message = str(info.value)
     assert "huge (4.77 GiB)" in message and "short by 0.768 GiB" in message
     # on one device no cut helps: told to add devices or memory, not to try rl
-    with pytest.raises(RanknasError, match="add devices or raise --memory-gb$"):
+    with pytest.raises(RanknasError, match=r"add devices or raise --memory-gb$"):
         sharders[method].plan([*TABLES[:5], huge], Topology(1, memory_bytes=4 * GIB))
 
 

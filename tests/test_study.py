@@ -1660,7 +1660,7 @@ def test_workers_started_together_share_one_ceiling(tmp_path, monkeypatch):
     study = optuna.create_study(study_name="ceiling", storage=config.storage)
     timed = []
 
-    def slow_resolve(cost, *args):
+    def slow_resolve(study, cost, *args):
         timed.append(cost)
         time.sleep(0.5)  # the other worker arrives meanwhile
         return {cost: 1.0 + len(timed), "of": "baseline dlrm"}
