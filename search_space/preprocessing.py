@@ -58,7 +58,7 @@ MISSING_NUMBERS = ("", "na", "n/a", "nan", "null", "none", "#n/a", "<na>")
 def dense_value(value: Any) -> float:
     """A raw dense value as a float: NaN where missing (None, NaN or a `MISSING_NUMBERS`
     text), which `transform_dense` fills as training did; ValueError for other texts."""
-    if value is None:
+    if value is None or _is_null(value):
         return float("nan")
     if isinstance(value, str) and value.strip().lower() in MISSING_NUMBERS:
         return float("nan")
@@ -78,8 +78,17 @@ FIRST_ID = 2  # the training vocabulary's first value
 
 
 def is_missing(value: Any) -> bool:
-    """None, NaN or a blank text."""
-    return value is None or value != value or str(value).strip() == ""
+    """None, NaN (pandas' NaT and NA too) or a blank text."""
+    return value is None or _is_null(value) or str(value).strip() == ""
+
+
+def _is_null(value: Any) -> bool:
+    """NaN and NaT, unequal to themselves, and pandas' NA, whose comparisons are NA, which
+    has no truth value (nullable columns: `read_csv(dtype_backend=...)`, `convert_dtypes`)."""
+    try:
+        return bool(value != value)
+    except TypeError:
+        return type(value).__name__ == "NAType"
 
 
 def hash_bucket(text: str, buckets: int) -> int:
@@ -106,8 +115,9 @@ def encode_value(
         return OOV_ID
     found = index.get(text)
     if found is None and not isinstance(value, bool):
-        # a number (not a text) may have lost the leading zeros its id was written with
-        padded = isinstance(value, numbers.Number)
+        # a number, or a text of one written as a float ("425.0": a column of ids with
+        # blanks, read by pandas and written back), may have lost its id's leading zeros
+        padded = isinstance(value, numbers.Number) or bool(WHOLE_FLOAT.fullmatch(text))
         found = next((index[t] for t in _number_texts(text, padded) if t in index), None)
     return OOV_ID if found is None else found
 

@@ -617,6 +617,15 @@ def test_ids_written_with_leading_zeros_are_found_when_served_as_numbers(tmp_pat
     assert served[:, 0].tolist() == trained
     texts = [str(int(z)) for z in zips[:3]]  # "0", "97", "194": other texts than the file's
     assert standalone_template.encode_ids([texts], ["shop"], tmp_path)[1:, 0].tolist() == [1, 1]
+    # "97.0": a float column written back to text (ids with blanks, through pandas)
+    floats = [f"{int(z)}.0" for z in zips[:3]]
+    assert (
+        standalone_template.encode_ids([floats], ["shop"], tmp_path)[:, 0].tolist() == (trained[:3])
+    )
+    # pandas' own missing value, from a nullable column, is missing (it raised TypeError)
+    assert standalone_template.encode_ids([[pd.NA]], ["shop"], tmp_path)[:, 0].tolist() == [0]
+    dense = standalone_template.prepare_dense([[pd.NA]], tmp_path)  # the mean: 0 once scaled
+    assert dense.tolist() == [[0.0]]
 
 
 def test_a_hashed_column_of_numbers_serves_them_as_its_file_wrote_them(tmp_path):

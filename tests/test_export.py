@@ -590,6 +590,12 @@ def test_the_registered_model_serves_raw_rows(server: ServerInfo, tmp_path: Path
     blanks = whole.astype({c: float for c in SCHEMA.dense})
     blanks.loc[0, SCHEMA.dense[0]] = blanks.loc[1, SCHEMA.dense[2]] = np.nan
     np.testing.assert_allclose(loaded.predict(texts), loaded.predict(blanks), rtol=1e-6)
+    # pandas' nullable columns (`convert_dtypes`, `dtype_backend=`): pd.NA is missing too (a
+    # dense one was "<NA> is not a number", a categorical one crashed the standalone module)
+    nullable = blanks.convert_dtypes()
+    nullable.loc[3, "c0"], blanks.loc[3, "c0"] = pd.NA, None
+    assert nullable[SCHEMA.dense[0]].isna()[0] and nullable["c0"].isna()[3]
+    np.testing.assert_allclose(loaded.predict(nullable), loaded.predict(blanks), rtol=1e-6)
     texts.loc[2, SCHEMA.dense[1]] = "cheap"
     with pytest.raises(Exception, match=rf"dense column '{SCHEMA.dense[1]}', row 2: 'cheap'"):
         loaded.predict(texts)

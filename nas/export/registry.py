@@ -123,7 +123,7 @@ def _dense(frame: pd.DataFrame, m, fills: bool, problems: list) -> torch.Tensor:
             block[name] = [_number(value, name, row, m, fills, problems)
                            for row, value in enumerate(block[name].tolist())]  # fmt: skip
     with np.errstate(over="ignore"):  # a value beyond float32's range is told below
-        values = np.ascontiguousarray(block.to_numpy(np.float32))
+        values = np.ascontiguousarray(block.to_numpy(np.float32, na_value=np.nan))
     for row, column in zip(*np.nonzero(np.isinf(values)), strict=True):
         name = m.DENSE_COLUMNS[column]
         given = frame[name].iloc[row]
