@@ -949,24 +949,24 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
     def mean_of(key: str) -> list[str]:
         return [_num(seeds.get(key, {}).get("val_ne"))] if seeds else []
 
+    # the answer first: the UI shows a note's first lines and folds the rest under "Show
+    # more", where the verdict below two tables went unseen
+    best, v = study_best(study), verdict(study)
+    parts = [f"**Best: {describe_best(best)}**"] if best else []
+    if v:
+        parts.append(format_verdict(v).replace("\n", "\n\n"))
     which = f"the best {top} of {len(table)} trials" if len(table) > top else (
         f"{len(table)} trial{'s' * (len(table) != 1)}, best first")  # fmt: skip
-    parts = [f"## {study.study_name}: {which}", block(
+    parts += [f"## {study.study_name}: {which}", block(
         ["trial", "val NE", *mean, "test NE", "MFLOPs", "digest"],
         [[str(r["trial"]), _num(r["val_ne"]), *mean_of(str(r["trial"])), _num(r["test_ne"]),
           mflops_text(r["mflops"]), r["digest"] or "-"] for r in table[:top]],
     )]  # fmt: skip
-    best = study_best(study)
-    if best:
-        parts.append(f"**Best: {describe_best(best)}**")
     bases = baseline_rows(study)
     if bases:
         parts += ["## Baselines", block(["baseline", "val NE", *mean, "test NE", "MFLOPs"], [
             [b["baseline"], _num(b["val_ne"]), *mean_of(f"baseline:{b['baseline']}"),
              _num(b["test_ne"]), mflops_text(b["mflops"])] for b in bases])]  # fmt: skip
-    v = verdict(study)
-    if v:
-        parts.append(format_verdict(v).replace("\n", "\n\n"))
     return "\n\n".join(parts)
 
 

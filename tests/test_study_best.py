@@ -98,6 +98,9 @@ def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
     note = markdown(study, rows(study))
+    # the answer first: the UI folds a note after its first lines, and the verdict, below
+    # two tables, went unseen
+    assert note.startswith("**Best: trial ") and note.index("verdict") < note.index("```")
     trials, baselines = note.split("## Baselines")
     # aligned text in a code block: MLflow drew a Markdown table's cells without padding
     assert "```\ntrial  val NE  mean val NE  test NE" in trials
