@@ -31,12 +31,18 @@ def _logger(config):
 def start_study_run(logger, config, study) -> None:
     """Find or make the study's MLflow parent run, with the study's params and view (its
     seed-mean columns once it is re-evaluated: a later `search` dropped them)."""
+    from nas.storage import redact
     from nas.trial_record import StudyAttr
 
     logger.start_study(config.name, params=config.mlflow_params(),
                        tags={"searcher": config.searcher.type},
                        experiment_name=config.mlflow_experiment,
                        reevaluated=StudyAttr.REEVALUATION in study.user_attrs)  # fmt: skip
+    # `status NAME` then points to the study's view without its config
+    where = {"tracking_uri": redact(config.mlflow.tracking_uri),
+             "experiment": config.mlflow_experiment}  # fmt: skip
+    if study.user_attrs.get(StudyAttr.MLFLOW) != where:
+        study.set_user_attr(StudyAttr.MLFLOW, where)
 
 
 def cmd_search(args: argparse.Namespace, summarize: bool = True) -> int:
@@ -464,17 +470,20 @@ def cmd_status(args: argparse.Namespace) -> int:
               "reuses them)")  # fmt: skip
     if state["verdict"]:
         print(leaderboard.format_verdict(state["verdict"]))
-    view = _view_url(config)
+    view = _view_url(config, state)
     if view:
         print(f"compare them in MLflow: {view}")
     return 0
 
 
-def _view_url(config) -> str | None:
-    """The study's view in the MLflow UI when given its config and the config's server
-    answers and holds the experiment; None otherwise (status works without MLflow)."""
-    uri = config.mlflow.tracking_uri if config is not None else None
-    if not uri:
+def _view_url(config, state: dict[str, Any]) -> str | None:
+    """The study's view in the MLflow UI when its server (the config's, or the one its
+    search logged to) answers and holds the experiment; None otherwise (status works
+    without MLflow)."""
+    logged = state.get("mlflow") or {}
+    uri = config.mlflow.tracking_uri if config is not None else logged.get("tracking_uri")
+    experiment_name = config.mlflow_experiment if config is not None else logged.get("experiment")
+    if not uri or not experiment_name:
         return None
     from mlflow_server.server import check_reachable
 
@@ -487,10 +496,10 @@ def _view_url(config) -> str | None:
     from mlflow_server.tracking import study_view_url
 
     try:
-        experiment = MlflowClient(uri).get_experiment_by_name(config.mlflow_experiment)
+        experiment = MlflowClient(uri).get_experiment_by_name(experiment_name)
     except Exception:  # down, refused, or another server: status says what it knows
         return None
-    return study_view_url(uri, experiment.experiment_id, config.name) if experiment else None
+    return study_view_url(uri, experiment.experiment_id, state["study"]) if experiment else None
 
 
 def strict_json(value: Any) -> str:

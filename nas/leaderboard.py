@@ -808,6 +808,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "best_val_ne": best["val_ne"] if best else None,
         "best": best,
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
+        "mlflow": study.user_attrs.get(StudyAttr.MLFLOW),
         "ceilings": study.user_attrs.get(StudyAttr.CEILINGS),
         "stopped_on_ceilings": bool(budget)
         and counted_trials(trials) < budget

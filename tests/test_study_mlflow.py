@@ -110,6 +110,9 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert main(["status", str(yaml_file)]) == 0
     shown = capfd.readouterr().out
     assert "study with-baselines: 1 complete" in shown and "MLflow" not in shown
+    # by its name: the server its search logged to (the address was only given a config)
+    assert main(["status", "with-baselines", "--storage", config.storage]) == 0
+    assert f"compare them in MLflow: {view}" in capfd.readouterr().out
 
 
 def _study(tmp_path, server, name, trials=3, **overrides):
