@@ -898,7 +898,14 @@ def format_table(table: list[dict[str, Any]]) -> str:
         "measured_step_ms": (MEASURED_STEP,)})  # fmt: skip
 
 
+def best_first(bases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Baseline rows by validation NE as the study knows it (`estimated_ne`), those without
+    one last: the config's order put DLRM above the DCNv2 the verdict meets."""
+    return sorted(bases, key=lambda r: (estimated_ne(r) is None, estimated_ne(r) or 0.0))
+
+
 def format_baselines(table: list[dict[str, Any]]) -> str:
+    table = best_first(table)
     header = ["baseline", "state", "val NE", "mean val NE", "seeds", "test NE", "mean test NE",
               "val AUC", "test AUC", "MFLOPs", "params", PREDICTED_STEP, MEASURED_STEP,
               "digest"]  # fmt: skip
@@ -963,7 +970,7 @@ def markdown(study: optuna.Study, table: list[dict[str, Any]], top: int = 10) ->
         [[str(r["trial"]), _num(r["val_ne"]), *mean_of(str(r["trial"])), _num(r["test_ne"]),
           mflops_text(r["mflops"]), r["digest"] or "-"] for r in table[:top]],
     )]  # fmt: skip
-    bases = baseline_rows(study)
+    bases = best_first(baseline_rows(study))
     if bases:
         parts += ["## Baselines", block(["baseline", "val NE", *mean, "test NE", "MFLOPs"], [
             [b["baseline"], _num(b["val_ne"]), *mean_of(f"baseline:{b['baseline']}"),

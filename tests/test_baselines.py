@@ -816,3 +816,15 @@ def test_the_mlflow_view_shows_the_seed_means_the_baselines_were_chosen_by(tmp_p
     experiment = MlflowClient(server.uri).get_experiment_by_name("meaned-view")
     view = json.loads(experiment.tags[SHARED_VIEW_PREFIX + view_key("meaned-view")])
     assert set(REEVAL_COLUMNS) < set(view["selectedColumns"]), view["selectedColumns"]
+
+
+def test_baselines_are_listed_best_first():
+    """The leaderboard and the MLflow note listed the baselines in the config's order:
+    DLRM above the DCNv2 the verdict meets, a failed one between them."""
+    from nas.leaderboard import best_first
+
+    rows = [{"baseline": "dlrm", "val_ne": 0.8546, "mean_val_ne": 0.8573},
+            {"baseline": "broken", "val_ne": None, "mean_val_ne": None},
+            {"baseline": "dcnv2", "val_ne": 0.8535, "mean_val_ne": 0.8547},
+            {"baseline": "dhen", "val_ne": 0.8560, "mean_val_ne": None}]  # fmt: skip
+    assert [r["baseline"] for r in best_first(rows)] == ["dcnv2", "dhen", "dlrm", "broken"]
