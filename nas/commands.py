@@ -39,8 +39,9 @@ def start_study_run(logger, config, study) -> None:
                        experiment_name=config.mlflow_experiment,
                        reevaluated=StudyAttr.REEVALUATION in study.user_attrs)  # fmt: skip
     # `status NAME` then points to the study's view without its config
-    where = {"tracking_uri": redact(config.mlflow.tracking_uri),
-             "experiment": config.mlflow_experiment}  # fmt: skip
+    if (uri := config.mlflow.tracking_uri) is None:
+        return
+    where = {"tracking_uri": redact(uri), "experiment": config.mlflow_experiment}
     if study.user_attrs.get(StudyAttr.MLFLOW) != where:
         study.set_user_attr(StudyAttr.MLFLOW, where)
 
