@@ -396,12 +396,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     # WAITING: starting points queued when the study began and not run (yet, or at all:
     # the budget was reached first)
-    budget, trials = state["budget_trials"], state["trials"]
-    spent = bool(budget) and trials["complete"] + trials["pruned"] >= budget
+    budget = state["budget_trials"]
+    spent = bool(budget) and state["counted"] >= budget
     words = {"waiting": "queued point{s} left untrained (the budget was reached first)" if spent
              else "queued trial{s} not run yet"}  # fmt: skip
     counts = ", ".join(f"{n} {words.get(k, k).format(s='s' * (n != 1))}"
-                       for k, n in trials.items() if n)  # fmt: skip
+                       for k, n in state["trials"].items() if n)  # fmt: skip
     said = f"budget {budget}" if budget else "its search has not started: run `ranknas search`"
     print(f"study {state['study']}: {counts or 'no trials'} ({said})")
     if budget and config is not None and config.budget.trials != budget:  # the YAML edited

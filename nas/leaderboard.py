@@ -794,13 +794,15 @@ def status(study: optuna.Study) -> dict[str, Any]:
     for t in trials:
         counts[trial_state(t)] += 1
     best = study_best(study)
-    budget = study.user_attrs.get(StudyAttr.BUDGET_TRIALS)
+    budget, counted = study.user_attrs.get(StudyAttr.BUDGET_TRIALS), counted_trials(trials)
+    short = bool(budget) and counted < budget  # a search ended before its budget
     return {
         "study": study.study_name,
         "budget_trials": budget,
+        "counted": counted,
         "time_limited": study.user_attrs.get(StudyAttr.TIME_LIMITED),
         "repeats": repeats(trials),
-        "exhausted": bool(budget) and counted_trials(trials) < budget and exhausted(trials, budget),
+        "exhausted": short and exhausted(trials, budget),
         "searcher": study.user_attrs.get(StudyAttr.SEARCHER),
         "objectives": study.user_attrs.get(StudyAttr.OBJECTIVES),
         "trials": counts,
@@ -810,9 +812,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "bayes_ne": study.user_attrs.get(StudyAttr.BAYES_NE),
         "mlflow": study.user_attrs.get(StudyAttr.MLFLOW),
         "ceilings": study.user_attrs.get(StudyAttr.CEILINGS),
-        "stopped_on_ceilings": bool(budget)
-        and counted_trials(trials) < budget
-        and stopped_on_ceilings(trials, budget),
+        "stopped_on_ceilings": short and stopped_on_ceilings(trials, budget),
         "skipped": skipped(trials),
         "mflops_ceiling": study.user_attrs.get(StudyAttr.MFLOPS_CEILING),
         "step_ms_ceiling": study.user_attrs.get(StudyAttr.STEP_MS_CEILING),

@@ -127,10 +127,10 @@ def retrain(
     """Train each architecture of `archs` (key: `<trial>` or `baseline:<key>`, value: its
     directory) with the first `seeds` fresh seeds that the study has not recorded, each
     with its searched recipe in `recipes` (none: the study's); each run is recorded as it
-    ends, as pending (`PENDING`: reused by a rerun), and the whole record is published
-    once every run has ended: an interrupted round's seed means would rank one finalist
+    ends, as pending (`PENDING`: reused by a rerun), and this round's runs are published
+    once every one has ended: an interrupted round's seed means would rank one finalist
     over one seed against the others' single runs. Returns the study's record of every
-    re-evaluation run."""
+    re-evaluation run, pending ones included."""
     recipes = recipes or {}
     pending = dict(study.user_attrs.get(PENDING, {}))
     record = _merged(study.user_attrs.get(ATTR, {}), pending)

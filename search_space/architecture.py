@@ -46,6 +46,7 @@ from search_space.shapes import Dense, Shape, Sparse
 
 SCHEMA_VERSION = 1
 RAW_INPUTS = ("dense", "sparse")
+MAX_DIM = 4096  # the largest embedding dim a spec takes
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -261,8 +262,10 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
     if not isinstance(data, dict) or "dim" not in data:
         raise SpecError(f"{where}: expected an object with 'dim' (and optionally 'features')")
     dim = data["dim"]
-    if not _is_int(dim) or not 1 <= dim <= 4096:
-        raise SpecError(f"{where}.dim: {dim!r} is out of range: must be an integer in [1, 4096]")
+    if not _is_int(dim) or not 1 <= dim <= MAX_DIM:
+        raise SpecError(
+            f"{where}.dim: {dim!r} is out of range: must be an integer in [1, {MAX_DIM}]"
+        )
     dims = _parse_dims(data.get("dims", {}), where)
     if dims and data.get("features"):
         raise SpecError(f"{where}: give each feature's own dim in 'dims' (features from "
@@ -290,8 +293,8 @@ def _parse_embedding(data: Any, where: str) -> EmbeddingConfig:
                             "'features' out to take every feature from the data's schema at "
                             "embedding.dim, with own dims in embedding.dims: "
                             "{NAME: DIM}")  # fmt: skip
-        if fdim is not None and (not _is_int(fdim) or not 0 <= fdim <= 4096):
-            raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [0, 4096] (0: "
+        if fdim is not None and (not _is_int(fdim) or not 0 <= fdim <= MAX_DIM):
+            raise SpecError(f"{at} ({entry['name']}): dim must be an integer in [0, {MAX_DIM}] (0: "
                             "the model does not use the feature)")  # fmt: skip
         features.append(Feature(entry["name"], rows, fdim, pooling))
     names = [f.name for f in features]
@@ -307,9 +310,9 @@ def _parse_dims(data: Any, where: str) -> tuple[tuple[str, int], ...]:
     for name, dim in data.items():
         if not isinstance(name, str):  # YAML reads an unquoted 1 as a number
             raise SpecError(f"{where}.dims: {name!r} is no feature name; quote it ('{name}')")
-        if not _is_int(dim) or not 0 <= dim <= 4096:
-            raise SpecError(f"{where}.dims.{name}: {dim!r} must be an integer in [0, 4096] (0: "
-                            "the model does not use the feature)")  # fmt: skip
+        if not _is_int(dim) or not 0 <= dim <= MAX_DIM:
+            raise SpecError(f"{where}.dims.{name}: {dim!r} must be an integer in [0, "
+                            f"{MAX_DIM}] (0: the model does not use the feature)")  # fmt: skip
     return tuple(sorted(data.items()))
 
 

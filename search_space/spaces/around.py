@@ -31,7 +31,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from search_space.architecture import Architecture, BlockSpec, digest
+from search_space.architecture import MAX_DIM, Architecture, BlockSpec, digest
 from search_space.blocks import OPS
 from search_space.errors import SpecError
 from search_space.schema import DatasetSchema
@@ -48,7 +48,6 @@ from search_space.spaces.base import (
 from search_space.spaces.dag import _output_count
 
 KEEP = "none"
-MAX_DIM = 4096  # the largest dim an architecture file takes
 # Ops a block may be swapped for, by (input kind, output kind); each has params derivable
 # from a width multiplier and the number of embeddings it reads (`_op_params`).
 SWAPS = {

@@ -55,10 +55,14 @@ def fit_dense(train: TabularData) -> list[dict[str, Any]]:
         y = np.log1p(x) if log1p else x
         mean, std, far[column] = scaled_without_far_values(y, float(y.mean()), float(y.std()))
         transforms.append(dense_transform(column, log1p, mean, std))
-    source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
-    warn_constant_dense(source, constant)
-    warn_far_dense(source, far)
+    warn_constant_dense(_source(train), constant)
+    warn_far_dense(_source(train), far)
     return transforms
+
+
+def _source(train: TabularData) -> str:
+    """What a warning about `train` names: its file, or its data set."""
+    return train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
 
 
 def scaled_without_far_values(
@@ -189,8 +193,7 @@ def fit_categorical(train: TabularData) -> dict[str, Any]:
     hashed columns' buckets and how their file wrote whole numbers (served ones are
     hashed as written so), min-counts above 1, multi-valued columns' separators."""
     raws = train.raw_values.items()
-    source = train.bad_rows.source if train.bad_rows else f"data set {train.schema.name!r}"
-    warn_constant_categorical(source, [n for n, raw in raws if _one_value(raw)])
+    warn_constant_categorical(_source(train), [n for n, raw in raws if _one_value(raw)])
     return {
         "vocabulary": fit_vocabulary(train),
         "hashing": {n: raw.hash_size for n, raw in raws if raw.hash_size is not None},
