@@ -121,6 +121,21 @@ def test_each_bad_cell_is_one_line_naming_its_column_row_and_value(tmp_path):
     assert raised.value.message == "input is missing column(s) c0: send every column of d0, c0, c1"
 
 
+def test_the_stored_input_example_is_a_typical_row_that_scores(tmp_path):
+    """MLflow's `serving_input_example.json` (what a user copies into a request) held a row
+    of zeros and blanks: now each dense column's training mean, a count's through log1p
+    undone, and each vocabulary's most frequent value; an id column stays at id 0."""
+    fitted = {"dense": [{"column": "d0", "log1p": True, "mean": 2.0, "std": 1.0}],
+              "vocabulary": {"c0": SHOPS}}  # fmt: skip
+    model = _served(tmp_path, ID_SCHEMA, fitted)
+    stored = json.loads((tmp_path / "pyfunc" / "serving_input_example.json").read_text())
+    split = stored["dataframe_split"]
+    row = dict(zip(split["columns"], split["data"][0], strict=True))
+    assert row == {"d0": pytest.approx(6.389, abs=1e-3), "c0": "shop-0", "c1": 0}
+    frame = pd.DataFrame(split["data"], columns=split["columns"])
+    assert 0 < model.predict(frame)[0] < 1
+
+
 def test_whole_floats_are_ids_and_null_categories_missing(tmp_path):
     model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
     as_given = pd.DataFrame({"d0": [1.5, 0.5, 2.0], "c0": ["shop-3", "", "shop-4"],

@@ -365,7 +365,8 @@ def _pyfunc_model(result: ExportResult, columns: _Columns, tmp: Path) -> dict[st
     entry_point = tmp / "ranknas_pyfunc.py"
     entry_point.write_text(_PYFUNC_CODE.lstrip())
     return {"python_model": str(entry_point), "artifacts": {"export": str(result.out_dir)},
-            "signature": _signature(columns), "input_example": _input_example(columns),
+            "signature": _signature(columns),
+            "input_example": _input_example(columns, result.out_dir / PREPROCESSING_FILE),
             "pip_requirements": requirements()}  # fmt: skip
 
 
@@ -395,10 +396,25 @@ def _signature(columns: _Columns) -> Any:
     return ModelSignature(inputs=Schema(inputs), outputs=outputs)
 
 
-def _input_example(columns: _Columns) -> Any:
-    """One example of zeros (stored as JSON; MLflow also predicts it to check the model)."""
+def _input_example(columns: _Columns, preprocessing: Path) -> Any:
+    """A typical row, as MLflow stores it (`serving_input_example.json`, which a user copies
+    into a request) and predicts it to check the model: each dense column at its training
+    mean (before standardization; a count's, through log1p, undone), each categorical at its
+    most frequent training value (an id column, whose values the model takes as given, at
+    id 0). An all-blank row was stored, which told nothing of what a column holds."""
     import pandas as pd
 
-    ids = {f: [["x"] if f in columns.list_features else "" if f in columns.raw_features else 0]
-           for f in columns.features}  # fmt: skip
-    return pd.DataFrame({c: [0.0] for c in columns.dense} | ids)
+    fitted = json.loads(preprocessing.read_text()) if preprocessing.exists() else {}
+    transforms = fitted.get("dense") or [{"log1p": False, "mean": 0.0}] * len(columns.dense)
+    dense = {c: [_typical_number(t)] for c, t in zip(columns.dense, transforms, strict=True)}
+    vocabulary = fitted.get("vocabulary") or {}
+    ids = {}
+    for f in columns.features:
+        value = (vocabulary.get(f) or [""])[0] if f in columns.raw_features else 0
+        ids[f] = [[value] if f in columns.list_features else value]
+    return pd.DataFrame(dense | ids)
+
+
+def _typical_number(transform: Mapping[str, Any]) -> float:
+    mean = float(transform["mean"])
+    return float(f"{math.expm1(mean) if transform['log1p'] else mean:.4g}")
