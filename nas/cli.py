@@ -352,11 +352,12 @@ def _study_commands(command, commands) -> None:
                      help="do not log the baselines' runs to MLflow")  # fmt: skip
     export = command("export", handlers.cmd_export, "export a trial: spec, weights, module")
     study_args(export)
-    export.add_argument("--trial", default="best", metavar="best|N",
-                        help="which trial: 'best' (the one `status` names: the best "
+    export.add_argument("--trial", default="best", metavar="best|N|baseline:KEY",
+                        help="which model: 'best' (the one `status` names: the best "
                         "mean validation NE of the re-evaluated trials, or a cheaper one the "
-                        "seeds show equal; else the best first objective) or a trial "
-                        "number")  # fmt: skip
+                        "seeds show equal; else the best first objective), a trial "
+                        "number, or a baseline's recorded run (baseline:dcnv2: at its tuned "
+                        "recipe)")  # fmt: skip
     export.add_argument("--out", type=arguments.output_dir, required=True, metavar="DIR",
                         help="directory to write the spec, weights and module to")  # fmt: skip
     export.add_argument("--register", metavar="NAME",

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -695,36 +696,27 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.trial_record import (
-        WEIGHTS_FILE,
-        StudyAttr,
-        TrialAttr,
-        read_architecture,
-        read_metrics,
-        read_step,
-    )
+    from nas.trial_record import WEIGHTS_FILE, StudyAttr, read_architecture, read_metrics, read_step
 
     config = _study_config(args)
     study = _study(args, config)
-    trial = leaderboard.best_trial(study, args.trial, force=args.force)
-    trial_dir = Path(trial.user_attrs.get(TrialAttr.DIR, ""))
-    if not (trial_dir / WEIGHTS_FILE).exists():  # said before torch is loaded
-        raise RanknasError(_weights_elsewhere(trial, trial_dir / WEIGHTS_FILE))
+    source = _export_source(study, args.trial, args.force)
+    if not (source.directory / WEIGHTS_FILE).exists():  # said before torch is loaded
+        raise RanknasError(_weights_elsewhere(source, source.directory / WEIGHTS_FILE))
     from nas.export import EXPERIMENT, check_out_dir, export_model  # torch from here on
     from nas.storage import redact
     from search_space.schema import DatasetSchema
     from trainers.data.criteo import dense_transforms
 
-    weights = _trial_weights(trial.number, trial_dir)
+    weights = _trial_weights(source.label, source.directory)
     check_out_dir(Path(args.out), _study_dirs(study, config), args.force, weights)
     registered = None if args.register else _registered_in_card(Path(args.out))
     tracking_uri = _export_tracking_uri(args.tracking_uri, config) if args.register else None
     best = leaderboard.study_best(study)
-    is_best = best is not None and best["trial"] == trial.number
+    is_best = best is not None and source.trial is not None and best["trial"] == source.trial
     alias = args.alias or ("champion" if is_best else None)
-    arch = read_architecture(trial_dir, trial.user_attrs.get(TrialAttr.DIGEST),
-                             f"trial {trial.number}")  # fmt: skip
-    metrics = read_metrics(trial_dir)
+    arch = read_architecture(source.directory, source.digest, source.label)
+    metrics = read_metrics(source.directory)
     schema = study.user_attrs.get(StudyAttr.SCHEMA)
     preprocessing = study.user_attrs.get(StudyAttr.PREPROCESSING) or {}
     if schema and schema.get("name") == "criteo":  # one recorded before 2026-12-07 lacks
@@ -733,11 +725,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         if "hex_ids" not in preprocessing and known:  # every column through its vocabulary
             preprocessing["hex_ids"] = dict.fromkeys(known)
         if "hex_ids" not in preprocessing:  # hashed, or the whole file's ids: unknown here
-            print(f"warning: trial {trial.number}'s exported (and registered) model takes the "
+            print(f"warning: {source.label}'s exported (and registered) model takes the "
                   "Criteo reader's ids, not the file's hex values: run the study's `search` "
                   "again (it records how), then export", file=sys.stderr)  # fmt: skip
-    source_run = _trial_run(tracking_uri, study.study_name, trial.number,
-                            config.mlflow_experiment if config else None)  # fmt: skip
+    source_run = _source_run(tracking_uri, study.study_name, source.run_tags,
+                             config.mlflow_experiment if config else None)  # fmt: skip
     result = export_model(
         arch,
         weights,
@@ -748,14 +740,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         register=args.register,
         tracking_uri=tracking_uri,
         alias=alias,
-        provenance=_provenance(study, trial, metrics),
+        provenance=_provenance(study, source, metrics),
         source_run_id=source_run,
-        step=read_step(trial_dir),
-        title=f"{study.study_name} trial {trial.number}",
+        step=read_step(source.directory),
+        title=f"{study.study_name} {source.label}",
     )
-    print(f"exported trial {trial.number} (digest {result.digest}) to {args.out}")
+    print(f"exported {source.label} (digest {result.digest}) to {args.out}")
     if args.register and source_run is None:
-        print(f"trial {trial.number} has no run on {redact(tracking_uri)} (the study did not "
+        print(f"{source.label} has no run on {redact(tracking_uri)} (the study did not "
               f"log there): the model was logged in a run of the experiment {EXPERIMENT!r}; "
               "`ranknas search` or `reevaluate` with MLflow on logs the study's runs")  # fmt: skip
     if result.reused_version:
@@ -765,14 +757,69 @@ def cmd_export(args: argparse.Namespace) -> int:
     elif args.register and result.alias:
         print(f"registered {result.model_name} version {result.model_version} as @{result.alias}")
     elif args.register:
-        print(f"registered {result.model_name} version {result.model_version}, no alias: trial "
-              f"{trial.number} is not the study's best (--alias NAME sets one); load it as "
+        print(f"registered {result.model_name} version {result.model_version}, no alias: "
+              f"{source.label} is not the study's best (--alias NAME sets one); load it as "
               f"{result.model_uri}")  # fmt: skip
     if registered:
         print(f"the model card no longer says the model is registered as {registered!r} "
               f"(the card it replaced did): add --register {registered} to say it again (no "
               "new version if it is the same model)", file=sys.stderr)  # fmt: skip
     return 0
+
+
+@dataclass(frozen=True)
+class _Exported:
+    """What `export` writes out: a trial or a baseline, as the study recorded it."""
+
+    label: str  # "trial 15", "baseline dcnv2": how messages and the card name it
+    directory: Path
+    digest: str | None
+    recipe: dict[str, Any]  # its own recipe, where it differs from the study's
+    mean_key: str  # its key in `leaderboard.seed_means`
+    run_tags: tuple[dict[str, str], ...]  # its MLflow run's tags, the likeliest first
+    trial: int | None = None  # a trial's number
+    worker: str | None = None  # host:pid of the worker that trained it, where recorded
+
+    @classmethod
+    def of_trial(cls, trial) -> _Exported:
+        from nas.trial_record import TrialAttr
+
+        number, attrs = trial.number, trial.user_attrs
+        tags = tuple(
+            {"ranknas.kind": kind, "ranknas.trial": str(number)} for kind in ("trial", "repeat")
+        )  # not a baseline's recipe runs: tuning
+        return cls(f"trial {number}", Path(attrs.get(TrialAttr.DIR, "")),
+                   attrs.get(TrialAttr.DIGEST), attrs.get("recipe", {}), str(number), tags,
+                   number, attrs.get(TrialAttr.WORKER))  # fmt: skip
+
+
+BASELINE_PREFIX = "baseline:"  # `export --trial baseline:KEY`
+
+
+def _export_source(study, which: str, force: bool) -> _Exported:
+    """`--trial`'s model: a trial (`leaderboard.best_trial`) or `baseline:KEY`, a baseline
+    at its recorded run (its tuned recipe, the study's seed)."""
+    from nas import leaderboard
+    from nas.trial_record import recorded
+
+    if not which.startswith(BASELINE_PREFIX):
+        return _Exported.of_trial(leaderboard.best_trial(study, which, force=force))
+    key, found = which.removeprefix(BASELINE_PREFIX), recorded(study)
+    if key not in found:
+        known = ", ".join(BASELINE_PREFIX + k for k in found) or "none recorded"
+        raise RanknasError(f"--trial {which}: the study has no baseline {key!r} ({known}; "
+                           "`ranknas status` lists them)")  # fmt: skip
+    attrs = found[key]
+    reason = attrs.get("failure_reason") or ""
+    if reason.startswith("diverged") and not force:
+        raise RanknasError(f"baseline {key} {reason}; pass --force to export it anyway")
+    if attrs.get("status") != "complete" and not reason.startswith("diverged"):
+        why = f" ({reason})" if reason else ""
+        raise RanknasError(f"baseline {key} is {attrs.get('status')}{why}, not complete: "
+                           "nothing to export")  # fmt: skip
+    tags = ({"ranknas.kind": "baseline", "ranknas.baseline": key},)
+    return _Exported(f"baseline {key}", Path(attrs.get("dir", "")), attrs.get("digest"),
+                     attrs.get("recipe") or {}, BASELINE_PREFIX + key, tags)  # fmt: skip
 
 
 def _registered_in_card(out: Path) -> str | None:
@@ -789,13 +836,10 @@ def _registered_in_card(out: Path) -> str | None:
     return found.group(1) if found else None
 
 
-def _weights_elsewhere(trial, path: Path) -> str:
-    """A trial's weights stay where its worker wrote them: say where, and what to do."""
-    from nas.trial_record import TrialAttr
-
-    worker = trial.user_attrs.get(TrialAttr.WORKER)  # host:pid
-    by = f" by worker {worker}" if worker else ""
-    return (f"trial {trial.number}: weights not found at {path} (trained{by}); export on "
+def _weights_elsewhere(source: _Exported, path: Path) -> str:
+    """A model's weights stay where its worker wrote them: say where, and what to do."""
+    by = f" by worker {source.worker}" if source.worker else ""
+    return (f"{source.label}: weights not found at {path} (trained{by}); export on "
             "the machine that trained it, or give every worker an output_dir on a shared "
             "file system")  # fmt: skip
 
@@ -810,33 +854,36 @@ def _study_dirs(study, config) -> set[Path]:
     return dirs | ({config.study_dir} if config is not None else set())
 
 
-def _trial_weights(number: int, trial_dir: Path) -> dict:
-    """The trial's recorded weights; a missing or damaged file is a user error."""
+def _trial_weights(label: str, trial_dir: Path) -> dict:
+    """The recorded weights of `label` ("trial 3"); a missing or damaged file is a user
+    error."""
     from safetensors import SafetensorError
 
     from nas.trial_record import WEIGHTS_FILE, read_weights
 
     weights = trial_dir / WEIGHTS_FILE
     if not weights.exists():
-        raise RanknasError(f"trial {number}: weights not found at {weights}")
+        raise RanknasError(f"{label}: weights not found at {weights}")
     try:
         return read_weights(weights)
     except (SafetensorError, OSError) as exc:
-        raise RanknasError(f"trial {number}: cannot read the weights {weights} ({exc}): the "
+        raise RanknasError(f"{label}: cannot read the weights {weights} ({exc}): the "
                            "file is damaged; export another trial, or train this "
                            "architecture again") from None  # fmt: skip
 
 
-def _provenance(study, trial, metrics: dict) -> dict:
-    """Where the model comes from, for its card: study, trial, date, recipe, floor, baselines."""
+def _provenance(study, source: _Exported, metrics: dict) -> dict:
+    """Where the model comes from, for its card: study, trial (or baseline), date, recipe,
+    floor, baselines."""
     from datetime import UTC, datetime
 
     from nas import leaderboard
 
-    out = {"study": study.study_name, "trial": trial.number,
+    kind, name = source.label.split(" ", 1)
+    out = {"study": study.study_name, kind: source.trial if source.trial is not None else name,
            "exported": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}  # fmt: skip
     out |= {k: metrics[k] for k in ("examples", "steps", "restored_step") if metrics.get(k)}
-    recipe = (study.user_attrs.get("training_recipe") or {}) | trial.user_attrs.get("recipe", {})
+    recipe = (study.user_attrs.get("training_recipe") or {}) | source.recipe
     recipe.pop("search", None)  # the space the recipe was drawn from, not the recipe
     if recipe:
         out["training recipe"] = ", ".join(f"{k} {v}" for k, v in recipe.items() if v is not None)
@@ -846,10 +893,10 @@ def _provenance(study, trial, metrics: dict) -> dict:
     best = leaderboard.study_best(study)  # None when no trial is complete (a forced export)
     if best is not None:  # a card read alone says whether this model is the study's best
         shown = leaderboard.describe_best(best)
-        out["the study's best"] = shown if best["trial"] == trial.number else (
+        out["the study's best"] = shown if best["trial"] == source.trial else (
             f"not this trial: {shown}")  # fmt: skip
     means = leaderboard.seed_means(study)
-    own = means.get(str(trial.number))
+    own = means.get(source.mean_key)
     if own:  # beside its recorded run, as the baselines' below
         test = f" / {own['test_ne']:.4f}" if own["test_ne"] is not None else ""
         out["this trial's val / test NE, mean over its seeds"] = (
@@ -883,12 +930,15 @@ def _export_tracking_uri(given: str | None, config) -> str:
     return uri
 
 
-def _trial_run(
-    tracking_uri: str | None, study: str, number: int, experiment_name: str | None
+def _source_run(
+    tracking_uri: str | None,
+    study: str,
+    run_tags: tuple[dict[str, str], ...],
+    experiment_name: str | None,
 ) -> str | None:
-    """The trial's own MLflow run, if the server has it (the registered version's source);
-    without the study's config (`experiment_name` None) it is looked for in every
-    experiment, since the config may name one."""
+    """The exported model's own MLflow run (`_Exported.run_tags`), if the server has it (the
+    registered version's source); without the study's config (`experiment_name` None) it is
+    looked for in every experiment, since the config may name one."""
     if not tracking_uri:
         return None
     try:
@@ -902,10 +952,10 @@ def _trial_run(
             ids = [experiment.experiment_id] if experiment is not None else []
         if not ids:
             return None
-        runs = [run for kind in ("trial", "repeat")  # not a baseline's recipe runs: tuning
-                for run in client.search_runs(ids, f"tags.`ranknas.study` = '{study}' and "
-                                              f"tags.`ranknas.kind` = '{kind}' and "
-                                              f"tags.`ranknas.trial` = '{number}'")]  # fmt: skip
+        filters = [" and ".join(f"tags.`{k}` = '{v}'" for k, v in ({"ranknas.study": study}
+                                                                  | tags).items())
+                   for tags in run_tags]  # fmt: skip
+        runs = [run for where in filters for run in client.search_runs(ids, where)]
     except Exception:  # unreachable or refused: register from a new run instead
         return None
     return runs[0].info.run_id if runs else None

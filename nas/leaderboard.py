@@ -764,8 +764,9 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     if not which.isdigit() or int(which) >= len(trials):
         done = [t.number for t in trials if t.state == TrialState.COMPLETE]
         shown = ", ".join(map(str, done[:12])) + (f", ... ({len(done)})" if len(done) > 12 else "")
-        raise RanknasError(f"--trial must be 'best' or a complete trial's number: "
-                           f"{shown or 'none yet'} (`ranknas leaderboard` lists them)")  # fmt: skip
+        raise RanknasError(f"--trial must be 'best', a complete trial's number ("
+                           f"{shown or 'none yet'}: `ranknas leaderboard` lists them) or "
+                           "baseline:KEY")  # fmt: skip
     trial = trials[int(which)]
     if trial_state(trial) == "repeat":
         trial = trials[int(trial.user_attrs[TrialAttr.REUSED_FROM])]

@@ -6,9 +6,12 @@ import io
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
+import torch
 from optuna.trial import TrialState
+from safetensors.torch import load_file
 
 from nas.baselines import recorded
 from nas.cli import main
@@ -105,10 +108,25 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
     assert [r["baseline"] for r in table if r["baseline"]] == ["logistic_regression", "dlrm"]
     assert sum(not r["baseline"] for r in table) == 2
 
+    bases = recorded(load_study("board", config["storage"]))
     assert main(["status", "board", *storage, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == v
     assert main(["status", "board", *storage]) == 0
     assert "verdict" in capsys.readouterr().out
+
+    # a baseline exports as a trial does: its recorded run's architecture and weights
+    out = tmp_path / "dlrm-export"
+    assert main(["export", "board", *storage, "--trial", "baseline:dlrm", "--out", str(out)]) == 0
+    assert f"exported baseline dlrm (digest {bases['dlrm']['digest']})" in capsys.readouterr().out
+    recorded_dir = Path(bases["dlrm"]["dir"])
+    exported, trained = (load_file(d / "model.safetensors") for d in (out, recorded_dir))
+    assert exported.keys() == trained.keys()
+    assert all(torch.equal(exported[k], trained[k]) for k in trained)
+    card = (out / "model_card.md").read_text()
+    assert card.startswith("# board, baseline dlrm (") and "| baseline | dlrm |" in card
+    assert main(["export", "board", *storage, "--trial", "baseline:dcn", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no baseline 'dcn' (baseline:logistic_regression, baseline:dlrm;" in err
 
 
 def test_a_baseline_whose_seed_mean_is_worse_than_the_base_rate_is_not_compared(tmp_path):
@@ -614,9 +632,9 @@ def test_a_diverged_seed_stays_in_the_mean_and_says_so(tmp_path, monkeypatch):
     assert "diverged" in COLUMNS  # in the JSON and CSV
     bases[0]["diverged"] = 1
     assert " 2 (1 diverged) " in format_baselines(bases)
-    from nas.commands import _provenance  # the model card's
+    from nas.commands import _Exported, _provenance  # the model card's
 
-    card = _provenance(study, study.trials[0], {})
+    card = _provenance(study, _Exported.of_trial(study.trials[0]), {})
     said = f"(2 seeds, {diverged['0']} diverged)"
     assert card["this trial's val / test NE, mean over its seeds"].endswith(said), card
 

@@ -129,9 +129,9 @@ def test_a_study_trains_each_trial_with_its_own_recipe_and_reevaluates_with_it(
     rows = reevaluate.reevaluate_study(config, top=1, seeds=1, progress=lambda line: None)
     best = study.trials[int(rows[0]["trial"])]
     assert seen == [best.user_attrs["recipe"]]
-    from nas.commands import _provenance
+    from nas.commands import _Exported, _provenance
 
-    card = _provenance(study, best, {})["training recipe"]  # the model card's row
+    card = _provenance(study, _Exported.of_trial(best), {})["training recipe"]  # the card's row
     assert f"dense_lr {best.user_attrs['recipe']['dense_lr']}" in card and "search" not in card
 
 

@@ -112,11 +112,11 @@ def test_the_mlflow_note_shows_the_seed_means_it_chose_by(tmp_path):
 
 
 def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_path):
-    from nas.commands import _provenance
+    from nas.commands import _Exported, _provenance
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=TIED)
-    card = _provenance(study, best_trial(study), {})
+    card = _provenance(study, _Exported.of_trial(best_trial(study)), {})
     assert card["baseline dlrm val / test NE"].startswith("0.8550 / ")
     assert "(its recorded run); mean over 4 seeds 0.8552 / " in card["baseline dlrm val / test NE"]
     # the verdict as `status` tells it, each of its lines: the baselines' recipe, the seeds
@@ -124,7 +124,7 @@ def test_the_model_card_tells_a_baselines_recorded_run_from_its_seed_mean(tmp_pa
     assert "; baselines untuned, at the study's recipe" in card["verdict"]
     assert "; by seed: trial 1 has the lower validation NE on 4 of 4 seeds" in card["verdict"]
     # a trial that is not the best says so, and gives its own seed mean
-    other = _provenance(study, study.trials[0], {})
+    other = _provenance(study, _Exported.of_trial(study.trials[0]), {})
     assert other["the study's best"].startswith("not this trial: trial 1")
     assert other["this trial's val / test NE, mean over its seeds"].startswith("0.8515")
     assert not card["the study's best"].startswith("not this trial")

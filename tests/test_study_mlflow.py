@@ -83,6 +83,14 @@ def test_baselines_are_nested_runs_tagged_as_baselines(tmp_path, server, capfd, 
     assert main(export[:6]) == 0  # without --register, the card it writes drops the registry
     assert "no longer says the model is registered as 'wb'" in capfd.readouterr().err
     assert main(export) == 0  # and says it again
+    # a baseline's recorded run: registered from its own run, no alias by default
+    base = [*export[:4], "--trial", "baseline:dlrm", "--out", str(tmp_path / "base"),
+            "--register", "wbase", "--tracking-uri", server.uri]  # fmt: skip
+    assert main(base) == 0
+    assert "registered wbase version 1, no alias: baseline dlrm" in capfd.readouterr().out
+    version = client.get_model_version("wbase", "1")
+    assert version.run_id == run.info.run_id and not version.aliases
+    assert "| baseline | dlrm |" in version.description
 
     # without --tracking-uri: the study config's server, else $MLFLOW_TRACKING_URI; a
     # server that does not answer stops the export before it writes anything

@@ -48,8 +48,9 @@ def _model_card(
     Criteo-format lines, which its example reads)."""
     arch = analysis.arch
     title = arch.name or "ranknas model"
-    if provenance and "study" in provenance and "trial" in provenance:  # not "around-space"
-        title = f"{provenance['study']}, trial {provenance['trial']} ({title})"
+    subject = next((k for k in ("trial", "baseline") if k in (provenance or {})), None)
+    if provenance and "study" in provenance and subject:  # not "around-space"
+        title = f"{provenance['study']}, {subject} {provenance[subject]} ({title})"
     sections = [
         f"# {title}\n\n"
         f"Exported by ranknas. Architecture digest `{arch_digest}`; "
