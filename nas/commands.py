@@ -688,10 +688,25 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     print_comparison(study)
     best = leaderboard.study_best(study)
     print(f"best: {leaderboard.describe_best(best)}")
-    # not `winner/`: the search's own line had the first best exported there (refused again)
-    print(f"export it: ranknas export {config.name} --storage {redact(config.storage)} "
-          f"--trial {best['trial']} --out winner-trial-{best['trial']}/")  # fmt: skip
+    print(export_hint(study, redact(config.storage)))
     return 0
+
+
+def export_hint(study, storage: str) -> str:
+    """The `export` command for the study's best trial, and for the baseline where the
+    verdict says it wins (the model to ship then). Not into `winner/`: the search's own
+    line had the first best exported there (refused again)."""
+    from nas import leaderboard
+
+    best = leaderboard.study_best(study)
+    command = f"ranknas export {study.study_name} --storage {storage}"
+    lines = [f"export it: {command} --trial {best['trial']} --out winner-trial-{best['trial']}/"]
+    v = leaderboard.verdict(study)
+    if v and v.get("outcome") == "baseline_wins":
+        key = v["best_baseline"]["baseline"]
+        lines.append(f"the verdict: baseline {key} wins; to ship it: {command} --trial "
+                     f"{BASELINE_PREFIX}{key} --out winner-baseline-{key}/")  # fmt: skip
+    return "\n".join(lines)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

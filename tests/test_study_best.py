@@ -315,7 +315,7 @@ def test_a_trial_number_out_of_range_is_told_the_complete_ones(tmp_path):
 
     study = recorded_study(f"sqlite:///{tmp_path / 's.db'}", [(0.9, 1.0), (0.8, 1.0)])
     study.enqueue_trial({"x": 0.5})  # waiting: never exportable
-    with pytest.raises(RanknasError, match=r"a complete trial's number: 0, 1 \(`ranknas leader"):
+    with pytest.raises(RanknasError, match=r"a complete trial's number \(0, 1: `ranknas leader"):
         best_trial(study, "7")
 
 
@@ -333,6 +333,16 @@ def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
     assert v["outcome"] == "baseline_wins"
     said = format_verdict(v).splitlines()[0]
     assert "the baseline wins (a seed of trial 0 went nan or inf: its mean is inf)" in said, said
+    # reevaluate's last lines: the command that exports the baseline, which wins
+    from nas.commands import export_hint
+
+    hint = export_hint(study, url).splitlines()
+    assert hint[-1] == (f"the verdict: baseline dlrm wins; to ship it: ranknas export "
+                        f"{study.study_name} --storage {url} --trial baseline:dlrm --out "
+                        "winner-baseline-dlrm/")  # fmt: skip
+    plain = recorded_study(url.replace("studies", "plain"), TRIALS)  # no baselines
+    assert export_hint(plain, url).splitlines()[0].startswith("export it: ranknas export")
+    assert len(export_hint(plain, url).splitlines()) == 1  # the best trial's command alone
 
 
 def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_said(tmp_path):
