@@ -216,6 +216,21 @@ def _check_own_dims(study: optuna.Study, config: StudyConfig, space: Any, new: b
     study.set_user_attr(StudyAttr.OWN_DIMS, True)
 
 
+def _check_batches_fit(config: StudyConfig, rows: int) -> None:
+    """Refuses a batch (`training.batch_size`, or a `training.search` choice) larger than
+    the training split, before the study exists: the first trial failed on it, and the
+    study it left recorded that batch, so the corrected config was refused as a change."""
+    search = config.training.search
+    batches = {"training.batch_size": config.training.batch_size}
+    if search is not None and search.batch_size:
+        batches["training.search.batch_size"] = max(search.batch_size)
+    too_large = {name: size for name, size in batches.items() if size > rows}
+    if too_large:
+        shown = ", ".join(f"{name} {size:,}" for name, size in too_large.items())
+        raise RanknasError(f"{shown}: more than the training split's {rows:,} rows (a trial "
+                           "trains whole batches): give more rows, or a smaller batch")  # fmt: skip
+
+
 def _create_study(config: StudyConfig, storage: RDBStorage, **options: Any) -> optuna.Study:
     """Create or load the study (under the study lock). One that a run created and that
     stopped before searching (a config error) may have other objectives than the config,
@@ -475,6 +490,7 @@ def _run_study(
         raise
     progress(f"data: {len(data.train):,} training, {len(data.valid):,} validation, "
              f"{len(data.test):,} test rows, split {data.split}")  # fmt: skip
+    _check_batches_fit(config, len(data.train))
     # built before any training, so that a wrong space stops the study at once; a space
     # around the best baseline waits for the baselines
     space = None if _around_best_baseline(config) else make_space(config.search_space,

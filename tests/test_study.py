@@ -589,6 +589,25 @@ def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     assert "no study 'nope'" in capsys.readouterr().err
 
 
+def test_a_batch_larger_than_the_training_split_is_refused_before_the_study_exists(
+    tmp_path, capsys
+):
+    """The first trial failed on it, and the study it left had recorded batch 4096: the
+    corrected config was refused as "run with other settings (training.batch_size)"."""
+    config = tiny_config(tmp_path, "big-batch", budget={"trials": 1},
+                         training={"batch_size": 4096, "evals": 2})  # fmt: skip
+    assert main(["search", str(write_config(tmp_path, config))]) == 2
+    err = capsys.readouterr().err
+    assert "training.batch_size 4,096: more than the training split's 3,200 rows" in err
+    with pytest.raises(RanknasError, match="no study"):
+        load_study("big-batch", config["storage"])
+    searched = {"batch_size": 128, "evals": 2, "search": {"batch_size": [128, 8192]}}
+    assert main(["search", str(write_config(tmp_path, config | {"training": searched}))]) == 2
+    assert "training.search.batch_size 8,192: more than" in capsys.readouterr().err
+    fixed = config | {"training": {"batch_size": 128, "evals": 2}}
+    assert main(["search", str(write_config(tmp_path, fixed))]) == 0
+
+
 def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, monkeypatch):
     import nas.protocol
 
