@@ -89,6 +89,20 @@ def test_plan_prints_devices_memory_and_cost(model, table_file, capsys):
     assert "memory GiB" in out and len(out.splitlines()) == 2 + 1 + 3
 
 
+def test_plan_on_hosts_prices_the_links_between_them(model, table_file, capsys):
+    """Every plan assumed 8 devices a host: 4 devices on 2 hosts were priced as one host's
+    links, and a study's `sharding.hosts` had no counterpart here."""
+    argv = ["shard", "plan", str(table_file), "--devices", "4", "--method", "size_greedy",
+            "--model", str(model), "--json"]  # fmt: skip
+    costs = {}
+    for hosts in ([], ["--hosts", "2"]):
+        assert run([*argv, *hosts]) == 0
+        costs[len(hosts)] = json.loads(capsys.readouterr().out)["predicted_max_ms"]
+    assert costs[2] > costs[0]  # the all-to-alls cross hosts
+    with pytest.raises(RanknasError, match="--hosts 3 must divide --devices 4 evenly"):
+        run([*argv, "--hosts", "3"])
+
+
 def test_plan_json(model, table_file, capsys):
     argv = ["shard", "plan", str(table_file), "--devices", "4", "--json"]
     assert run([*argv, "--method", "size_greedy", "--model", str(model)]) == 0

@@ -132,6 +132,13 @@ def _workload_options(parser: argparse.ArgumentParser) -> None:
         "of 8)",
     )
     parser.add_argument(
+        "--hosts",
+        type=arguments.positive(int),
+        metavar="N",
+        help="hosts the devices are spread over, evenly (default: 8 devices a host); a "
+        "table cut row-wise within a host is cut over a host's devices",
+    )
+    parser.add_argument(
         "--memory-gb",
         type=arguments.positive(float),
         metavar="GIB",

@@ -39,7 +39,11 @@ from search_space.preset_names import ARCHITECTURE_SUFFIXES
 
 def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
     memory_gb = args.memory_gb or Topology(1).memory_bytes / GIB  # torchrec's HBM_CAP
-    topology = Topology(args.devices, memory_bytes=int(memory_gb * GIB))
+    if args.hosts is not None and args.devices % args.hosts:
+        raise RanknasError(f"--hosts {args.hosts} must divide --devices {args.devices} evenly "
+                           "(the devices each host holds, times the hosts)")  # fmt: skip
+    per_host = args.devices // args.hosts if args.hosts else Topology(1).local_world_size
+    topology = Topology(args.devices, memory_bytes=int(memory_gb * GIB), local_world_size=per_host)
     return _tables(args.tables, args.schema), topology
 
 
