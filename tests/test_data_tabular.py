@@ -985,6 +985,26 @@ def test_schema_inference_suggests_dates_written_as_digits_as_the_time(tmp_path,
     assert timed["time"] == "hour" and timed["dense"] == ["price"]
 
 
+def test_schema_inference_leaves_out_a_second_date_column_as_dates(tmp_path, caplog):
+    """A signup date beside the impression time (ISO 8601 with offsets) was left out as "a
+    different value on every row names the row"; a few distinct days became a categorical
+    whose later days a time split never saw in training."""
+    from trainers.data.tabular import infer_schema
+
+    rows = [f"{i % 2},2024-10-01T00:{i // 60 % 60:02d}:{i % 60:02d}-07:00,"
+            f"2023-{1 + i % 12:02d}-{1 + i % 28:02d}T08:{i % 60:02d}:00-07:00,"
+            f"2024-09-{1 + i % 3:02d},{i % 7}.5" for i in range(300)]  # fmt: skip
+    path = tmp_path / "log.csv"
+    path.write_text("click,ts,signup,campaign_day,price\n" + "\n".join(rows))
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(path, "click")
+    assert schema["time"] == "ts" and schema["dense"] == ["price"] and not schema["categorical"]
+    assert ("left out signup: it holds dates (e.g. '2023-01-01T08:00:00-07:00'), not a feature "
+            "new rows share; the split's time is ts") in caplog.text  # fmt: skip
+    assert "left out campaign_day: it holds dates" in caplog.text
+    assert "names the row" not in caplog.text
+
+
 def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):
     """A whole-number column named as ids is categorical however many values it has (a
     400-valued `city_id` was inferred dense); a column with a different id on every row (a

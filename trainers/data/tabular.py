@@ -1049,6 +1049,12 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         if frame[column].astype(str).str.strip().nunique(dropna=False) <= 1:  # as training reads
             constant.append(str(column))
             continue
+        if _looks_like_dates(frame[column]):  # a second date column beside the time
+            logger.warning("%s: left out %s: it holds dates (e.g. %r), not a feature new rows "
+                           "share; the split's time is %s (derive a feature from it, such as "
+                           "days since, to use it)", path, column,
+                           str(frame[column].dropna().iloc[0]), time)  # fmt: skip
+            continue
         lists = _list_column(frame[column])
         if lists is not None:
             categorical.append(lists | {"name": str(column)})
