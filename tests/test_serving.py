@@ -21,6 +21,7 @@ from search_space.presets import preset
 from search_space.schema import CategoricalFeature, DatasetSchema, synthetic_schema
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+UNSEEN_ROWS = 20  # the served model's: a request of fewer rows is not warned of
 SHOPS = [f"shop-{k}" for k in range(18)]  # c0's training vocabulary
 
 
@@ -134,6 +135,25 @@ def test_the_stored_input_example_is_a_typical_row_that_scores(tmp_path):
     assert row == {"d0": pytest.approx(6.389, abs=1e-3), "c0": "shop-0", "c1": 0}
     frame = pd.DataFrame(split["data"], columns=split["columns"])
     assert 0 < model.predict(frame)[0] < 1
+
+
+def test_a_request_of_mostly_unseen_values_is_warned_of_in_the_log(tmp_path, caplog):
+    """Values not written as training read them (shop codes without their prefix) were
+    each scored as out of vocabulary, and nothing said so; a few unseen values are normal."""
+    model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
+    rows = 30
+    frame = pd.DataFrame({"d0": [0.5] * rows, "c0": [str(k % 18) for k in range(rows)],
+                          "c1": [1] * rows})  # fmt: skip
+    with caplog.at_level("WARNING", logger="ranknas"):
+        model.predict(frame)
+    assert ("column 'c0': 30 of 30 values in this request were not seen in training (e.g. '0', "
+            "training's most frequent: 'shop-0')") in caplog.text  # fmt: skip
+    caplog.clear()
+    mostly_known = frame.assign(c0=[SHOPS[k % 18] if k % 3 else "new" for k in range(rows)])
+    with caplog.at_level("WARNING", logger="ranknas"):
+        model.predict(mostly_known)
+        model.predict(frame.head(UNSEEN_ROWS - 1))  # too few rows to tell
+    assert "not seen in training" not in caplog.text
 
 
 def test_whole_floats_are_ids_and_null_categories_missing(tmp_path):

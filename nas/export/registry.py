@@ -40,6 +40,7 @@ torch alone and loads `model.safetensors`. Nothing is unpickled.
 """
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
             ids = m.encode_ids(raw, m.FEATURES, self.directory)
         except ValueError as exc:  # a malformed multi-valued cell: names its feature and row
             raise _bad_request(str(exc)) from None
+        _warn_unseen(ids, raw, m, fitted)
         with torch.no_grad():
             logits = self.model(m.prepare_dense(dense, self.directory), ids)
         scores = torch.sigmoid(logits).numpy()
@@ -99,6 +101,26 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
 
 
 MAX_LINES = 50  # of a bad request's error: a request of 5,000 bad rows gets 50, and a count
+UNSEEN_SHARE, UNSEEN_ROWS = 0.5, 20  # a column mostly unseen in a request of 20 rows or more
+
+
+def _warn_unseen(ids, raw: list, m, fitted: dict) -> None:
+    """Warn in the server's log of a column whose values in a request of `UNSEEN_ROWS` rows
+    or more were mostly not seen in training: each is scored as out of vocabulary, without
+    a word (a zip code sent as 2134 where training read "02134")."""
+    vocabulary, lists = fitted.get("vocabulary", {}), fitted.get("multi_valued", {})
+    for k, (feature, values) in enumerate(zip(m.FEATURES, raw, strict=True)):
+        if feature not in vocabulary or feature in lists:
+            continue
+        column = ids[:, k] if isinstance(ids, torch.Tensor) else ids[k]
+        given, unseen = column != 0, column == 1
+        if int(given.sum()) >= UNSEEN_ROWS and int(unseen.sum()) > UNSEEN_SHARE * int(given.sum()):
+            example = values[int(torch.nonzero(unseen)[0])]
+            logging.getLogger("ranknas").warning(
+                "column %r: %d of %d values in this request were not seen in training (e.g. "
+                "%r, training's most frequent: %r), each scored as out of vocabulary: send them "
+                "as the training file wrote them", feature, int(unseen.sum()),
+                int(given.sum()), example, vocabulary[feature][0] if vocabulary[feature] else None)
 
 
 def _bad_request(problems: str | list) -> MlflowException:
