@@ -143,6 +143,9 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
         summarize_study(logger, study, table, config.study_dir)
     if logger is not None:
         flush(logger, config)
+    if leaderboard.study_best(study) is None:  # the command would be refused
+        print(f"nothing to export: {leaderboard.no_best_reason(study)}")
+        return 0
     print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
           "--out winner/")  # fmt: skip
     return 0
@@ -465,6 +468,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                                       for r in state["running"]))  # fmt: skip
     if state["best"] is not None:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")
+    elif state["trials"]["complete"]:
+        print(f"best: none: {leaderboard.EVERY_FINALIST_DIVERGED}")
     if pending := state["reevaluation_pending"]:
         print(f"not counted yet: {pending} run{'s' * (pending != 1)} of a re-evaluation "
               "that has not finished (`ranknas reevaluate`, or a search's best-baseline seeds): "
@@ -687,8 +692,10 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         flush(logger, config)
     print_comparison(study)
     best = leaderboard.study_best(study)
-    print(f"best: {leaderboard.describe_best(best)}")
-    print(export_hint(study, redact(config.storage)))
+    reason = None if best else leaderboard.no_best_reason(study)
+    print(f"best: {leaderboard.describe_best(best) if best else f'none: {reason}'}")
+    if hint := export_hint(study, redact(config.storage)):
+        print(hint)
     return 0
 
 
@@ -700,7 +707,13 @@ def export_hint(study, storage: str) -> str:
 
     best = leaderboard.study_best(study)
     command = f"ranknas export {study.study_name} --storage {storage}"
-    lines = [f"export it: {command} --trial {best['trial']} --out winner-trial-{best['trial']}/"]
+    lines = (
+        []
+        if best is None
+        else [  # every finalist diverged: no trial to ship
+            f"export it: {command} --trial {best['trial']} --out winner-trial-{best['trial']}/"
+        ]
+    )
     v = leaderboard.verdict(study)
     if v and v.get("outcome") == "baseline_wins":
         key = v["best_baseline"]["baseline"]

@@ -162,8 +162,19 @@ def study_best(study: optuna.Study) -> dict[str, Any] | None:
     return _choose_best(study, by_recorded_run(study))
 
 
+# why a study of complete trials names no best
+EVERY_FINALIST_DIVERGED = (
+    "every re-evaluated trial's seed mean is worse than the base rate (NE >= 1): a failure, "
+    "not a model; search on (more trials, or another space), or export a trial by number "
+    "with --force"
+)
+
+
 def _choose_best(study: optuna.Study, complete: list[dict[str, Any]]) -> dict[str, Any] | None:
     finalists = [r for r in complete if r["mean_val_ne"] is not None]
+    if finalists and not any(r["mean_val_ne"] < 1 for r in finalists):
+        return None  # `EVERY_FINALIST_DIVERGED`: not the recorded runs their seeds belie
+    finalists = [r for r in finalists if r["mean_val_ne"] < 1]
     if not finalists:
         if not complete:
             return None
@@ -382,8 +393,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     dominated = {b["baseline"]: by for b in bases if (by := _dominators(b, found, study))}
     single = [r for r in complete if str(r["trial"]) not in means]  # not retrained
     dominated_once = _dominated_by_single_runs(study, bases, dominated, single) if on_means else {}
-    chosen = study_best(study)["trial"]  # the best every surface names, ties included
-    best = next(r for r in found if r["trial"] == chosen)
+    named = study_best(study)  # the best every surface names, ties included; where every
+    chosen = named["trial"] if named else min(found, key=lambda r: r["val_ne"])["trial"]
+    best = next(r for r in found if r["trial"] == chosen)  # finalist diverged, the lowest
     base = min(bases, key=lambda r: r["val_ne"])
     paired = None
     if on_means:
@@ -759,7 +771,7 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     if which == "best":
         best = study_best(study)
         if best is None:
-            raise RanknasError(f"study {study.study_name!r} has no complete trial yet")
+            raise RanknasError(f"study {study.study_name!r}: {no_best_reason(study)}")
         return trials[best["trial"]]
     if not which.isdigit() or int(which) >= len(trials):
         done = [t.number for t in trials if t.state == TrialState.COMPLETE]
@@ -779,6 +791,13 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
         why = f" ({reason})" if reason and state != INTERRUPTED else ""
         raise RanknasError(f"trial {which} is {state}{why}, not complete: nothing to export")
     return trial
+
+
+def no_best_reason(study: optuna.Study) -> str:
+    """Why `study_best` is None."""
+    if any(trial_state(t) == "complete" for t in study.get_trials(deepcopy=False)):
+        return EVERY_FINALIST_DIVERGED
+    return "no complete trial yet"
 
 
 def pending_runs(study: optuna.Study) -> int:

@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 from csv import DictReader
 
 import optuna
@@ -19,6 +20,7 @@ from nas.leaderboard import (
     study_best,
     verdict,
 )
+from search_space.errors import RanknasError
 from study_helpers import recorded_study
 
 # trial 0: the lowest recorded NE, costly; trial 1: cheaper; trial 2: never re-evaluated
@@ -343,6 +345,28 @@ def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
     plain = recorded_study(url.replace("studies", "plain"), TRIALS)  # no baselines
     assert export_hint(plain, url).splitlines()[0].startswith("export it: ranknas export")
     assert len(export_hint(plain, url).splitlines()) == 1  # the best trial's command alone
+
+
+def test_a_trial_whose_every_seed_diverged_is_no_best_and_exports_only_forced(tmp_path, capsys):
+    """Its recorded run was below 1, its seeds all above: it was the study's best, exported
+    without --force, while a baseline whose mean was above 1 was left out as diverged."""
+    from nas.leaderboard import EVERY_FINALIST_DIVERGED
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [1.03, 1.06], "baseline:dlrm": [0.855, 0.856]}
+    study = recorded_study(url, TRIALS[:2], baselines={"dlrm": (0.855, 0.5)}, reevaluation=runs)
+    assert study_best(study) is None
+    assert verdict(study)["outcome"] == "baseline_wins"
+    assert "trial 0" in format_verdict(verdict(study)).splitlines()[0]
+    with pytest.raises(RanknasError, match=re.escape(EVERY_FINALIST_DIVERGED)):
+        best_trial(study)
+    assert main(["status", study.study_name, "--storage", url]) == 0
+    assert f"best: none: {EVERY_FINALIST_DIVERGED}" in capsys.readouterr().out
+    # a sound finalist beside it is the best, whatever the diverged one's recorded run
+    runs["1"] = [0.857, 0.858]
+    other = recorded_study(url.replace("studies", "other"), TRIALS[:2],
+                           baselines={"dlrm": (0.855, 0.5)}, reevaluation=runs)  # fmt: skip
+    assert study_best(other)["trial"] == 1
 
 
 def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_said(tmp_path):
