@@ -165,8 +165,7 @@ def study_best(study: optuna.Study) -> dict[str, Any] | None:
 # why a study of complete trials names no best
 EVERY_FINALIST_DIVERGED = (
     "every re-evaluated trial's seed mean is worse than the base rate (NE >= 1): a failure, "
-    "not a model; search on (more trials, or another space), or export a trial by number "
-    "with --force"
+    "not a model; search on (more trials, or another space)"
 )
 
 
