@@ -137,13 +137,9 @@ class Architecture:
     def load(cls, path: str | Path) -> Architecture:
         """An architecture file: JSON, or YAML where its name ends in .yaml or .yml."""
         path = Path(path)
-        if path.suffix.lower() in ARCHITECTURE_SUFFIXES[1:]:
-            return _parse(read_data_file(path, "the architecture", SpecError), str(path))
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{path}: cannot read the architecture ({exc.strerror})") from None
-        return cls.from_json(text, source=str(path))
+        as_yaml = path.suffix.lower() in ARCHITECTURE_SUFFIXES[1:]
+        return _parse(read_data_file(path, "the architecture", SpecError, as_json=not as_yaml),
+                      str(path))  # fmt: skip
 
     # ------------------------------------------------------------------ structure
 

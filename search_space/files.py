@@ -20,8 +20,14 @@ def looked_for(path: Path, exc: OSError | None = None) -> str:
     return f"; looked for at {Path.cwd() / path} (relative paths are from the current directory)"
 
 
-def read_data_file(path: str | Path, what: str, error: type[RanknasError] = RanknasError) -> Any:
-    """The parsed content of `path`: JSON when its name ends in .json, else YAML.
+def read_data_file(
+    path: str | Path,
+    what: str,
+    error: type[RanknasError] = RanknasError,
+    as_json: bool | None = None,
+) -> Any:
+    """The parsed content of `path`: JSON when its name ends in .json (or `as_json` says so),
+    else YAML; a key given twice in one mapping is refused in either.
 
     `what` names the file's role in the "cannot read" message ("the study config")."""
     path = Path(path)
@@ -32,15 +38,31 @@ def read_data_file(path: str | Path, what: str, error: type[RanknasError] = Rank
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not a text file (byte {exc.start} is not UTF-8); give {what} as a "
                     "YAML or JSON file") from None  # fmt: skip
-    if path.suffix == ".json":
+    if path.suffix == ".json" if as_json is None else as_json:
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc})") from None
+        except _DuplicateKey as exc:
+            raise error(f"{path}: not valid JSON ({exc}): give each key once") from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         raise error(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (`json` keeps the last one silently)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(f"{key!r} given twice in one object")
+        seen[key] = value
+    return seen
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

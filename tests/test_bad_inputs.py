@@ -1,6 +1,7 @@
 """User mistakes end in one `error:` naming the file and field, exit status 2, no traceback."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -393,11 +394,25 @@ CASES = {
         "the validation split (5 of 50 rows, ordered split) holds no positive labels ('y'): a "
         "model's NE there is undefined",
     ),
+    "an architecture JSON that is no text (a UnicodeDecodeError traceback; a user trial)": (
+        lambda p: _written(p / "binary.json", b"\xff\xfe{}", ["arch", "show"]),
+        "binary.json: not a text file (byte 0 is not UTF-8); give the architecture as a YAML",
+    ),
+    "an architecture JSON with a key given twice (the last one was taken; a user trial)": (
+        lambda p: _written(p / "dup.json", b'{"name": "a", "name": "b"}', ["arch", "show"]),
+        "dup.json: not valid JSON ('name' given twice in one object): give each key once",
+    ),
     "a study that does not exist, in a file that does not": (
         lambda p: ["status", "nope", "--storage", f"sqlite:///{p / 'none.db'}"],
         "no study 'nope': the storage",
     ),
 }
+
+
+def _written(path: Path, content: bytes, command: list[str]) -> list[str]:
+    """`command` given the file `path`, written with `content`."""
+    path.write_bytes(content)
+    return [*command, str(path)]
 
 
 @pytest.mark.parametrize("case", list(CASES))
