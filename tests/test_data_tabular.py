@@ -832,6 +832,19 @@ def test_a_line_with_too_many_or_too_few_fields_is_skipped_by_line(tmp_path, fil
     assert "inferred without 2 malformed lines" in caplog.text and "7, 8" in caplog.text
 
 
+def test_a_cell_longer_than_python_csv_s_default_limit_is_read(tmp_path, files):
+    """A 200,000-character cell (a pasted document) was a `_csv.Error: field larger than
+    field limit (131072)` traceback from the field-count check; pandas reads it."""
+    from trainers.data.tabular import infer_schema
+
+    path = tmp_path / "long.csv"
+    lines = CSV.splitlines()
+    lines[2] = lines[2].replace("de", "d" * 200_000)
+    path.write_text("\n".join(lines) + "\n")
+    assert len(load_tabular(path, files[1])) == len(lines) - 1
+    assert infer_schema(path, "clicked")["label"] == "clicked"
+
+
 def test_a_bad_row_after_a_field_of_two_lines_or_a_blank_line_is_named_by_its_line(tmp_path, files):
     """The line numbers counted records: after a quoted field holding a line break, a bad
     label on line 8 was told as line 7, where the user found a valid row."""

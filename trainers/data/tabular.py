@@ -580,7 +580,7 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
     """Refuse a column name given twice (pandas renames the second `x.1` silently)."""
     if format_suffix(path) in CSV_SUFFIXES and any(MANGLED.fullmatch(name) for name in header):
         with open_data(path, "rt", encoding="utf-8-sig", newline="") as file:
-            header = next(csv.reader(file, delimiter=_separator(path)), header)
+            header = next(_records(file, path), header)
     twice = sorted({name for name in header if header.count(name) > 1})
     criteo = len(header) == 40 and header[0] in ("0", "1")  # a label, 13 counts, 26 hex ids
     if twice and (criteo or sum(map(_is_number, header)) >= len(header) / 2):  # data, no names
@@ -664,7 +664,7 @@ def _record_line(path: Path, record: int) -> int:
     line = 1
     try:
         with open_data(path, "rt", encoding="utf-8-sig", newline="") as file:
-            reader = csv.reader(file, delimiter=_separator(path))
+            reader = _records(file, path)
             for index, _ in enumerate(reader):
                 if index == record:
                     break
@@ -697,12 +697,22 @@ def _check_separator(path: Path, header: list[str]) -> list[str]:
     return header
 
 
+LONGEST_FIELD = 1 << 30  # characters: a cell as long as pandas reads (csv's default: 131,072)
+
+
+def _records(file: Any, path: Path) -> Any:
+    """The records of an open CSV `file` as Python's csv module splits them, cells of any
+    length that pandas reads (a 200,000-character cell was a `_csv.Error` traceback)."""
+    csv.field_size_limit(max(csv.field_size_limit(), LONGEST_FIELD))
+    return csv.reader(file, delimiter=_separator(path))
+
+
 def _wrong_field_count(path: Path, report: BadRowReport, rows: int) -> np.ndarray:
     """Which of the `rows` records of a CSV file (one per row that pandas read) have more or
     fewer fields than the header: their values would land in the wrong columns. Reported by
     line."""
     with open_data(path, "rt", newline="", encoding="utf-8", errors="replace") as file:
-        records = csv.reader(file, delimiter=_separator(path))
+        records = _records(file, path)
         expected = len(next(records, []))
         counts, starts, before = [], [], records.line_num
         for record in records:
