@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -121,10 +122,25 @@ def open_storage(url: str, heartbeat_seconds: int | None = None) -> RDBStorage:
 def check_server(url: str) -> None:
     """A database server's storage answers: a wrong URL is said before the data loads
     (minutes on a large log). A SQLite file is made where the study starts."""
-    if _sqlite_path(url) is not None:
+    if (path := _sqlite_path(url)) is not None:
+        if (unwritable := _unwritable(path)) is not None:
+            raise RanknasError(f"storage {redact(url)!r}: cannot write in {unwritable}: give a "
+                               "storage in a writable directory")  # fmt: skip
         return
     with _unreachable_as_user_error(url), _engine(url).connect():
         pass
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a SQLite file at `path` could not be written (SQLite writes its lock and
+    write-ahead files beside it, even to read), or None: its directory, or the nearest one
+    that exists where it is still to be made, read-only or not ours."""
+    directory = next(d for d in (path.parent, *path.parent.parents) if d.exists() or d == d.parent)
+    if not os.access(directory, os.W_OK):
+        return f"{directory} (a read-only file system, or not writable by this user)"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} (not writable by this user)"
+    return None
 
 
 class _SaidAndRetried:
@@ -373,6 +389,10 @@ def check_exists(url: str, what: str = "no studies") -> None:
         raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; "
                            f"{elsewhere}run `ranknas search CONFIG` first, or give its "
                            "--storage")  # fmt: skip
+    if path is not None and (unwritable := _unwritable(path)) is not None:
+        raise RanknasError(f"{what}: cannot read the storage {path}: SQLite writes beside its "
+                           f"file even to read it, and cannot in {unwritable}; copy the file to "
+                           "a writable directory and give that --storage")  # fmt: skip
     with _unreachable_as_user_error(url), _engine(url).connect() as connection:
         optuna_tables = inspect(connection).has_table("studies")
     if not optuna_tables:  # opening it would write Optuna's tables there (MLflow's database)
@@ -453,7 +473,14 @@ def study_lock(url: str, study_name: str) -> Iterator[None]:
     path = _sqlite_path(url)
     if path is not None:
         _make_directory(url, path)
-        with open(path.with_suffix(path.suffix + ".lock"), "w") as handle:
+        lock = path.with_suffix(path.suffix + ".lock")
+        try:
+            handle = open(lock, "w")  # noqa: SIM115 (closed below; the error is said apart)
+        except OSError as exc:
+            raise RanknasError(f"storage {redact(url)!r}: cannot write its lock file {lock} "
+                               f"({exc.strerror}): give a storage in a writable "
+                               "directory") from None  # fmt: skip
+        with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield
         return

@@ -1,6 +1,7 @@
 """User mistakes end in one `error:` naming the file and field, exit status 2, no traceback."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -547,6 +548,29 @@ def test_too_many_malformed_rows_name_the_settings_that_raise_the_limit(tmp_path
                            budget=budget)  # fmt: skip
     assert main(["search", str(write_config(tmp_path, tolerant)), "--no-mlflow"]) == 0
     assert "skipped 300 malformed lines" in caplog.text
+
+
+def _read_only_directory(tmp_path: Path) -> Path:
+    """A directory this process cannot write in: one made read-only, or, where permissions
+    do not hold (root), a read-only part of /proc; skipped where there is none."""
+    made = tmp_path / "read-only"
+    made.mkdir()
+    made.chmod(0o555)
+    for directory in (made, Path("/proc/sys")):
+        if directory.is_dir() and not os.access(directory, os.W_OK):
+            return directory
+    pytest.skip("no directory here is read-only to this process")
+
+
+def test_a_storage_that_cannot_be_written_is_said_before_the_data(tmp_path, capsys):
+    """A SQLite storage in a read-only directory was an OSError traceback from its lock
+    file, after the data had loaded."""
+    read_only = _read_only_directory(tmp_path)
+    config = _study(tmp_path, storage=f"sqlite:///{read_only / 'sub' / 'studies.db'}")
+    assert main(["search", config]) == 2
+    out, err = capsys.readouterr()
+    assert f"cannot write in {read_only} (a read-only file system, or not writable" in err, err
+    assert "give a storage in a writable directory" in err and "data:" not in out
 
 
 def test_a_relative_storage_that_is_not_there_says_where_it_was_looked_for(
