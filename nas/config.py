@@ -570,7 +570,13 @@ class MlflowConfig(_Section):
     @field_validator("tracking_uri")
     @classmethod
     def _uri(cls, uri: str | None) -> str | None:
-        schemes = ("http://", "https://", "file:", "sqlite:///", "postgresql://", "databricks")
+        schemes = ("http://", "https://", "sqlite:///", "postgresql://", "databricks")
+        if uri is not None and (uri.startswith("file:") or uri.startswith(("/", "./", "~"))):
+            raise ValueError(
+                f"{uri!r}: MLflow 3 takes no file store (it refuses one as in maintenance "
+                "mode); use sqlite:///PATH/mlflow.db, or http://HOST:PORT (`ranknas mlflow up` "
+                "starts one at http://127.0.0.1:5000), or null to not log"
+            )
         if uri is not None and not uri.startswith(schemes):
             raise ValueError(
                 f"{uri!r} is not a tracking URI; use http://HOST:PORT (`ranknas mlflow up` "

@@ -370,6 +370,10 @@ CASES = {
         lambda p: _schema(p, "label: y\ndense: [a]\n1: 2\nzz: 3\n"),
         "schema.yaml: unknown field(s) [1, 'zz']",
     ),
+    "a file store as MLflow's tracking URI (MLflow 3 raised it as a traceback; a user trial)": (
+        lambda p: ["search", _study(p, mlflow={"tracking_uri": f"file://{p / 'mlruns'}"})],
+        "MLflow 3 takes no file store (it refuses one as in maintenance mode); use sqlite:///",
+    ),
     "a misspelt field": (
         lambda p: ["search", _study(p, training={"batch_sise": 64})],
         "training.batch_sise: Extra inputs are not permitted; did you mean 'batch_size'?",
