@@ -6,6 +6,7 @@ Validated with pydantic; every error names the field and what is allowed (see
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -187,6 +188,15 @@ class DataConfig(_Section):
             raise ValueError("data.train, data.valid and data.test go together: give all three")
         if any(files) and not self.schema_path:
             raise ValueError("data.train/valid/test need data.schema (the columns)")
+        named = {"train": self.train, "valid": self.valid, "test": self.test}
+        for (one, a), (other, b) in itertools.combinations(named.items(), 2):
+            if a and b and Path(a).expanduser().resolve() == Path(b).expanduser().resolve():
+                raise ValueError(
+                    f"data.{one} and data.{other} are one file ({a}): a model measured on the "
+                    "rows it trained on (or selected on its test rows) looks better than it "
+                    "is; give three files of different rows, later ones for validation and "
+                    "test, or one file as data.source (split for you)"
+                )
         return self
 
     @field_validator("split", mode="before")

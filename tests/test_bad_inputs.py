@@ -374,6 +374,21 @@ CASES = {
         lambda p: ["search", _study(p, mlflow={"tracking_uri": f"file://{p / 'mlruns'}"})],
         "MLflow 3 takes no file store (it refuses one as in maintenance mode); use sqlite:///",
     ),
+    "one file as the training, validation and test data (NE on trained rows; a user trial)": (
+        lambda p: [
+            "search",
+            _study(
+                p,
+                data={
+                    "train": "log.csv",
+                    "valid": "log.csv",
+                    "test": "./log.csv",
+                    "schema": "s.yaml",
+                },
+            ),
+        ],
+        "data.train and data.valid are one file (log.csv): a model measured on the rows it",
+    ),
     "a misspelt field": (
         lambda p: ["search", _study(p, training={"batch_sise": 64})],
         "training.batch_sise: Extra inputs are not permitted; did you mean 'batch_size'?",
