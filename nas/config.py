@@ -655,6 +655,11 @@ class StudyConfig(_Section):
             raise ValueError(
                 "must be an RDB URL: sqlite:///PATH.db or postgresql://USER@HOST:PORT/DB"
             )
+        if not url.startswith("sqlite") and not url.partition("://")[2].partition("/")[2].split(
+                "?")[0]:  # fmt: skip
+            raise ValueError(  # the server's default database (postgres) took Optuna's tables
+                "names no database: give it after the host, postgresql://USER@HOST:PORT/DB"
+            )
         return url
 
     @model_validator(mode="after")

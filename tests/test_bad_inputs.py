@@ -389,6 +389,14 @@ CASES = {
         ],
         "data.train and data.valid are one file (log.csv): a model measured on the rows it",
     ),
+    "a PostgreSQL storage naming no database (Optuna's tables went to 'postgres')": (
+        lambda p: ["search", _study(p, storage="postgresql://postgres@127.0.0.1:5432/")],
+        "storage: names no database: give it after the host, postgresql://USER@HOST:PORT/DB",
+    ),
+    "a storage URL whose driver is not installed (it said to check the URL)": (
+        lambda p: ["status", "any", "--storage", "mysql://user@127.0.0.1/studies"],
+        "No module named 'MySQLdb'); install the driver MySQLdb in this environment",
+    ),
     "a misspelt field": (
         lambda p: ["search", _study(p, training={"batch_sise": 64})],
         "training.batch_sise: Extra inputs are not permitted; did you mean 'batch_size'?",
