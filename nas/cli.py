@@ -273,6 +273,12 @@ def _study_commands(command, commands) -> None:
             help="torch CPU threads per worker (default: training.threads)",
         )
         sub.add_argument("--one-worker", action="store_true", help=argparse.SUPPRESS)
+        if name == "worker":
+            sub.add_argument("--wait", type=arguments.number(float, minimum=0), default=0,
+                             metavar="SECONDS",
+                             help="wait up to SECONDS for `ranknas search` to create the study "
+                             "(it does once its data has loaded), for workers started "
+                             "together with it (default: 0, refused at once)")  # fmt: skip
 
     def study_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(

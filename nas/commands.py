@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,10 +359,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from nas.storage import load_study
 
     config = load_config(args.config)
-    try:
-        load_study(config.name, config.storage)
-    except RanknasError as exc:
-        raise RanknasError(f"{args.config}: a worker joins a started study: {exc}") from None
+    deadline = time.monotonic() + args.wait
+    said = False
+    while True:
+        try:
+            load_study(config.name, config.storage)
+            break
+        except RanknasError as exc:
+            if time.monotonic() >= deadline:
+                then = "" if args.wait else " (--wait SECONDS waits for it)"
+                raise RanknasError(f"{args.config}: a worker joins a started study{then}: "
+                                   f"{exc}") from None  # fmt: skip
+        if not said:
+            print(f"waiting up to {args.wait:g} s for `ranknas search` to create study "
+                  f"{config.name!r}")  # fmt: skip
+            said = True
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
     return cmd_search(args, summarize=False)
 
 

@@ -182,6 +182,29 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
     check_nothing_lost_or_duplicated(config, server.uri)  # each worker's trials in MLflow
 
 
+def test_a_worker_started_with_its_search_waits_for_the_study_to_exist(tmp_path, capsys):
+    """Started a few seconds after `search` (whose data was still loading), a worker was
+    refused: "no study ..., did you mean" another one."""
+    from nas.cli import main
+
+    config = tiny_config(tmp_path, "together", budget={"trials": 2, "epochs_per_trial": 1})
+    path = write_config(tmp_path, config)
+    assert main(["worker", str(path), "--wait", "0.5"]) == 2
+    out, err = capsys.readouterr()
+    assert "waiting up to 0.5 s for `ranknas search` to create study 'together'" in out
+    assert "a worker joins a started study: no study 'together'" in err
+    assert "--wait SECONDS" not in err  # said only to one that did not wait
+    command = [sys.executable, "-c", LAUNCHER, "worker", str(path), "--wait", "300"]
+    worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)  # fmt: skip
+    time.sleep(3)  # the worker waits; then the search creates the study
+    assert main(["search", str(path)]) == 0
+    output = worker.communicate(timeout=300)[0]
+    assert worker.returncode == 0, output
+    assert "waiting up to 300 s" in output
+    assert len(counted(load_study("together", config["storage"]))) == 2
+
+
 def test_a_killed_worker_fails_the_command_only_if_the_budget_is_not_done(
     tmp_path, monkeypatch, capsys
 ):
