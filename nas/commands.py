@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from search_space.errors import RanknasError
@@ -147,8 +148,8 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
     if leaderboard.study_best(study) is None:  # the command would be refused
         print(f"nothing to export: {leaderboard.no_best_reason(study)}")
         return 0
-    print(f"export the best: ranknas export {config.name} --storage {redact(config.storage)} "
-          "--out winner/")  # fmt: skip
+    print(f"export the best: ranknas export {quote(config.name)} --storage "
+          f"{quote(redact(config.storage))} --out winner/")  # fmt: skip
     return 0
 
 
@@ -452,9 +453,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if bases and not done:  # what stopped the search
         from nas.storage import redact
 
-        storage = f" --storage {redact(args.storage)}" if args.storage else ""
+        storage = f" --storage {quote(redact(args.storage))}" if args.storage else ""
         print(f"baselines: {len(bases)} recorded, none complete ("
-              f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {args.study}"
+              f"{', '.join(b['baseline'] for b in bases)}; `ranknas leaderboard {quote(args.study)}"
               f"{storage}` says why)")  # fmt: skip
     if state["around_base"]:  # by its key, as every other line (the study keeps its file)
         print(f"searched around the best baseline: {baseline_key(state['around_base'])}")
@@ -719,7 +720,7 @@ def export_hint(study, storage: str) -> str:
     from nas import leaderboard
 
     best = leaderboard.study_best(study)
-    command = f"ranknas export {study.study_name} --storage {storage}"
+    command = f"ranknas export {quote(study.study_name)} --storage {quote(storage)}"
     lines = (
         []
         if best is None

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from shlex import quote
 from typing import TextIO
 
 from nas.config import StudyConfig
@@ -306,7 +307,8 @@ def _finished_earlier(config: StudyConfig, config_path: str) -> set[int]:
         kinds = collections.Counter(trial_state(t) for t in finished)
         rest = "".join(f", {n} {said}" for kind, said in _NOT_COUNTED.items() if (n := kinds[kind]))
         done = f"{counted_trials(trials)} of {config.budget.trials} trials done earlier{rest}"
-        print(f"resuming: {done} (`ranknas leaderboard {config_path}` lists them)", flush=True)
+        listed = f"`ranknas leaderboard {quote(str(config_path))}` lists them"
+        print(f"resuming: {done} ({listed})", flush=True)
     return {t.number for t in finished}
 
 

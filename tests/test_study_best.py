@@ -342,6 +342,10 @@ def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
     assert hint[-1] == (f"the verdict: baseline dlrm wins; to ship it: ranknas export "
                         f"{study.study_name} --storage {url} --trial baseline:dlrm --out "
                         "winner-baseline-dlrm/")  # fmt: skip
+    spaced = "sqlite:///my studies/s.db"  # a path a shell splits: quoted, to paste as it is
+    assert export_hint(study, spaced).splitlines()[-1].startswith(
+        f"the verdict: baseline dlrm wins; to ship it: ranknas export {study.study_name} "
+        "--storage 'sqlite:///my studies/s.db' --trial")  # fmt: skip
     plain = recorded_study(url.replace("studies", "plain"), TRIALS)  # no baselines
     assert export_hint(plain, url).splitlines()[0].startswith("export it: ranknas export")
     assert len(export_hint(plain, url).splitlines()) == 1  # the best trial's command alone
