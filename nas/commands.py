@@ -880,6 +880,11 @@ def _registered_in_card(out: Path) -> str | None:
 
 def _weights_elsewhere(source: _Exported, path: Path) -> str:
     """A model's weights stay where its worker wrote them: say where, and what to do."""
+    from nas.trial_record import trained_here
+
+    if trained_here(source.worker) and not source.directory.is_dir():
+        return (f"{source.label}: its folder {source.directory} is gone (deleted or moved?): "
+                "put it back to export it, or export another model")  # fmt: skip
     by = f" by worker {source.worker}" if source.worker else ""
     return (f"{source.label}: weights not found at {path} (trained{by}); export on "
             "the machine that trained it, or give every worker an output_dir on a shared "

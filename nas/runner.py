@@ -110,6 +110,7 @@ from nas.trial_record import (
     counted_trials,
     exhausted,
     failure_reason,
+    lost_trials,
     mlflow_record,
     own_output_dir,
     read_architecture,
@@ -511,6 +512,12 @@ def _run_study(
         token = claim_output_dir(config, recorded_attrs(storage, config.name))
         study = _create_study(config, storage)
         own_output_dir(config, study, token)
+        if lost := lost_trials(study):
+            shown = ", ".join(map(str, lost[:10])) + (", ..." if len(lost) > 10 else "")
+            progress(f"warning: the folders of {len(lost)} trial{'s' * (len(lost) != 1)} "
+                     f"({shown}) under {config.study_dir / 'trials'} are gone (deleted or "
+                     "moved?): their models can be neither exported nor re-evaluated; put "
+                     "them back, or search on without them")  # fmt: skip
         _check_search_space(study, config)
         _check_ceilings(study, config)
         check_protocol(study, config, data)

@@ -406,6 +406,27 @@ def claim_output_dir(config: StudyConfig, recorded: dict[str, Any] | None) -> st
     return mine or (token if ours or theirs == here else None) or uuid.uuid4().hex
 
 
+def trained_here(worker: str | None) -> bool:
+    """Whether a run's worker (`host:pid`, or unknown) was of this machine, where its
+    folder was written."""
+    import socket
+
+    return not worker or worker.rpartition(":")[0] == socket.gethostname()
+
+
+def lost_trials(study: optuna.Study) -> list[int]:
+    """The complete trials this machine trained whose folders are gone (deleted or moved):
+    their models can be neither exported nor re-evaluated."""
+    from optuna.trial import TrialState
+
+    lost = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        folder, attrs = t.user_attrs.get(TrialAttr.DIR), t.user_attrs
+        if folder and TrialAttr.REUSED_FROM not in attrs and not Path(folder).is_dir():
+            lost += [t.number] if trained_here(attrs.get(TrialAttr.WORKER)) else []
+    return lost
+
+
 def own_output_dir(config: StudyConfig, study: optuna.Study, token: str) -> None:
     """Record `token` (`claim_output_dir`'s) in the study, then in its folder's
     `OWNER_FILE` (in that order: a folder's token no study holds is not taken for

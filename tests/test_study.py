@@ -608,6 +608,24 @@ def test_a_batch_larger_than_the_training_split_is_refused_before_the_study_exis
     assert main(["search", str(write_config(tmp_path, fixed))]) == 0
 
 
+def test_a_study_whose_trial_folders_were_deleted_says_so(tmp_path, capsys):
+    """Resumed after its folder was deleted, the study went on without a word, and export
+    said to "export on the machine that trained it" on the one machine there was."""
+    import shutil
+
+    config = tiny_config(tmp_path, "deleted", budget={"trials": 1, "epochs_per_trial": 1})
+    path = str(write_config(tmp_path, config))
+    assert main(["search", path]) == 0
+    shutil.rmtree(tmp_path / "deleted" / "trials")
+    capsys.readouterr()
+    assert main(["search", path, "--trials", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: the folders of 1 trial (0) under" in out and "are gone (deleted" in out
+    assert main(["export", path, "--trial", "0", "--out", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "trial 0: its folder" in err and "is gone (deleted or moved?)" in err, err
+
+
 def test_a_trial_that_breaks_is_recorded_failed_and_the_study_goes_on(tmp_path, monkeypatch):
     import nas.protocol
 
