@@ -1018,6 +1018,25 @@ def test_schema_inference_leaves_out_a_second_date_column_as_dates(tmp_path, cap
     assert "names the row" not in caplog.text
 
 
+def test_schema_inference_warns_of_infinite_values_and_decimal_commas(tmp_path, caplog):
+    """`inf` and 1e400 in a dense column passed `data schema` without a word (training then
+    refused the file's rows), and prices written "22,09" became a categorical of 300
+    values."""
+    from trainers.data.tabular import infer_schema
+
+    rows = [f"{i % 2},{'inf' if i == 7 else '1e400' if i == 9 else i * 0.37:},\"{i},{i % 90}\""
+            for i in range(300)]  # fmt: skip
+    path = tmp_path / "log.csv"
+    path.write_text("click,price,amount\n" + "\n".join(rows))
+    with caplog.at_level("WARNING"):
+        schema = infer_schema(path, "click")
+    assert schema["dense"] == ["price"] and not schema["categorical"] and "time" not in schema
+    assert ("price holds 2 values that are no finite number (e.g. 'inf'): training skips "
+            "their rows") in caplog.text  # fmt: skip
+    assert ("left out amount: it holds numbers written with a decimal comma ('0,0'); write "
+            "them with a decimal point") in caplog.text  # fmt: skip
+
+
 def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):
     """A whole-number column named as ids is categorical however many values it has (a
     400-valued `city_id` was inferred dense); a column with a different id on every row (a

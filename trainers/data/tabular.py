@@ -408,6 +408,8 @@ def _looks_like_dates(series: Any, sample: int = 1000) -> bool:
     texts = _spread_sample(texts[texts.ne("")], sample)
     if texts.empty or not pd.to_numeric(texts, errors="coerce").isna().all():
         return False
+    if _with_decimal_commas(texts):  # "1,5" parses as a date: a number, written otherwise
+        return False
     # "jan": no date; a stray cell (`0000-00-00`) is its line's fault, skipped when loading
     stray = ~texts.str.contains(r"\d") | _dates(texts).isna()
     return bool(stray.mean() <= STRAY_WORDS_SHARE)
@@ -994,6 +996,12 @@ def _digit_dates(values: np.ndarray) -> str | None:
     return None
 
 
+def _with_decimal_commas(texts: Any) -> bool:
+    """Whether every text is a number written with a decimal comma ("22,09", "-0,5")."""
+    return bool(len(texts)) and bool(texts.astype(str).str.strip().str.fullmatch(
+        r"-?\d+,\d+").all())  # fmt: skip
+
+
 def _with_thousands_separators(texts: Any) -> bool:
     """Whether every text is a number written with thousands separators ("1,234.56")."""
     return bool(len(texts)) and bool(texts.astype(str).str.strip().str.fullmatch(THOUSANDS).all())
@@ -1089,6 +1097,16 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
                            "(%r); write them without the separators to use it as a dense "
                            "feature", path, column, texts.iloc[0])  # fmt: skip
             continue
+        if not named_ids and words.mean() > STRAY_WORDS_SHARE and _with_decimal_commas(texts):
+            logger.warning("%s: left out %s: it holds numbers written with a decimal comma "
+                           "(%r); write them with a decimal point to use it as a dense "
+                           "feature", path, column, texts.iloc[0])  # fmt: skip
+            continue
+        if (infinite := int(np.isinf(values[~blank]).sum())) and not words.all():
+            logger.warning("%s: %s holds %d values that are no finite number (e.g. %r): training "
+                           "skips their rows as malformed, under the bad-row limits", path,
+                           column, infinite, frame[column][~blank][np.isinf(values[~blank])]
+                           .iloc[0])  # fmt: skip
         if (words.any() and words.mean() <= STRAY_WORDS_SHARE and not named_ids
                 and distinct >= DENSE_MIN_DISTINCT):  # fmt: skip
             logger.warning("%s: %s taken as dense: %d of %d values are not numbers (e.g. %r); "
