@@ -454,6 +454,8 @@ def _dates_in_several_formats(series: Any, sample: int = 200) -> list[str]:
         return []
     texts = series.dropna().astype(str).str.strip()
     texts = _spread_sample(texts[texts.ne("")].drop_duplicates(), sample)
+    if _with_decimal_commas(texts):  # numbers ("21,37"), which pandas reads as dates
+        return []
     with warnings.catch_warnings():  # pandas warns when it guesses the format per value
         warnings.simplefilter("ignore")
         parsed = pd.to_datetime(texts, format="mixed", errors="coerce", utc=True)
