@@ -117,7 +117,8 @@ class StudyLogger:
         password: str | None = None,
     ) -> None:
         self._outbox = _Outbox(Path(outbox_dir))
-        self._writer = _Writer(MlflowClient(tracking_uri=tracking_uri))
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+        self._writer = _Writer(self._client)
         self._tracking_uri = tracking_uri
         _set_client_defaults(request_timeout_s)  # here, before any thread of ours runs
         self._env = _credentials_env(username, password)
@@ -276,6 +277,30 @@ class StudyLogger:
         logged to MLflow by an earlier version). Another server's runs are not this one's:
         a study moved to a new server logs its runs there."""
         return self._outbox.subjects(self.server)
+
+    def lost_runs(self) -> bool:
+        """Whether the server holds none of this study's runs although the outbox delivered
+        some to it (its database deleted or replaced since): they are to be logged again
+        (`forget_delivered`). False where the server does not answer now."""
+        if self._study is None or not self._outbox.delivered(self.server):
+            return False
+        try:
+            with _PATCHING_ENV, _patched_env(self._env):
+                experiment = self._client.get_experiment_by_name(self._study["experiment"])
+                if experiment is None:
+                    return True
+                # not the parent run, which this run's own start may have made anew
+                where = (f"tags.`{STUDY_TAG}` = {_quote(self._study['study'])} and "
+                         f"tags.`{KIND_TAG}` != 'study'")  # fmt: skip
+                runs = self._client.search_runs([experiment.experiment_id], where, max_results=1)
+                return not runs
+        except Exception:  # not answering: nothing known
+            return False
+
+    def forget_delivered(self) -> None:
+        """Forget what the outbox delivered to this server (`lost_runs`): `logged()` no
+        longer names it, so that it is logged again."""
+        self._outbox.forget(self.server)
 
     @staticmethod
     def update_subject(subject: str, metrics: Mapping[str, float]) -> str:
@@ -552,9 +577,14 @@ def view_columns(reevaluated: bool = False) -> list[str]:
 
 
 def study_view_url(tracking_uri: str, experiment_id: str, study: str) -> str:
-    """The MLflow UI address that opens the experiment's runs table in the study's view."""
-    return (f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
+    """The MLflow UI address that opens the experiment's runs table in the study's view; a
+    database given as the tracking URI (sqlite:///...) has no address: the UI a local
+    `mlflow ui` serves on it, and the command."""
+    path = (f"/#/experiments/{experiment_id}/runs"
             f"?viewStateShareKey={urllib.parse.quote(view_key(study))}")  # fmt: skip
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/") + path
+    return f"http://127.0.0.1:5000{path} (once `mlflow ui --backend-store-uri {tracking_uri}` runs)"
 
 
 def _step_time(record: dict[str, Any], step: int, points: list[tuple[int, float]]) -> int:
@@ -679,6 +709,17 @@ class _Outbox:
         if any(subject is None for subject, _ in rows):
             return None
         return {subject for subject, queued_for in rows if queued_for == uri}
+
+    def delivered(self, uri: str) -> int:
+        """How many run records were delivered to server `uri`."""
+        with self._connect() as conn:
+            return conn.execute("SELECT COUNT(*) FROM records WHERE kind = 'trial' AND "
+                                "state = 'done' AND uri = ?", (uri,)).fetchone()[0]  # fmt: skip
+
+    def forget(self, uri: str) -> None:
+        """Drop the records delivered (or refused) to server `uri`; pending ones stay."""
+        with self._connect() as conn:
+            conn.execute("DELETE FROM records WHERE uri = ? AND state != 'pending'", (uri,))
 
     def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
         with self._connect() as conn:

@@ -850,7 +850,9 @@ def _failed(
     status = INTERRUPTED if reason == INTERRUPTED else "failed"  # its MLflow run: KILLED
     summary = {"status": status, "failure_reason": reason}
     name = _untrained_run_name(trial, space)
-    record = mlflow_record(space_params(trial.params), summary, {}, tags, {}, name)
+    started = trial.datetime_start.timestamp() if trial.datetime_start else None
+    # from the trial's start: a run made when it was queued started after it ended
+    record = mlflow_record(space_params(trial.params), summary, {}, tags, {}, name, started)
     return Outcome(TrialState.FAIL, None, record)
 
 
@@ -1003,12 +1005,16 @@ def log_unlogged(
     that machine's worker. Dead trials: `_log_dead_trials`. Seed means go on their runs as
     well: those of `reevaluated` (keys of the record: this run's), and any not logged
     with these values."""
+    server, again = logger.server, logger.lost_runs()
+    if again:  # the marks below say logged: the server's database is not the one they mean
+        progress(f"MLflow: {redact(server)} holds none of the runs this study logged to it (its "
+                 "database deleted or replaced?): logging them again")  # fmt: skip
+        logger.forget_delivered()
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
-    server = logger.server
     baselines = {key: attrs for key, attrs in recorded(study).items()
-                 if server not in _servers(attrs) and f"baseline:{key}" not in logged
+                 if (again or server not in _servers(attrs)) and f"baseline:{key}" not in logged
                  and (Path(attrs.get("dir") or "-") / METRICS_FILE).exists()}  # fmt: skip
     for key, attrs in baselines.items():
         directory = Path(attrs["dir"])
@@ -1021,7 +1027,8 @@ def log_unlogged(
         study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: [*_servers(attrs), server]})
     trials = study.get_trials(deepcopy=False)
     unlogged = [t for t in trials if t.state.is_finished() and t.params
-                and t.user_attrs.get(LOGGED) != server and f"trial:{t.number}" not in logged
+                and (again or t.user_attrs.get(LOGGED) != server)
+                and f"trial:{t.number}" not in logged
                 and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
                 and failure_reason(t) != DIED]  # fmt: skip
     records = {t.number: _finished_record(t, trials, config) for t in unlogged}
@@ -1034,9 +1041,12 @@ def log_unlogged(
         if key in reevaluated or logger.update_subject(run, metrics) not in logged:
             log = logger.log_baseline if name != key else logger.log_trial
             log(name if name != key else int(key), metrics=metrics, status=None)
-    if baselines or records:
+    if (baselines or records) and not again:
         progress(f"MLflow: logging {len(records)} trials and {len(baselines)} baselines that "
                  "ran without it (their learning curves were not kept)")  # fmt: skip
+    elif baselines or records:
+        progress(f"MLflow: logged {len(records)} trials and {len(baselines)} baselines again "
+                 "(their learning curves were not kept)")  # fmt: skip
 
 
 def _servers(attrs: dict[str, Any]) -> list[str]:

@@ -363,3 +363,15 @@ def test_a_tuned_baseline_run_is_named_by_its_architecture(
     assert logger.flush(timeout_s=30) == 0
     (run,) = [r for r in _runs(client, "study-named") if r.data.tags["ranknas.kind"] == "baseline"]
     assert run.info.run_name == name
+
+
+def test_a_database_as_tracking_uri_is_shown_the_ui_that_serves_it() -> None:
+    """With `tracking_uri: sqlite:///mlruns.db` the study's view was printed as the address
+    `sqlite:///mlruns.db/#/experiments/...`, which no browser opens."""
+    from mlflow_server.tracking import study_view_url
+
+    served = study_view_url("http://127.0.0.1:5000/", "3", "s")
+    assert served.startswith("http://127.0.0.1:5000/#/experiments/3/runs?viewStateShareKey=")
+    local = study_view_url("sqlite:///mlruns.db", "3", "s")
+    assert local.startswith("http://127.0.0.1:5000/#/experiments/3/runs?viewStateShareKey=")
+    assert local.endswith("(once `mlflow ui --backend-store-uri sqlite:///mlruns.db` runs)")

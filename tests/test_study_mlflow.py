@@ -203,6 +203,29 @@ def test_mlflow_stopped_in_the_middle_of_a_study_loses_no_record(tmp_path, serve
     assert all(run.info.status in ("FINISHED", "KILLED", "FAILED") for run in trials.values())
 
 
+def test_runs_the_server_lost_are_logged_again_on_resume(tmp_path, server):
+    """The MLflow database deleted (or replaced) and the study resumed: the outbox knew its
+    runs as logged, and the server kept only the parent run and the new trials."""
+    config, logger = _study(tmp_path, server, "lost-runs", trials=2)
+    run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=30) == 0
+    client = MlflowClient(tracking_uri=server.uri)
+    experiment_id = client.get_experiment_by_name("lost-runs").experiment_id
+    for run in client.search_runs([experiment_id]):  # as a fresh database would hold none
+        client.delete_run(run.info.run_id)
+    lines = []
+    logger = StudyLogger(server.uri, config.study_dir / "mlflow-outbox", request_timeout_s=5)
+    run_study(config, logger=logger, progress=lines.append)
+    assert logger.flush(timeout_s=30) == 0
+    assert any("holds none of the runs this study logged to it" in line for line in lines), lines
+    _, trials = _runs(client, "lost-runs")
+    assert sorted(trials) == [0, 1]
+    # and not again at the next resume: the server has them now
+    lines.clear()
+    run_study(config, logger=logger, progress=lines.append)
+    assert not any("logging them again" in line or "again (" in line for line in lines), lines
+
+
 def test_reevaluation_is_logged_on_the_study_and_trial_runs(tmp_path, server, capsys, monkeypatch):
     from nas.cli import main
     from study_helpers import write_config
@@ -296,6 +319,8 @@ def test_a_stopped_study_ends_its_parent_run_in_the_configured_experiment(
 
     killed = parent_after(130, KeyboardInterrupt(), args=[path])
     assert killed.info.status == "KILLED"
+    (stopped,) = [r for r in _runs(client, "team")[1].values() if r.info.status == "KILLED"]
+    assert stopped.info.start_time <= stopped.info.end_time  # it started after it ended
     best = study_best(optuna.load_study(study_name="stopped", storage=raw["storage"]))
     assert best is not None or "diverged" in str(optuna.load_study(  # a tiny model's NE >= 1
         study_name="stopped", storage=raw["storage"]).trials[0].user_attrs)  # fmt: skip
