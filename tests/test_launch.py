@@ -197,11 +197,13 @@ def test_a_worker_started_with_its_search_waits_for_the_study_to_exist(tmp_path,
     command = [sys.executable, "-c", LAUNCHER, "worker", str(path), "--wait", "300"]
     worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)  # fmt: skip
-    time.sleep(3)  # the worker waits; then the search creates the study
-    assert main(["search", str(path)]) == 0
+    before = []  # the worker waits (however slowly it started) ...
+    while not (line := worker.stdout.readline()).startswith("waiting up to 300 s for") and line:
+        before.append(line)
+    assert line, before
+    assert main(["search", str(path)]) == 0  # ... until the search creates the study
     output = worker.communicate(timeout=300)[0]
     assert worker.returncode == 0, output
-    assert "waiting up to 300 s" in output
     assert len(counted(load_study("together", config["storage"]))) == 2
 
 
