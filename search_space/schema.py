@@ -72,6 +72,10 @@ class DatasetSchema:
         if not isinstance(data, dict):
             raise RanknasError(f"{source}: expected a mapping with 'label', 'dense', 'categorical'")
         unknown = set(data) - {"name", "label", "dense", "categorical", "time"}
+        if unknown & {"data", "search_space", "budget", "searcher", "storage"}:
+            raise RanknasError(f"{source}: a study config, not a dataset schema (its fields: "
+                               "label, dense, categorical, time); give data.schema the "
+                               "schema's file (`ranknas data schema FILE` writes one)")  # fmt: skip
         if unknown:
             raise RanknasError(
                 f"{source}: unknown field(s) {sorted(unknown, key=str)}; "

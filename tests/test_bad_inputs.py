@@ -295,7 +295,7 @@ CASES = {
     "a column named twice in a CSV header": (_named_twice, "the header names 'price' more than"),
     "a worker for a study never started (a typo would start another)": (
         lambda p: ["worker", _study(p)],
-        "bad.yaml: a worker joins a started study: no study 'bad'",
+        "bad.yaml: a worker joins a started study (--wait SECONDS waits for it): no study 'bad'",
     ),
     "a data dir for the MLflow server that is a file": (
         lambda p: ["mlflow", "up", "--data-dir", _study(p)],
@@ -396,6 +396,10 @@ CASES = {
     "a storage URL whose driver is not installed (it said to check the URL)": (
         lambda p: ["status", "any", "--storage", "mysql://user@127.0.0.1/studies"],
         "No module named 'MySQLdb'); install the driver MySQLdb in this environment",
+    ),
+    "the study config itself as its data.schema (its own fields read as unknown)": (
+        lambda p: ["arch", "show", "dlrm", "--schema", _study(p)],
+        "bad.yaml: a study config, not a dataset schema (its fields: label, dense, categorical",
     ),
     "a misspelt field": (
         lambda p: ["search", _study(p, training={"batch_sise": 64})],
