@@ -169,8 +169,9 @@ class _SaidAndRetried:
 SEED_OF, DEATHS = "ranknas:seed_of", "ranknas:deaths"
 
 
-def retry_first(study: optuna.Study, trial: Any, deaths: int = 0) -> None:
-    """Queue a trial's point that did not finish (interrupted, or its worker died: `deaths`)
+def retry_first(study: optuna.Study, trial: Any, deaths: int | None = None) -> None:
+    """Queue a trial's point that did not finish (interrupted: the deaths it carried, as an
+    interruption is none; or its worker died: `deaths`)
     ahead of the starting points still waiting (Optuna pops the oldest waiting trial first;
     a small budget could end before reaching a retry queued last): it takes the oldest
     waiting trial, whose own point is queued again at the end. The retry trains with the
@@ -179,8 +180,9 @@ def retry_first(study: optuna.Study, trial: Any, deaths: int = 0) -> None:
     retry Optuna queued in a study from before) is passed over: Optuna uses those instead of
     any queued ones."""
     storage = study._storage
-    seed_of = first_run(trial.number, storage.get_trial_system_attrs(trial._trial_id))
-    marks = {SEED_OF: seed_of, DEATHS: deaths}
+    system = storage.get_trial_system_attrs(trial._trial_id)
+    seed_of = first_run(trial.number, system)
+    marks = {SEED_OF: seed_of, DEATHS: system.get(DEATHS, 0) if deaths is None else deaths}
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     waiting = [t for t in waiting if not t.params]
     if not waiting or not trial.params:  # died before its point was drawn: a fresh draw

@@ -1210,6 +1210,21 @@ def test_an_interrupted_trial_is_retried_before_the_starting_points_still_queued
     assert fresh.ask({"x": x}).params == {"x": 5}
 
 
+def test_an_interrupted_retry_of_a_dead_worker_s_trial_keeps_its_deaths(tmp_path):
+    """A retry (its worker had died once) stopped by a Ctrl-C was queued again at 0 deaths:
+    the cap of three retries of an architecture that kills its workers never came."""
+    from nas.storage import DEATHS, retry_first
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'q.db'}")
+    x = optuna.distributions.IntDistribution(0, 9)
+    study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL, params={"x": 7},
+                                              distributions={"x": x},
+                                              system_attrs={DEATHS: 1}))  # fmt: skip
+    retry_first(study, study.get_trials(deepcopy=False)[-1])
+    (queued,) = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert queued.system_attrs[DEATHS] == 1
+
+
 def test_a_dead_worker_s_trial_is_retried_before_the_starting_points_still_queued(tmp_path):
     """Optuna's retry of a trial whose worker was killed (SIGKILL) was queued behind the
     starting points: "retried with the same architecture", and a budget they filled left it
