@@ -39,9 +39,13 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from search_space.schema import load_schema
 
     schema = load_schema(args.schema)
-    rows, records = [], []
+    rows, records, refused = [], [], []
     for name, factory in PRESETS.items():
-        analysis = analyze(preset(name, schema))
+        try:
+            analysis = analyze(preset(name, schema))
+        except RanknasError as exc:  # DLRM on a schema without categorical columns
+            refused.append(f"{name}: {exc}")
+            continue
         summary = (factory.__doc__ or "").strip().splitlines()[0]
         records.append(
             {
@@ -61,6 +65,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
                 summary,
             ]
         )
+    for line in refused:  # the rest are listed: one that cannot read the data hid them all
+        print(f"not on this data: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(records, indent=2))
     else:
@@ -278,7 +284,7 @@ def _study_commands(command, commands) -> None:
                              metavar="SECONDS",
                              help="wait up to SECONDS for `ranknas search` to create the study "
                              "(it does once its data has loaded), for workers started "
-                             "together with it (default: 0, refused at once)")  # fmt: skip
+                             "together with it (0: refused at once)")  # fmt: skip
 
     def study_args(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(

@@ -312,6 +312,19 @@ def test_presets_say_how_their_tables_are_sized(capsys):
     assert "emb.params: tables sized by the schema's cardinalities" in capsys.readouterr().out
 
 
+def test_presets_on_data_without_categorical_columns_list_those_that_read_it(tmp_path, capsys):
+    """The first preset that cannot read the data (DLRM: no embeddings to dot) stopped the
+    listing with exit 2, and the four that read it went unseen."""
+    schema = tmp_path / "dense_only.yaml"
+    schema.write_text("label: y\ndense: [a, b]\ncategorical: []\n")
+    assert main(["presets", "--schema", str(schema), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["name"] for r in json.loads(out)] == [
+        "logistic_regression", "dcnv2", "deepfm", "wukong"]  # fmt: skip
+    assert "not on this data: dlrm: preset dlrm on data with no categorical column" in err
+    assert "not on this data: dhen:" in err
+
+
 def test_train_checks_an_architecture_file_before_it_reads_the_data(tmp_path, capsys):
     """It loaded and split the data first: minutes on a large file, then the spec's error."""
     spec = tmp_path / "model.json"
