@@ -287,8 +287,10 @@ def log_summary(logger, study, table, plot: bytes | None = None) -> None:
     verdict = leaderboard.verdict(study)
     if verdict:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
-        if verdict["paired"] and verdict["paired"]["p_value"] is not None:
-            metrics["verdict_p_value"] = verdict["paired"]["p_value"]
+        paired = verdict["paired"] or {}
+        # NaN where this verdict has none: an earlier verdict's p stayed beside "no_win"
+        p_value = paired.get("p_value")
+        metrics["verdict_p_value"] = p_value if p_value is not None else float("nan")
         tags["verdict"] = leaderboard.verdict_line(verdict)
         tags["verdict_outcome"] = verdict["outcome"]  # one word, for a script's gate
     logger.log_study_summary(
@@ -312,17 +314,22 @@ def _log_view_ranks(logger, study) -> None:
     re-evaluated study's MLflow view sorts by; only the ranks that changed are written."""
     from mlflow_server.tracking import VIEW_RANK
     from nas import leaderboard
+    from nas.trial_record import StudyAttr
 
-    logged = logger.logged() or set()
-    for subject, rank in leaderboard.view_ranks(study).items():
-        metrics = {VIEW_RANK: rank}
-        if logger.update_subject(subject, metrics) in logged:
+    # the ranks last written to this server: a rank that came back to a value it once had
+    # was skipped as logged (the outbox knows values, not their order), and two runs shared it
+    written = study.user_attrs.get(StudyAttr.VIEW_RANKS) or {}
+    last = written.get("ranks", {}) if written.get("server") == logger.server else {}
+    ranks = leaderboard.view_ranks(study)
+    for subject, rank in ranks.items():
+        if last.get(subject) == rank:
             continue
         kind, _, name = subject.partition(":")
         if kind == "trial":
-            logger.log_trial(int(name), metrics=metrics, status=None)
+            logger.log_trial(int(name), metrics={VIEW_RANK: rank}, status=None)
         else:
-            logger.log_baseline(name, metrics=metrics, status=None)
+            logger.log_baseline(name, metrics={VIEW_RANK: rank}, status=None)
+    study.set_user_attr(StudyAttr.VIEW_RANKS, {"server": logger.server, "ranks": ranks})
 
 
 def best_fields(study) -> tuple[dict[str, float], dict[str, str]]:

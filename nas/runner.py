@@ -1010,6 +1010,7 @@ def log_unlogged(
         progress(f"MLflow: {redact(server)} holds none of the runs this study logged to it (its "
                  "database deleted or replaced?): logging them again")  # fmt: skip
         logger.forget_delivered()
+        study.set_user_attr(StudyAttr.VIEW_RANKS, None)  # the runs' ranks, written again
     logged = logger.logged()
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return

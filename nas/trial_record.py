@@ -75,6 +75,7 @@ class StudyAttr(StrEnum):
     RECIPE = "training_recipe"  # how every trial and baseline is trained
     PROTOCOL = "protocol"  # the data and recipe every run shares (`protocol.study_protocol`)
     MLFLOW = "mlflow"  # where its runs are logged: {tracking_uri, experiment}
+    VIEW_RANKS = "mlflow_view_ranks"  # the runs' `rank` last written: {server, ranks}
     OWN_DIMS = "around_own_dims"  # an around base's own feature dims are decoded as its
     CEILINGS = "ceilings"  # objectives.max_* as configured (`runner._check_ceilings`)
     MFLOPS_CEILING = "mflops_ceiling"  # objectives.max_mflops: best_baseline, once resolved

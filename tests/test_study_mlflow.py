@@ -509,3 +509,38 @@ def test_a_baseline_interrupted_while_tuning_ends_its_run_killed(tmp_path, serve
     (run,) = client.search_runs([experiment_id], query)  # the same run, trained and named
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "complete"
     assert run.info.run_name.startswith("baseline-dlrm mlp>dot>mlp")
+
+
+def test_the_view_s_ranks_and_the_verdict_s_p_value_are_never_stale(tmp_path, server):
+    """A run whose rank came back to a value it once had was skipped as logged (two runs
+    then shared a rank, and the view's order was not the leaderboard's); a verdict that
+    lost its p-value left the earlier one beside "no_win"."""
+    from nas import leaderboard
+    from study_helpers import recorded_study
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [0.850, 0.851], "1": [0.852, 0.853], "baseline:dlrm": [0.86, 0.861]}
+    study = recorded_study(url, [(0.85, 1.0), (0.852, 1.0)], baselines={"dlrm": (0.86, 1.0)},
+                           reevaluation=runs, name="ranks")  # fmt: skip
+    logger = StudyLogger(server.uri, tmp_path / "outbox", request_timeout_s=5)
+    logger.start_study("ranks")
+    for number in (0, 1):
+        logger.log_trial(number, metrics={"val_ne": 0.85})
+    orders = [{"trial:0": 1, "trial:1": 2}, {"trial:0": 2, "trial:1": 1},
+              {"trial:0": 1, "trial:1": 2}]  # fmt: skip
+    with mock.patch.object(leaderboard, "view_ranks", side_effect=orders):
+        for _ in orders:
+            log_summary(logger, study, rows(study))
+    assert logger.flush(timeout_s=30) == 0
+    parent, trials = _runs(MlflowClient(tracking_uri=server.uri), "ranks")
+    assert {n: run.data.metrics["rank"] for n, run in trials.items()} == {0: 1, 1: 2}
+    assert parent.data.metrics["verdict_p_value"] == pytest.approx(
+        leaderboard.verdict(study)["paired"]["p_value"])  # fmt: skip
+    # a verdict with no p-value (the best is a baseline's own architecture): none beside it
+    with mock.patch.object(leaderboard, "verdict", return_value=leaderboard.verdict(study) | {
+            "paired": None, "outcome": "no_win"}):  # fmt: skip
+        log_summary(logger, study, rows(study))
+    assert logger.flush(timeout_s=30) == 0
+    parent, _ = _runs(MlflowClient(tracking_uri=server.uri), "ranks")
+    assert parent.data.tags["verdict_outcome"] == "no_win"
+    assert str(parent.data.metrics["verdict_p_value"]) == "nan"
