@@ -404,7 +404,12 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
-    same = best.get("digest") is not None and best.get("digest") == base.get("digest")
+    # the compared baseline's architecture, or another baseline's (one added, not compared
+    # yet, was left out of this check, and the search "won" with the user's own model)
+    same_as = next((b["baseline"] for b in [base, *recorded_bases]
+                    if best.get("digest") is not None and b.get("digest") == best["digest"]),
+                   None)  # fmt: skip
+    same = same_as is not None
     fields = {
         "basis": basis,
         "seed_means": on_means,
@@ -423,6 +428,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "step_devices": study.user_attrs.get(StudyAttr.STEP_DEVICES),
         "search_lower": best["val_ne"] < base["val_ne"] and not same,
         "same_architecture": same,
+        "same_as": same_as,
         "test_agrees": None
         if delta_test is None
         else (delta_test < 0) == (best["val_ne"] < base["val_ne"]),
@@ -649,8 +655,8 @@ def format_verdict(v: dict[str, Any]) -> str:
     kind = v.get("outcome") or outcome(v)
     said = OUTCOMES[kind]
     if kind == "no_win":
-        said = (f"no win: the search's best is baseline {base['baseline']}'s own "
-                "architecture (the same digest), its NE apart by seed alone")  # fmt: skip
+        said = (f"no win: the search's best is baseline {v.get('same_as') or base['baseline']}"
+                "'s own architecture (the same digest), its NE apart by seed alone")  # fmt: skip
     elif kind in ("tie", "undecided"):
         said += f" ({lower} mean is lower)"
     elif not math.isfinite(found["val_ne"]):

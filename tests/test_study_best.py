@@ -373,6 +373,21 @@ def test_a_trial_whose_every_seed_diverged_is_no_best_and_exports_only_forced(tm
     assert study_best(other)["trial"] == 1
 
 
+def test_a_best_that_is_another_baseline_s_architecture_is_no_win(tmp_path):
+    """The best trial's architecture added as a baseline (not compared: no seed means yet)
+    left every surface saying "the search wins" with the user's own model."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [0.850, 0.851, 0.849], "baseline:dlrm": [0.860, 0.862, 0.861]}
+    study = recorded_study(url, TRIALS[:1], baselines={"dlrm": (0.86, 0.5), "mine": (0.9, 1.0)},
+                           reevaluation=runs)  # fmt: skip
+    assert verdict(study)["outcome"] == "search_wins"
+    study.set_user_attr("baselines:mine", study.user_attrs["baselines:mine"] | {
+        "digest": "digest0"})  # trial 0's: the best's own architecture  # fmt: skip
+    v = verdict(study)
+    assert v["outcome"] == "no_win" and v["same_as"] == "mine" and not v["search_lower"]
+    assert "no win: the search's best is baseline mine's own architecture" in format_verdict(v)
+
+
 def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_said(tmp_path):
     """A new user's verdict read "undecided: within seed noise" and "baselines Pareto-dominated
     ...: prod_model" in one breath; and a baseline added after `reevaluate`, whose one run was
