@@ -399,7 +399,9 @@ def _tool_commands(command, commands) -> None:
                         help="the server's database, artifacts, log and pid file")  # fmt: skip
     mlflow.add_argument("--host", default="127.0.0.1",
                         help="address to serve on (loopback: this machine only)")  # fmt: skip
-    mlflow.add_argument("--port", type=arguments.port, default=5000, help="TCP port to serve on")
+    mlflow.add_argument("--port", type=arguments.port,
+                        help="TCP port to serve on (up: default 5000; status, down: the data "
+                        "dir's server's, wherever it runs)")  # fmt: skip
     mlflow.add_argument("--backend-store-uri", metavar="URI",
                         help="tracking database, e.g. postgresql://... (default: "
                         "sqlite:///DATA_DIR/mlflow.db)")  # fmt: skip

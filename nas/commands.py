@@ -1021,28 +1021,34 @@ def _source_run(
 def _server_config(args: argparse.Namespace):
     from mlflow_server.server import ServerConfig
 
+    # status and down without --port: the data dir's server on whatever port it runs
+    # (`_check_port` skips a port of 0; it refused one started with --port 5077)
+    port = args.port if args.port is not None else 0 if args.action != "up" else 5000
     return ServerConfig(
-        data_dir=Path(args.data_dir), host=args.host, port=args.port,
+        data_dir=Path(args.data_dir), host=args.host, port=port,
         backend_store_uri=args.backend_store_uri, auth=args.auth, insecure=args.insecure,
     )  # fmt: skip
 
 
 def cmd_mlflow(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from mlflow_server import server
 
     config = _server_config(args)
+    probe = config if config.port else dataclasses.replace(config, port=5000)  # `_elsewhere`
     if args.action == "up":
         info = server.up(config)
         print(f"MLflow server at {info.uri} (pid {info.pid}; log {config.log_path})")
     elif args.action == "status":
         info = server.status(config)
         print(f"MLflow server at {info.uri} (pid {info.pid})" if info
-              else f"MLflow server: not running{_elsewhere(server, config)}")  # fmt: skip
+              else f"MLflow server: not running{_elsewhere(server, probe)}")  # fmt: skip
         return 0 if info else 1
     elif server.down(config):
         print("MLflow server stopped")
     else:
-        elsewhere = _elsewhere(server, config)
+        elsewhere = _elsewhere(server, probe)
         print(f"MLflow server was not running{elsewhere}")
         return 1 if elsewhere else 0  # a server answers on: not stopped
     return 0

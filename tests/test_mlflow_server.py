@@ -69,6 +69,17 @@ def test_status_and_down_of_another_port_say_where_the_server_is(
     assert status(config) is not None  # still running
 
 
+def test_status_without_a_port_finds_the_data_dir_s_server_on_its_own(
+    config: ServerConfig, server: ServerInfo, capsys: pytest.CaptureFixture
+) -> None:
+    """`mlflow status --data-dir D` of a server started with --port 5077 was refused: "runs
+    on port 5077, not 5000: give --port 5077", though D says which port."""
+    from nas.cli import main
+
+    assert main(["mlflow", "status", "--data-dir", str(config.data_dir)]) == 0
+    assert f"MLflow server at {server.uri}" in capsys.readouterr().out
+
+
 def test_status_and_down_of_another_data_dir_say_a_server_answers_on_the_port(
     config: ServerConfig, server: ServerInfo, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
