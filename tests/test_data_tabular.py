@@ -1038,6 +1038,23 @@ def test_schema_inference_warns_of_infinite_values_and_decimal_commas(tmp_path, 
             "them with a decimal point") in caplog.text  # fmt: skip
 
 
+def test_schema_inference_refuses_a_file_of_no_features_and_warns_of_one_label(tmp_path, caplog):
+    """A file of the label alone got a schema of `dense: []`, `categorical: []` (training
+    refused it later); a label of 1 in every row passed without a word."""
+    from trainers.data.tabular import infer_schema
+
+    (tmp_path / "label.csv").write_text("y\n1\n0\n1\n")
+    with pytest.raises(RanknasError, match=r"label\.csv: no feature column besides the label"):
+        infer_schema(tmp_path / "label.csv", "y")
+    rows = [f"1,{i * 0.1:.1f}" for i in range(50)]
+    (tmp_path / "clicks.csv").write_text("y,a\n" + "\n".join(rows))
+    with caplog.at_level("WARNING"):
+        assert infer_schema(tmp_path / "clicks.csv", "y")["dense"] == ["a"]
+    assert "the label column 'y' is 1 in every row: a model needs clicks and non-clicks" in (
+        caplog.text
+    )
+
+
 def test_schema_inference_takes_id_named_numbers_as_ids_and_leaves_out_row_keys(tmp_path, caplog):
     """A whole-number column named as ids is categorical however many values it has (a
     400-valued `city_id` was inferred dense); a column with a different id on every row (a

@@ -942,6 +942,11 @@ def _check_label(path: Path, column: Any) -> None:
             f"yes/no), in {bad:,} of {len(column):,} rows; write it as 1 (clicked, converted) "
             "and 0 (not) in every row, then infer the schema again"
         )
+    labels = set(values[~wrong & ~blank].tolist())
+    if len(labels) == 1:  # said here, before a schema is written for it: training refuses it
+        logger.warning("%s: the label column %r is %d in every row: a model needs clicks and "
+                       "non-clicks to learn from (is this the right file, or a filtered "
+                       "export?)", path, column.name, int(labels.pop()))  # fmt: skip
 
 
 def _check_time_values(path: Path, column: Any) -> None:
@@ -1153,6 +1158,10 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
         logger.warning("%s: taken as dense, whole numbers with many values: %s; move ids (of a "
                        "merchant, a page: numbers whose order means nothing) under "
                        "categorical", path, ", ".join(many))  # fmt: skip
+    if not dense and not categorical:  # it wrote `dense: []`, `categorical: []`: train refused
+        raise RanknasError(f"{path}: no feature column besides the label{' and time' * bool(time)}"
+                           ": a model needs at least one dense or categorical column (a column "
+                           "left out is named in a warning, with why)")  # fmt: skip
     schema: dict[str, Any] = {"name": path.stem, "label": label}
     if time:
         schema["time"] = time
