@@ -620,11 +620,25 @@ def _run_payload(
     }
 
 
+LOOPBACK_NAMES = ("localhost", "[::1]")  # this machine's server, as 127.0.0.1 names it
+
+
 def _server(uri: str) -> str:
-    """The server `uri` names, as the outbox keeps it: no credentials, no trailing '/'."""
+    """The server `uri` names, as the outbox keeps it: no credentials, no trailing '/', the
+    host in lower case and this machine's by one name (a study logged to 127.0.0.1, then
+    resumed with localhost, logged every run again as if MLflow had been off)."""
     parts = urllib.parse.urlsplit(uri)
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)).rstrip("/")
+    host, _, port = parts.netloc.rpartition("@")[2].lower().rpartition(":")
+    if not host or not port.isdigit():  # no port given
+        host, port = f"{host}:{port}".strip(":"), ""
+    host = "127.0.0.1" if host in LOOPBACK_NAMES else host
+    netloc = f"{host}:{port}" if port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/")
+
+
+def same_server(one: str | None, other: str) -> bool:
+    """Whether two tracking URIs (or outbox keys) name one server (`_server`)."""
+    return one is not None and _server(one) == _server(other)
 
 
 def _subject(subject: str, payload: dict[str, Any]) -> str:
@@ -708,18 +722,21 @@ class _Outbox:
             rows = conn.execute("SELECT subject, uri FROM records WHERE kind = 'trial'").fetchall()
         if any(subject is None for subject, _ in rows):
             return None
-        return {subject for subject, queued_for in rows if queued_for == uri}
+        return {subject for subject, queued_for in rows if same_server(queued_for, uri)}
 
     def delivered(self, uri: str) -> int:
         """How many run records were delivered to server `uri`."""
         with self._connect() as conn:
-            return conn.execute("SELECT COUNT(*) FROM records WHERE kind = 'trial' AND "
-                                "state = 'done' AND uri = ?", (uri,)).fetchone()[0]  # fmt: skip
+            rows = conn.execute("SELECT uri FROM records WHERE kind = 'trial' AND "
+                                "state = 'done'").fetchall()  # fmt: skip
+        return sum(same_server(queued_for, uri) for (queued_for,) in rows)
 
     def forget(self, uri: str) -> None:
         """Drop the records delivered (or refused) to server `uri`; pending ones stay."""
         with self._connect() as conn:
-            conn.execute("DELETE FROM records WHERE uri = ? AND state != 'pending'", (uri,))
+            rows = conn.execute("SELECT id, uri FROM records WHERE state != 'pending'").fetchall()
+            ids = [(i,) for i, queued_for in rows if same_server(queued_for, uri)]
+            conn.executemany("DELETE FROM records WHERE id = ?", ids)
 
     def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
         with self._connect() as conn:

@@ -312,14 +312,14 @@ def log_summary(logger, study, table, plot: bytes | None = None) -> None:
 def _log_view_ranks(logger, study) -> None:
     """Each trial's and baseline's `rank` (`leaderboard.view_ranks`) on its run, which the
     re-evaluated study's MLflow view sorts by; only the ranks that changed are written."""
-    from mlflow_server.tracking import VIEW_RANK
+    from mlflow_server.tracking import VIEW_RANK, same_server
     from nas import leaderboard
     from nas.trial_record import StudyAttr
 
     # the ranks last written to this server: a rank that came back to a value it once had
     # was skipped as logged (the outbox knows values, not their order), and two runs shared it
     written = study.user_attrs.get(StudyAttr.VIEW_RANKS) or {}
-    last = written.get("ranks", {}) if written.get("server") == logger.server else {}
+    last = written.get("ranks", {}) if same_server(written.get("server"), logger.server) else {}
     ranks = leaderboard.view_ranks(study)
     for subject, rank in ranks.items():
         if last.get(subject) == rank:

@@ -1005,6 +1005,8 @@ def log_unlogged(
     that machine's worker. Dead trials: `_log_dead_trials`. Seed means go on their runs as
     well: those of `reevaluated` (keys of the record: this run's), and any not logged
     with these values."""
+    from mlflow_server.tracking import same_server
+
     server, again = logger.server, logger.lost_runs()
     if again:  # the marks below say logged: the server's database is not the one they mean
         progress(f"MLflow: {redact(server)} holds none of the runs this study logged to it (its "
@@ -1015,7 +1017,8 @@ def log_unlogged(
     if logged is None:  # an outbox from before it kept what it logged: MLflow was on
         return
     baselines = {key: attrs for key, attrs in recorded(study).items()
-                 if (again or server not in _servers(attrs)) and f"baseline:{key}" not in logged
+                 if (again or not any(same_server(s, server) for s in _servers(attrs)))
+                 and f"baseline:{key}" not in logged
                  and (Path(attrs.get("dir") or "-") / METRICS_FILE).exists()}  # fmt: skip
     for key, attrs in baselines.items():
         directory = Path(attrs["dir"])
@@ -1028,7 +1031,7 @@ def log_unlogged(
         study.set_user_attr(RECORD_PREFIX + key, attrs | {LOGGED: [*_servers(attrs), server]})
     trials = study.get_trials(deepcopy=False)
     unlogged = [t for t in trials if t.state.is_finished() and t.params
-                and (again or t.user_attrs.get(LOGGED) != server)
+                and (again or not same_server(t.user_attrs.get(LOGGED), server))
                 and f"trial:{t.number}" not in logged
                 and not t.user_attrs.get(TrialAttr.OVER_CONSTRAINT)
                 and failure_reason(t) != DIED]  # fmt: skip

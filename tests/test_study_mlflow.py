@@ -544,3 +544,20 @@ def test_the_view_s_ranks_and_the_verdict_s_p_value_are_never_stale(tmp_path, se
     parent, _ = _runs(MlflowClient(tracking_uri=server.uri), "ranks")
     assert parent.data.tags["verdict_outcome"] == "no_win"
     assert str(parent.data.metrics["verdict_p_value"]) == "nan"
+
+
+def test_a_study_resumed_with_its_server_named_localhost_logs_nothing_again(tmp_path, server):
+    """Logged to 127.0.0.1, resumed with localhost: every run was logged again "that ran
+    without it", each metric then with two points."""
+    config, logger = _study(tmp_path, server, "by-name", trials=1)
+    run_study(config, logger=logger, progress=lambda line: None)
+    assert logger.flush(timeout_s=30) == 0
+    renamed = server.uri.replace("127.0.0.1", "localhost")
+    lines = []
+    logger = StudyLogger(renamed, config.study_dir / "mlflow-outbox", request_timeout_s=5)
+    run_study(config, logger=logger, progress=lines.append)
+    assert logger.flush(timeout_s=30) == 0
+    assert not any("ran without it" in line or "again" in line for line in lines), lines
+    client = MlflowClient(tracking_uri=server.uri)
+    (run,) = _runs(client, "by-name")[1].values()
+    assert len(client.get_metric_history(run.info.run_id, "val_ne")) == 1
