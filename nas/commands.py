@@ -334,10 +334,16 @@ def _log_view_ranks(logger, study) -> None:
 
 def best_fields(study) -> tuple[dict[str, float], dict[str, str]]:
     """The study's best (`leaderboard.study_best`) as the parent run's metrics and tags;
-    empty while it has none."""
+    empty while no trial is complete; NaN and "none" where its complete trials name none
+    (every finalist diverged), over an earlier best the run would show on."""
     from nas import leaderboard
 
     best = leaderboard.study_best(study)
+    if best is None and leaderboard.no_best_reason(study) == leaderboard.EVERY_FINALIST_DIVERGED:
+        nan = float("nan")
+        return {"best_val_ne": nan, "best_test_ne": nan, "best_mflops": nan}, {
+            "best_trial": "none", "best_digest": "none", "best_basis": "none",
+            "best": f"none: {leaderboard.EVERY_FINALIST_DIVERGED}"}  # fmt: skip
     if best is None:
         return {}, {}
     metrics = {
@@ -490,7 +496,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state["best"] is not None:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")
     elif state["trials"]["complete"]:
-        print(f"best: none: {leaderboard.EVERY_FINALIST_DIVERGED}")
+        print(f"best: none: {leaderboard.EVERY_FINALIST_DIVERGED}")  # `no_best_reason`'s
     if pending := state["reevaluation_pending"]:
         print(f"not counted yet: {pending} run{'s' * (pending != 1)} of a re-evaluation "
               "that has not finished (`ranknas reevaluate`, or a search's best-baseline seeds): "

@@ -351,7 +351,7 @@ def test_a_best_trial_whose_seed_went_nan_loses_to_the_baseline(tmp_path):
     assert len(export_hint(plain, url).splitlines()) == 1  # the best trial's command alone
 
 
-def test_a_trial_whose_every_seed_diverged_is_no_best_and_exports_only_forced(tmp_path, capsys):
+def test_a_trial_whose_every_seed_diverged_is_no_best(tmp_path, capsys):
     """Its recorded run was below 1, its seeds all above: it was the study's best, exported
     without --force, while a baseline whose mean was above 1 was left out as diverged."""
     from nas.leaderboard import EVERY_FINALIST_DIVERGED
@@ -366,6 +366,14 @@ def test_a_trial_whose_every_seed_diverged_is_no_best_and_exports_only_forced(tm
         best_trial(study)
     assert main(["status", study.study_name, "--storage", url]) == 0
     assert f"best: none: {EVERY_FINALIST_DIVERGED}" in capsys.readouterr().out
+    from nas.commands import best_fields  # the MLflow parent run's: over an earlier best
+
+    metrics, tags = best_fields(study)
+    assert tags["best_trial"] == "none" and str(metrics["best_val_ne"]) == "nan"
+    # by number it exports (its recorded run is complete), as README says
+    assert main(["export", study.study_name, "--storage", url, "--trial", "0",
+                 "--out", str(tmp_path / "w")]) == 2  # fmt: skip
+    assert "weights not found" in capsys.readouterr().err  # a recorded study has no files
     # a sound finalist beside it is the best, whatever the diverged one's recorded run
     runs["1"] = [0.857, 0.858]
     other = recorded_study(url.replace("studies", "other"), TRIALS[:2],
