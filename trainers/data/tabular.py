@@ -1003,6 +1003,14 @@ def _digit_dates(values: np.ndarray) -> str | None:
     return None
 
 
+def _warn_infinite(path: Path, column: Any, infinite: np.ndarray) -> None:
+    """Warn of a dense column's values that are no finite number (inf, 1e400)."""
+    if infinite.any():
+        logger.warning("%s: %s holds %d values that are no finite number (e.g. %r): training "
+                       "skips their rows as malformed, under the bad-row limits", path,
+                       column.name, int(infinite.sum()), column[infinite].iloc[0])  # fmt: skip
+
+
 def _with_decimal_commas(texts: Any) -> bool:
     """Whether every text is a number written with a decimal comma ("22,09", "-0,5")."""
     return bool(len(texts)) and bool(texts.astype(str).str.strip().str.fullmatch(
@@ -1109,20 +1117,18 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
                            "(%r); write them with a decimal point to use it as a dense "
                            "feature", path, column, texts.iloc[0])  # fmt: skip
             continue
-        if (infinite := int(np.isinf(values[~blank]).sum())) and not words.all():
-            logger.warning("%s: %s holds %d values that are no finite number (e.g. %r): training "
-                           "skips their rows as malformed, under the bad-row limits", path,
-                           column, infinite, frame[column][~blank][np.isinf(values[~blank])]
-                           .iloc[0])  # fmt: skip
+        infinite = np.isinf(values) & ~blank  # a dense column's rows training skips
         if (words.any() and words.mean() <= STRAY_WORDS_SHARE and not named_ids
                 and distinct >= DENSE_MIN_DISTINCT):  # fmt: skip
             logger.warning("%s: %s taken as dense: %d of %d values are not numbers (e.g. %r); "
                            "training skips their rows under the bad-row limits", path, column,
                            len(texts), int((~blank).sum()), texts.iloc[0])  # fmt: skip
             dense.append(str(column))
+            _warn_infinite(path, frame[column], infinite)
             continue
         numeric = not words.any()
-        whole = numeric and bool(np.all(values[~blank] == np.floor(values[~blank])))
+        finite = values[~blank & ~infinite]  # inf is no whole number
+        whole = numeric and bool(np.all(finite == np.floor(finite)))
         if whole and not blank.any() and _counts_the_rows(values, str(column)):
             row_numbers.append(str(column))
             continue
@@ -1131,6 +1137,7 @@ def infer_schema(path: str | Path, label: str, time: str | None = None) -> dict[
             row_keys.append(str(column))
         elif not ids and (distinct >= DENSE_MIN_DISTINCT or not whole):  # numbers, not ids
             dense.append(str(column))
+            _warn_infinite(path, frame[column], infinite)
             if whole:
                 many.append(f"{column} ({distinct:,} values)")
         else:
