@@ -370,7 +370,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """`search` for a study that a `search` started: a worker never creates one (a typo in
     the name would start a separate study), and sums the study up only where it ends last."""
     from nas.config import load_config
-    from nas.storage import load_study
+    from nas.storage import StudyNotFound, load_study
 
     config = load_config(args.config)
     deadline = time.monotonic() + args.wait
@@ -379,7 +379,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         try:
             load_study(config.name, config.storage)
             break
-        except RanknasError as exc:
+        except StudyNotFound as exc:  # not yet; a storage that does not answer is said now
             if time.monotonic() >= deadline:
                 then = "" if args.wait else " (--wait SECONDS waits for it)"
                 raise RanknasError(f"{args.config}: a worker joins a started study{then}: "

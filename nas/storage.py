@@ -391,7 +391,7 @@ def check_exists(url: str, what: str = "no studies") -> None:
         elsewhere = (
             "run this from the directory the study ran in, " if not path.is_absolute() else ""
         )  # a search here would start anew
-        raise RanknasError(f"{what}: the storage {path} does not exist{looked_for(path)}; "
+        raise StudyNotFound(f"{what}: the storage {path} does not exist{looked_for(path)}; "
                            f"{elsewhere}run `ranknas search CONFIG` first, or give its "
                            "--storage")  # fmt: skip
     if path is not None and (unwritable := _unwritable(path)) is not None:
@@ -401,7 +401,7 @@ def check_exists(url: str, what: str = "no studies") -> None:
     with _unreachable_as_user_error(url), _engine(url).connect() as connection:
         optuna_tables = inspect(connection).has_table("studies")
     if not optuna_tables:  # opening it would write Optuna's tables there (MLflow's database)
-        raise RanknasError(f"{what}: the database {redact(url)} holds no Optuna studies; give "
+        raise StudyNotFound(f"{what}: the database {redact(url)} holds no Optuna studies; give "
                            "the storage `ranknas search` used (a database of its own)")  # fmt: skip
 
 
@@ -433,6 +433,10 @@ def recorded_attrs(storage: RDBStorage, name: str) -> dict[str, Any] | None:
         return None
 
 
+class StudyNotFound(RanknasError):
+    """The storage answers, and holds no such study (yet: a `worker --wait` waits for it)."""
+
+
 def existing_study(name: str, url: str) -> optuna.Study | None:
     """The study `name`, or None where it does not exist yet (a first worker creating it)."""
     try:
@@ -452,7 +456,7 @@ def load_study(name: str, url: str) -> optuna.Study:
         every = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         # not a baseline's recipe trials (`baselines.tuning_study_name`): part of their study
         names = [n for n in every if not any(n.startswith(f"{o}.tune.") for o in every)]
-        raise RanknasError(f"no study {name!r} in {redact(url)}; {_listed(name, names)}") from None
+        raise StudyNotFound(f"no study {name!r} in {redact(url)}; {_listed(name, names)}") from None
 
 
 def _listed(name: str, names: list[str], most: int = 10) -> str:

@@ -194,6 +194,12 @@ def test_a_worker_started_with_its_search_waits_for_the_study_to_exist(tmp_path,
     assert "waiting up to 0.5 s for `ranknas search` to create study 'together'" in out
     assert "a worker joins a started study: no study 'together'" in err
     assert "--wait SECONDS" not in err  # said only to one that did not wait
+    # a storage that does not answer is no study still to come: said at once
+    down = config | {"name": "unreachable", "storage": "postgresql://ranknas@127.0.0.1:9/db"}
+    started = time.monotonic()
+    assert main(["worker", str(write_config(tmp_path, down)), "--wait", "60"]) == 2
+    out, err = capsys.readouterr()
+    assert "waiting" not in out and "cannot open it" in err and time.monotonic() - started < 30
     command = [sys.executable, "-c", LAUNCHER, "worker", str(path), "--wait", "300"]
     worker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)  # fmt: skip
