@@ -196,6 +196,7 @@ def _train_one(
     summary = record_result(directory, costs, sharding, result, model)
     attrs = {"name": arch.name or key, "order": order, "digest": digest(arch),
              "status": result.status, "dir": str(directory.resolve()), "seed": config.seed,
+             "worker": worker,
              **costs.summary()}  # fmt: skip
     if recipe is not None:
         attrs |= {"recipe": recipe, "tuned": tried}

@@ -874,7 +874,8 @@ def _export_source(study, which: str, force: bool) -> _Exported:
                            "nothing to export")  # fmt: skip
     tags = ({"ranknas.kind": "baseline", "ranknas.baseline": key},)
     return _Exported(f"baseline {key}", Path(attrs.get("dir", "")), attrs.get("digest"),
-                     attrs.get("recipe") or {}, BASELINE_PREFIX + key, tags)  # fmt: skip
+                     attrs.get("recipe") or {}, BASELINE_PREFIX + key, tags,
+                     worker=attrs.get("worker") or None)  # fmt: skip
 
 
 def _registered_in_card(out: Path) -> str | None:

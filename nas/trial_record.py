@@ -408,11 +408,11 @@ def claim_output_dir(config: StudyConfig, recorded: dict[str, Any] | None) -> st
 
 
 def trained_here(worker: str | None) -> bool:
-    """Whether a run's worker (`host:pid`, or unknown) was of this machine, where its
-    folder was written."""
+    """Whether a run's worker (`host:pid`; None: not recorded, by an older version) was of
+    this machine, where its folder was written."""
     import socket
 
-    return not worker or worker.rpartition(":")[0] == socket.gethostname()
+    return worker is not None and worker.rpartition(":")[0] == socket.gethostname()
 
 
 def lost_trials(study: optuna.Study) -> list[int]:
