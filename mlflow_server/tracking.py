@@ -582,7 +582,7 @@ def study_view_url(tracking_uri: str, experiment_id: str, study: str) -> str:
     `mlflow ui` serves on it, and the command."""
     path = (f"/#/experiments/{experiment_id}/runs"
             f"?viewStateShareKey={urllib.parse.quote(view_key(study))}")  # fmt: skip
-    if tracking_uri.startswith(("http://", "https://")):
+    if not tracking_uri.startswith(("sqlite:", "postgresql", "mysql", "mssql")):  # a server
         return tracking_uri.rstrip("/") + path
     return f"http://127.0.0.1:5000{path} (once `mlflow ui --backend-store-uri {tracking_uri}` runs)"
 

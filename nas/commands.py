@@ -734,18 +734,16 @@ def export_hint(study, storage: str) -> str:
 
     best = leaderboard.study_best(study)
     command = f"ranknas export {quote(study.study_name)} --storage {quote(storage)}"
-    lines = (
-        []
-        if best is None
-        else [  # every finalist diverged: no trial to ship
-            f"export it: {command} --trial {best['trial']} --out winner-trial-{best['trial']}/"
-        ]
-    )
+    lines = []  # none where every finalist diverged: no trial to ship
+    if best is not None:
+        trial = best["trial"]
+        lines.append(f"export it: {command} --trial {trial} --out winner-trial-{trial}/")
     v = leaderboard.verdict(study)
     if v and v.get("outcome") == "baseline_wins":
         key = v["best_baseline"]["baseline"]
+        out = quote(f"winner-baseline-{key}/")
         lines.append(f"the verdict: baseline {key} wins; to ship it: {command} --trial "
-                     f"{BASELINE_PREFIX}{key} --out winner-baseline-{key}/")  # fmt: skip
+                     f"{quote(BASELINE_PREFIX + key)} --out {out}")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -225,6 +225,8 @@ def _check_batches_fit(config: StudyConfig, rows: int) -> None:
     batches = {"training.batch_size": config.training.batch_size}
     if search is not None and search.batch_size:
         batches["training.search.batch_size"] = max(search.batch_size)
+    if config.searcher.finetune_batch_size is not None:  # oneshot/dnas
+        batches["searcher.finetune_batch_size"] = config.searcher.finetune_batch_size
     too_large = {name: size for name, size in batches.items() if size > rows}
     if too_large:
         shown = ", ".join(f"{name} {size:,}" for name, size in too_large.items())

@@ -221,8 +221,10 @@ def _unreachable_as_user_error(url: str) -> Iterator[None]:
         hint = (f"; a SQLite file is given as sqlite:///{url}" if "://" not in url
                 else "; check the URL, and that the database is up and is Optuna's")  # fmt: skip
         if isinstance(exc, ImportError):  # a driver the URL names, not installed here
-            hint = (f"; install the driver {exc.name} in this environment (a PostgreSQL URL "
-                    "given as postgresql://... uses psycopg, which ranknas installs)")  # fmt: skip
+            driver = f"the driver {exc.name}" if exc.name else "the URL's database driver"
+            hint = f"; install {driver} in this environment"
+            if url.startswith("postgresql"):
+                hint += " (postgresql://... uses psycopg, which ranknas installs)"
         if url.partition("://")[2].count("@") > 1:  # the password's own @ split the URL
             hint += " (in a password, write @ as %40 and / as %2F)"
         raise RanknasError(f"storage {redact(url)!r}: cannot open it ({redact(reason)}){hint}"

@@ -28,6 +28,7 @@ from cost_models.sharding.methods import DEFAULT_MODEL, FALLBACK, model_to_use
 from cost_models.sharding.plan import Plan
 from cost_models.sharding.sharders import METHODS, make_sharder
 from cost_models.sharding.sharders.base import check_capacity, counted
+from cost_models.sharding.step import topology as step_topology
 from cost_models.sharding.tables import TableSpec, load_tables, tables_from_architecture
 from cost_models.sharding.topology import GIB, Topology
 from cost_models.sharding.training import ShardTrainConfig, quick_config, train_sharder
@@ -42,8 +43,7 @@ def _workload(args: argparse.Namespace) -> tuple[list[TableSpec], Topology]:
     if args.hosts is not None and args.devices % args.hosts:
         raise RanknasError(f"--hosts {args.hosts} must divide --devices {args.devices} evenly "
                            "(the devices each host holds, times the hosts)")  # fmt: skip
-    per_host = args.devices // args.hosts if args.hosts else Topology(1).local_world_size
-    topology = Topology(args.devices, memory_bytes=int(memory_gb * GIB), local_world_size=per_host)
+    topology = replace(step_topology(args.devices, args.hosts), memory_bytes=int(memory_gb * GIB))
     return _tables(args.tables, args.schema), topology
 
 
