@@ -655,8 +655,13 @@ class StudyConfig(_Section):
             raise ValueError(
                 "must be an RDB URL: sqlite:///PATH.db or postgresql://USER@HOST:PORT/DB"
             )
-        if not url.startswith("sqlite") and not url.partition("://")[2].partition("/")[2].split(
-                "?")[0]:  # fmt: skip
+        from sqlalchemy.engine import make_url
+
+        try:
+            database = "-" if url.startswith("sqlite") else make_url(url).database
+        except Exception:  # malformed: opening the storage says how, naming it
+            database = "-"
+        if not database:
             raise ValueError(  # the server's default database (postgres) took Optuna's tables
                 "names no database: give it after the host, postgresql://USER@HOST:PORT/DB"
             )
