@@ -116,11 +116,17 @@ def _warn_unseen(ids, raw: list, m, fitted: dict) -> None:
         given, unseen = column != 0, column == 1
         if int(given.sum()) >= UNSEEN_ROWS and int(unseen.sum()) > UNSEEN_SHARE * int(given.sum()):
             example = values[int(torch.nonzero(unseen)[0])]
+            common = vocabulary[feature][0] if vocabulary[feature] else None
             logging.getLogger("ranknas").warning(
                 "column %r: %d of %d values in this request were not seen in training (e.g. "
                 "%r, training's most frequent: %r), each scored as out of vocabulary: send them "
-                "as the training file wrote them", feature, int(unseen.sum()),
-                int(given.sum()), example, vocabulary[feature][0] if vocabulary[feature] else None)
+                "as the training file wrote them",
+                feature,
+                int(unseen.sum()),
+                int(given.sum()),
+                example,
+                common,
+            )
 
 
 def _bad_request(problems: str | list) -> MlflowException:
