@@ -863,13 +863,8 @@ def _export_source(study, which: str, force: bool) -> _Exported:
         raise RanknasError(f"--trial {which}: the study has no baseline {key!r} ({known}; "
                            "`ranknas status` lists them)")  # fmt: skip
     attrs = found[key]
-    reason = attrs.get("failure_reason") or ""
-    if reason.startswith("diverged") and not force:
-        raise RanknasError(f"baseline {key} {reason}; pass --force to export it anyway")
-    if attrs.get("status") != "complete" and not reason.startswith("diverged"):
-        why = f" ({reason})" if reason else ""
-        raise RanknasError(f"baseline {key} is {attrs.get('status')}{why}, not complete: "
-                           "nothing to export")  # fmt: skip
+    leaderboard.check_exportable(f"baseline {key}", attrs.get("status"),
+                                 attrs.get("failure_reason") or "", force)  # fmt: skip
     tags = ({"ranknas.kind": "baseline", "ranknas.baseline": key},)
     return _Exported(f"baseline {key}", Path(attrs.get("dir", "")), attrs.get("digest"),
                      attrs.get("recipe") or {}, BASELINE_PREFIX + key, tags,

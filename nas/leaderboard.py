@@ -788,14 +788,20 @@ def best_trial(study: optuna.Study, which: str = "best", force: bool = False) ->
     if trial_state(trial) == "repeat":
         trial = trials[int(trial.user_attrs[TrialAttr.REUSED_FROM])]
         which = str(trial.number)
+    state = trial_state(trial)
     reason = failure_reason(trial) or ""
-    if reason.startswith("diverged") and not force:
-        raise RanknasError(f"trial {which} {reason}; pass --force to export it anyway")
-    if trial.state != TrialState.COMPLETE and not reason.startswith("diverged"):
-        state = trial_state(trial)
-        why = f" ({reason})" if reason and state != INTERRUPTED else ""
-        raise RanknasError(f"trial {which} is {state}{why}, not complete: nothing to export")
+    check_exportable(f"trial {which}", state, "" if state == INTERRUPTED else reason, force)
     return trial
+
+
+def check_exportable(label: str, state: str, reason: str, force: bool) -> None:
+    """Refuse to export a run (`label`: "trial 3", "baseline dlrm") that is not complete,
+    or diverged (NE >= 1) unless `force`."""
+    if reason.startswith("diverged") and not force:
+        raise RanknasError(f"{label} {reason}; pass --force to export it anyway")
+    if state != "complete" and not reason.startswith("diverged"):
+        why = f" ({reason})" if reason else ""
+        raise RanknasError(f"{label} is {state}{why}, not complete: nothing to export")
 
 
 def no_best_reason(study: optuna.Study) -> str:
