@@ -179,7 +179,9 @@ def _cpu_seconds() -> float:
 def _flat(v: dict[str, Any]) -> dict[str, Any]:
     found, base, paired = v["best_trial"], v["best_baseline"], v["paired"] or {}
     return {
-        "p_value": paired.get("p_value"), "found_better_seeds": paired.get("found_better"),
+        # the verdict's p (corrected for the finalists and looks), and its single test's
+        "p_value": paired.get("p_value"), "p_single": paired.get("p_single"),
+        "found_better_seeds": paired.get("found_better"),
         "trial": found["trial"], "found_val_ne": found["val_ne"], "found_test_ne":
         found["test_ne"], "found_mflops": found["mflops"], "baseline": base["baseline"],
         "baseline_val_ne": base["val_ne"], "baseline_test_ne": base["test_ne"],

@@ -402,6 +402,10 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         if shared is not None:
             basis = f"seed means over the {seeds_text(shared, fresh=False)} both were trained with"
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
+        # the side that is lower is the best of its side's candidates, all on these seeds
+        side = (len(found), "re-evaluated trials") if best["val_ne"] < base["val_ne"] else (
+            len(bases), "baselines")  # fmt: skip
+        paired = corrected(paired, *side, looks=looks(study, str(best["trial"])))
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     # the compared baseline's architecture, or another baseline's (one added, not compared
@@ -437,7 +441,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "baselines_tuned": recorded(study).get(base["baseline"], {}).get("tuned", 0),
         "dominated_baselines": list(dominated),
         "dominated_within_noise": [
-            b for b, by in dominated.items() if on_means and not _any_beyond_noise(study, b, by)
+            b
+            for b, by in dominated.items()
+            if on_means and not _any_beyond_noise(study, b, by, len(found))
         ],
         "not_compared_lower": _left_out_lower(recorded_bases, not_compared, best, base),
         "dominated_by_single_runs": dominated_once,
@@ -573,11 +579,39 @@ def _dominated_by_single_runs(
     return {b: [r["trial"] for r in by] for b, by in found.items() if by and b not in dominated}
 
 
-def _any_beyond_noise(study: optuna.Study, baseline: str, rows: list[dict[str, Any]]) -> bool:
-    """Whether one of `rows` has a lower NE than `baseline` beyond seed noise (paired seeds;
-    without pairs, nothing is shown)."""
-    pairs = [paired_seeds(study, str(r["trial"]), f"baseline:{baseline}") for r in rows]
+def _any_beyond_noise(
+    study: optuna.Study, baseline: str, rows: list[dict[str, Any]], finalists: int
+) -> bool:
+    """Whether one of `rows`, drawn from `finalists` re-evaluated trials, has a lower NE than
+    `baseline` beyond seed noise (paired seeds, `corrected`; without pairs, nothing is
+    shown)."""
+    among = "re-evaluated trials"
+    pairs = [corrected(paired_seeds(study, str(r["trial"]), f"baseline:{baseline}"), finalists,
+                       among, looks(study, str(r["trial"]))) for r in rows]  # fmt: skip
     return any(p is not None and not within_seed_noise(p) for p in pairs)
+
+
+def corrected(
+    paired: dict[str, Any] | None, chosen_from: int, among: str, looks: int
+) -> dict[str, Any] | None:
+    """`paired` (`paired_seeds`) with a p-value that holds for the way it was found
+    (Bonferroni, at most 1): its single test's p times the `chosen_from` candidates (of
+    `among`: "baselines") the lower side is the best of (on these same seeds, so the
+    luckiest draw of them) and the `looks` at it (each `reevaluate` round that gave it seeds
+    re-tested it; stopping at the first p under `SIGNIFICANCE` finds one by chance).
+    `p_single` keeps the single test's p, `comparisons` the factor."""
+    if paired is None:
+        return None
+    factor, p = max(chosen_from, 1) * max(looks, 1), paired["p_value"]
+    return paired | {"p_value": None if p is None else min(1.0, p * factor),
+                     "p_single": p, "comparisons": factor, "chosen_from": chosen_from,
+                     "among": among, "looks": looks}  # fmt: skip
+
+
+def looks(study: optuna.Study, key: str) -> int:
+    """How many rounds of re-evaluation runs gave `key` (a trial, `baseline:<key>`) seeds:
+    the times a verdict on it was tested (1 for a study recorded before they were counted)."""
+    return study.user_attrs.get(StudyAttr.REEVALUATION_ROUNDS, {}).get(key, 1)
 
 
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
@@ -685,7 +719,7 @@ def format_verdict(v: dict[str, Any]) -> str:
                                   for b, t in once.items()))  # fmt: skip
     # on seed means, by the re-evaluated trials only: another's single run is a lucky draw
     by = ("the re-evaluated architectures' seed means" if v.get("seed_means")
-          else "found architectures")  # fmt: skip
+          else "the found architectures' single runs")  # fmt: skip
     left_out = v.get("not_compared")
     basis = v["basis"] + (f"; without seed means, not compared: {', '.join(left_out)} "
                           "(`ranknas reevaluate` retrains them with the same seeds)"
@@ -738,10 +772,24 @@ def _paired_words(v: dict[str, Any]) -> str:
         return ""
     p = paired["p_value"]
     noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
-    test = "" if p is None else f", paired t-test p={p_text(p)}"
+    test = "" if p is None else f", paired t-test p={p_text(p)}{_correction_words(paired)}"
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
             f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)} (the "
             f"differences' sd {paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
+
+
+def _correction_words(paired: dict[str, Any]) -> str:
+    """How `corrected` made the p-value: " = 0.21 times 3: the lower mean is the best of 3
+    re-evaluated trials on these seeds"."""
+    if paired.get("comparisons", 1) == 1 or paired.get("p_single") is None:
+        return ""
+    why = []
+    if paired["chosen_from"] > 1:
+        why.append(f"the lower mean is the best of {paired['chosen_from']} {paired['among']} "
+                   "on these seeds")  # fmt: skip
+    if paired["looks"] > 1:
+        why.append(f"tested after each of {paired['looks']} rounds of seeds")
+    return f" = {p_text(paired['p_single'])} times {paired['comparisons']}: {', '.join(why)}"
 
 
 def _cheapest_words(v: dict[str, Any]) -> str:

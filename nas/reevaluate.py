@@ -72,10 +72,17 @@ def reevaluate_study(
     torch.set_num_threads(config.training.threads)
     # the best recorded runs, as the search ranked them: the leaderboard lists the trials
     # re-evaluated before first, and a strong trial a resumed search found was left out
-    chosen = by_recorded_run(study)[:top]
+    ranked = by_recorded_run(study)
+    chosen = ranked[:top]
     if chosen:
         progress(f"re-evaluating the {len(chosen)} trial{'s' * (len(chosen) != 1)} with the "
                  f"best recorded runs: {', '.join(str(r['trial']) for r in chosen)}")  # fmt: skip
+    if (best := _best_left_out(study, chosen)) is not None:
+        # `--top 1 --seeds 5` after a first round: the verdict's trial gains the seeds, not
+        # only the best single run, which the seed means may have left behind
+        chosen.append(next(r for r in ranked if r["trial"] == best["trial"]))
+        progress(f"and the study's best, trial {best['trial']} ({best['basis']}), which the "
+                 "verdict compares: its recorded run is not among them")  # fmt: skip
     if front:
         near, far = front_below_baseline(study)
         top_trials = {r["trial"] for r in chosen}
@@ -93,6 +100,14 @@ def reevaluate_study(
     table = [*chosen, *({"trial": f"baseline:{b['baseline']}"} | b for b in bases)]
     return sorted((_summary(row, record[str(row["trial"])], seeds) for row in table),
                   key=lambda r: r["mean_val_ne"])  # fmt: skip
+
+
+def _best_left_out(study: optuna.Study, chosen: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The study's best by seed means (`leaderboard.study_best`) where `chosen` leaves it out."""
+    best = leaderboard.study_best(study)
+    if best is None or best["basis"] == "recorded runs":
+        return None
+    return None if any(r["trial"] == best["trial"] for r in chosen) else best
 
 
 def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
@@ -164,6 +179,9 @@ def retrain(
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
+        rounds = dict(study.user_attrs.get(StudyAttr.REEVALUATION_ROUNDS, {}))
+        study.set_user_attr(StudyAttr.REEVALUATION_ROUNDS,
+                            rounds | {key: rounds.get(key, 0) + 1 for key in finished})  # fmt: skip
         study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
         study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
     return record

@@ -228,6 +228,9 @@ def test_the_verdict_says_when_test_disagrees_and_when_it_rests_on_single_runs(
     text = format_verdict(v)
     assert said in text
     assert ("reevaluate" in text) == (basis == "recorded runs")
+    # a lucky single run dominates a baseline as easily as it leads: said beside it
+    on_single_runs = "Pareto-dominated by the found architectures' single runs:" in text
+    assert on_single_runs == (not v["seed_means"])
 
 
 def _verdict_of(**fields) -> dict:

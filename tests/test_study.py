@@ -710,10 +710,12 @@ def test_an_interrupted_reevaluation_is_on_no_surface_until_it_finishes(
     assert status(study)["reevaluation_pending"] == 1
     lines: list[str] = []
     reevaluate.reevaluate_study(config, top=2, seeds=2, progress=lines.append)
-    assert "1 of 4 runs already recorded, reused: training 3" in lines
+    # the other trial, the only seed mean and so the study's best, gets its second seed too
+    assert lines[1].startswith(f"and the study's best, trial {other} (seed means over 1 fresh")
+    assert "2 of 6 runs already recorded, reused: training 4" in lines
     study = load_study("cut", config.storage)
     assert status(study)["reevaluation_pending"] == 0
-    assert sorted(len(runs) for runs in study.user_attrs["reevaluation"].values()) == [1, 2, 2]
+    assert sorted(len(runs) for runs in study.user_attrs["reevaluation"].values()) == [2, 2, 2]
 
 
 def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
@@ -749,6 +751,9 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     assert main(["reevaluate", str(path), "--top", "2", "--seeds", "3"]) == 0
     out = capsys.readouterr().out
     assert "6 of 6 runs already recorded, reused: nothing to train" in out
+    # two rounds gave each finalist seeds, the third none: two looks at the verdict
+    attrs = load_study("again", config.storage).user_attrs
+    assert attrs["reevaluation_rounds"] == {key: 2 for key in attrs["reevaluation"]}
     best = study_best(load_study("again", config.storage))["trial"]
     # not `--out winner/`, where the search's own line had the first best exported
     assert "mean val NE" in out and f"--trial {best} --out winner-trial-{best}/" in out
@@ -762,6 +767,11 @@ def test_reevaluate_retrains_the_best_trials_as_the_study_did(tmp_path, capsys):
     reevaluate_study(config, top=1, seeds=1, progress=lines.append)
     best_run = ranked[0]["trial"]
     assert lines[0] == f"re-evaluating the 1 trial with the best recorded runs: {best_run}"
+    # and the study's best by seed means, which `--top 1` by recorded runs left out: it
+    # retrained another trial than the one every surface names, without a word
+    assert lines[1] == (f"and the study's best, trial {ranked[-1]['trial']} (seed means over 1 "
+                        "fresh seed), which the verdict compares: its recorded run is not "
+                        "among them")  # fmt: skip
 
 
 def test_a_run_worse_than_the_base_rate_is_failed_never_best_and_exported_only_forced(

@@ -420,6 +420,49 @@ def test_a_cheaper_trial_within_seed_noise_and_a_better_baseline_left_out_are_sa
     assert v["dominated_within_noise"] == [] and "seed means: prod; baselines" in format_verdict(v)
 
 
+def test_the_verdict_s_p_value_counts_the_finalists_and_the_looks(tmp_path):
+    """The verdict tested the best of several finalists against the baseline on the very
+    seeds it was chosen by, and again after each `reevaluate --seeds` round: a user's study
+    went p=0.33, 0.096, 0.031 (a win) over three rounds. Bonferroni: p times both."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    # trial 0 lower than the baseline on every seed, by 0.001-0.004
+    means = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means)
+    single = paired_seeds(study, "0", "baseline:dlrm")["p_value"]
+    assert SIGNIFICANCE / 3 < single < SIGNIFICANCE
+    v = verdict(study)  # one finalist, one look: the single test
+    assert v["paired"]["p_value"] == single and v["outcome"] == "search_wins"
+    assert "times" not in format_verdict(v)
+    # trial 0 is now the best of three finalists on these seeds
+    means |= {"1": [0.854, 0.855, 0.856, 0.855], "2": [0.856, 0.857, 0.855, 0.858]}
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means,
+                           name="three")  # fmt: skip
+    v = verdict(study)
+    assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
+    said = (f"p={3 * single:.2g} = {single:.2g} times 3: the lower mean is the best of 3 "
+            "re-evaluated trials on these seeds): within seed noise")  # fmt: skip
+    assert said in format_verdict(v)
+    # one finalist, tested after each of three rounds of seeds
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)},
+                           reevaluation={k: means[k] for k in ("0", "baseline:dlrm")},
+                           name="looked")  # fmt: skip
+    study.set_user_attr("reevaluation_rounds", {"0": 3, "baseline:dlrm": 3})
+    v = verdict(study)
+    assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
+    assert "times 3: tested after each of 3 rounds of seeds): within" in format_verdict(v)
+    assert v["paired"]["p_single"] == single  # `leaderboard --json` keeps the single test's
+    # the baseline lower, the best of three baselines with seed means
+    means = {"0": means["baseline:dlrm"], "baseline:dlrm": means["0"],
+             "baseline:dcnv2": [0.859, 0.858, 0.857, 0.859],
+             "baseline:deepfm": [0.861, 0.860, 0.862, 0.860]}  # fmt: skip
+    bases = {"dlrm": (0.855, 0.5), "dcnv2": (0.858, 0.5), "deepfm": (0.86, 0.5)}
+    study = recorded_study(url, TRIALS, baselines=bases, reevaluation=means, name="bases")
+    v = verdict(study)
+    assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
+    said = "times 3: the lower mean is the best of 3 baselines on these seeds): "
+    assert said in format_verdict(v)
+
+
 def test_status_names_the_base_searched_around_by_its_baseline_key(tmp_path, capsys):
     """It said "prod_model.json" (the file the study keeps) where every other line said
     "prod_model"."""
