@@ -1101,7 +1101,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         options |= {"max_bad_rows": args.max_bad_rows, "max_bad_fraction": args.max_bad_fraction}
     data = load_dataset(args.data, args.schema, **options)
     method = split_method(method, data, args.data)
-    parts = data.split(seed=args.data_seed, method=method)
+    parts = data.split(seed=args.data_seed, method=method,
+                       source=None if args.data == "synthetic" else args.data)  # fmt: skip
     fitted = fit_on_training(parts[0], args.preprocessing, args.data)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     split = describe_split(method, data, args.data_seed)

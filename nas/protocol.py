@@ -96,7 +96,8 @@ def _prepare_split(config: StudyConfig) -> StudyData:
     data = load_dataset(d.source, d.schema_path, **options)
     method = split_method(d.split.method, data, d.source)
     parts = data.split(d.split.fractions, seed=d.seed, method=method,
-                       ties_together=d.split.ties != "file_order")  # fmt: skip
+                       ties_together=d.split.ties != "file_order",
+                       source=None if d.source == "synthetic" else d.source)  # fmt: skip
     fitted = fit_on_training(parts[0], d.preprocessing, d.source)
     train_part, valid, test = (apply_preprocessing(p, fitted) for p in parts)
     bayes = bayes_metrics(valid).ne if data.true_prob is not None else None

@@ -423,8 +423,23 @@ CASES = {
     ),
     "a log whose validation rows are all negatives (it trained, then said 'diverged')": (
         lambda p: _csv(p, [f"{int(i < 40 and i % 3 == 0)},{i},s{i % 4}" for i in range(50)]),
-        "the validation split (5 of 50 rows, ordered split) holds no positive labels ('y'): a "
+        "clicks.csv: the validation split (5 of 50 rows, ordered split) holds no positive "
+        "labels ('y'): a "
         "model's NE there is undefined",
+    ),
+    "a CSV renamed .parquet (Parquet's 'magic bytes not found in footer'; a user trial)": (
+        lambda p: _written(
+            p / "clicks.parquet", b"y,price\n1,2.5\n0,1.5\n", ["data", "schema", "--label", "y"]
+        ),
+        "clicks.parquet: not a Parquet file (it does not start as one); a CSV or TSV under a",
+    ),
+    "JSON lines in a .csv (it said: no column(s) ['y']; a user trial)": (
+        lambda p: _written(
+            p / "clicks.csv",
+            b'{"y": 1, "price": 2.5}\n{"y": 0, "price": 1}\n',
+            ["data", "schema", "--label", "y"],
+        ),
+        'clicks.csv: its first line is JSON ({"y": 1...), not a header of column names',
     ),
     "an architecture JSON that is no text (a UnicodeDecodeError traceback; a user trial)": (
         lambda p: _written(p / "binary.json", b"\xff\xfe{}", ["arch", "show"]),

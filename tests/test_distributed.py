@@ -104,3 +104,13 @@ def test_a_plan_file_that_is_missing_or_not_a_plan_is_one_error(tmp_path, capsys
     assert main(["--plan", str(plan)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: --plan {plan}: {said}") and "Traceback" not in err, err
+
+
+def test_outside_torchrun_it_says_how_to_run_it():
+    """`python -m trainers.distributed` printed nothing and exited 0."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    run = subprocess.run([sys.executable, "-m", "trainers.distributed", "--arch", "dlrm"],
+                         capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "error: run it under torchrun" in run.stderr

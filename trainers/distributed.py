@@ -233,5 +233,11 @@ def _report(result: dict, out: Path | None) -> None:
           + (f"; wrote {out}" if out is not None else ""))  # fmt: skip
 
 
-if __name__ == "__main__" and "RANK" in os.environ:
+if __name__ == "__main__":
+    if "RANK" not in os.environ and not {"-h", "--help"} & set(sys.argv[1:]):
+        # it printed nothing and exited 0: no process group to join outside torchrun
+        print("error: run it under torchrun, which starts its processes: torchrun "
+              "--nproc_per_node 2 -m trainers.distributed --arch dlrm --steps 50 (--help: "
+              "the options)", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     sys.exit(main())

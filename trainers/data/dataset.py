@@ -201,9 +201,11 @@ class TabularData:
         seed: int = 0,
         method: str = "random",
         ties_together: bool = True,
+        source: str | None = None,
     ) -> tuple[TabularData, TabularData, TabularData]:
         """Train, validation and test sets; see `split_indices`. Each must hold both labels:
-        NE (logloss over the base rate's entropy) is undefined where it does not."""
+        NE (logloss over the base rate's entropy) is undefined where it does not (the error
+        names `source`, the file the rows came from, where given)."""
         indices = self.split_indices(fractions, seed, method, ties_together)
         parts = tuple(self.take(p) for p in indices)
         for name, part in zip(("training", "validation", "test"), parts, strict=True):
@@ -211,6 +213,7 @@ class TabularData:
             if len(part) and positives in (0, len(part)):  # (an empty part is asked for)
                 which = "no positive" if positives == 0 else "only positive"
                 raise RanknasError(
+                    f"{source + ': ' if source else ''}"
                     f"the {name} split ({len(part):,} of {len(self):,} rows, {method} split) "
                     f"holds {which} labels ({self.schema.label!r}): a model's NE there is "
                     "undefined; give more rows, or check that the label column holds both "

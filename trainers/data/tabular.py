@@ -598,6 +598,10 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
 def _check_header_names(path: Path, names: list[str]) -> None:
     """Refuse a text file's first line of numbers where names belong: a file without a
     header (its first row was read as the names; the schema's were then "not in" it)."""
+    if names and names[0].lstrip().startswith(("{", "[")) and format_suffix(path) in CSV_SUFFIXES:
+        raise RanknasError(f"{path}: its first line is JSON ({names[0][:30]}...), not a header "
+                           "of column names: ranknas reads CSV, TSV and Parquet; convert it "
+                           "(pandas: pd.read_json(path, lines=True).to_parquet(...))")  # fmt: skip
     numbers = [name for name in names if _is_number(name)]
     numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
     if len(numbers) >= len(names) / 2 and not numbered and format_suffix(path) in CSV_SUFFIXES:
@@ -621,6 +625,11 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
     if isinstance(exc, UnicodeDecodeError) and starts_with(path, b"PAR1"):
         return RanknasError(f"{path}: a Parquet file under a text file's name; rename it to "
                             f"{path.with_suffix('.parquet').name}")  # fmt: skip
+    written = path.is_file() and path.stat().st_size
+    if path.suffix in PARQUET_SUFFIXES and written and not starts_with(path, b"PAR1"):
+        return RanknasError(f"{path}: not a Parquet file (it does not start as one); a CSV or "
+                            "TSV under a Parquet name? give it its own suffix "
+                            "(.csv, .tsv)")  # fmt: skip
     if isinstance(exc, UnicodeDecodeError):  # a spreadsheet's Latin-1 or UTF-16 export
         fix = "pd.read_csv(path, encoding=...).to_csv(path, index=False)"
         where = _first_non_utf8(path)
