@@ -289,8 +289,11 @@ def log_summary(logger, study, table, plot: bytes | None = None) -> None:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
         paired = verdict["paired"] or {}
         # NaN where this verdict has none: an earlier verdict's p stayed beside "no_win"
-        p_value = paired.get("p_value")
-        metrics["verdict_p_value"] = p_value if p_value is not None else float("nan")
+        # the verdict's p (`leaderboard.corrected`), its single test's and the factor between
+        for metric, key in (("verdict_p_value", "p_value"), ("verdict_p_single", "p_single"),
+                            ("verdict_p_comparisons", "comparisons")):  # fmt: skip
+            value = paired.get(key)
+            metrics[metric] = value if value is not None else float("nan")
         tags["verdict"] = leaderboard.verdict_line(verdict)
         tags["verdict_outcome"] = verdict["outcome"]  # one word, for a script's gate
     logger.log_study_summary(

@@ -217,10 +217,11 @@ def _tie(study: optuna.Study, lowest: dict[str, Any], other: dict[str, Any]) -> 
     return equivalent(paired, TIE_MARGIN * lowest["mean_val_ne"])
 
 
-def equivalent(paired: dict[str, Any] | None, margin: float) -> bool:
+def equivalent(paired: dict[str, Any] | None, margin: float, level: float = SIGNIFICANCE) -> bool:
     """Whether paired runs (`paired_seeds`) are shown to differ by less than `margin` NE:
-    two one-sided paired t-tests, each at `SIGNIFICANCE` (the differences' 90% confidence
-    interval inside +-margin). Few or noisy seeds show no equivalence, whatever their p."""
+    two one-sided paired t-tests, each at `level` (at `SIGNIFICANCE`, the differences' 90%
+    confidence interval inside +-margin; the verdict's lower for the comparisons it made,
+    `corrected`). Few or noisy seeds show no equivalence, whatever their p."""
     if paired is None:
         return False
     mean, sd, n = paired["delta_val_ne_mean"], paired["delta_val_ne_sd"], paired["seeds"]
@@ -231,7 +232,7 @@ def equivalent(paired: dict[str, Any] | None, margin: float) -> bool:
     error = sd / math.sqrt(n)
     above = stdtr(n - 1, -(mean + margin) / error)  # p of "the difference is <= -margin"
     below = stdtr(n - 1, (mean - margin) / error)  # p of "the difference is >= +margin"
-    return bool(max(above, below) < SIGNIFICANCE)
+    return bool(max(above, below) < level)
 
 
 def within_seed_noise(paired: dict[str, Any] | None) -> bool:
@@ -405,7 +406,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         # the side that is lower is the best of its side's candidates, all on these seeds
         side = (len(found), "re-evaluated trials") if best["val_ne"] < base["val_ne"] else (
             len(bases), "baselines")  # fmt: skip
-        paired = corrected(paired, *side, looks=looks(study, str(best["trial"])))
+        paired = corrected(paired, *side, looks=looks(study))
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     # the compared baseline's architecture, or another baseline's (one added, not compared
@@ -423,7 +424,11 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
             k: base.get(k) for k in ("baseline", "val_ne", "test_ne", "mflops", "step_ms")
         },
         "delta_val_ne": best["val_ne"] - base["val_ne"],
-        "equivalent": equivalent(paired, TIE_MARGIN * min(best["val_ne"], base["val_ne"])),
+        "equivalent": equivalent(
+            paired,
+            TIE_MARGIN * min(best["val_ne"], base["val_ne"]),
+            SIGNIFICANCE / (paired or {}).get("comparisons", 1),
+        ),
         "delta_test_ne": delta_test,
         "flops_ratio": best["mflops"] / base["mflops"] if base["mflops"] else None,
         "step_ratio": best["step_ms"] / base["step_ms"]
@@ -587,7 +592,7 @@ def _any_beyond_noise(
     shown)."""
     among = "re-evaluated trials"
     pairs = [corrected(paired_seeds(study, str(r["trial"]), f"baseline:{baseline}"), finalists,
-                       among, looks(study, str(r["trial"]))) for r in rows]  # fmt: skip
+                       among, looks(study)) for r in rows]  # fmt: skip
     return any(p is not None and not within_seed_noise(p) for p in pairs)
 
 
@@ -596,10 +601,11 @@ def corrected(
 ) -> dict[str, Any] | None:
     """`paired` (`paired_seeds`) with a p-value that holds for the way it was found
     (Bonferroni, at most 1): its single test's p times the `chosen_from` candidates (of
-    `among`: "baselines") the lower side is the best of (on these same seeds, so the
-    luckiest draw of them) and the `looks` at it (each `reevaluate` round that gave it seeds
-    re-tested it; stopping at the first p under `SIGNIFICANCE` finds one by chance).
-    `p_single` keeps the single test's p, `comparisons` the factor."""
+    `among`: "baselines") the lower side was chosen among (on these same seeds, so the
+    luckiest draw of them) and the `looks` at the verdict (each `reevaluate` round that gave
+    trials seeds tested it anew, maybe on another best; stopping at the first p under
+    `SIGNIFICANCE` finds one by chance). `p_single` keeps the single test's p,
+    `comparisons` the factor."""
     if paired is None:
         return None
     factor, p = max(chosen_from, 1) * max(looks, 1), paired["p_value"]
@@ -608,10 +614,14 @@ def corrected(
                      "among": among, "looks": looks}  # fmt: skip
 
 
-def looks(study: optuna.Study, key: str) -> int:
-    """How many rounds of re-evaluation runs gave `key` (a trial, `baseline:<key>`) seeds:
-    the times a verdict on it was tested (1 for a study recorded before they were counted)."""
-    return study.user_attrs.get(StudyAttr.REEVALUATION_ROUNDS, {}).get(key, 1)
+def looks(study: optuna.Study) -> int:
+    """How many rounds of re-evaluation runs gave trials seeds: the times the verdict was
+    tested on seed means (a study re-evaluated before they were counted: at least 1)."""
+    counted = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS)
+    if counted is not None:
+        return counted
+    record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
+    return int(any(not key.startswith("baseline:") for key in record))
 
 
 def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
@@ -772,24 +782,25 @@ def _paired_words(v: dict[str, Any]) -> str:
         return ""
     p = paired["p_value"]
     noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
-    test = "" if p is None else f", paired t-test p={p_text(p)}{_correction_words(paired)}"
+    test = "" if p is None else f", paired t-test {_correction_words(paired) or f'p={p_text(p)}'}"
     return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
             f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)} (the "
             f"differences' sd {paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
 
 
 def _correction_words(paired: dict[str, Any]) -> str:
-    """How `corrected` made the p-value: " = 0.21 times 3: the lower mean is the best of 3
-    re-evaluated trials on these seeds"."""
-    if paired.get("comparisons", 1) == 1 or paired.get("p_single") is None:
+    """How `corrected` made the p-value ("p=0.021; times 3, chosen among 3 re-evaluated
+    trials on these seeds (Bonferroni, at most 1): p=0.063"), empty where it did nothing."""
+    single = paired.get("p_single")
+    if paired.get("comparisons", 1) == 1 or not single:
         return ""
     why = []
     if paired["chosen_from"] > 1:
-        why.append(f"the lower mean is the best of {paired['chosen_from']} {paired['among']} "
-                   "on these seeds")  # fmt: skip
+        why.append(f"chosen among {paired['chosen_from']} {paired['among']} on these seeds")
     if paired["looks"] > 1:
         why.append(f"tested after each of {paired['looks']} rounds of seeds")
-    return f" = {p_text(paired['p_single'])} times {paired['comparisons']}: {', '.join(why)}"
+    return (f"p={p_text(single)}; times {paired['comparisons']}, {' and '.join(why)} "
+            f"(Bonferroni, at most 1): p={p_text(paired['p_value'])}")  # fmt: skip
 
 
 def _cheapest_words(v: dict[str, Any]) -> str:
@@ -807,7 +818,7 @@ def _cheapest_words(v: dict[str, Any]) -> str:
                 f"trials cheaper than it (its {cost}) has a lower seed mean, or one at most "
                 f"{TIE_MARGIN:.1%} higher within seed noise")  # fmt: skip
     paired, p = cheapest["paired"], cheapest["paired"]["p_value"]
-    test = "" if p is None else f", p={p_text(p)}"
+    test = "" if p is None else f", single-test p={p_text(p)}"
     return (f"\nat baseline {base}'s NE (a lower seed mean, or at most {TIE_MARGIN:.1%} higher "
             f"within seed noise): cheapest trial "
             f"{cheapest['trial']} at {_times(cheapest['cost_ratio'])} its {cost}, validation NE "

@@ -179,9 +179,8 @@ def retrain(
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
-        rounds = dict(study.user_attrs.get(StudyAttr.REEVALUATION_ROUNDS, {}))
-        study.set_user_attr(StudyAttr.REEVALUATION_ROUNDS,
-                            rounds | {key: rounds.get(key, 0) + 1 for key in finished})  # fmt: skip
+        if any(not key.startswith("baseline:") for key in finished):  # a new verdict
+            study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, leaderboard.looks(study) + 1)
         study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
         study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
     return record

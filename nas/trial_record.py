@@ -70,9 +70,9 @@ class StudyAttr(StrEnum):
     REEVALUATION = "reevaluation"
     # the runs of a `reevaluate` (or best-baseline seeds) not finished: unseen by the surfaces
     REEVALUATION_PENDING = "reevaluation_pending"
-    # how many rounds of re-evaluation runs each key gained seeds in: a verdict re-tested
-    # after each is one more look at its p (`leaderboard.corrected`)
-    REEVALUATION_ROUNDS = "reevaluation_rounds"
+    # how many rounds of re-evaluation runs gave trials seeds: the verdict was tested anew
+    # after each, one more look at its p (`leaderboard.corrected`)
+    REEVALUATION_LOOKS = "reevaluation_looks"
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained

@@ -258,7 +258,7 @@ def test_the_verdict_names_the_cheapest_trial_at_the_baselines_ne(tmp_path):
     text = format_verdict(v)
     assert ("at baseline dlrm's NE (a lower seed mean, or at most 0.1% higher within seed "
             "noise): cheapest trial 1 at 0.62x its MFLOPs, validation NE 0.8555 (+0.0002; "
-            "lower on 1 of 4 seeds, p=0.64), test NE +0.0003") in text  # fmt: skip
+            "lower on 1 of 4 seeds, single-test p=0.64), test NE +0.0003") in text  # fmt: skip
 
     # 0.7% worse on the mean, yet 4 seeds cannot tell it apart: not at the baseline's NE
     loose = NEAR | {"1": [0.8600, 0.8700, 0.8500, 0.8650]}
@@ -430,28 +430,28 @@ def test_the_verdict_s_p_value_counts_the_finalists_and_the_looks(tmp_path):
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means)
     single = paired_seeds(study, "0", "baseline:dlrm")["p_value"]
     assert SIGNIFICANCE / 3 < single < SIGNIFICANCE
-    v = verdict(study)  # one finalist, one look: the single test
+    v = verdict(study)  # one finalist, one look (a study recorded before looks were counted)
     assert v["paired"]["p_value"] == single and v["outcome"] == "search_wins"
-    assert "times" not in format_verdict(v)
+    assert f"paired t-test p={single:.2g}): beyond seed noise" in format_verdict(v)
     # trial 0 is now the best of three finalists on these seeds
     means |= {"1": [0.854, 0.855, 0.856, 0.855], "2": [0.856, 0.857, 0.855, 0.858]}
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means,
                            name="three")  # fmt: skip
     v = verdict(study)
     assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
-    said = (f"p={3 * single:.2g} = {single:.2g} times 3: the lower mean is the best of 3 "
-            "re-evaluated trials on these seeds): within seed noise")  # fmt: skip
+    said = (
+        f"paired t-test p={single:.2g}; times 3, chosen among 3 re-evaluated trials on "
+        f"these seeds (Bonferroni, at most 1): p={3 * single:.2g}): within seed noise"
+    )
     assert said in format_verdict(v)
-    # one finalist, tested after each of three rounds of seeds
-    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)},
-                           reevaluation={k: means[k] for k in ("0", "baseline:dlrm")},
-                           name="looked")  # fmt: skip
-    study.set_user_attr("reevaluation_rounds", {"0": 3, "baseline:dlrm": 3})
+    # and looked at after each of two rounds: times 6, no more than 1
+    study.set_user_attr("reevaluation_looks", 2)
     v = verdict(study)
-    assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
-    assert "times 3: tested after each of 3 rounds of seeds): within" in format_verdict(v)
+    assert v["paired"]["p_value"] == pytest.approx(min(1.0, 6 * single))
+    assert ("times 6, chosen among 3 re-evaluated trials on these seeds and tested after each "
+            "of 2 rounds of seeds") in format_verdict(v)  # fmt: skip
     assert v["paired"]["p_single"] == single  # `leaderboard --json` keeps the single test's
-    # the baseline lower, the best of three baselines with seed means
+    # the baseline lower, chosen among three baselines with seed means
     means = {"0": means["baseline:dlrm"], "baseline:dlrm": means["0"],
              "baseline:dcnv2": [0.859, 0.858, 0.857, 0.859],
              "baseline:deepfm": [0.861, 0.860, 0.862, 0.860]}  # fmt: skip
@@ -459,8 +459,35 @@ def test_the_verdict_s_p_value_counts_the_finalists_and_the_looks(tmp_path):
     study = recorded_study(url, TRIALS, baselines=bases, reevaluation=means, name="bases")
     v = verdict(study)
     assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
-    said = "times 3: the lower mean is the best of 3 baselines on these seeds): "
-    assert said in format_verdict(v)
+    assert "times 3, chosen among 3 baselines on these seeds" in format_verdict(v)
+
+
+def test_a_p_value_corrected_past_1_or_of_0_reads_true():
+    """Capped, it read "p=1 = 0.62 times 6"; a p of 0 read "p=0 = 0 times 3"."""
+    from nas.leaderboard import _paired_words, corrected
+
+    paired = {"seeds": 5, "found_better": 2, "delta_val_ne_mean": 0.0006,
+              "delta_val_ne_sd": 0.0025, "p_value": 0.62}  # fmt: skip
+    v = {"best_trial": {"trial": 15}, "paired": corrected(paired, 6, "baselines", 1)}
+    assert v["paired"]["p_value"] == 1.0
+    assert ("paired t-test p=0.62; times 6, chosen among 6 baselines on these seeds "
+            "(Bonferroni, at most 1): p=1): within seed noise") in _paired_words(v)  # fmt: skip
+    v["paired"] = corrected(paired | {"p_value": 0.0}, 3, "baselines", 1)
+    assert "paired t-test p=0): beyond seed noise" in _paired_words(v)
+
+
+def test_a_dominated_baseline_is_beyond_noise_only_after_the_correction(tmp_path):
+    """A baseline dominated by the best of several finalists was "beyond seed noise" on
+    that one trial's single test."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 2.0)}, reevaluation=means)
+    assert verdict(study)["dominated_within_noise"] == []  # one finalist: its single test
+    means |= {"1": [0.854, 0.855, 0.856, 0.855], "2": [0.856, 0.857, 0.855, 0.858]}
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 2.0)}, reevaluation=means,
+                           name="three")  # fmt: skip
+    v = verdict(study)
+    assert "dlrm" in v["dominated_baselines"] and v["dominated_within_noise"] == ["dlrm"]
 
 
 def test_status_names_the_base_searched_around_by_its_baseline_key(tmp_path, capsys):
