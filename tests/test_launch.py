@@ -182,6 +182,17 @@ def test_two_workers_from_one_command_meet_the_budget_exactly(tmp_path, server):
     check_nothing_lost_or_duplicated(config, server.uri)  # each worker's trials in MLflow
 
 
+def test_a_launch_whose_mlflow_server_is_down_says_once_what_waits(tmp_path):
+    """Each worker said "N records kept" with its own count, and the launcher another."""
+    config = tiny_config(tmp_path, "down", budget={"trials": 2, "epochs_per_trial": 1},
+                         mlflow={"tracking_uri": "http://127.0.0.1:9"})  # fmt: skip
+    search = _search(write_config(tmp_path, config), "--workers", "2")
+    output = search.communicate(timeout=600)[0]
+    assert search.returncode == 0, output
+    kept = [line for line in output.splitlines() if "records kept in" in line]
+    assert len(kept) == 1 and kept[0].startswith("no MLflow server answers at"), output
+
+
 def test_a_worker_started_with_its_search_waits_for_the_study_to_exist(tmp_path, capsys):
     """Started a few seconds after `search` (whose data was still loading), a worker was
     refused: "no study ..., did you mean" another one."""
