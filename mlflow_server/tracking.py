@@ -459,7 +459,9 @@ class _Writer:
     def _parent_run(self, record: dict[str, Any]) -> str:
         experiment_id = self._experiment_id(record["experiment"])
         match = {STUDY_TAG: record["study"], KIND_TAG: "study"}
-        return self._find_or_create(experiment_id, match, record["study"], {})
+        # it starts when the study did (its first record, the oldest delivered), not when a
+        # server that was down at the start took it
+        return self._find_or_create(experiment_id, match, record["study"], {}, record.get("ts"))
 
     def _experiment_id(self, name: str) -> str:
         if name not in self._experiments:

@@ -168,6 +168,26 @@ def test_outage_keeps_records_and_delivers_them_once_in_order(
     assert states == [("done", 7)]
 
 
+def test_a_study_started_while_the_server_is_down_starts_when_it_did(
+    client: MlflowClient, server_config: ServerConfig, server: ServerInfo, tmp_path: Path
+) -> None:
+    """The parent run started when its record was delivered, after its own trials."""
+    down(server_config)
+    try:
+        logger = StudyLogger(server.uri, tmp_path / "outbox", retry_interval_s=0)
+        started_ms = int(time.time() * 1000)
+        logger.start_study("study-late")
+        time.sleep(1.5)
+        _log_trial(logger, 0)
+        assert logger.flush(timeout_s=0.5) == 2
+    finally:
+        up(server_config)
+    assert logger.flush(timeout_s=30) == 0
+    logger.close()
+    parent = _parent_run(client, "study-late")
+    assert started_ms <= parent.info.start_time < started_ms + 1000
+
+
 def test_unreachable_server_costs_little_and_flush_gives_up_in_time(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
