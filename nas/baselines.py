@@ -309,6 +309,10 @@ def _tuned_recipe(
     if not done:
         return base, None, len(tried)
     best = min(done, key=lambda t: t.value)
+    if logger is not None:  # which recipe run is the baseline's (a resumed tuning may move it)
+        for t in done:
+            logger.log_baseline_tuning(key, t.number, tags={"chosen_recipe": t is best},
+                                       status=None)  # fmt: skip
     return best.user_attrs["recipe"], kept.get(best.number), len(tried)
 
 

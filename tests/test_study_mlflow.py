@@ -509,6 +509,11 @@ def test_a_baseline_interrupted_while_tuning_ends_its_run_killed(tmp_path, serve
     (run,) = client.search_runs([experiment_id], query)  # the same run, trained and named
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "complete"
     assert run.info.run_name.startswith("baseline-dlrm mlp>dot>mlp")
+    # the recipe run the baseline kept is marked among its recipe runs
+    recipes = client.search_runs([experiment_id], "tags.`ranknas.kind` = 'tuning'")
+    chosen = [r for r in recipes if r.data.tags.get("chosen_recipe") == "True"]
+    assert len(recipes) == 2 and len(chosen) == 1
+    assert chosen[0].data.metrics["val_ne"] == min(r.data.metrics["val_ne"] for r in recipes)
 
 
 def test_the_view_s_ranks_and_the_verdict_s_p_value_are_never_stale(tmp_path, server):
