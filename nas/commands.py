@@ -707,7 +707,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
         config.mlflow.tracking_uri = None
     which = "every baseline" if args.baselines is None else f"the top {args.baselines} baselines"
     front = ", the Pareto front's trials cheaper than the best baseline" if args.front else ""
-    print(f"study {config.name!r}: re-evaluating the top {args.top} trials{front} and {which} "
+    trials = f"the top {args.top} trial{'s' * (args.top != 1)}"
+    print(f"study {config.name!r}: re-evaluating {trials}{front} and {which} "
           f"with {args.seeds} fresh seed{'s' if args.seeds != 1 else ''} each")  # fmt: skip
     table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines,
                              args.front)  # fmt: skip

@@ -615,11 +615,12 @@ def corrected(
 
 
 def looks(study: optuna.Study) -> int:
-    """How many rounds of re-evaluation runs gave trials seeds: the times the verdict was
-    tested on seed means (a study re-evaluated before they were counted: at least 1)."""
+    """How many rounds of re-evaluation runs changed the verdict's paired test: the times it
+    was tested on seed means (`reevaluate._count_look`; a study re-evaluated before they
+    were counted: 1)."""
     counted = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS)
     if counted is not None:
-        return counted
+        return counted["count"]
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     return int(any(not key.startswith("baseline:") for key in record))
 
@@ -790,15 +791,15 @@ def _paired_words(v: dict[str, Any]) -> str:
 
 def _correction_words(paired: dict[str, Any]) -> str:
     """How `corrected` made the p-value ("p=0.021; times 3, chosen among 3 re-evaluated
-    trials on these seeds (Bonferroni, at most 1): p=0.063"), empty where it did nothing."""
+    trials by seed mean (Bonferroni, at most 1): p=0.063"), empty where it did nothing."""
     single = paired.get("p_single")
     if paired.get("comparisons", 1) == 1 or not single:
         return ""
     why = []
     if paired["chosen_from"] > 1:
-        why.append(f"chosen among {paired['chosen_from']} {paired['among']} on these seeds")
+        why.append(f"chosen among {paired['chosen_from']} {paired['among']} by seed mean")
     if paired["looks"] > 1:
-        why.append(f"tested after each of {paired['looks']} rounds of seeds")
+        why.append(f"tested after {paired['looks']} rounds of seeds")
     return (f"p={p_text(single)}; times {paired['comparisons']}, {' and '.join(why)} "
             f"(Bonferroni, at most 1): p={p_text(paired['p_value'])}")  # fmt: skip
 

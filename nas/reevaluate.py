@@ -120,7 +120,7 @@ def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
     cheaper = len(near) + len(far)
     line = (f"front: {cheaper} of the Pareto front's trials {'is' if cheaper == 1 else 'are'} "
             f"cheaper than the best baseline; retraining {len(near)} within {slack} of its NE"
-            + (f" (trials {names(near)})" if near else ""))  # fmt: skip
+            + (f" (trial{'s' * (len(near) > 1)} {names(near)})" if near else ""))  # fmt: skip
     if far:
         which = f"trial {names(far)}" if len(far) == 1 else f"trials {names(far)}"
         # as the study knows each NE (`leaderboard.estimated_ne`): a second `--front` meets
@@ -179,11 +179,26 @@ def retrain(
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
-        if any(not key.startswith("baseline:") for key in finished):  # a new verdict
-            study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, leaderboard.looks(study) + 1)
+        looked = leaderboard.looks(study)
         study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
         study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
+        _count_look(study, looked)
     return record
+
+
+def _count_look(study: optuna.Study, looked: int) -> None:
+    """One more look at the verdict where this round changed its paired test (another pair,
+    or more seeds both sides share): the p a user reads now, who may stop at it or go on
+    (`leaderboard.corrected`). A round whose seeds the test does not use is none."""
+    v = leaderboard.verdict(study)
+    paired = (v or {}).get("paired") or {}
+    last = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS) or {}
+    tested = last.get("tested")
+    if paired.get("p_single") is not None:  # else no test: under two shared seeds, no spread
+        tested = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
+    # written every round: a study without it is one re-evaluated before looks were counted
+    count = looked + (tested != last.get("tested"))
+    study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, {"count": count, "tested": tested})
 
 
 def _merged(

@@ -70,8 +70,8 @@ class StudyAttr(StrEnum):
     REEVALUATION = "reevaluation"
     # the runs of a `reevaluate` (or best-baseline seeds) not finished: unseen by the surfaces
     REEVALUATION_PENDING = "reevaluation_pending"
-    # how many rounds of re-evaluation runs gave trials seeds: the verdict was tested anew
-    # after each, one more look at its p (`leaderboard.corrected`)
+    # {count, tested}: how many rounds of re-evaluation runs changed the verdict's paired
+    # test, and the last one's [trial, baseline, seeds] (`reevaluate._count_look`)
     REEVALUATION_LOOKS = "reevaluation_looks"
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"

@@ -319,6 +319,9 @@ def test_baseline_add_on_a_finished_study_and_reevaluate_uses_seed_means(
     assert set(runs["baseline:dlrm"]) == {str(REEVAL_SEED), str(REEVAL_SEED + 1)}
     v = verdict(load_study("later", config["storage"]))
     assert v["basis"] == "seed means over 2 fresh seeds"
+    assert v["paired"]["looks"] == 1  # the round's verdict, tested once
+    reevaluate_study(parse_config(config), top=1, seeds=2, progress=lambda line: None)
+    assert verdict(load_study("later", config["storage"]))["paired"]["looks"] == 1  # no new run
     # a front of other trials' single runs does not dominate a baseline's seed mean
     assert "Pareto-dominated by the re-evaluated architectures' seed means:" in format_verdict(v)
     best = v["best_baseline"]["baseline"]

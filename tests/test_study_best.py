@@ -440,16 +440,16 @@ def test_the_verdict_s_p_value_counts_the_finalists_and_the_looks(tmp_path):
     v = verdict(study)
     assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
     said = (
-        f"paired t-test p={single:.2g}; times 3, chosen among 3 re-evaluated trials on "
-        f"these seeds (Bonferroni, at most 1): p={3 * single:.2g}): within seed noise"
+        f"paired t-test p={single:.2g}; times 3, chosen among 3 re-evaluated trials by "
+        f"seed mean (Bonferroni, at most 1): p={3 * single:.2g}): within seed noise"
     )
     assert said in format_verdict(v)
     # and looked at after each of two rounds: times 6, no more than 1
-    study.set_user_attr("reevaluation_looks", 2)
+    study.set_user_attr("reevaluation_looks", {"count": 2, "tested": ["0", "dlrm", 4]})
     v = verdict(study)
     assert v["paired"]["p_value"] == pytest.approx(min(1.0, 6 * single))
-    assert ("times 6, chosen among 3 re-evaluated trials on these seeds and tested after each "
-            "of 2 rounds of seeds") in format_verdict(v)  # fmt: skip
+    assert ("times 6, chosen among 3 re-evaluated trials by seed mean and tested after 2 "
+            "rounds of seeds") in format_verdict(v)  # fmt: skip
     assert v["paired"]["p_single"] == single  # `leaderboard --json` keeps the single test's
     # the baseline lower, chosen among three baselines with seed means
     means = {"0": means["baseline:dlrm"], "baseline:dlrm": means["0"],
@@ -459,7 +459,37 @@ def test_the_verdict_s_p_value_counts_the_finalists_and_the_looks(tmp_path):
     study = recorded_study(url, TRIALS, baselines=bases, reevaluation=means, name="bases")
     v = verdict(study)
     assert v["paired"]["p_value"] == pytest.approx(3 * single) and v["outcome"] == "undecided"
-    assert "times 3, chosen among 3 baselines on these seeds" in format_verdict(v)
+    assert "times 3, chosen among 3 baselines by seed mean" in format_verdict(v)
+
+
+def test_a_look_is_a_round_that_changed_the_verdict_s_paired_test(tmp_path):
+    """A round whose seeds the verdict's test did not use (a trial's fifth seed beside the
+    baseline's four; one seed each, no test at all) counted as a look: a helper's verdict
+    went from "the baseline wins" to "undecided" on the very same test."""
+    from nas.leaderboard import looks
+    from nas.reevaluate import _count_look
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    runs = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}
+
+    def publish(study, means):  # what a round of `reevaluate` publishes, then counts
+        looked = looks(study)
+        study.set_user_attr("reevaluation", {k: {str(10_000 + i): [ne, ne + 0.001]
+                                                 for i, ne in enumerate(seeds)}
+                                             for k, seeds in means.items()})  # fmt: skip
+        _count_look(study, looked)
+        return looks(study)
+
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)})
+    assert publish(study, {k: v[:1] for k, v in runs.items()}) == 0  # one seed: no test
+    assert publish(study, runs) == 1
+    assert publish(study, runs | {"0": [*runs["0"], 0.851]}) == 1  # a seed the test cannot pair
+    assert publish(study, {k: [*v, 0.851] for k, v in runs.items()}) == 2  # five seeds: a look
+    # a study re-evaluated before looks were counted: that was one
+    old = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=runs,
+                         name="old")  # fmt: skip
+    assert looks(old) == 1
+    assert publish(old, {k: [*v, 0.851] for k, v in runs.items()}) == 2
 
 
 def test_a_p_value_corrected_past_1_or_of_0_reads_true():
@@ -470,7 +500,7 @@ def test_a_p_value_corrected_past_1_or_of_0_reads_true():
               "delta_val_ne_sd": 0.0025, "p_value": 0.62}  # fmt: skip
     v = {"best_trial": {"trial": 15}, "paired": corrected(paired, 6, "baselines", 1)}
     assert v["paired"]["p_value"] == 1.0
-    assert ("paired t-test p=0.62; times 6, chosen among 6 baselines on these seeds "
+    assert ("paired t-test p=0.62; times 6, chosen among 6 baselines by seed mean "
             "(Bonferroni, at most 1): p=1): within seed noise") in _paired_words(v)  # fmt: skip
     v["paired"] = corrected(paired | {"p_value": 0.0}, 3, "baselines", 1)
     assert "paired t-test p=0): beyond seed noise" in _paired_words(v)
