@@ -156,6 +156,23 @@ def test_a_request_of_mostly_unseen_values_is_warned_of_in_the_log(tmp_path, cap
     assert "not seen in training" not in caplog.text
 
 
+def test_a_category_pandas_reads_as_missing_is_warned_of_in_the_log(tmp_path, caplog):
+    """Training kept "NA" a device's value; `pandas.read_csv` made it NaN, and its rows
+    were scored as missing (0.43 where the study's model said 0.99; a user trial)."""
+    model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": [*SHOPS[:17], "NA"]}})
+    frame = pd.DataFrame({"d0": [0.5] * 3, "c0": ["shop-1", np.nan, "NA"], "c1": [1] * 3})
+    with caplog.at_level("WARNING", logger="ranknas"):
+        model.predict(frame)
+    assert ("column 'c0': 1 missing values in this request, each scored as missing; training "
+            "read 'NA' as a value, which pandas.read_csv reads as missing: read the file with "
+            "keep_default_na=False") in caplog.text  # fmt: skip
+    caplog.clear()
+    other = _served(tmp_path / "plain", ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
+    with caplog.at_level("WARNING", logger="ranknas"):
+        other.predict(frame)  # no such value in training: a missing value is just that
+    assert "pandas.read_csv" not in caplog.text
+
+
 def test_whole_floats_are_ids_and_null_categories_missing(tmp_path):
     model = _served(tmp_path, ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
     as_given = pd.DataFrame({"d0": [1.5, 0.5, 2.0], "c0": ["shop-3", "", "shop-4"],

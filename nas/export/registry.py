@@ -87,6 +87,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         except ValueError as exc:  # a malformed multi-valued cell: names its feature and row
             raise _bad_request(str(exc)) from None
         _warn_unseen(ids, raw, m, fitted)
+        _warn_read_as_missing(raw, m, fitted)
         with torch.no_grad():
             logits = self.model(m.prepare_dense(dense, self.directory), ids)
         scores = torch.sigmoid(logits).numpy()
@@ -126,6 +127,33 @@ def _warn_unseen(ids, raw: list, m, fitted: dict) -> None:
                 int(given.sum()),
                 example,
                 common,
+            )
+
+
+# the texts pandas.read_csv reads as missing (its default na_values)
+READ_AS_MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
+                   "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a",
+                   "nan", "null"}  # fmt: skip
+
+
+def _warn_read_as_missing(raw: list, m, fitted: dict) -> None:
+    """Warn in the server's log of missing values in a column whose training vocabulary
+    holds a text that pandas.read_csv reads as missing: training kept "NA" a value, and
+    rows read by pandas were scored as missing, far from the study's scores."""
+    vocabulary, lists = fitted.get("vocabulary", {}), fitted.get("multi_valued", {})
+    for feature, values in zip(m.FEATURES, raw, strict=True):
+        if feature not in vocabulary or feature in lists:
+            continue
+        words = [v for v in vocabulary[feature] if isinstance(v, str) and v in READ_AS_MISSING]
+        missing = sum(1 for v in values if v is None or (isinstance(v, float) and v != v))
+        if words and missing:
+            logging.getLogger("ranknas").warning(
+                "column %r: %d missing values in this request, each scored as missing; "
+                "training read %r as a value, which pandas.read_csv reads as missing: read the "
+                "file with keep_default_na=False, or send the text",
+                feature,
+                missing,
+                words[0],
             )
 
 
