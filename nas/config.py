@@ -740,6 +740,9 @@ class StudyConfig(_Section):
         from nas.storage import redact
 
         params = self.model_dump(mode="json")
+        if self.data.train or self.data.source != "synthetic":  # a file's: not its row count
+            for synthetic_only in ("rows", "cardinalities"):
+                params["data"].pop(synthetic_only, None)
         params["storage"] = redact(self.storage)
         if self.mlflow.tracking_uri:
             params["mlflow"]["tracking_uri"] = redact(self.mlflow.tracking_uri)

@@ -167,3 +167,15 @@ def test_trials_repeats_and_baselines_log_the_architecture_they_trained(tmp_path
 
 def _without_worker(value: Any) -> Any:
     return {k: v for k, v in value.items() if k != "worker"} if isinstance(value, dict) else value
+
+
+def test_a_study_of_a_file_logs_no_synthetic_row_count(tmp_path):
+    """A CSV study's parent run showed data.rows = 100000, the synthetic data's default
+    (the file held 4,000 rows; a user trial)."""
+    synthetic = parse_config(tiny_config(tmp_path, "synthetic")).mlflow_params()
+    assert "rows" in synthetic["data"]
+    (tmp_path / "clicks.csv").write_text("y,x\n1,0.5\n0,0.2\n")
+    own = tiny_config(tmp_path, "file") | {"data": {"source": str(tmp_path / "clicks.csv")}}
+    params = parse_config(own, check_files=False).mlflow_params()
+    assert "rows" not in params["data"] and "cardinalities" not in params["data"]
+    assert params["data"]["source"].endswith("clicks.csv")
