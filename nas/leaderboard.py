@@ -948,10 +948,13 @@ def to_csv(table: list[dict[str, Any]]) -> str:
 def with_baselines(
     table: list[dict[str, Any]], bases: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Trial rows, then baseline rows, in one set of columns (for CSV): `baseline` names
-    the baseline and is empty for trials."""
-    trials = [r | {"baseline": None} for r in table]
-    return trials + [{c: b.get(c) for c in COLUMNS} | {"baseline": b["baseline"]} for b in bases]
+    """Trial rows, then baseline rows, in one set of columns (for CSV): `baseline`, next to
+    `trial` (a viewer that shows the first columns named no baseline), names the baseline
+    and is empty for trials."""
+    trials = [{"trial": r["trial"], "baseline": None} | r for r in table]
+    return trials + [{"trial": None, "baseline": b["baseline"]} | {c: b.get(c) for c in COLUMNS
+                                                                   if c != "trial"}
+                     for b in bases]  # fmt: skip
 
 
 def _short_recipe(recipe: dict[str, Any] | None) -> str:

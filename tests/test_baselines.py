@@ -105,6 +105,7 @@ def test_leaderboard_and_status_show_baselines_and_the_verdict(tmp_path, capsys)
 
     assert main(["leaderboard", "board", *storage, "--csv"]) == 0
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(table[0])[:2] == ["trial", "baseline"]  # MLflow's preview shows the first
     assert [r["baseline"] for r in table if r["baseline"]] == ["logistic_regression", "dlrm"]
     assert sum(not r["baseline"] for r in table) == 2
 
