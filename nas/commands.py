@@ -130,8 +130,8 @@ def _run_search(args: argparse.Namespace, config, logger, launched: bool, summar
 
         study = run_study(config, logger=logger, progress=bars.write)
     if args.one_worker:  # one of a launch's workers: the launcher sums up
-        if logger is not None:  # and delivers what waits (one outbox): it says how much,
-            logger.flush(timeout_s=1)  # once (each worker said its own count beside it)
+        if logger is not None:  # the launcher reports what waits in the shared outbox
+            logger.flush(timeout_s=1)
         return 0
     table = leaderboard.rows(study)
     print()

@@ -404,9 +404,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
             basis = f"seed means over the {seeds_text(shared, fresh=False)} both were trained with"
         paired = paired_seeds(study, str(best["trial"]), f"baseline:{base['baseline']}")
         # the side that is lower is the best of its side's candidates, all on these seeds
-        side = (len(found), "re-evaluated trials") if best["val_ne"] < base["val_ne"] else (
-            len(bases), "baselines")  # fmt: skip
-        paired = corrected(paired, *side, looks=looks(study))
+        chosen_from, among = ((len(found), "re-evaluated trials") if best["val_ne"] < base["val_ne"]
+                              else (len(bases), "baselines"))  # fmt: skip
+        paired = corrected(paired, chosen_from, among, looks(study))
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     # the compared baseline's architecture, or another baseline's (one added, not compared
@@ -597,27 +597,28 @@ def _any_beyond_noise(
 
 
 def corrected(
-    paired: dict[str, Any] | None, chosen_from: int, among: str, looks: int
+    paired: dict[str, Any] | None, chosen_from: int, among: str, look_count: int
 ) -> dict[str, Any] | None:
     """`paired` (`paired_seeds`) with a p-value that holds for the way it was found
     (Bonferroni, at most 1): its single test's p times the `chosen_from` candidates (of
     `among`: "baselines") the lower side was chosen among (on these same seeds, so the
-    luckiest draw of them) and the `looks` at the verdict (each `reevaluate` round that gave
-    trials seeds tested it anew, maybe on another best; stopping at the first p under
+    luckiest draw of them) and the `look_count` looks at the verdict (`looks`: each
+    `reevaluate` round that changed its paired test; stopping at the first p under
     `SIGNIFICANCE` finds one by chance). `p_single` keeps the single test's p,
     `comparisons` the factor."""
     if paired is None:
         return None
-    factor, p = max(chosen_from, 1) * max(looks, 1), paired["p_value"]
+    factor, p = max(chosen_from, 1) * max(look_count, 1), paired["p_value"]
     return paired | {"p_value": None if p is None else min(1.0, p * factor),
                      "p_single": p, "comparisons": factor, "chosen_from": chosen_from,
-                     "among": among, "looks": looks}  # fmt: skip
+                     "among": among, "looks": look_count}  # fmt: skip
 
 
 def looks(study: optuna.Study) -> int:
     """How many rounds of re-evaluation runs changed the verdict's paired test: the times it
-    was tested on seed means (`reevaluate._count_look`; a study re-evaluated before they
-    were counted: 1)."""
+    was tested on seed means (`reevaluate._count_look`). A study re-evaluated before they
+    were counted: 1, and its next round one more whatever it changed (its last test is not
+    known)."""
     counted = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS)
     if counted is not None:
         return counted["count"]

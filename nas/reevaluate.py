@@ -113,19 +113,18 @@ def _best_left_out(study: optuna.Study, chosen: list[dict[str, Any]]) -> dict[st
 def _front_line(near: list[dict[str, Any]], far: list[dict[str, Any]]) -> str:
     """`--front` in words: which of the front's cheaper trials it retrains, which not."""
 
-    def names(rows: list[dict[str, Any]]) -> str:
-        return ", ".join(str(r["trial"]) for r in rows)
+    def trials(rows: list[dict[str, Any]]) -> str:  # "trial 3", "trials 0, 2"
+        return f"trial{'s' * (len(rows) > 1)} {', '.join(str(r['trial']) for r in rows)}"
 
     slack = f"{leaderboard.FRONT_SLACK:.0%}"
     cheaper = len(near) + len(far)
     line = (f"front: {cheaper} of the Pareto front's trials {'is' if cheaper == 1 else 'are'} "
             f"cheaper than the best baseline; retraining {len(near)} within {slack} of its NE"
-            + (f" (trial{'s' * (len(near) > 1)} {names(near)})" if near else ""))  # fmt: skip
+            + (f" ({trials(near)})" if near else ""))  # fmt: skip
     if far:
-        which = f"trial {names(far)}" if len(far) == 1 else f"trials {names(far)}"
         # as the study knows each NE (`leaderboard.estimated_ne`): a second `--front` meets
         # the seed means of the first's retrains, not the recorded runs (it said so)
-        line += (f"; not {which}, more than {slack} worse (seed means where retrained, else "
+        line += (f"; not {trials(far)}, more than {slack} worse (seed means where retrained, else "
                  "recorded runs)")  # fmt: skip
     return line
 
@@ -179,14 +178,14 @@ def retrain(
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
-        looked = leaderboard.looks(study)
+        looks_before = leaderboard.looks(study)
         study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
         study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
-        _count_look(study, looked)
+        _count_look(study, looks_before)
     return record
 
 
-def _count_look(study: optuna.Study, looked: int) -> None:
+def _count_look(study: optuna.Study, looks_before: int) -> None:
     """One more look at the verdict where this round changed its paired test (another pair,
     or more seeds both sides share): the p a user reads now, who may stop at it or go on
     (`leaderboard.corrected`). A round whose seeds the test does not use is none."""
@@ -197,7 +196,7 @@ def _count_look(study: optuna.Study, looked: int) -> None:
     if paired.get("p_single") is not None:  # else no test: under two shared seeds, no spread
         tested = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
     # written every round: a study without it is one re-evaluated before looks were counted
-    count = looked + (tested != last.get("tested"))
+    count = looks_before + (tested != last.get("tested"))
     study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, {"count": count, "tested": tested})
 
 

@@ -820,8 +820,9 @@ def test_reevaluate_front_names_the_trials_it_leaves_out_as_trials():
     from nas.reevaluate import _front_line
 
     line = _front_line([{"trial": 3}], [{"trial": 0}])
-    assert "retraining 1 within 1% of its NE (trials 3); not trial 0, more than 1%" in line
+    assert "retraining 1 within 1% of its NE (trial 3); not trial 0, more than 1%" in line
     assert "; not trials 0, 2, more" in _front_line([], [{"trial": 0}, {"trial": 2}])
+    assert "(trials 3, 4)" in _front_line([{"trial": 3}, {"trial": 4}], [])
 
 
 def test_the_mlflow_view_shows_the_seed_means_the_baselines_were_chosen_by(tmp_path, server):

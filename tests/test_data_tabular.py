@@ -1259,3 +1259,14 @@ def test_a_random_split_of_rows_that_have_a_time_is_told(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         assert split_method("auto", data, "log.csv") == "time"
     assert not caplog.text
+
+
+def test_a_header_name_in_brackets_is_no_json_line(tmp_path):
+    """`[click]` (as SQL exports write names) was refused as a first line of JSON."""
+    from trainers.data.tabular import infer_schema
+
+    path = tmp_path / "clicks.csv"
+    path.write_text(
+        "[click],price,shop\n" + "".join(f"{i % 2},{i}.5,s{i % 3}\n" for i in range(40))
+    )
+    assert infer_schema(path, "[click]")["dense"] == ["price"]

@@ -163,10 +163,13 @@ def test_a_category_pandas_reads_as_missing_is_warned_of_in_the_log(tmp_path, ca
     frame = pd.DataFrame({"d0": [0.5] * 3, "c0": ["shop-1", np.nan, "NA"], "c1": [1] * 3})
     with caplog.at_level("WARNING", logger="ranknas"):
         model.predict(frame)
-    assert ("column 'c0': 1 missing values in this request, each scored as missing; training "
-            "read 'NA' as a value, which pandas.read_csv reads as missing: read the file with "
-            "keep_default_na=False") in caplog.text  # fmt: skip
+    assert ("column 'c0': missing values in a request (1 of 3 rows), each scored as missing; "
+            "training read 'NA' as a value, which pandas.read_csv reads as missing: read the "
+            "file with keep_default_na=False") in caplog.text  # fmt: skip
     caplog.clear()
+    with caplog.at_level("WARNING", logger="ranknas"):
+        model.predict(frame)  # said once: a server's every request would repeat it
+    assert "pandas.read_csv" not in caplog.text
     other = _served(tmp_path / "plain", ID_SCHEMA, {"vocabulary": {"c0": SHOPS}})
     with caplog.at_level("WARNING", logger="ranknas"):
         other.predict(frame)  # no such value in training: a missing value is just that

@@ -512,7 +512,8 @@ def test_a_dominated_baseline_is_beyond_noise_only_after_the_correction(tmp_path
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     means = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 2.0)}, reevaluation=means)
-    assert verdict(study)["dominated_within_noise"] == []  # one finalist: its single test
+    v = verdict(study)  # one finalist: its single test, beyond the noise
+    assert v["dominated_baselines"] == ["dlrm"] and v["dominated_within_noise"] == []
     means |= {"1": [0.854, 0.855, 0.856, 0.855], "2": [0.856, 0.857, 0.855, 0.858]}
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 2.0)}, reevaluation=means,
                            name="three")  # fmt: skip

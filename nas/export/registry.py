@@ -136,23 +136,28 @@ READ_AS_MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
                    "nan", "null"}  # fmt: skip
 
 
+WARNED_READ_AS_MISSING = set()  # the columns warned of: once each, a server's log is read
+
+
 def _warn_read_as_missing(raw: list, m, fitted: dict) -> None:
-    """Warn in the server's log of missing values in a column whose training vocabulary
-    holds a text that pandas.read_csv reads as missing: training kept "NA" a value, and
-    rows read by pandas were scored as missing, far from the study's scores."""
+    """Warn in the server's log, once a column, of missing values in a column whose
+    training vocabulary holds a text that pandas.read_csv reads as missing: training kept
+    "NA" a value, and rows read by pandas were scored as missing, far from the study's."""
     vocabulary, lists = fitted.get("vocabulary", {}), fitted.get("multi_valued", {})
     for feature, values in zip(m.FEATURES, raw, strict=True):
-        if feature not in vocabulary or feature in lists:
+        if feature not in vocabulary or feature in lists or feature in WARNED_READ_AS_MISSING:
             continue
         words = [v for v in vocabulary[feature] if isinstance(v, str) and v in READ_AS_MISSING]
-        missing = sum(1 for v in values if v is None or (isinstance(v, float) and v != v))
+        missing = int(pd.isna(pd.Series(values, dtype=object)).sum())  # None, NaN, pd.NA
         if words and missing:
+            WARNED_READ_AS_MISSING.add(feature)
             logging.getLogger("ranknas").warning(
-                "column %r: %d missing values in this request, each scored as missing; "
-                "training read %r as a value, which pandas.read_csv reads as missing: read the "
-                "file with keep_default_na=False, or send the text",
+                "column %r: missing values in a request (%d of %d rows), each scored as "
+                "missing; training read %r as a value, which pandas.read_csv reads as missing: "
+                "read the file with keep_default_na=False, or send the text (said once)",
                 feature,
                 missing,
+                len(values),
                 words[0],
             )
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import codecs
 import csv
 import importlib
+import json
 import logging
 import re
 import warnings
@@ -596,9 +597,10 @@ def _check_unique(path: Path, header: list[str]) -> list[str]:
 
 
 def _check_header_names(path: Path, names: list[str]) -> None:
-    """Refuse a text file's first line of numbers where names belong: a file without a
-    header (its first row was read as the names; the schema's were then "not in" it)."""
-    if names and names[0].lstrip().startswith(("{", "[")) and format_suffix(path) in CSV_SUFFIXES:
+    """Refuse a text file's first line where names belong that is none: a row of numbers (a
+    file without a header: its first row was read as the names; the schema's were then "not
+    in" it), or a JSON object (JSON lines: "no column 'y'")."""
+    if names and names[0].lstrip().startswith(("{", "[")) and _json_first_line(path):
         raise RanknasError(f"{path}: its first line is JSON ({names[0][:30]}...), not a header "
                            "of column names: ranknas reads CSV, TSV and Parquet; convert it "
                            "(pandas: pd.read_json(path, lines=True).to_parquet(...))")  # fmt: skip
@@ -606,6 +608,19 @@ def _check_header_names(path: Path, names: list[str]) -> None:
     numbered = numbers == [str(i) for i in range(len(numbers))]  # pandas' names: 0, 1, 2, ...
     if len(numbers) >= len(names) / 2 and not numbered and format_suffix(path) in CSV_SUFFIXES:
         _refuse_a_row_of_data(path, numbers, len(names))
+
+
+def _json_first_line(path: Path) -> bool:
+    """Whether a text file's first line is a JSON object or array (a header such as
+    `[click],price` is none)."""
+    if format_suffix(path) not in CSV_SUFFIXES:
+        return False
+    with open_data(path, "rt", encoding="utf-8-sig", errors="replace") as file:
+        line = file.readline(1 << 20)
+    try:
+        return isinstance(json.loads(line), dict | list)
+    except ValueError:
+        return False
 
 
 def _refuse_a_row_of_data(path: Path, numbers: list[str], fields: int) -> None:
@@ -625,8 +640,8 @@ def _unreadable(path: Path, exc: Exception) -> RanknasError:
     if isinstance(exc, UnicodeDecodeError) and starts_with(path, b"PAR1"):
         return RanknasError(f"{path}: a Parquet file under a text file's name; rename it to "
                             f"{path.with_suffix('.parquet').name}")  # fmt: skip
-    written = path.is_file() and path.stat().st_size
-    if path.suffix in PARQUET_SUFFIXES and written and not starts_with(path, b"PAR1"):
+    magic = isinstance(exc, ValueError) and "magic bytes" in str(exc)  # pyarrow's ArrowInvalid
+    if magic and not starts_with(path, b"PAR"):  # PAR1, or PARE: an encrypted one
         return RanknasError(f"{path}: not a Parquet file (it does not start as one); a CSV or "
                             "TSV under a Parquet name? give it its own suffix "
                             "(.csv, .tsv)")  # fmt: skip
