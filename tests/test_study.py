@@ -579,7 +579,7 @@ def test_status_leaderboard_and_export_commands(tmp_path, capsys):
     values = [row["val_ne"] for row in board["leaderboard"]]
     assert values == sorted(values) and board["pareto_front"]
     assert main(["leaderboard", "cli", *storage, "--csv"]) == 0
-    assert capsys.readouterr().out.startswith("trial,state,val_ne")
+    assert capsys.readouterr().out.startswith("trial,baseline,state,val_ne")
     out_dir = tmp_path / "winner"
     assert main(["export", "cli", *storage, "--out", str(out_dir)]) == 0
     assert {"architecture.json", "model.safetensors", "ranknas_model.py", "model_card.md"} <= {
