@@ -287,6 +287,13 @@ def check_port_free(host: str, port: int, zero_picks: bool = True) -> None:
         try:
             sock.bind((host, port))
         except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and _healthy(f"http://{_client_host(host)}:{port}", 1):
+                raise RanknasError(  # `make demo` in a second clone met the first's server
+                    f"Port {port} on {host} is taken by an MLflow server of another data dir "
+                    "(another folder's `ranknas mlflow up`?): run `ranknas mlflow down` in that "
+                    "folder, or choose another port"
+                    + (" (0 picks a free one)." if zero_picks else ".")
+                ) from exc
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 raise RanknasError(
                     f"Port {port} on {host} is already in use by another program (or not "

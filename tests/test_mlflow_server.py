@@ -123,6 +123,16 @@ def test_port_taken_by_another_program(tmp_path: Path) -> None:
     assert not (tmp_path / "server.pid").exists()
 
 
+def test_port_taken_by_another_data_dir_s_server_says_so(
+    server: ServerInfo, tmp_path: Path
+) -> None:
+    """`make demo` in a second clone said "in use by another program" of the first clone's
+    own server."""
+    with pytest.raises(RanknasError, match="an MLflow server of another data dir") as raised:
+        up(ServerConfig(data_dir=tmp_path, port=server.port))
+    assert "run `ranknas mlflow down` in that folder" in str(raised.value)
+
+
 def test_unsupported_backend_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RanknasError, match="not supported"):
         up(ServerConfig(data_dir=tmp_path, port=0, backend_store_uri="mysql://x/y"))
