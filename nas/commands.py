@@ -288,8 +288,8 @@ def log_summary(logger, study, table, plot: bytes | None = None) -> None:
     if verdict:
         metrics["verdict_delta_val_ne"] = verdict["delta_val_ne"]
         paired = verdict["paired"] or {}
-        # NaN where this verdict has none: an earlier verdict's p stayed beside "no_win"
-        # the verdict's p (`leaderboard.corrected`), its single test's and the factor between
+        # the verdict's p (`leaderboard.corrected`), its single test's and the factor between;
+        # NaN where this verdict has none (an earlier verdict's p stayed beside "no_win")
         for metric, key in (("verdict_p_value", "p_value"), ("verdict_p_single", "p_single"),
                             ("verdict_p_comparisons", "comparisons")):  # fmt: skip
             value = paired.get(key)

@@ -590,9 +590,9 @@ def _any_beyond_noise(
     """Whether one of `rows`, drawn from `finalists` re-evaluated trials, has a lower NE than
     `baseline` beyond seed noise (paired seeds, `corrected`; without pairs, nothing is
     shown)."""
-    among = "re-evaluated trials"
+    among, look_count = "re-evaluated trials", looks(study)
     pairs = [corrected(paired_seeds(study, str(r["trial"]), f"baseline:{baseline}"), finalists,
-                       among, looks(study)) for r in rows]  # fmt: skip
+                       among, look_count) for r in rows]  # fmt: skip
     return any(p is not None and not within_seed_noise(p) for p in pairs)
 
 
@@ -953,8 +953,8 @@ def with_baselines(
     `trial` (a viewer that shows the first columns named no baseline), names the baseline
     and is empty for trials."""
     trials = [{"trial": r["trial"], "baseline": None} | r for r in table]
-    return trials + [{"trial": None, "baseline": b["baseline"]} | {c: b.get(c) for c in COLUMNS
-                                                                   if c != "trial"}
+    others = [c for c in COLUMNS if c != "trial"]
+    return trials + [{"trial": None, "baseline": b["baseline"]} | {c: b.get(c) for c in others}
                      for b in bases]  # fmt: skip
 
 

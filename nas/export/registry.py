@@ -67,6 +67,10 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         spec.loader.exec_module(self.module)
         self.model = self.module.load(directory)
         self.directory = directory
+        # each column's training values that pandas.read_csv reads as missing, and the
+        # columns warned of (`_warn_read_as_missing`): found once, not on every request
+        self.read_as_missing = _read_as_missing(self.module, self.module._preprocessing(directory))
+        self.warned = set()
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         m = self.module
@@ -87,7 +91,7 @@ class ExportedRankingModel(mlflow.pyfunc.PythonModel):
         except ValueError as exc:  # a malformed multi-valued cell: names its feature and row
             raise _bad_request(str(exc)) from None
         _warn_unseen(ids, raw, m, fitted)
-        _warn_read_as_missing(raw, m, fitted)
+        _warn_read_as_missing(raw, m, self.read_as_missing, self.warned)
         with torch.no_grad():
             logits = self.model(m.prepare_dense(dense, self.directory), ids)
         scores = torch.sigmoid(logits).numpy()
@@ -136,21 +140,26 @@ READ_AS_MISSING = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
                    "nan", "null"}  # fmt: skip
 
 
-WARNED_READ_AS_MISSING = set()  # the columns warned of: once each, a server's log is read
-
-
-def _warn_read_as_missing(raw: list, m, fitted: dict) -> None:
-    """Warn in the server's log, once a column, of missing values in a column whose
-    training vocabulary holds a text that pandas.read_csv reads as missing: training kept
-    "NA" a value, and rows read by pandas were scored as missing, far from the study's."""
+def _read_as_missing(m, fitted: dict) -> dict:
+    """Each single-valued vocabulary column's training values that pandas.read_csv reads
+    as missing ("NA"), where it has any."""
     vocabulary, lists = fitted.get("vocabulary", {}), fitted.get("multi_valued", {})
+    found = {f: [v for v in vocabulary[f] if isinstance(v, str) and v in READ_AS_MISSING]
+             for f in m.FEATURES if f in vocabulary and f not in lists}  # fmt: skip
+    return {f: words for f, words in found.items() if words}
+
+
+def _warn_read_as_missing(raw: list, m, read_as_missing: dict, warned: set) -> None:
+    """Warn in the server's log, once a column (`warned`), of missing values in a column
+    whose training values hold a text that pandas.read_csv reads as missing
+    (`read_as_missing`): training kept "NA" a value, and rows read by pandas were scored as
+    missing, far from the study's."""
     for feature, values in zip(m.FEATURES, raw, strict=True):
-        if feature not in vocabulary or feature in lists or feature in WARNED_READ_AS_MISSING:
+        if feature not in read_as_missing or feature in warned:
             continue
-        words = [v for v in vocabulary[feature] if isinstance(v, str) and v in READ_AS_MISSING]
         missing = int(pd.isna(pd.Series(values, dtype=object)).sum())  # None, NaN, pd.NA
-        if words and missing:
-            WARNED_READ_AS_MISSING.add(feature)
+        if missing:
+            warned.add(feature)
             logging.getLogger("ranknas").warning(
                 "column %r: missing values in a request (%d of %d rows), each scored as "
                 "missing; training read %r as a value, which pandas.read_csv reads as missing: "
@@ -158,7 +167,7 @@ def _warn_read_as_missing(raw: list, m, fitted: dict) -> None:
                 feature,
                 missing,
                 len(values),
-                words[0],
+                read_as_missing[feature][0],
             )
 
 
