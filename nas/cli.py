@@ -331,6 +331,18 @@ def _study_commands(command, commands) -> None:
                        "cheapest at its NE")  # fmt: skip
     again.add_argument("--no-mlflow", action="store_true",
                        help="do not log the retrains to MLflow")  # fmt: skip
+    sure = command(
+        "confirm",
+        handlers.cmd_confirm,
+        "retrain the verdict's pair on seeds that chose nothing; the verdict tests it there",
+    )
+    sure.set_defaults(resumes=True)
+    sure.add_argument("config", metavar="CONFIG", help="the study's YAML")
+    sure.add_argument("--seeds", type=arguments.number(int, minimum=2), default=5, metavar="N",
+                      help="seeds per side (the first N of the confirmation's; more than "
+                      "before trains only the new ones)")  # fmt: skip
+    sure.add_argument("--no-mlflow", action="store_true",
+                      help="do not log the confirmation to MLflow")  # fmt: skip
     board = command(
         "dashboard",
         handlers.cmd_dashboard,

@@ -730,6 +730,31 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from nas import leaderboard
+    from nas.config import load_config
+    from nas.reevaluate import confirm_study
+    from nas.storage import load_study
+
+    config = load_config(args.config)
+    if args.no_mlflow:
+        config.mlflow.tracking_uri = None
+    print(f"study {config.name!r}: confirming the verdict's pair with {args.seeds} more seeds each")
+    table = confirm_study(config, args.seeds, bars.write)
+    print()
+    print(leaderboard.format_reevaluation(table))
+    study = load_study(config.name, config.storage)
+    logger = _logger(config)
+    if logger is not None:
+        start_study_run(logger, config, study)
+        logger.log_study_summary(artifacts={"confirmation.csv": leaderboard.to_csv(table)})
+    summarize_study(logger, study, leaderboard.rows(study), config.study_dir)
+    if logger is not None:
+        flush(logger, config)
+    print_comparison(study)
+    return 0
+
+
 def export_hint(study, storage: str) -> str:
     """The `export` command for the study's best trial, and for the baseline where the
     verdict says it wins (the model to ship then). Not into `winner/`: the search's own

@@ -397,7 +397,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
     chosen = named["trial"] if named else min(found, key=lambda r: r["val_ne"])["trial"]
     best = next(r for r in found if r["trial"] == chosen)  # finalist diverged, the lowest
     base = min(bases, key=lambda r: r["val_ne"])
-    paired = None
+    paired = confirmed = None
     if on_means:
         best, base, shared = _on_shared_seeds(study, best, base)
         if shared is not None:
@@ -407,6 +407,12 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         chosen_from, among = ((len(found), "re-evaluated trials") if best["val_ne"] < base["val_ne"]
                               else (len(bases), "baselines"))  # fmt: skip
         paired = corrected(paired, chosen_from, among, looks(study))
+        confirmed = confirmation(study, best, base)
+    selection, chosen_base = paired, base
+    if confirmed is not None:  # the pair's test on seeds that chose nothing replaces it
+        best, base, paired = confirmed
+        basis = (f"confirmation: seed means over the {seeds_text(paired['seeds'], fresh=False)} "
+                 f"that chose nothing; the pair chosen on {basis}")  # fmt: skip
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     # the compared baseline's architecture, or another baseline's (one added, not compared
@@ -419,6 +425,9 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "basis": basis,
         "seed_means": on_means,
         "paired": paired,
+        "selection_paired": selection,  # the test on the seeds that chose the pair
+        "confirmed": confirmed is not None,
+        "confirmation_unused": None if confirmed else _confirmation_unused(study, best, base),
         "best_trial": {k: best.get(k) for k in ("trial", "val_ne", "test_ne", "mflops", "step_ms")},
         "best_baseline": {
             k: base.get(k) for k in ("baseline", "val_ne", "test_ne", "mflops", "step_ms")
@@ -452,7 +461,7 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         ],
         "not_compared_lower": _left_out_lower(recorded_bases, not_compared, best, base),
         "dominated_by_single_runs": dominated_once,
-        "cheapest_within_noise": _cheapest_within_noise(study, found, base)
+        "cheapest_within_noise": _cheapest_within_noise(study, found, chosen_base)
         if on_means and traded_cost(study)
         else None,
         "cost": cost_key(study),
@@ -481,6 +490,46 @@ def _on_shared_seeds(
                       "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
 
     return over_shared(best, a), over_shared(base, b), len(shared)
+
+
+def confirmation(
+    study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
+    """`best` and `base` at their means over the confirmation seeds both were trained with
+    (`ranknas confirm`: seeds that chose neither side), and their paired test on those,
+    corrected for the confirmation's looks alone (`chosen_from` 1: the choice was made on
+    other seeds); None without a test there (this pair not confirmed, or one seed)."""
+    found, key = str(best["trial"]), f"baseline:{base['baseline']}"
+    paired = paired_seeds(study, found, key, StudyAttr.CONFIRMATION)
+    if paired is None:
+        return None
+    record = study.user_attrs[StudyAttr.CONFIRMATION]
+    a, b = record[found], record[key]
+    shared = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
+
+    def over_shared(row: dict[str, Any], runs: dict[str, list]) -> dict[str, Any]:
+        test = [runs[s][1] for s in shared if runs[s][1] is not None]
+        return row | {"val_ne": statistics.fmean(runs[s][0] for s in shared),
+                      "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
+
+    counted = study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}
+    paired = corrected(paired, 1, "confirmation", counted.get("count", 1)) | {"confirmed": True}
+    return over_shared(best, a), over_shared(base, b), paired
+
+
+def _confirmation_unused(
+    study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Why the study's confirmation runs are not the verdict's test, where it has some:
+    another pair's (`pair`: [trial, baseline] of the last confirmed test) or too few seeds."""
+    record = study.user_attrs.get(StudyAttr.CONFIRMATION)
+    if not record:
+        return None
+    tested = (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("tested")
+    pair = tested[:2] if tested else None
+    if pair and pair != [str(best["trial"]), base["baseline"]]:
+        return {"pair": pair}
+    return {"pair": None}  # this pair's, under two seeds both have
 
 
 def why_no_verdict(study: optuna.Study) -> str:
@@ -614,25 +663,30 @@ def corrected(
                      "among": among, "looks": look_count}  # fmt: skip
 
 
-def looks(study: optuna.Study) -> int:
+def looks(study: optuna.Study, attr: str = StudyAttr.REEVALUATION_LOOKS) -> int:
     """How many rounds of re-evaluation runs changed the verdict's paired test: the times it
-    was tested on seed means (`reevaluate._count_look`). A study re-evaluated before they
-    were counted: 1, and its next round one more whatever it changed (its last test is not
-    known)."""
-    counted = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS)
+    was tested on seed means (`reevaluate._count_look`; `attr`: the confirmation's looks
+    where `StudyAttr.CONFIRMATION_LOOKS`). A study re-evaluated before they were counted: 1,
+    and its next round one more whatever it changed (its last test is not known)."""
+    counted = study.user_attrs.get(attr)
     if counted is not None:
         return counted["count"]
+    if attr != StudyAttr.REEVALUATION_LOOKS:
+        return 0
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     return int(any(not key.startswith("baseline:") for key in record))
 
 
-def paired_seeds(study: optuna.Study, found: str, base: str) -> dict[str, Any] | None:
-    """The re-evaluation runs of `found` and `base` (keys of the record) paired by seed:
+def paired_seeds(
+    study: optuna.Study, found: str, base: str, attr: str = StudyAttr.REEVALUATION
+) -> dict[str, Any] | None:
+    """The re-evaluation runs (`attr`: or the confirmation's) of `found` and `base` (keys of
+    the record) paired by seed:
     how many seeds, on how many the found architecture has the lower validation NE, the
     per-seed differences' mean and standard deviation and a two-sided paired t-test's
     p-value (None for fewer than two seeds). One run's NE moves with its seed by about as
     much as the search's margins, so a mean difference alone does not say whether it holds."""
-    record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
+    record = study.user_attrs.get(attr, {})
     a, b = record.get(found, {}), record.get(base, {})
     seeds = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
     diffs = [a[s][0] - b[s][0] for s in seeds]
@@ -785,9 +839,24 @@ def _paired_words(v: dict[str, Any]) -> str:
     p = paired["p_value"]
     noise = "within seed noise" if within_seed_noise(paired) else "beyond seed noise"
     test = "" if p is None else f", paired t-test {_correction_words(paired) or f'p={p_text(p)}'}"
-    return (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
-            f"{paired['found_better']} of {seeds_text(paired['seeds'], fresh=False)} (the "
-            f"differences' sd {paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
+    seeds = seeds_text(paired["seeds"], fresh=False)
+    if paired.get("confirmed"):
+        seeds = seeds.replace("seed", "confirmation seed")
+    line = (f"\nby seed: trial {v['best_trial']['trial']} has the lower validation NE on "
+            f"{paired['found_better']} of {seeds} (the differences' sd "
+            f"{paired['delta_val_ne_sd']:.4f}{test}): {noise}")  # fmt: skip
+    unused = v.get("confirmation_unused")
+    if unused and unused["pair"]:
+        trial, base = unused["pair"]
+        line += (f"\nconfirmation runs: of trial {trial} and baseline {base}, not the verdict's "
+                 "pair now; `ranknas confirm CONFIG` retrains this pair on seeds that chose "
+                 "nothing")  # fmt: skip
+    elif unused:
+        line += "\nconfirmation runs: under two seeds both sides have, no test yet"
+    elif not paired.get("confirmed") and paired.get("chosen_from", 1) > 1 and p is not None:
+        line += ("\n(`ranknas confirm CONFIG` tests this pair on seeds that chose nothing: "
+                 "its p needs no correction for the choice)")  # fmt: skip
+    return line
 
 
 def _correction_words(paired: dict[str, Any]) -> str:
@@ -800,7 +869,8 @@ def _correction_words(paired: dict[str, Any]) -> str:
     if paired["chosen_from"] > 1:
         why.append(f"chosen among {paired['chosen_from']} {paired['among']} by seed mean")
     if paired["looks"] > 1:
-        why.append(f"tested after {paired['looks']} rounds of seeds")
+        rounds = "confirmation rounds" if paired.get("confirmed") else "rounds of seeds"
+        why.append(f"tested after {paired['looks']} {rounds}")
     return (f"p={p_text(single)}; times {paired['comparisons']}, {' and '.join(why)} "
             f"(Bonferroni, at most 1): p={p_text(paired['p_value'])}")  # fmt: skip
 
@@ -873,11 +943,10 @@ def no_best_reason(study: optuna.Study) -> str:
 
 
 def pending_runs(study: optuna.Study) -> int:
-    """Runs of an interrupted re-evaluation, not in any seed mean until the command that
-    made them runs again and finishes (reusing them)."""
-    return sum(
-        len(runs) for runs in study.user_attrs.get(StudyAttr.REEVALUATION_PENDING, {}).values()
-    )
+    """Runs of an interrupted re-evaluation (or confirmation), not in any seed mean until the
+    command that made them runs again and finishes (reusing them)."""
+    kept = (StudyAttr.REEVALUATION_PENDING, StudyAttr.CONFIRMATION_PENDING)
+    return sum(len(runs) for attr in kept for runs in study.user_attrs.get(attr, {}).values())
 
 
 def status(study: optuna.Study) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -35,8 +36,26 @@ from search_space.errors import RanknasError
 from trainers import progress as bars
 
 REEVAL_SEED = 10_000  # far from every trial's seed (study seed + trial number)
-ATTR = StudyAttr.REEVALUATION
-PENDING = StudyAttr.REEVALUATION_PENDING
+CONFIRM_SEED = 20_000  # nor any re-evaluation's: seeds that choose nothing
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Where one kind of round keeps its runs (published and pending), from which seed,
+    and its count of looks at the verdict."""
+
+    attr: str
+    pending: str
+    first_seed: int
+    looks: str
+
+
+# the seeds that choose the verdict's pair (finalists, best baseline) and test it
+SELECTION = Rounds(StudyAttr.REEVALUATION, StudyAttr.REEVALUATION_PENDING, REEVAL_SEED,
+                   StudyAttr.REEVALUATION_LOOKS)  # fmt: skip
+# `ranknas confirm`: the chosen pair again on seeds that chose nothing, the verdict's test
+CONFIRMATION = Rounds(StudyAttr.CONFIRMATION, StudyAttr.CONFIRMATION_PENDING, CONFIRM_SEED,
+                      StudyAttr.CONFIRMATION_LOOKS)  # fmt: skip
 
 
 def reevaluate_study(
@@ -102,6 +121,45 @@ def reevaluate_study(
                   key=lambda r: r["mean_val_ne"])  # fmt: skip
 
 
+def confirm_study(
+    config: StudyConfig, seeds: int, progress: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Retrain the verdict's pair (the study's best trial and the best baseline, both chosen
+    on the re-evaluation's seeds) with the first `seeds` seeds of `CONFIRMATION`, which
+    choose nothing: the verdict then tests the pair on these alone, so its p-value needs no
+    correction for the choice (`leaderboard.confirmation`), only for the confirmation's own
+    looks. Returns the two rows (`reevaluate_study`'s), best mean validation NE first."""
+    if seeds < 2:
+        raise RanknasError(f"--seeds must be at least 2: a paired test of one seed has no "
+                           f"spread (got {seeds})")  # fmt: skip
+    study = load_study(config.name, config.storage)
+    check_settings(study.user_attrs, config)
+    v = leaderboard.verdict(study)
+    if v is None or not v["seed_means"]:
+        raise RanknasError(f"study {config.name!r} has no verdict on seed means to confirm: "
+                           "`ranknas reevaluate CONFIG` first retrains the finalists and the "
+                           "baselines with the same seeds, which choose the pair")  # fmt: skip
+    if v["same_architecture"]:
+        raise RanknasError(f"nothing to confirm: the study's best is baseline "
+                           f"{v['same_as']}'s own architecture (the same digest)")  # fmt: skip
+    trial, base = v["best_trial"]["trial"], v["best_baseline"]["baseline"]
+    progress(f"confirming the verdict's pair, trial {trial} and baseline {base} (chosen on "
+             f"{v['basis']}), on {seeds_text(seeds, fresh=False)} that chose nothing")  # fmt: skip
+    torch.set_num_threads(config.training.threads)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    found, key = str(trial), f"baseline:{base}"
+    archs = {found: trials[trial].user_attrs[TrialAttr.DIR], key: recorded(study)[base]["dir"]}
+    recipes = {found: trials[trial].user_attrs.get(TrialAttr.RECIPE)}
+    recipes |= _baseline_recipes(study, [base])
+    record = retrain(study, config, archs, seeds, progress, recipes=recipes, rounds=CONFIRMATION)
+    table = [
+        next(r for r in by_recorded_run(study) if r["trial"] == trial),
+        next({"trial": key} | b for b in baseline_rows(study) if b["baseline"] == base),
+    ]
+    rows = (_summary(row, record[str(row["trial"])], seeds, CONFIRM_SEED) for row in table)
+    return sorted(rows, key=lambda r: r["mean_val_ne"])
+
+
 def _best_left_out(study: optuna.Study, chosen: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The study's best by seed means (`leaderboard.study_best`) where `chosen` leaves it out."""
     best = leaderboard.study_best(study)
@@ -137,18 +195,19 @@ def retrain(
     progress: Callable[[str], None] = print,
     data: StudyData | None = None,
     recipes: dict[str, dict[str, Any] | None] | None = None,
+    rounds: Rounds = SELECTION,
 ) -> dict[str, dict[str, list[float]]]:
     """Train each architecture of `archs` (key: `<trial>` or `baseline:<key>`, value: its
-    directory) with the first `seeds` fresh seeds that the study has not recorded, each
-    with its searched recipe in `recipes` (none: the study's); each run is recorded as it
-    ends, as pending (`PENDING`: reused by a rerun), and this round's runs are published
-    once every one has ended: an interrupted round's seed means would rank one finalist
-    over one seed against the others' single runs. Returns the study's record of every
-    re-evaluation run, pending ones included."""
+    directory) with the first `seeds` seeds of `rounds` that the study has not recorded,
+    each with its searched recipe in `recipes` (none: the study's); each run is recorded as
+    it ends, as pending (`rounds.pending`: reused by a rerun), and this round's runs are
+    published once every one has ended: an interrupted round's seed means would rank one
+    finalist over one seed against the others' single runs. Returns the study's record of
+    every run of `rounds`, pending ones included."""
     recipes = recipes or {}
-    pending = dict(study.user_attrs.get(PENDING, {}))
-    record = _merged(study.user_attrs.get(ATTR, {}), pending)
-    wanted = [str(seed) for seed in range(REEVAL_SEED, REEVAL_SEED + seeds)]
+    pending = dict(study.user_attrs.get(rounds.pending, {}))
+    record = _merged(study.user_attrs.get(rounds.attr, {}), pending)
+    wanted = [str(seed) for seed in range(rounds.first_seed, rounds.first_seed + seeds)]
     todo = sum(not _has_ne(record.get(key, {}), seed) for key in archs for seed in wanted)
     total = len(archs) * len(wanted)
     if todo < total:
@@ -172,32 +231,35 @@ def retrain(
                 runs[seed] = _recorded(result)
                 record[key] = runs
                 pending[key] = pending.get(key, {}) | {seed: runs[seed]}
-                study.set_user_attr(PENDING, pending)
+                study.set_user_attr(rounds.pending, pending)
                 done += 1
                 progress(f"[{done}/{todo}] {label}: {_outcome(result)}")
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
-        looks_before = leaderboard.looks(study)
-        study.set_user_attr(ATTR, dict(study.user_attrs.get(ATTR, {})) | finished)
-        study.set_user_attr(PENDING, {k: v for k, v in pending.items() if k not in archs})
-        _count_look(study, looks_before)
+        looks_before = leaderboard.looks(study, rounds.looks)
+        study.set_user_attr(rounds.attr, dict(study.user_attrs.get(rounds.attr, {})) | finished)
+        study.set_user_attr(rounds.pending, {k: v for k, v in pending.items() if k not in archs})
+        _count_look(study, looks_before, rounds)
     return record
 
 
-def _count_look(study: optuna.Study, looks_before: int) -> None:
-    """One more look at the verdict where this round changed its paired test (another pair,
-    or more seeds both sides share): the p a user reads now, who may stop at it or go on
-    (`leaderboard.corrected`). A round whose seeds the test does not use is none."""
-    v = leaderboard.verdict(study)
-    paired = (v or {}).get("paired") or {}
-    last = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS) or {}
+def _count_look(study: optuna.Study, looks_before: int, rounds: Rounds = SELECTION) -> None:
+    """One more look at the verdict where this round changed its paired test of `rounds`
+    (another pair, or more seeds both sides share): the p a user reads now, who may stop at
+    it or go on (`leaderboard.corrected`). A round whose seeds the test does not use is
+    none."""
+    v = leaderboard.verdict(study) or {}
+    paired = v.get("selection_paired") if rounds is SELECTION else v.get("paired")
+    if rounds is CONFIRMATION and not (paired or {}).get("confirmed"):
+        paired = None  # the confirmation runs are not the verdict's test (one seed each)
+    last = study.user_attrs.get(rounds.looks) or {}
     tested = last.get("tested")
-    if paired.get("p_single") is not None:  # else no test: under two shared seeds, no spread
+    if (paired or {}).get("p_single") is not None:  # else no test: under two seeds, no spread
         tested = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
     # written every round: a study without it is one re-evaluated before looks were counted
     count = looks_before + (tested != last.get("tested"))
-    study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, {"count": count, "tested": tested})
+    study.set_user_attr(rounds.looks, {"count": count, "tested": tested})
 
 
 def _merged(
@@ -269,16 +331,18 @@ def _label(key: str) -> str:
     return key.replace("baseline:", "baseline ") if key.startswith("baseline:") else f"trial {key}"
 
 
-def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> dict[str, Any]:
+def _summary(
+    row: dict[str, Any], runs: dict[str, list[float]], seeds: int, first_seed: int = REEVAL_SEED
+) -> dict[str, Any]:
     """One row of the re-evaluation: a run that failed has no NE and is not in the means
     (`seeds` counts the runs that have one; a run that went nan/inf has NE inf); with none,
     the row ranks last."""
-    val = _known(runs, seeds, 0)
-    test = _known(runs, seeds, 1)
+    val = _known(runs, seeds, 0, first_seed)
+    test = _known(runs, seeds, 1, first_seed)
     return {
         "trial": row["trial"],
         "recorded_val_ne": row["val_ne"],
-        "mean_val_ne": _mean_val_ne(runs, seeds),
+        "mean_val_ne": statistics.fmean(val) if val else math.inf,
         "sd_val_ne": leaderboard.spread(val),
         "mean_test_ne": statistics.fmean(test) if test else None,
         "mflops": row["mflops"],
@@ -288,10 +352,12 @@ def _summary(row: dict[str, Any], runs: dict[str, list[float]], seeds: int) -> d
     }
 
 
-def _known(runs: dict[str, list[float | None]], seeds: int, split: int) -> list[float]:
-    """The NEs (`split` 0: validation, 1: test) of the first `seeds` fresh seeds' runs that
-    have one (a failed run has none)."""
-    values = (runs[str(REEVAL_SEED + k)][split] for k in range(seeds))
+def _known(
+    runs: dict[str, list[float | None]], seeds: int, split: int, first_seed: int = REEVAL_SEED
+) -> list[float]:
+    """The NEs (`split` 0: validation, 1: test) of the first `seeds` seeds' runs (from
+    `first_seed`) that have one (a failed run has none)."""
+    values = (runs[str(first_seed + k)][split] for k in range(seeds))
     return [v for v in values if v is not None]
 
 

@@ -73,6 +73,11 @@ class StudyAttr(StrEnum):
     # {count, tested}: how many rounds of re-evaluation runs changed the verdict's paired
     # test, and the last one's [trial, baseline, seeds] (`reevaluate._count_look`)
     REEVALUATION_LOOKS = "reevaluation_looks"
+    # `ranknas confirm`: the verdict's pair retrained on seeds that chose nothing, its
+    # pending runs, its looks ({count, tested}, as above)
+    CONFIRMATION = "confirmation"
+    CONFIRMATION_PENDING = "confirmation_pending"
+    CONFIRMATION_LOOKS = "confirmation_looks"
     BASELINES = "baselines"
     PREPROCESSING = "preprocessing"
     RECIPE = "training_recipe"  # how every trial and baseline is trained

@@ -854,3 +854,37 @@ def test_baselines_are_listed_best_first():
             {"baseline": "dcnv2", "val_ne": 0.8535, "mean_val_ne": 0.8547},
             {"baseline": "dhen", "val_ne": 0.8560, "mean_val_ne": None}]  # fmt: skip
     assert [r["baseline"] for r in best_first(rows)] == ["dcnv2", "dhen", "dlrm", "broken"]
+
+
+def test_confirm_retrains_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path, capsys):
+    """`ranknas confirm` trains the study's best trial and its best baseline, exactly as
+    they were trained, on seeds apart from every re-evaluation's; the verdict tests there."""
+    from nas.cli import main
+    from nas.reevaluate import CONFIRM_SEED
+
+    raw = _config(tmp_path, "sure", ("dlrm",), budget={"trials": 2}, best_baseline={"seeds": 0})
+    path = write_config(tmp_path, raw)
+    config = parse_config(raw)
+    run_study(config, progress=lambda line: None)
+    assert main(["confirm", str(path), "--no-mlflow"]) == 2  # nothing chose a pair yet
+    assert "has no verdict on seed means to confirm: `ranknas reevaluate CONFIG` first" in (
+        capsys.readouterr().err
+    )
+    reevaluate_study(config, top=2, seeds=2, progress=lambda line: None)
+    study = load_study("sure", config.storage)
+    best = str(verdict(study)["best_trial"]["trial"])
+    chosen = study.user_attrs["reevaluation"]
+    assert main(["confirm", str(path), "--seeds", "2", "--no-mlflow"]) == 0
+    out = capsys.readouterr().out
+    assert f"confirming the verdict's pair, trial {best} and baseline dlrm" in out
+    study = load_study("sure", config.storage)
+    record = study.user_attrs["confirmation"]
+    assert set(record) == {best, "baseline:dlrm"}  # the pair only
+    assert all(set(runs) == {str(CONFIRM_SEED), str(CONFIRM_SEED + 1)} for runs in record.values())
+    assert study.user_attrs["reevaluation"] == chosen  # the choosing seeds untouched
+    v = verdict(study)
+    assert v["confirmed"] and v["paired"]["seeds"] == 2 and v["paired"]["comparisons"] == 1
+    assert "verdict (confirmation: seed means over the 2 seeds that chose nothing" in out
+    # another seed trains only the new ones
+    assert main(["confirm", str(path), "--seeds", "3", "--no-mlflow"]) == 0
+    assert "4 of 6 runs already recorded, reused: training 2" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 import io
 import json
 import re
+import statistics
 from csv import DictReader
 
 import optuna
@@ -619,3 +620,74 @@ def test_a_verdict_compares_a_trial_and_a_baseline_over_the_seeds_both_have(tmp_
     v = verdict(failed)
     assert v["basis"] == "seed means over the 2 seeds both were trained with"
     assert v["best_baseline"]["val_ne"] == pytest.approx((0.9430 + 0.9451) / 2)
+
+
+def _runs(means: dict[str, list[float]], first_seed: int) -> dict[str, dict[str, list[float]]]:
+    """A record of runs (`reevaluation` or `confirmation`): one validation NE per seed."""
+    return {key: {str(first_seed + i): [ne, ne + 0.001] for i, ne in enumerate(seeds)}
+            for key, seeds in means.items()}  # fmt: skip
+
+
+def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path):
+    """Chosen among three finalists on the seeds it was tested on, the verdict's p was
+    multiplied by 3; the pair retrained on seeds that chose neither side is tested alone,
+    corrected only for the confirmation's own rounds."""
+    from nas.leaderboard import looks
+    from nas.reevaluate import CONFIRM_SEED, CONFIRMATION, _count_look
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856],
+             "1": [0.854, 0.855, 0.856, 0.855], "2": [0.856, 0.857, 0.855, 0.858]}  # fmt: skip
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means)
+    single = paired_seeds(study, "0", "baseline:dlrm")["p_value"]
+    before = verdict(study)
+    assert before["outcome"] == "undecided" and before["paired"]["comparisons"] == 3
+    assert "`ranknas confirm CONFIG` tests this pair" in format_verdict(before)
+
+    def confirm(record):  # what `ranknas confirm` publishes, then counts
+        looked = looks(study, CONFIRMATION.looks)
+        study.set_user_attr("confirmation", _runs(record, CONFIRM_SEED))
+        _count_look(study, looked, CONFIRMATION)
+        return verdict(study)
+
+    v = confirm({"0": means["0"], "baseline:dlrm": means["baseline:dlrm"]})
+    assert v["confirmed"] and v["paired"]["p_value"] == pytest.approx(single)
+    assert v["paired"]["comparisons"] == 1 and v["outcome"] == "search_wins"
+    assert v["selection_paired"]["comparisons"] == 3  # the choosing seeds' test, kept
+    assert v["best_trial"]["val_ne"] == pytest.approx(statistics.fmean(means["0"]))
+    text = format_verdict(v)
+    said = ("verdict (confirmation: seed means over the 4 seeds that chose nothing; the pair "
+            "chosen on seed means over 4 fresh seeds)")  # fmt: skip
+    assert text.startswith(said)
+    assert "on 4 of 4 confirmation seeds" in text and "ranknas confirm CONFIG" not in text
+    # the selection's own looks are its own: a confirmation round is not one of them
+    assert study.user_attrs.get("reevaluation_looks") is None
+    # a second round with more seeds is a second look at the confirmation
+    more = {k: [*v, v[0]] for k, v in {"0": means["0"], "baseline:dlrm": means["baseline:dlrm"]}
+            .items()}  # fmt: skip
+    v = confirm(more)
+    assert v["paired"]["looks"] == 2 and v["paired"]["comparisons"] == 2
+    assert "tested after 2 confirmation rounds" in format_verdict(v)
+    # on the confirmation seeds the baseline is lower: that is the verdict, whatever the
+    # choosing seeds said
+    v = confirm({"0": more["baseline:dlrm"], "baseline:dlrm": more["0"]})
+    assert not v["search_lower"] and v["outcome"] == "baseline_wins"
+
+
+def test_another_pair_s_confirmation_is_not_the_verdict_s_test(tmp_path):
+    """Confirmation runs of a pair the seed means no longer choose (a later `reevaluate`
+    moved the best) are said, not used."""
+    from nas.reevaluate import CONFIRM_SEED
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.852, 0.853, 0.853, 0.852], "1": [0.854, 0.855, 0.856, 0.855],
+             "baseline:dlrm": [0.855, 0.856, 0.854, 0.856]}  # fmt: skip
+    study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means)
+    study.set_user_attr("confirmation", _runs({"1": means["1"], "baseline:dlrm": means["0"]},
+                                              CONFIRM_SEED))  # fmt: skip
+    study.set_user_attr("confirmation_looks", {"count": 1, "tested": ["1", "dlrm", 4]})
+    v = verdict(study)
+    assert not v["confirmed"] and v["paired"]["comparisons"] == 2
+    assert v["confirmation_unused"] == {"pair": ["1", "dlrm"]}
+    assert ("confirmation runs: of trial 1 and baseline dlrm, not the verdict's pair now"
+            in format_verdict(v))  # fmt: skip
