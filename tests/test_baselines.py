@@ -856,13 +856,16 @@ def test_baselines_are_listed_best_first():
     assert [r["baseline"] for r in best_first(rows)] == ["dcnv2", "dhen", "dlrm", "broken"]
 
 
-def test_confirm_retrains_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path, capsys):
+def test_confirm_retrains_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path, capsys, server):
     """`ranknas confirm` trains the study's best trial and its best baseline, exactly as
     they were trained, on seeds apart from every re-evaluation's; the verdict tests there."""
+    from mlflow import MlflowClient
+
     from nas.cli import main
     from nas.reevaluate import CONFIRM_SEED
 
-    raw = _config(tmp_path, "sure", ("dlrm",), budget={"trials": 2}, best_baseline={"seeds": 0})
+    raw = _config(tmp_path, "sure", ("dlrm",), budget={"trials": 2}, best_baseline={"seeds": 0},
+                  mlflow={"tracking_uri": server.uri})  # fmt: skip
     path = write_config(tmp_path, raw)
     config = parse_config(raw)
     run_study(config, progress=lambda line: None)
@@ -885,6 +888,12 @@ def test_confirm_retrains_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_pat
     v = verdict(study)
     assert v["confirmed"] and v["paired"]["seeds"] == 2 and v["paired"]["comparisons"] == 1
     assert "verdict (confirmation: seed means over the 2 seeds that chose nothing" in out
-    # another seed trains only the new ones
-    assert main(["confirm", str(path), "--seeds", "3", "--no-mlflow"]) == 0
+    # another seed trains only the new ones; the parent run has the confirmation's table
+    # and the verdict's p, corrected for two confirmation rounds only
+    assert main(["confirm", str(path), "--seeds", "3"]) == 0
     assert "4 of 6 runs already recorded, reused: training 2" in capsys.readouterr().out
+    client = MlflowClient(server.uri)
+    experiment = client.get_experiment_by_name("sure")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`ranknas.kind` = 'study'")
+    assert "confirmation.csv" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert parent.data.metrics["verdict_p_comparisons"] == 2
