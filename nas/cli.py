@@ -428,7 +428,8 @@ def _tool_commands(command, commands) -> None:
                        "JSON file")  # fmt: skip
     train.add_argument("--data", default="synthetic", metavar="synthetic|criteo:PATH|PATH",
                        help="synthetic: built-in generated rows; criteo:PATH: a Criteo TSV; "
-                       "PATH: a .csv or .parquet file (needs --schema)")  # fmt: skip
+                       "PATH: a .csv or .parquet file, or a directory of Parquet files "
+                       "(needs --schema)")  # fmt: skip
     train.add_argument("--schema", metavar="FILE",
                        help="schema YAML for CSV/Parquet data (`ranknas data schema` "
                        "infers one)")  # fmt: skip
@@ -513,8 +514,9 @@ def _tool_commands(command, commands) -> None:
         "print a schema YAML for a data file, or a study's data", data_commands,
     )  # fmt: skip
     infer.add_argument("file", metavar="FILE",
-                       help="a .csv/.tsv (or .csv.gz ...) or .parquet file; or a study YAML: "
-                       "its training data's schema (a synthetic set's too)")  # fmt: skip
+                       help="a .csv/.tsv (or .csv.gz ...) or .parquet file, a directory of "
+                       "Parquet files (Hive partitions: ds=.../); or a study YAML: its "
+                       "training data's schema (a synthetic set's too)")  # fmt: skip
     infer.add_argument("--label", metavar="COLUMN",
                        help="the label column (clicks, 0/1) of a data file")  # fmt: skip
     infer.add_argument("--time", metavar="COLUMN",

@@ -133,7 +133,7 @@ def _directory_as_data(tmp_path) -> list[str]:
 CASES = {
     "a binary file as the study YAML": (_binary_study, "study.yaml: not a text file (byte 0"),
     "an empty data file": (_empty_data, "empty.csv: the file is empty; give a file with a header"),
-    "a directory as the data": (_directory_as_data, "is a directory: give one file of it"),
+    "a directory as the data": (_directory_as_data, "logs: no .parquet files in this directory"),
     "a quote never closed": (_unclosed_quote, "quoted.csv: line 43: a quoted field opens there"),
     "a database server that does not answer": (  # said before the data loads
         lambda p: ["search", _study(p, storage="postgresql://postgres@127.0.0.1:9/test")],

@@ -412,3 +412,75 @@ def test_a_time_column_without_times_claims_no_order(shop):
     (shop / "untimed.yaml").write_text(SCHEMA + "time: day\n")
     source = open_source(shop / "untimed.parquet", shop / "untimed.yaml")
     assert check_time_order(source, _bounds(source.rows, (0.8, 0.1, 0.1)), "x") == ""
+
+
+def _hive(shop):
+    """The shop rows as Spark writes a log: `ds=<day>/slot=<slot>/part-0.parquet` (the two
+    columns in the directory names, not the files), with `_SUCCESS` and `.crc` beside; and
+    the same rows, in that order, as one file with both columns."""
+    table = shop_table(ROWS)
+    days = np.repeat([f"2026-12-0{k + 1}" for k in range(3)], ROWS // 3)
+    table = table.append_column("ds", pa.array(days))
+    order = np.lexsort((table["slot"].to_numpy(), days))  # by day, then slot: the paths' order
+    table = table.take(order)
+    hive = shop / "hive"
+    for day in np.unique(days):
+        for slot in range(5):
+            rows = table.filter(pa.compute.and_(pa.compute.equal(table["ds"], day),
+                                                pa.compute.equal(table["slot"], slot)))  # fmt: skip
+            folder = hive / f"ds={day}" / f"slot={slot}"
+            folder.mkdir(parents=True)
+            pq.write_table(rows.drop_columns(["ds", "slot"]), folder / "part-0.parquet",
+                           row_group_size=100)  # fmt: skip
+            (folder / ".part-0.parquet.crc").write_bytes(b"not parquet")
+    (hive / "_SUCCESS").write_bytes(b"")
+    pq.write_table(table, shop / "flat.parquet")
+    (shop / "schema.yaml").write_text(SCHEMA + "time: ds\n")
+    return hive
+
+
+def test_a_hive_partitioned_directory_loads_and_streams_as_one_file(shop):
+    """Logs partitioned by day (`ds=2026-12-01/`) were refused in memory ("a directory,
+    not a data file") and streamed without the partition columns (the day, the slot)."""
+    hive = _hive(shop)
+    ours, theirs = (
+        load_tabular(path, shop / "schema.yaml") for path in (hive, shop / "flat.parquet")
+    )
+    assert len(ours.labels) == ROWS
+    np.testing.assert_array_equal(ours.labels, theirs.labels)
+    np.testing.assert_array_equal(ours.categorical, theirs.categorical)  # slot from its folder
+    np.testing.assert_allclose(ours.dense, theirs.dense, equal_nan=True)
+    np.testing.assert_array_equal(ours.time, theirs.time)  # the day, from its folder
+    options = StreamOptions(chunk_rows=200)
+    ours, theirs = (open_stream(str(path), str(shop / "schema.yaml"), options=options)
+                    for path in (hive, shop / "flat.parquet"))  # fmt: skip
+    assert ours.fitted["vocabulary"] == theirs.fitted["vocabulary"]
+    for split in ("valid", "test"):
+        np.testing.assert_array_equal(getattr(ours, split).categorical,
+                                      getattr(theirs, split).categorical)  # fmt: skip
+        np.testing.assert_allclose(getattr(ours, split).dense, getattr(theirs, split).dense)
+    assert tabular.infer_schema(hive, "clicked")["time"] == "ds"
+
+
+def test_a_directory_of_parquet_files_that_do_not_fit_together_is_refused(shop):
+    from trainers.data.parquet_parts import parquet_parts, read_frame
+
+    hive = _hive(shop)
+    stray = hive / "region=eu" / "part-0.parquet"
+    stray.parent.mkdir()
+    pq.write_table(shop_table(10), stray)
+    said = r"hive: its files lie under different partition columns \(\['ds', 'slot'\] for ds="
+    with pytest.raises(RanknasError, match=said):
+        parquet_parts(hive)
+    stray.unlink()
+    lacking = hive / "ds=2026-12-02" / "slot=0" / "part-0.parquet"
+    pq.write_table(shop_table(10).drop_columns(["price"]), lacking)
+    said = r"slot=0/part-0\.parquet: no column\(s\) \['price'\]; the files of one data set need"
+    with pytest.raises(RanknasError, match=said):
+        read_frame(hive, ["clicked", "price", "ds"])
+    clash = shop / "clash" / "slot=1" / "part-0.parquet"
+    clash.parent.mkdir(parents=True)
+    pq.write_table(shop_table(10), clash)
+    with pytest.raises(RanknasError, match=r"column\(s\) \['slot'\] both in the file and in its "
+                                           "directory names"):  # fmt: skip
+        load_tabular(shop / "clash", shop / "schema.yaml")

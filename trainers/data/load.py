@@ -11,12 +11,13 @@ from search_space.errors import RanknasError
 from trainers.data.compressed import format_suffix
 from trainers.data.criteo import load_criteo
 from trainers.data.dataset import TabularData
+from trainers.data.parquet_parts import parquet_parts
 from trainers.data.synthetic import config_from_options, generate_synthetic
 from trainers.data.tabular import TABULAR_SUFFIXES, load_tabular
 
 SPEC_HELP = (
     "use 'synthetic', 'criteo:PATH', or the path of a .csv/.tsv (plain or .gz, .bz2, .xz) or "
-    ".parquet file"
+    ".parquet file, or of a directory of Parquet files"
 )
 
 
@@ -28,8 +29,9 @@ def load_dataset(
     - `synthetic`: the built-in synthetic set; options are `SyntheticConfig` fields
       (default 200,000 rows, seed 0);
     - `criteo:PATH`: a Criteo TSV; options are `load_criteo`'s keywords;
-    - `PATH.csv` / `PATH.parquet`: your logs, described by the YAML at `schema_path`;
-      options are `load_tabular`'s keywords.
+    - `PATH.csv` / `PATH.parquet` / a directory of Parquet files (Hive partitions
+      included): your logs, described by the YAML at `schema_path`; options are
+      `load_tabular`'s keywords.
     """
     if spec == "synthetic":
         if schema_path is not None:
@@ -40,7 +42,9 @@ def load_dataset(
         if not path:
             raise RanknasError(f"data set {spec!r}: give the file, as criteo:PATH")
         return _call(load_criteo, spec, options, path)
-    if format_suffix(spec) in TABULAR_SUFFIXES:
+    if format_suffix(spec) in TABULAR_SUFFIXES or Path(spec).is_dir():
+        if Path(spec).is_dir():
+            parquet_parts(Path(spec))  # one without any said before the schema is asked for
         if schema_path is None:
             raise RanknasError(
                 f"{spec}: a CSV/Parquet data set needs a schema file (label, dense, "
@@ -48,9 +52,6 @@ def load_dataset(
                 "`ranknas data schema FILE --label COLUMN` infers one"
             )
         return _call(load_tabular, spec, options, spec, schema_path)
-    if Path(spec).is_dir():
-        raise RanknasError(f"data set {spec!r} is a directory: give one file of it, or stream "
-                           "a directory of Parquet files (data.stream: true)")  # fmt: skip
     raise RanknasError(f"data set {spec!r}: unknown kind; {SPEC_HELP}")
 
 

@@ -26,6 +26,7 @@ from search_space.schema import DatasetSchema
 from trainers.data import criteo, tabular
 from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.encoding import hashed_ids
+from trainers.data.parquet_parts import parquet_parts
 from trainers.data.report import MAX_EXAMPLES, BadRowLimits, BadRowReport
 from trainers.data.tabular import (
     PARQUET_SUFFIXES,
@@ -162,9 +163,10 @@ class ParquetSource(Source):
     ) -> None:
         super().__init__(limits, chunk_rows)
         self.name, self.spec = str(path), spec
-        self.files = _parquet_files(path)
+        self.files, self.partitions = zip(*_parquet_parts(path), strict=True)
+        self.partition_of = dict(zip(self.files, self.partitions, strict=True))
         self.readers = [_open_parquet(f) for f in self.files]
-        _check_schemas(self.files, self.readers, spec)
+        _check_schemas(self.files, self.readers, spec, self.partitions[0])
         self.sizes = [r.metadata.num_rows for r in self.readers]
         self.rows = sum(self.sizes)
 
@@ -196,16 +198,26 @@ class ParquetSource(Source):
     ) -> Iterator[tuple[Any, int]]:
         """Rows [lo, hi) of one file's `columns` with the file row each batch starts at,
         reading one row group at a time (asked for several, pyarrow reads all their bytes
-        ahead)."""
+        ahead); a partition column is its directory's value on every row."""
+        import pyarrow as pa
+
+        values = self.partition_of[file]
+        stored = [c for c in columns if c not in values]
         try:
             for group, position in _row_groups(reader, lo, hi):
                 batches = reader.iter_batches(
-                    batch_size=self.chunk_rows, row_groups=[group], columns=columns
+                    batch_size=self.chunk_rows, row_groups=[group], columns=stored
                 )
                 for batch in batches:
                     begin, end = max(lo - position, 0), min(hi - position, batch.num_rows)
                     if begin < end:
-                        yield batch.slice(begin, end - begin), position + begin
+                        part = batch.slice(begin, end - begin)
+                        if values:  # in the schema's order, as the stored ones come
+                            part = pa.RecordBatch.from_pydict(
+                                {c: part.column(c) if c not in values else
+                                 pa.array([values[c]] * part.num_rows, pa.string())
+                                 for c in columns})  # fmt: skip
+                        yield part, position + begin
                     position += batch.num_rows
         except OSError as exc:  # pyarrow's IO and decoding errors
             raise RanknasError(f"{file}: cannot read the Parquet file ({exc})") from None
@@ -234,11 +246,13 @@ class ParquetSource(Source):
 
 
 def _parquet_files(path: Path) -> list[Path]:
+    return [file for file, _ in _parquet_parts(path)]
+
+
+def _parquet_parts(path: Path) -> list[tuple[Path, dict[str, str]]]:
+    """The files (each with its Hive partitions' values) of a directory, or the one file."""
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in PARQUET_SUFFIXES)
-        if not files:
-            raise RanknasError(f"{path}: no .parquet files in this directory")
-        return files
+        return parquet_parts(path)
     if not path.exists():
         raise RanknasError(f"{path}: no such file or directory{looked_for(path)}")
     if path.suffix.lower() not in PARQUET_SUFFIXES:
@@ -246,7 +260,7 @@ def _parquet_files(path: Path) -> list[Path]:
             f"{path}: streaming reads Parquet files (a directory of them, or one) or a "
             "Criteo TSV (criteo:PATH); convert a CSV to Parquet first"
         )
-    return [path]
+    return [(path, {})]
 
 
 def _open_parquet(file: Path) -> Any:
@@ -258,13 +272,16 @@ def _open_parquet(file: Path) -> Any:
         raise RanknasError(f"{file}: cannot read the Parquet file ({exc})") from None
 
 
-def _check_schemas(files: list[Path], readers: list[Any], spec: TabularSchema) -> None:
-    """Every file has the schema's columns, with the first file's types."""
+def _check_schemas(
+    files: list[Path], readers: list[Any], spec: TabularSchema, partitions: dict[str, str]
+) -> None:
+    """Every file has the schema's columns (those not its `partitions`), with the first
+    file's types."""
     first = readers[0].schema_arrow
     for file, reader in zip(files, readers, strict=True):
         arrow = reader.schema_arrow
-        tabular._check_columns(spec, file, list(arrow.names))
-        for column in spec.columns:
+        tabular._check_columns(spec, file, [*arrow.names, *partitions])
+        for column in (c for c in spec.columns if c not in partitions):
             if arrow.field(column).type != first.field(column).type:
                 raise RanknasError(
                     f"{file}: column {column!r} is {arrow.field(column).type} here but "

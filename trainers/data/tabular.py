@@ -52,6 +52,7 @@ from search_space.schema import (
     check_encoding,
     parse_multi_valued,
 )
+from trainers.data import parquet_parts
 from trainers.data.compressed import (
     compression,
     damaged_as_user_error,
@@ -60,13 +61,13 @@ from trainers.data.compressed import (
     starts_with,
 )
 from trainers.data.dataset import Jagged, RawColumn, TabularData
+from trainers.data.parquet_parts import PARQUET_SUFFIXES
 from trainers.data.preprocess import column_ids, column_vocabulary
 from trainers.data.report import BadRowLimits, BadRowReport, warn_blank_categorical
 
 logger = logging.getLogger(__name__)
 
 CSV_SUFFIXES = (".csv", ".tsv")  # plain or compressed (logs.csv.gz, .bz2, .xz)
-PARQUET_SUFFIXES = (".parquet", ".pq")
 TABULAR_SUFFIXES = CSV_SUFFIXES + PARQUET_SUFFIXES
 FILE_TYPES = ".csv, .tsv (either also as .gz, .bz2 or .xz), .parquet, .pq"
 
@@ -536,6 +537,9 @@ def _read_frame(
     header = _header(path)
     if columns is not None:
         _check_columns(spec, path, header)
+    if path.is_dir():
+        frame = parquet_parts.read_frame(path, spec.columns if columns is not None else None)
+        return frame, BadRowReport(str(path), unit="row")
     try:
         if format_suffix(path) in CSV_SUFFIXES:
             pd = _import("pandas", f"reading {path}")
@@ -559,10 +563,10 @@ def _header(path: Path) -> list[str]:
     """The column names of a CSV/Parquet file."""
     suffix = format_suffix(path)
     if path.is_dir():
-        raise RanknasError(f"{path}: a directory, not a data file; give one file of it "
-                           f"({FILE_TYPES})")  # fmt: skip
+        return _check_unique(path, parquet_parts.header(path))
     if suffix not in TABULAR_SUFFIXES:
-        raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}")
+        raise RanknasError(f"{path}: unknown file type; use one of {FILE_TYPES}, or a directory "
+                           "of Parquet files")  # fmt: skip
     if not path.is_file():
         raise RanknasError(f"{path}: no such file{looked_for(path)}")
     try:
