@@ -37,7 +37,7 @@ from bench_search_efficiency import quiet_single_thread
 
 from nas.config import parse_config
 from nas.leaderboard import verdict
-from nas.reevaluate import reevaluate_study
+from nas.reevaluate import confirm_study, reevaluate_study
 from nas.runner import run_study
 from trainers.data.synthetic import write_synthetic_criteo
 
@@ -90,6 +90,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baselines", nargs="+",
                         help="the presets trained as baselines (default: the "
                         "quickstart's six)")  # fmt: skip
+    parser.add_argument("--confirm-pair", type=int, default=0, metavar="N",
+                        help="then `ranknas confirm` with N seeds: the verdict's pair on seeds "
+                        "that chose nothing (0: not)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="JSON file for the rows")
     return parser.parse_args()
 
@@ -133,9 +136,11 @@ def study(
     lr_schedule: str | None = None,
     tune: int = 0,
     baselines: list[str] | None = None,
+    confirm_pair: int = 0,
 ) -> dict:
     """One study as the quickstart's, on `rows` rows and `seed` (synthetic, or the same
-    generator's rows written as a Criteo TSV); its seed-mean verdict."""
+    generator's rows written as a Criteo TSV); its seed-mean verdict (with `confirm_pair`,
+    tested on that many seeds that chose nothing)."""
     config = quickstart_config(directory, name, rows, seed, criteo)
     config["budget"]["trials"] = trials
     if max_mflops is not None:
@@ -157,6 +162,8 @@ def study(
     started, cpu = time.perf_counter(), _cpu_seconds()
     found = run_study(parsed, progress=lambda line: None)
     reevaluate_study(parsed, top=top, seeds=reeval_seeds, progress=lambda line: None)  # all bases
+    if confirm_pair:
+        confirm_study(parsed, confirm_pair, progress=lambda line: None)
     v = verdict(found)
     minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (_cpu_seconds() - cpu) / 60
@@ -187,6 +194,10 @@ def _flat(v: dict[str, Any]) -> dict[str, Any]:
         "baseline_val_ne": base["val_ne"], "baseline_test_ne": base["test_ne"],
         "baseline_mflops": base["mflops"], "wins_test": found["test_ne"] < base["test_ne"],
         "wins_val": v["search_lower"], "flops_ratio": v["flops_ratio"],
+        "confirmed_pair": v.get("confirmed", False), "basis": v["basis"],
+        # the test on the seeds that chose the pair, where a confirmation replaced it
+        "selection_p_value": (v.get("selection_paired") or {}).get("p_value"),
+        "selection_p_single": (v.get("selection_paired") or {}).get("p_single"),
     }  # fmt: skip
 
 
@@ -256,7 +267,7 @@ def main() -> None:
                                 args.base, args.criteo, searcher, args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
                                 args.max_mflops, args.lr_schedule, args.tune,
-                                args.baselines)  # fmt: skip
+                                args.baselines, args.confirm_pair)  # fmt: skip
                     row["around_best"] = (
                         searcher == args.searchers[0] and row["baseline"] == row["base"]
                     )
@@ -270,7 +281,7 @@ def main() -> None:
                                 args.criteo, args.searchers[0], args.population,
                                 args.top, args.confirm_seeds, args.reeval_seeds,
                                 args.max_mflops, args.lr_schedule, args.tune,
-                                args.baselines)  # fmt: skip
+                                args.baselines, args.confirm_pair)  # fmt: skip
                     results.append(
                         row | {"around_best": True, "configured_base": "the best preset"}
                     )
