@@ -236,7 +236,9 @@ def test_a_table_larger_than_a_device_is_each_sharders_no_plan_and_rl_cuts_it(
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[2:10]}
     assert "no plan (below)" in rows["size_greedy"] and "no plan" not in rows["rl"]
-    assert out.count("do not fit on one device") == 1 and "--method rl, which cuts" in out
+    # once for the sharders that use all of a device, once for torchrec, which keeps 15% back
+    assert out.count("do not fit on one device") == 2 and "--method rl, which cuts" in out
+    assert "(this method keeps 15% of each device back)" in out
 
 
 def test_compare_says_which_plan_measured_lowest_and_where_rl_stands():
@@ -292,8 +294,8 @@ def test_the_torchrec_planner_keeps_its_share_back_on_the_cpu_topology(tmp_path)
         TorchrecPlanner().plan(tables, tight)
     # two tables a device fit in 2.1 tables' memory only without the 15% kept back
     two_a_device = Topology(num_devices=2, memory_bytes=int(tables[0].size_bytes * 2.1))
-    with pytest.raises(RanknasError, match="no plan"):
-        TorchrecPlanner().plan(tables, two_a_device)
+    with pytest.raises(RanknasError, match=r"hold 0\.851 GiB \(this method keeps 15% of each"):
+        TorchrecPlanner().plan(tables, two_a_device)  # said before its planner is asked
     roomy = Topology(num_devices=2, memory_bytes=int(tables[0].size_bytes * 2 / 0.8))
     plan = TorchrecPlanner().plan(tables, roomy)
     assert max(plan.memory_bytes) <= (1 - RESERVED_SHARE) * roomy.memory_bytes

@@ -19,7 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from search_space.files import looked_for
 from search_space.spaces import SearchSpace
 
 FORMAT_VERSION = 1
+TIMED_ROWS = 1000  # rows of each table in a model built to time its dense part
 FILE_KIND = "ranknas latency predictor"
 REGRESSOR_PARAMS = {
     "n_estimators": 300,
@@ -163,7 +164,13 @@ def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Cal
 
 
 def _example(arch: Architecture, batch_size: int, device: torch.device):
-    """The built model (seed 0) and a batch of `example_batch` with labels, on `device`."""
+    """The built model (seed 0) and a batch of `example_batch` with labels, on `device`;
+    its tables cut to `TIMED_ROWS` rows: the dense part meets pooled embeddings of the same
+    shape from any table, and a production table (10^9 rows, tens of GB) would be allocated,
+    or fail to be, only to be timed around."""
+    small = tuple(replace(f, num_embeddings=min(f.num_embeddings, TIMED_ROWS))
+                  for f in arch.embedding.features)  # fmt: skip
+    arch = replace(arch, embedding=replace(arch.embedding, features=small))
     model = build_model(arch, seed=0, device=device)
     dense, sparse = example_batch(arch, batch_size)
     labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))

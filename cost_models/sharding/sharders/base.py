@@ -25,29 +25,41 @@ class Sharder(ABC):
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan: ...
 
 
-def check_capacity(tables: Sequence[TableSpec], topology: Topology, cut: bool = False) -> None:
+def check_capacity(
+    tables: Sequence[TableSpec],
+    topology: Topology,
+    cut: bool = False,
+    reserved: float = 0.0,
+    footprint: Callable[[TableSpec], float] | None = None,
+) -> None:
     """Raise `RanknasError` when some table (unless the sharder cuts tables: rl by rows,
-    torchrec_cw by columns), or all of them together, cannot fit."""
-    capacity = topology.memory_bytes
+    torchrec_cw by columns), or all of them together, cannot fit in what the sharder uses of
+    each device (`reserved`: the share it keeps back, torchrec's 15%; `footprint`: a table's
+    bytes as the sharder counts them, default its rows)."""
+    footprint = footprint or (lambda t: t.size_bytes)
+    capacity = int(topology.memory_bytes * (1 - reserved))
+    kept = f" (this method keeps {reserved:.0%} of each device back)" if reserved else ""
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:  # first: no cutting helps then
         shortfall = total - capacity * topology.num_devices
+        many, devices = len(tables) != 1, topology.num_devices
         raise RanknasError(
-            f"the {counted(len(tables), 'table')} need {gib(total)} GiB but "
-            f"{counted(topology.num_devices, 'device')} of {gib(capacity)} GiB hold "
-            f"{gib(capacity * topology.num_devices)}"
-            f" GiB (short by {gib(shortfall)} GiB): add devices or raise --memory-gb"
+            f"the {counted(len(tables), 'table')} need{'s' * (not many)} {gib(total)} GiB but "
+            f"{counted(devices, 'device')} of {gib(topology.memory_bytes)} GiB "
+            f"hold{'s' * (devices == 1)} {gib(capacity * devices)} GiB{kept}"
+            f" (short by {gib(shortfall)} GiB): add devices or raise --memory-gb"
         )
-    too_big = [] if cut else [t for t in tables if t.size_bytes > capacity]
+    too_big = [] if cut else [t for t in tables if footprint(t) > capacity]
     if too_big:
         listed = ", ".join(f"{t.name} ({gib(t.size_bytes)} GiB)" for t in too_big[:10])
         more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
-        largest = max(t.size_bytes for t in too_big)
+        largest = max(footprint(t) for t in too_big)
+        columns = _by_columns(too_big, topology.memory_bytes)
         raise RanknasError(
-            f"table(s) {listed}{more} do not fit on one device of {gib(capacity)} GiB "
-            f"(short by {gib(largest - capacity)} GiB): raise --memory-gb to at least "
-            f"{gib(largest, up=True)}, or plan with --method rl, which cuts tables by "
-            f"rows{_by_columns(too_big, capacity)}"
+            f"table(s) {listed}{more} do not fit on one device of "
+            f"{gib(topology.memory_bytes)} GiB{kept} (short by {gib(largest - capacity)} GiB): "
+            f"raise --memory-gb to at least {gib(largest / (1 - reserved), up=True)}, or plan "
+            f"with --method rl, which cuts tables by rows{columns}"
         )
 
 

@@ -21,7 +21,7 @@ from torchrec.distributed.types import ParameterSharding, ShardingType
 from cost_models.sharding.methods import CW_MIN_DIM, RESERVED_SHARE
 from cost_models.sharding.plan import Plan, make_plan
 from cost_models.sharding.sharders.base import Sharder, check_capacity
-from cost_models.sharding.tables import TableSpec, shard_name
+from cost_models.sharding.tables import DTYPE_BYTES, TableSpec, shard_name
 from cost_models.sharding.topology import Topology
 from cost_models.sharding.torchrec_adapter import (
     build_ebc,
@@ -42,7 +42,8 @@ class TorchrecPlanner(Sharder):
 
     def plan(self, tables: Sequence[TableSpec], topology: Topology) -> Plan:
         # column-wise, a table bigger than a device may fit as column shards: the planner says
-        check_capacity(tables, topology, cut=self.column_wise)
+        check_capacity(tables, topology, cut=self.column_wise, reserved=RESERVED_SHARE,
+                       footprint=lambda t: self._footprint(t, topology))  # fmt: skip
         planner = EmbeddingShardingPlanner(
             topology=torchrec_topology(topology, RESERVED_SHARE),
             batch_size=max(1, self.batch_size // topology.num_devices),  # per rank
@@ -67,6 +68,15 @@ class TorchrecPlanner(Sharder):
                 splits[t.name] = len(ranks)
                 assignment |= {shard_name(t.name, j): r for j, r in enumerate(ranks)}
         return make_plan(assignment, tables, topology.num_devices, self.name, splits)
+
+    def _footprint(self, table: TableSpec, topology: Topology) -> float:
+        """A table-wise shard's bytes as torchrec's storage estimator counts them: its rows,
+        its pooled output twice (forward and gradient) at the per-rank batch, and every
+        rank's ids (int64); a bound said from the rows alone fell short by these."""
+        per_rank = max(1, self.batch_size // topology.num_devices)
+        output = 2 * per_rank * table.embedding_dim * DTYPE_BYTES[table.dtype]
+        ids = per_rank * topology.num_devices * table.pooling_factor * 8
+        return table.size_bytes + output + ids
 
 
 def _column_ranks(table: TableSpec, sharding: ParameterSharding) -> list[int]:
