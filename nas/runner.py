@@ -266,7 +266,8 @@ def _never_searched(study: optuna.Study) -> bool:
 
 def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
     """True for a new study; refuses one created with another search space or other
-    objectives (its trials' values would mean something else)."""
+    objectives (its trials' values would mean something else), or another searcher (its
+    record, the MLflow parent run and the model card name the one it was created with)."""
     recorded = study.user_attrs.get(StudyAttr.SEARCH_SPACE)
     where = f"study {config.name!r} in {redact(config.storage)} was created with"
     now = config.search_space.model_dump(mode="json")
@@ -275,6 +276,12 @@ def _check_search_space(study: optuna.Study, config: StudyConfig) -> bool:
         raise RanknasError(
             f"{where} another search_space ({changed}); put it back, or give the study a new "
             "name to search a different space"
+        )
+    searcher = study.user_attrs.get(StudyAttr.SEARCHER)
+    if searcher is not None and searcher != config.searcher.type:  # every surface names one
+        raise RanknasError(
+            f"{where} searcher {searcher}, not {config.searcher.type} (searcher.type); put it "
+            "back, or give the study a new name to search with another"
         )
     objectives = study.user_attrs.get(StudyAttr.OBJECTIVES)
     if objectives is not None and objectives != objective_names(config):

@@ -384,6 +384,8 @@ def test_an_interrupt_inside_ask_waits_until_the_trial_is_recorded(tmp_path, mon
             "another search_space (search_space.num_blocks: 2 -> 3)",
         ),
         ({"objectives": {"cost": "mflops"}}, "objectives ne, not ne, mflops"),
+        # a worker with another searcher joined silently; the study still named the first
+        ({"searcher": {"type": "tpe"}}, "searcher random, not tpe (searcher.type)"),
         ({"objectives": {"metric": "logloss"}}, "objectives ne, not logloss"),
         # a ceiling added later: the best (above it) stayed the best on every surface
         ({"objectives": {"max_mflops": 0.03}}, "objectives.max_mflops: null -> 0.03"),
@@ -411,7 +413,7 @@ def test_a_study_resumed_with_other_settings_is_refused_and_keeps_its_trials(
         assert main(args + (["dlrm"] if command[0] == "baseline" else [])) == 2
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err, err
-        if "search_space" in change or "objectives" in change:
+        if {"search_space", "objectives", "searcher"} & set(change):
             break  # only a search checks what the trials searched
     study = load_study("fixed", parse_config(config).storage)
     assert [t.state for t in study.trials] == [TrialState.COMPLETE]
