@@ -227,6 +227,37 @@ def _check_config(config: ServerConfig) -> None:
         )
     if config.auth:
         _check_auth_config(config)
+    _check_backend_store(config.backend_store_uri)
+
+
+def _check_backend_store(uri: str) -> None:
+    """A database server's backend store answers and is not a study storage, said in one
+    line before the server starts: MLflow retried a missing database for a minute, and
+    created its tables beside Optuna's in a study's database before failing on them."""
+    if uri.startswith("sqlite:"):
+        return
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from nas.storage import redact
+
+    engine = create_engine(uri)
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+    except SQLAlchemyError as exc:
+        said = str(getattr(exc, "orig", None) or exc).split("\n(Background on this error")[0]
+        raise RanknasError(
+            f"--backend-store-uri {redact(uri)}: cannot open it ({' '.join(said.split())}); "
+            "check the URI, and create the database first (`createdb mlflow`)"
+        ) from None
+    finally:
+        engine.dispose()
+    if "studies" in tables and "experiments" not in tables:  # Optuna's schema
+        raise RanknasError(
+            f"--backend-store-uri {redact(uri)}: holds Optuna's tables (studies, trials): a "
+            "study storage; give MLflow a database of its own (`createdb mlflow`)"
+        )
 
 
 def _is_loopback(host: str) -> bool:

@@ -140,3 +140,22 @@ def test_libpq_s_postgres_spelling_is_the_same_storage(tmp_path, capsys):
     capsys.readouterr()
     assert main(["status", name, "--storage", spelled]) == 0
     assert "1 complete" in capsys.readouterr().out
+
+
+def test_mlflow_up_on_a_study_database_or_a_missing_one_says_so_at_once(tmp_path):
+    """`mlflow up` on Optuna's database left MLflow's tables beside the studies' and printed
+    alembic's traceback; on a database that does not exist it retried for a minute."""
+    from mlflow_server import ServerConfig, up
+    from nas.storage import open_storage
+    from search_space.errors import RanknasError
+
+    open_storage(URL)  # Optuna's tables, as a study leaves them
+    with pytest.raises(RanknasError, match=r"holds Optuna's tables \(studies, trials\): a study "):
+        up(ServerConfig(data_dir=tmp_path, port=0, backend_store_uri=URL))
+    with create_engine(normalize_url(URL)).connect() as connection:
+        assert "experiments" not in connection.dialect.get_table_names(connection)
+    missing = URL.rsplit("/", 1)[0] + f"/no_such_{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    with pytest.raises(RanknasError, match=r"does not exist\); check the URI, and create the "):
+        up(ServerConfig(data_dir=tmp_path, port=0, backend_store_uri=missing))
+    assert time.monotonic() - started < 10
