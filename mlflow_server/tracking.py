@@ -668,7 +668,16 @@ def _http_status(exc: Exception) -> int | None:
 # --- outbox ---------------------------------------------------------------------------------
 
 
+def waiting_records(outbox_dir: Path) -> int:
+    """The records an outbox holds for delivery (0 where there is none): a study's logs that
+    no server took yet."""
+    if not (Path(outbox_dir) / _Outbox.FILE).exists():
+        return 0
+    return _Outbox(Path(outbox_dir)).count("pending")
+
+
 class _Outbox:
+    FILE = "outbox.db"
     """Append-only SQLite queue of records; states: pending -> done | failed."""
 
     _SCHEMA = """
@@ -688,7 +697,7 @@ class _Outbox:
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / "outbox.db"
+        self.path = directory / self.FILE
         self.lock_path = directory / "deliver.lock"
         with self._connect() as conn:
             conn.executescript(self._SCHEMA)

@@ -26,9 +26,7 @@ def _logger(config):
         return None
     from mlflow_server.tracking import StudyLogger
 
-    return StudyLogger(
-        config.mlflow.tracking_uri, config.study_dir / "mlflow-outbox", request_timeout_s=5
-    )
+    return StudyLogger(config.mlflow.tracking_uri, outbox_dir(config), request_timeout_s=5)
 
 
 def start_study_run(logger, config, study) -> None:
@@ -243,7 +241,7 @@ def flush(logger, config) -> None:
     if not pending and (url := logger.view_url()):
         print(f"compare them in MLflow: {url}")
     if pending:
-        outbox = config.study_dir / "mlflow-outbox"
+        outbox = outbox_dir(config)
         why = ("MLflow refused the credentials (HTTP 401/403): set MLFLOW_TRACKING_USERNAME "
                "and MLFLOW_TRACKING_PASSWORD" if logger.credentials_refused
                else f"no MLflow server answers at {redact(uri)}" if down
@@ -425,6 +423,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     config = _study_config(args)
     state = leaderboard.status(_study(args, config))
+    state["mlflow_records_waiting"] = _records_waiting(config)
     if args.json:
         print(strict_json(state))
         return 0
@@ -510,7 +509,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     view = _view_url(config, state)
     if view:
         print(f"compare them in MLflow: {view}")
+    if waiting := state.get("mlflow_records_waiting"):
+        print(f"MLflow: {waiting} record{'s' * (waiting != 1)} of this study wait in "
+              f"{outbox_dir(config)} for a server (it was unreachable); the next run of "
+              f"this study delivers them (`ranknas search {quote(args.study)}` "
+              "trains nothing where the budget is met)")  # fmt: skip
     return 0
+
+
+def outbox_dir(config) -> Path:
+    """Where the MLflow records of `config`'s study wait until a server takes them."""
+    return config.study_dir / "mlflow-outbox"
+
+
+def _records_waiting(config) -> int:
+    """The study's MLflow records not delivered (its outbox, read only where there is one:
+    the MLflow client takes seconds to import)."""
+    if config is None or not (outbox_dir(config) / "outbox.db").exists():
+        return 0
+    from mlflow_server.tracking import waiting_records
+
+    return waiting_records(outbox_dir(config))
 
 
 def _view_url(config, state: dict[str, Any]) -> str | None:

@@ -448,6 +448,12 @@ def test_a_study_whose_mlflow_server_is_down_says_how_to_start_it(tmp_path, caps
     err = capsys.readouterr().err
     assert "no MLflow server answers at http://127.0.0.1:9: 3 records kept in" in err
     assert "start it with `ranknas mlflow up --port 9` (and the --data-dir" in err
+    # `status`, asked later, said "1 complete" and nothing of the records still waiting
+    path = str(write_config(tmp_path, raw))
+    assert main(["status", path]) == 0
+    assert "MLflow: 3 records of this study wait in" in capsys.readouterr().out
+    assert main(["status", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mlflow_records_waiting"] == 3
 
 
 def test_seed_means_computed_without_mlflow_reach_it_with_the_runs(tmp_path, server):
