@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cost_models.sharding.plan import make_plan
 from cost_models.sharding.tables import shard_name, tables_from_architecture
@@ -114,3 +115,13 @@ def test_outside_torchrun_it_says_how_to_run_it():
     run = subprocess.run([sys.executable, "-m", "trainers.distributed", "--arch", "dlrm"],
                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert run.returncode == 2 and "error: run it under torchrun" in run.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a CUDA GPU runs --cuda")
+def test_cuda_on_a_machine_without_a_gpu_is_one_error(capsys):
+    """Every rank printed "RuntimeError: Distributed package doesn't have NCCL built in"."""
+    from trainers.distributed import main
+
+    assert main(["--cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --cuda trains on GPUs with nccl: this machine has no CUDA GPU")

@@ -214,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             read_plan(args.plan)  # a missing or broken file, said before the process group
         if args.arch_file is not None and not args.arch_file.is_file():
             raise RanknasError(f"--arch-file {args.arch_file}: no such file")
+        if args.cuda and not (torch.cuda.is_available() and dist.is_nccl_available()):
+            raise RanknasError("--cuda trains on GPUs with nccl: this machine has no CUDA GPU "
+                               "(or this torch no nccl); drop --cuda to train on CPUs with "
+                               "gloo")  # fmt: skip
         with process_group("nccl" if args.cuda else "gloo"):
             result = train_distributed(args)
             if dist.get_rank() == 0:
