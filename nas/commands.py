@@ -797,7 +797,14 @@ def export_hint(study, storage: str) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from nas import leaderboard
-    from nas.trial_record import WEIGHTS_FILE, StudyAttr, read_architecture, read_metrics, read_step
+    from nas.trial_record import (
+        WEIGHTS_FILE,
+        StudyAttr,
+        read_architecture,
+        read_metrics,
+        read_sharding,
+        read_step,
+    )
 
     config = _study_config(args)
     study = _study(args, config)
@@ -845,6 +852,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         source_run_id=source_run,
         step=read_step(source.directory),
         title=f"{study.study_name} {source.label}",
+        plan=read_sharding(source.directory),
     )
     print(f"exported {source.label} (digest {result.digest}) to {args.out}")
     if args.register and source_run is None:

@@ -453,8 +453,8 @@ def record_result(
     if result.plan is not None:
         (directory / TRAINED_PLAN_FILE).write_text(json.dumps(result.plan, indent=2))
     summary = result.summary() | costs.summary() | (runs or {})
-    if sharding and "predicted_step_ms" in sharding:
-        summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_step_ms"]
+    if sharding and "predicted_embedding_step_ms" in sharding:
+        summary[TrialAttr.PREDICTED_STEP_MS] = sharding["predicted_embedding_step_ms"]
     write_metrics(directory, summary)
     return summary
 

@@ -264,6 +264,12 @@ def read_step(directory: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def read_sharding(directory: str | Path) -> dict[str, Any] | None:
+    """The trial's plan on the study's cluster (`SHARDING_FILE`), if it has one."""
+    path = Path(directory) / SHARDING_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def read_metrics(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / METRICS_FILE).read_text())
 

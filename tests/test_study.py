@@ -658,6 +658,19 @@ def test_trials_record_the_sharding_plan_of_their_tables(tmp_path):
     assert set(plan["assignment"]) == {f"t_{f['name']}" for f in features}
     assert set(plan["assignment"].values()) == {0, 1}
     assert plan["method"] == "size_greedy" and len(plan["memory_bytes"]) == 2
+    assert "predicted_embedding_step_ms" in plan  # the lookups alone, as metrics.json names it
+    # its export ships the plan, though the study predicted no step time (it was left out),
+    # with fbgemm's fused kernel, as sharded training runs it (it said "dense")
+    out = tmp_path / "winner"
+    assert main(["export", "sharded", "--storage", config.storage, "--out", str(out)]) == 0
+    shipped = json.loads((out / "sharding_plan.json").read_text())
+    assert shipped["plan"]["assignment"] == plan["assignment"] and shipped["predicted_step"] is None
+    kernels = {t["compute_kernel"] for t in shipped["torchrec_sharding_plan"]["embedding_bags"]
+               .values()}  # fmt: skip
+    assert kernels == {"fused"}
+    card = (out / "model_card.md").read_text()
+    assert "Tables placed by the size_greedy sharder on 2 devices over 1 host" in card
+    assert "sharding_plan.json" in (out / "SHA256SUMS").read_text()
 
 
 def test_sharding_plans_read_a_multi_valued_feature_as_its_mean_ids_per_row(tmp_path):

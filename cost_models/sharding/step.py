@@ -42,10 +42,10 @@ def plan_trial_sharding(
     pooling_factors: dict[str, float] | None = None,
     plan: Plan | None = None,
 ) -> dict[str, Any]:
-    """The plan as JSON, with `predicted_step_ms` (the embedding part of the most loaded
-    device) where `model_dir` holds a cost model. `batch_size`: per device; `pooling_factors`:
-    a multi-valued feature's mean ids per row (1 for the others); `plan`: the sharder's,
-    already made (by `predict_step`)."""
+    """The plan as JSON, with `predicted_embedding_step_ms` (the embedding part of the most
+    loaded device: the whole step is `predict_step`'s) where `model_dir` holds a cost model.
+    `batch_size`: per device; `pooling_factors`: a multi-valued feature's mean ids per row
+    (1 for the others); `plan`: the sharder's, already made (by `predict_step`)."""
     tables = tables_from_architecture(arch, pooling_factors)
     plan = plan or make_sharder(method, model_dir, batch_size).plan(tables, cluster)
     record: dict[str, Any] = plan.to_dict()
@@ -53,7 +53,7 @@ def plan_trial_sharding(
     record["pooling_factors"] = {t.name: t.pooling_factor for t in tables if t.pooling_factor != 1}
     if (Path(model_dir) / "cost_net.json").exists():
         per_device = _device_costs(_cost_net(str(model_dir)), tables, plan, cluster, batch_size)
-        record["predicted_step_ms"] = float(per_device.sum(1).max())
+        record["predicted_embedding_step_ms"] = float(per_device.sum(1).max())
     return record
 
 

@@ -53,12 +53,15 @@ def export_model(
     source_run_id: str | None = None,
     step: Mapping[str, Any] | None = None,
     title: str | None = None,
+    plan: Mapping[str, Any] | None = None,
 ) -> ExportResult:
     """Write the export directory (see the module docstring); register it if `register`.
 
     `step`: the trial's predicted training step on the study's cluster, with its plan
     (`cost_models.sharding.step.predict_step`); the export then holds that plan as a torchrec
     `ShardingPlan` (`sharding_plan.json`) and the card says the prediction and its source.
+    `plan`: the trial's plan where it has no predicted step (a study on a cluster whose cost
+    is not step time), exported the same way.
 
     `preprocessing`: what the training split fitted (`trainers.data.preprocess`: the dense
     transforms, the categorical vocabularies and hashing, the multi-valued columns); written
@@ -107,8 +110,11 @@ def export_model(
     result.weights.chmod((out / PREPROCESSING_FILE).stat().st_mode & 0o777)
     result.module.write_text(_standalone_module(analysis, columns, arch_digest))
     (out / DIAGRAM_FILE).write_bytes(diagram_png(arch, title))
-    if step is not None:
-        (out / SHARDING_FILE).write_text(json.dumps(sharding_export(arch, step), indent=2))
+    plan = step["plan"] if step is not None else plan
+    if plan is not None:
+        predicted = {k: v for k, v in step.items() if k != "plan"} if step else None
+        export = sharding_export(arch, plan, predicted)
+        (out / SHARDING_FILE).write_text(json.dumps(export, indent=2))
     card = _model_card(
         analysis,
         metrics,
@@ -119,12 +125,13 @@ def export_model(
         provenance,
         step,
         criteo="hex_ids" in fitted,
+        plan=plan,
     )
     result.model_card.write_text(card)
     written = [ARCHITECTURE_FILE, PREPROCESSING_FILE, WEIGHTS_FILE, MODULE_FILE, DIAGRAM_FILE,
-               *([SHARDING_FILE] if step is not None else []), CARD_FILE]  # fmt: skip
+               *([SHARDING_FILE] if plan is not None else []), CARD_FILE]  # fmt: skip
     (out / SUMS_FILE).write_text("".join(f"{_sha256(out / n)}  {n}\n" for n in written))
-    for stale in (SHARDING_FILE,) if step is None else ():  # another model's (--force)
+    for stale in (SHARDING_FILE,) if plan is None else ():  # another model's (--force)
         (out / stale).unlink(missing_ok=True)
     if register is None:
         return result
@@ -132,17 +139,20 @@ def export_model(
                      source_run_id)  # fmt: skip
 
 
-def sharding_export(arch: Architecture, step: Mapping[str, Any]) -> dict[str, Any]:
+def sharding_export(
+    arch: Architecture, plan: Mapping[str, Any], predicted: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The plan of the study's cluster for the exported model: ranknas's `Plan` and the
     torchrec `ShardingPlan` it makes for the model's `embedding_bags` (each table's sharding
-    type, kernel, ranks and shards, placed on CUDA devices), with the predicted step."""
+    type, fbgemm's fused kernel as training runs it, ranks and shards, placed on CUDA
+    devices), with the predicted step where the study predicted one."""
     from cost_models.sharding.plan import Plan
     from cost_models.sharding.torchrec_adapter import to_sharding_plan
     from search_space.builder import build_model
 
-    plan = Plan.from_dict(step["plan"])
     tables = build_model(arch, seed=0, device="meta").embedding_bags
-    torchrec_plan = to_sharding_plan(plan, tables, "embedding_bags", device_type="cuda")
+    torchrec_plan = to_sharding_plan(Plan.from_dict(plan), tables, "embedding_bags",
+                                     device_type="cuda", compute_kernel="fused")  # fmt: skip
     module_plans = {
         path: {table: {"sharding_type": p.sharding_type, "compute_kernel": p.compute_kernel,
                        "ranks": p.ranks,
@@ -152,10 +162,9 @@ def sharding_export(arch: Architecture, step: Mapping[str, Any]) -> dict[str, An
                for table, p in module_plan.items()}
         for path, module_plan in torchrec_plan.plan.items()
     }  # fmt: skip
-    predicted = {k: v for k, v in step.items() if k != "plan"}
     return {
         "predicted_step": predicted,
-        "plan": step["plan"],
+        "plan": dict(plan),
         "torchrec_sharding_plan": module_plans,
     }
 

@@ -42,6 +42,7 @@ def _model_card(
     provenance: Mapping[str, Any] | None = None,
     step: Mapping[str, Any] | None = None,
     criteo: bool = False,
+    plan: Mapping[str, Any] | None = None,
 ) -> str:
     """The Markdown model card of an export (`provenance`: where the model comes from, e.g.
     study, trial, date, training recipe, Bayes floor, baselines; `criteo`: trained on
@@ -62,9 +63,20 @@ def _model_card(
         "## Inputs\n\n" + _inputs_section(arch, columns),
         f"## Architecture\n\n{DIAGRAM_LINK}\n\n" + _blocks_table(analysis),
         *([_step_section(step, metrics)] if step else []),
+        *([_plan_section(plan)] if plan and not step else []),
         "## Files and loading\n\n" + _loading_section(register, alias, criteo),
     ]
     return "\n\n".join(sections) + "\n"
+
+
+def _plan_section(plan: Mapping[str, Any]) -> str:
+    """Where the study's plan put the tables, for a study that predicted no step time."""
+    devices, hosts = plan["num_devices"], plan.get("hosts", 1)
+    return (f"## Sharding on the study's cluster\n\nTables placed by the {plan['method']} "
+            f"sharder on {devices} devices over {hosts} host{'s' * (hosts != 1)} "
+            "(`sharding_plan.json`: the plan, and the torchrec `ShardingPlan` it makes for "
+            "`embedding_bags`); no step time was predicted (the study's cost was not "
+            "step_ms).")  # fmt: skip
 
 
 def _step_section(step: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
