@@ -3,6 +3,7 @@
 import argparse
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_a_plan_that_fills_a_device_says_so(tmp_path, capsys):
     assert run([*plan, "--memory-gb", "0.5"]) == 0
     assert "warning: rank(s) 0 above 90% of 0.50 GiB" in capsys.readouterr().err
     assert run([*plan, "--memory-gb", "1"]) == 0
-    assert "warning" not in capsys.readouterr().err
+    assert "above 90%" not in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -252,6 +253,10 @@ def test_compare_says_which_plan_measured_lowest_and_where_rl_stands():
                                   "other (torchrec); timings move by a few percent from run "
                                   "to run")  # fmt: skip
     assert _compared(records[:2]) == "lowest measured max: torchrec (0.400 ms)"
+    # a second `compare` read every timing from its cache and said they move
+    assert _compared(records, Path("runs/cache")).endswith(
+        "(torchrec); every timing replayed from the cache (runs/cache), as last measured: "
+        "delete it to time them again")  # fmt: skip
     assert _compared(records[3:]) is None  # one plan: nothing compared
 
 
@@ -307,3 +312,28 @@ def test_ranks_are_printed_as_runs():
 
     assert _spans(range(128)) == "0-127"
     assert _spans([9, 0, 1, 2, 3, 5, 8, 10, 11]) == "0-3, 5, 8-11"
+
+
+def test_a_plan_says_when_its_cost_model_is_out_of_its_depth(tmp_path, capsys):
+    """200 tables of 10-209 rows at dim 4 measured 9x their prediction, and a `--quick`
+    model that ranks plans no better than chance planned without a word."""
+    import json
+
+    from cost_models.sharding.commands import model_caveats
+    from cost_models.sharding.methods import PACKAGED_MODEL
+
+    tiny = tmp_path / "tiny.yaml"
+    save_tables([TableSpec(f"t{i}", 10 + i, 4, 1.0) for i in range(200)], tiny)
+    assert run(["shard", "plan", str(tiny), "--devices", "8"]) == 0
+    said = ("warning: 200 tables of 200 lie outside what the cost model was trained on (rows "
+            "100-500,000, dims 8-128), e.g. t0 (10 rows, dim 4)")  # fmt: skip
+    assert said in capsys.readouterr().err
+    shipped = json.loads((PACKAGED_MODEL / "report.json").read_text())
+    quick = tmp_path / "quick"
+    quick.mkdir()
+    shipped["errors"]["cost_model"]["kendall_tau"] = -0.12
+    (quick / "report.json").write_text(json.dumps(shipped))
+    inside = [TableSpec("a", 50_000, 16, 1.0)]
+    (said,) = model_caveats(quick, inside)
+    assert said.startswith(f"the cost model in {quick} ranks held-out plans no better than chance")
+    assert model_caveats(PACKAGED_MODEL, inside) == []

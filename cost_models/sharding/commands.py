@@ -93,16 +93,52 @@ def _cost_net(model: Path) -> CostNet | None:
 # ---------------------------------------------------------------------- plan
 
 
-def _use_packaged_model(args: argparse.Namespace) -> None:
-    """`args.model` as `model_to_use` resolves it, said where it is the shipped one."""
+def _use_packaged_model(
+    args: argparse.Namespace, tables: Sequence[TableSpec] | None = None
+) -> None:
+    """`args.model` as `model_to_use` resolves it, said where it is the shipped one; with
+    `tables`, what its predictions for them are worth (`model_caveats`)."""
     args.model, note = model_to_use(args.model, "--model")
     if note:
         print(note, file=sys.stderr)
+    for caveat in model_caveats(Path(args.model), tables or []):
+        print(f"warning: {caveat}", file=sys.stderr)
+
+
+def model_caveats(folder: Path, tables: Sequence[TableSpec]) -> list[str]:
+    """What the cost model in `folder` (its `report.json`) cannot be trusted with: ranking
+    held-out plans no better than chance (a `--quick` model), or `tables` outside the rows
+    and dims it was trained on (200 tables of 10-209 rows at dim 4 measured 9x their
+    prediction)."""
+    path = folder / "report.json"
+    if not path.exists():
+        return []
+    report, said = json.loads(path.read_text()), []
+    tau = report.get("errors", {}).get("cost_model", {}).get("kendall_tau")
+    if tau is not None and tau <= 0:
+        said.append(f"the cost model in {folder} ranks held-out plans no better than chance "
+                    f"(Kendall tau {tau:.2f}): its predictions, and the rl plans made with them, "
+                    "are no better than a guess; train it longer (without --quick)")  # fmt: skip
+    pool = report.get("config", {}).get("pool")
+    if pool:
+        rows, dims = (pool["min_rows"], pool["max_rows"]), (min(pool["dims"]), max(pool["dims"]))
+        # a few rows fewer than its smallest tables cost the same (in cache either way)
+        outside = [t for t in tables if not rows[0] / 10 <= t.num_embeddings <= rows[1]
+                   or not dims[0] <= t.embedding_dim <= dims[1]]  # fmt: skip
+        if outside:
+            e = outside[0]
+            lie = "lies" if len(outside) == 1 else "lie"
+            said.append(f"{counted(len(outside), 'table')} of {len(tables)} {lie} outside what the "
+                        f"cost model was trained on (rows {rows[0]:,}-{rows[1]:,}, dims "
+                        f"{dims[0]}-{dims[1]}), e.g. {e.name} ({e.num_embeddings:,} rows, dim "
+                        f"{e.embedding_dim}): its predictions for them are extrapolations; "
+                        "`ranknas shard compare` measures the plans")  # fmt: skip
+    return said
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
-    _use_packaged_model(args)
+    _use_packaged_model(args, tables)
     method = args.method
     if args.measure and method != "rl":
         raise RanknasError(f"--measure times the rl sharder's candidate plans: drop it or use "
@@ -229,7 +265,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     tables, topology = _workload(args)
     # in all: a table larger than a device is a sharder's own "no plan" (rl cuts it by rows)
     check_capacity(tables, topology, cut=True)
-    _use_packaged_model(args)
+    _use_packaged_model(args, tables)
     net = _cost_net(args.model)
     measurer = Measurer(cache_dir=_cache_folder(args.cache))
     plans, records = {}, {}
@@ -262,11 +298,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
           f"kernel: {measurer.kernel}")  # fmt: skip
     if net is None:
         print(f"(no trained model in {args.model}: rl left out; run `ranknas shard train`)")
-    _print_comparison(list(records.values()))
+    # every timing from the cache: the same numbers as last time, to the last digit
+    replayed = args.cache if measurer.timed == 0 else None
+    _print_comparison(list(records.values()), replayed)
     return 0
 
 
-def _print_comparison(records: list[dict[str, Any]]) -> None:
+def _print_comparison(records: list[dict[str, Any]], replayed: Path | None = None) -> None:
     header = ["method", "measured max ms", "mean ms", "predicted max ms", "plan s", "max GiB"]
     rows, errors = [], {}
     for r in records:
@@ -288,13 +326,13 @@ def _print_comparison(records: list[dict[str, Any]]) -> None:
     _print_table(header, rows)
     for error, methods in errors.items():
         print(f"{', '.join(methods)}: {error}")
-    if line := _compared(records):
+    if line := _compared(records, replayed):
         print(line)
 
 
-def _compared(records: list[dict[str, Any]]) -> str | None:
+def _compared(records: list[dict[str, Any]], replayed: Path | None = None) -> str | None:
     """Which plan measured lowest, and rl against the best of the others: the table alone
-    said neither."""
+    said neither. `replayed`: the cache every timing came from."""
     timed = {r["method"]: r["measured_max_ms"] for r in records if "error" not in r}
     if len(timed) < 2:
         return None
@@ -305,8 +343,11 @@ def _compared(records: list[dict[str, Any]]) -> str | None:
         rival = min(others, key=others.get)
         gap = timed["rl"] / others[rival] - 1
         line += (f"; rl {abs(gap):.1%} {'below' if gap < 0 else 'above'} the best other "
-                 f"({rival}); timings move by a few percent from run to run")  # fmt: skip
-    return line
+                 f"({rival})")  # fmt: skip
+    if replayed is not None:
+        return line + (f"; every timing replayed from the cache ({replayed}), as last "
+                       "measured: delete it to time them again")  # fmt: skip
+    return line + ("; timings move by a few percent from run to run" if "rl" in timed else "")
 
 
 # ---------------------------------------------------------------------- train

@@ -147,6 +147,7 @@ class Measurer:
         self.cache_path = Path(cache_dir) / f"{slug}.json" if cache_dir else None
         self._cache = self._load_cache()
         self._dirty = False
+        self.timed = 0  # table sets timed by this measurer (not read from its cache)
         self._reference: tuple[nn.Module, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._reference_ms = self._load_file().get("reference_ms")
 
@@ -168,6 +169,7 @@ class Measurer:
         while len(stored) < samples:
             stored.append(self._time(tables, len(stored)))
             self._dirty = True
+            self.timed += 1
         forward, backward = np.median(np.asarray(stored), axis=0)
         return KernelTime(float(forward), float(backward))
 
