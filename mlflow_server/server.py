@@ -241,19 +241,21 @@ def _check_backend_store(uri: str) -> None:
 
     from nas.storage import redact
 
-    engine = create_engine(uri)
+    engine = None
     try:
+        engine = create_engine(uri)
         with engine.connect() as connection:
             tables = set(inspect(connection).get_table_names())
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, ImportError, ValueError) as exc:  # a driver missing: ImportError
         said = str(getattr(exc, "orig", None) or exc).split("\n(Background on this error")[0]
         raise RanknasError(
             f"--backend-store-uri {redact(uri)}: cannot open it ({' '.join(said.split())}); "
             "check the URI, and create the database first (`createdb mlflow`)"
         ) from None
     finally:
-        engine.dispose()
-    if "studies" in tables and "experiments" not in tables:  # Optuna's schema
+        if engine is not None:
+            engine.dispose()
+    if "studies" in tables:  # Optuna's schema (MLflow's own may be beside it already)
         raise RanknasError(
             f"--backend-store-uri {redact(uri)}: holds Optuna's tables (studies, trials): a "
             "study storage; give MLflow a database of its own (`createdb mlflow`)"

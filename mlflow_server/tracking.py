@@ -43,7 +43,6 @@ import logging
 import os
 import posixpath
 import re
-import sqlite3
 import tempfile
 import threading
 import time
@@ -56,6 +55,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 
+from mlflow_server.outbox import Outbox, server_key
 from search_space.errors import RanknasError
 
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
@@ -116,7 +116,7 @@ class StudyLogger:
         username: str | None = None,
         password: str | None = None,
     ) -> None:
-        self._outbox = _Outbox(Path(outbox_dir))
+        self._outbox = Outbox(Path(outbox_dir))
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._writer = _Writer(self._client)
         self._tracking_uri = tracking_uri
@@ -255,7 +255,7 @@ class StudyLogger:
     @property
     def server(self) -> str:
         """`tracking_uri` without credentials or a trailing '/': what is marked logged."""
-        return _server(self._tracking_uri)
+        return server_key(self._tracking_uri)
 
     @property
     def started(self) -> bool:
@@ -622,27 +622,6 @@ def _run_payload(
     }
 
 
-LOOPBACK_NAMES = ("localhost", "[::1]")  # this machine's server, as 127.0.0.1 names it
-
-
-def _server(uri: str) -> str:
-    """The server `uri` names, as the outbox keeps it: no credentials, no trailing '/', the
-    host in lower case and this machine's by one name (a study logged to 127.0.0.1, then
-    resumed with localhost, logged every run again as if MLflow had been off)."""
-    parts = urllib.parse.urlsplit(uri)
-    host, _, port = parts.netloc.rpartition("@")[2].lower().rpartition(":")
-    if not host or not port.isdigit():  # no port given
-        host, port = f"{host}:{port}".strip(":"), ""
-    host = "127.0.0.1" if host in LOOPBACK_NAMES else host
-    netloc = f"{host}:{port}" if port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)).rstrip("/")
-
-
-def same_server(one: str | None, other: str) -> bool:
-    """Whether two tracking URIs (or outbox keys) name one server (`_server`)."""
-    return one is not None and _server(one) == _server(other)
-
-
 def _subject(subject: str, payload: dict[str, Any]) -> str:
     """What a run record logs: an update (status None: metrics added to a run) is no run;
     it is known by the values it adds (`update_subject`)."""
@@ -663,125 +642,6 @@ def _is_invalid_request(exc: Exception) -> bool:
 
 def _http_status(exc: Exception) -> int | None:
     return exc.get_http_status_code() if isinstance(exc, MlflowException) else None
-
-
-# --- outbox ---------------------------------------------------------------------------------
-
-
-def waiting_records(outbox_dir: Path) -> int:
-    """The records an outbox holds for delivery (0 where there is none): a study's logs that
-    no server took yet."""
-    if not (Path(outbox_dir) / _Outbox.FILE).exists():
-        return 0
-    return _Outbox(Path(outbox_dir)).count("pending")
-
-
-class _Outbox:
-    FILE = "outbox.db"
-    """Append-only SQLite queue of records; states: pending -> done | failed."""
-
-    _SCHEMA = """
-        CREATE TABLE IF NOT EXISTS records (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            kind TEXT NOT NULL,
-            payload TEXT,
-            state TEXT NOT NULL DEFAULT 'pending',
-            created_at REAL NOT NULL,
-            finished_at REAL,
-            error TEXT,
-            subject TEXT,
-            uri TEXT
-        );
-        CREATE INDEX IF NOT EXISTS records_by_state ON records (state, id);
-    """
-
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / self.FILE
-        self.lock_path = directory / "deliver.lock"
-        with self._connect() as conn:
-            conn.executescript(self._SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(records)")}
-            for column in ("subject", "uri"):  # an outbox written before runs were kept
-                if column not in columns:
-                    with contextlib.suppress(sqlite3.OperationalError):  # another process did
-                        conn.execute(f"ALTER TABLE records ADD COLUMN {column} TEXT")
-
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30.0)
-        try:
-            with conn:  # one transaction, committed on success
-                yield conn
-        finally:
-            conn.close()
-
-    def append(
-        self, kind: str, payload: dict[str, Any], subject: str | None = None, uri: str = ""
-    ) -> None:
-        with self._connect() as conn:
-            conn.execute(
-                "INSERT INTO records (kind, payload, created_at, subject, uri)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (kind, json.dumps(payload), time.time(), subject, uri),
-            )
-
-    def subjects(self, uri: str) -> set[str] | None:
-        """The subjects of the run records queued for server `uri`, delivered or not; None
-        where a run record has none (written before they were kept)."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT subject, uri FROM records WHERE kind = 'trial'").fetchall()
-        if any(subject is None for subject, _ in rows):
-            return None
-        return {subject for subject, queued_for in rows if same_server(queued_for, uri)}
-
-    def delivered(self, uri: str) -> int:
-        """How many run records were delivered to server `uri`."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT uri FROM records WHERE kind = 'trial' AND "
-                                "state = 'done'").fetchall()  # fmt: skip
-        return sum(same_server(queued_for, uri) for (queued_for,) in rows)
-
-    def forget(self, uri: str) -> None:
-        """Drop the records delivered (or refused) to server `uri`; pending ones stay."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT id, uri FROM records WHERE state != 'pending'").fetchall()
-            ids = [(i,) for i, queued_for in rows if same_server(queued_for, uri)]
-            conn.executemany("DELETE FROM records WHERE id = ?", ids)
-
-    def next_pending(self) -> tuple[int, str, dict[str, Any]] | None:
-        with self._connect() as conn:
-            row = conn.execute(
-                "SELECT id, kind, payload FROM records WHERE state = 'pending' ORDER BY id LIMIT 1"
-            ).fetchone()
-        return None if row is None else (row[0], row[1], json.loads(row[2]))
-
-    def mark_done(self, record_id: int) -> None:
-        self._finish(record_id, "done", None)
-
-    def mark_failed(self, record_id: int, error: str) -> None:
-        self._finish(record_id, "failed", error)
-
-    def _finish(self, record_id: int, state: str, error: str | None) -> None:
-        with self._connect() as conn:
-            conn.execute(
-                "UPDATE records SET state = ?, error = ?, finished_at = ?,"
-                " payload = CASE WHEN ? = 'done' THEN NULL ELSE payload END WHERE id = ?",
-                (state, error, time.time(), state, record_id),
-            )
-
-    def count(self, state: str) -> int:
-        with self._connect() as conn:
-            return conn.execute(
-                "SELECT COUNT(*) FROM records WHERE state = ?", (state,)
-            ).fetchone()[0]
-
-    def failures(self) -> list[str]:
-        with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT id, kind, error FROM records WHERE state = 'failed' ORDER BY id"
-            ).fetchall()
-        return [f"record {rid} ({kind}): {error}" for rid, kind, error in rows]
 
 
 @contextlib.contextmanager

@@ -313,7 +313,8 @@ def log_summary(logger, study, table, plot: bytes | None = None) -> None:
 def _log_view_ranks(logger, study) -> None:
     """Each trial's and baseline's `rank` (`leaderboard.view_ranks`) on its run, which the
     re-evaluated study's MLflow view sorts by; only the ranks that changed are written."""
-    from mlflow_server.tracking import VIEW_RANK, same_server
+    from mlflow_server.outbox import same_server
+    from mlflow_server.tracking import VIEW_RANK
     from nas import leaderboard
     from nas.trial_record import StudyAttr
 
@@ -499,6 +500,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"best so far: {leaderboard.describe_best(state['best'])}")
     elif state["trials"]["complete"]:
         print(f"best: none: {leaderboard.EVERY_FINALIST_DIVERGED}")  # `no_best_reason`'s
+    if pending := state["confirmation_pending"]:
+        print(f"not counted yet: {pending} run{'s' * (pending != 1)} of a confirmation that has "
+              "not finished (`ranknas confirm`): running now, or interrupted; then run it again "
+              "to finish it (it reuses them)")  # fmt: skip
     if pending := state["reevaluation_pending"]:
         print(f"not counted yet: {pending} run{'s' * (pending != 1)} of a re-evaluation "
               "that has not finished (`ranknas reevaluate`, or a search's best-baseline seeds): "
@@ -511,8 +516,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"compare them in MLflow: {view}")
     if waiting := state.get("mlflow_records_waiting"):
         print(f"MLflow: {waiting} record{'s' * (waiting != 1)} of this study wait in "
-              f"{outbox_dir(config)} for a server (it was unreachable); the next run of "
-              f"this study delivers them (`ranknas search {quote(args.study)}` "
+              f"{outbox_dir(config)} for a server; a running command of the study delivers "
+              f"them once it answers, else its next run (`ranknas search {quote(args.study)}` "
               "trains nothing where the budget is met)")  # fmt: skip
     return 0
 
@@ -522,14 +527,12 @@ def outbox_dir(config) -> Path:
     return config.study_dir / "mlflow-outbox"
 
 
-def _records_waiting(config) -> int:
-    """The study's MLflow records not delivered (its outbox, read only where there is one:
-    the MLflow client takes seconds to import)."""
-    if config is None or not (outbox_dir(config) / "outbox.db").exists():
-        return 0
-    from mlflow_server.tracking import waiting_records
+def _records_waiting(config) -> int | None:
+    """The study's MLflow records not delivered yet (None without its config, which says
+    where its outbox is)."""
+    from mlflow_server.outbox import waiting_records
 
-    return waiting_records(outbox_dir(config))
+    return None if config is None else waiting_records(outbox_dir(config))
 
 
 def _view_url(config, state: dict[str, Any]) -> str | None:
@@ -758,7 +761,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.no_mlflow:
         config.mlflow.tracking_uri = None
-    print(f"study {config.name!r}: confirming the verdict's pair with {args.seeds} more seeds each")
+    print(f"study {config.name!r}: confirming the verdict's pair on {args.seeds} seeds each "
+          "(those recorded reused)")  # fmt: skip
     table = confirm_study(config, args.seeds, bars.write)
     print()
     print(leaderboard.format_reevaluation(table))

@@ -408,11 +408,11 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
                               else (len(bases), "baselines"))  # fmt: skip
         paired = corrected(paired, chosen_from, among, looks(study))
         confirmed = confirmation(study, best, base)
-    selection, chosen_base = paired, base
+    selection, chosen_base, chosen_on = paired, base, basis
     if confirmed is not None:  # the pair's test on seeds that chose nothing replaces it
-        best, base, paired = confirmed
-        basis = (f"confirmation: seed means over the {seeds_text(paired['seeds'], fresh=False)} "
-                 f"that chose nothing; the pair chosen on {basis}")  # fmt: skip
+        best, base, paired, count = confirmed
+        basis = (f"confirmation: seed means over the {seeds_text(count, fresh=False)} that "
+                 f"chose nothing; the pair chosen on {basis}")  # fmt: skip
     delta_test = (None if best["test_ne"] is None or base["test_ne"] is None
                   else best["test_ne"] - base["test_ne"])  # fmt: skip
     # the compared baseline's architecture, or another baseline's (one added, not compared
@@ -426,7 +426,10 @@ def verdict(study: optuna.Study) -> dict[str, Any] | None:
         "seed_means": on_means,
         "paired": paired,
         "selection_paired": selection,  # the test on the seeds that chose the pair
+        "selection_basis": chosen_on,
         "confirmed": confirmed is not None,
+        # the pair's confirmation runs the test was made of, {key: {seed: [val, test]}}
+        "confirmation_runs": _confirmation_runs(study, best, base) if confirmed else None,
         "confirmation_unused": None if confirmed else _confirmation_unused(study, best, base),
         "best_trial": {k: best.get(k) for k in ("trial", "val_ne", "test_ne", "mflops", "step_ms")},
         "best_baseline": {
@@ -479,57 +482,75 @@ def _on_shared_seeds(
     sets, labelled with one."""
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     a, b = record.get(str(best["trial"]), {}), record.get(f"baseline:{base['baseline']}", {})
-    trained = [{seed for seed, (val, _) in runs.items() if val is not None} for runs in (a, b)]
-    shared = sorted(trained[0] & trained[1])  # a seed whose run failed is in neither mean
-    if trained[0] == trained[1] or not shared:
+    shared = _shared_seeds(a, b)
+    if _shared_seeds(a, a) == _shared_seeds(b, b) or not shared:
         return best, base, None
+    return _over_seeds(best, a, shared), _over_seeds(base, b, shared), len(shared)
 
-    def over_shared(row: dict[str, Any], runs: dict[str, list]) -> dict[str, Any]:
-        test = [runs[s][1] for s in shared if runs[s][1] is not None]
-        return row | {"val_ne": statistics.fmean(runs[s][0] for s in shared),
-                      "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
 
-    return over_shared(best, a), over_shared(base, b), len(shared)
+def _shared_seeds(a: dict[str, list], b: dict[str, list]) -> list[str]:
+    """The seeds both runs records (`{seed: [val NE, test NE]}`) have a validation NE for: a
+    run that went nan/inf (inf) is its seed's outcome; one that failed (None) is in neither."""
+    return sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
+
+
+def _over_seeds(row: dict[str, Any], runs: dict[str, list], seeds: list[str]) -> dict[str, Any]:
+    """`row` at its runs' mean validation and test NE over `seeds`."""
+    test = [runs[s][1] for s in seeds if runs[s][1] is not None]
+    return row | {"val_ne": statistics.fmean(runs[s][0] for s in seeds),
+                  "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
 
 
 def confirmation(
     study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, int] | None:
     """`best` and `base` at their means over the confirmation seeds both were trained with
-    (`ranknas confirm`: seeds that chose neither side), and their paired test on those,
-    corrected for the confirmation's looks alone (`chosen_from` 1: the choice was made on
-    other seeds); None without a test there (this pair not confirmed, or one seed)."""
+    (`ranknas confirm`: seeds that chose neither side), their paired test on those (None
+    where a run went nan/inf: its mean is inf, and the verdict's rules for that apply),
+    corrected for the confirmation's looks alone (`chosen_from` 1: the pair was chosen on
+    other seeds), and how many seeds; None under two such seeds."""
+    record = study.user_attrs.get(StudyAttr.CONFIRMATION, {})
     found, key = str(best["trial"]), f"baseline:{base['baseline']}"
-    paired = paired_seeds(study, found, key, StudyAttr.CONFIRMATION)
-    if paired is None:
+    a, b = record.get(found, {}), record.get(key, {})
+    shared = _shared_seeds(a, b)
+    if len(shared) < 2:
         return None
-    record = study.user_attrs[StudyAttr.CONFIRMATION]
-    a, b = record[found], record[key]
-    shared = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
+    paired = corrected(paired_seeds(study, found, key, StudyAttr.CONFIRMATION), 1,
+                       "confirmation", looks(study, StudyAttr.CONFIRMATION_LOOKS))  # fmt: skip
+    if paired is not None:
+        paired |= {"confirmed": True}
+    return _over_seeds(best, a, shared), _over_seeds(base, b, shared), paired, len(shared)
 
-    def over_shared(row: dict[str, Any], runs: dict[str, list]) -> dict[str, Any]:
-        test = [runs[s][1] for s in shared if runs[s][1] is not None]
-        return row | {"val_ne": statistics.fmean(runs[s][0] for s in shared),
-                      "test_ne": statistics.fmean(test) if test else None}  # fmt: skip
 
-    counted = study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}
-    paired = corrected(paired, 1, "confirmation", counted.get("count", 1)) | {"confirmed": True}
-    return over_shared(best, a), over_shared(base, b), paired
+def _confirmation_runs(
+    study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
+) -> dict[str, dict[str, list]]:
+    record = study.user_attrs.get(StudyAttr.CONFIRMATION, {})
+    keys = (str(best["trial"]), f"baseline:{base['baseline']}")
+    return {key: record.get(key, {}) for key in keys}
+
+
+def confirmed_pairs(study: optuna.Study) -> list[list[str]]:
+    """The [trial, baseline] pairs whose confirmation runs share two seeds or more."""
+    record = study.user_attrs.get(StudyAttr.CONFIRMATION, {})
+    bases = [k for k in record if k.startswith("baseline:")]
+    return [[t, k.removeprefix("baseline:")] for t in record if t not in bases for k in bases
+            if len(_shared_seeds(record[t], record[k])) >= 2]  # fmt: skip
 
 
 def _confirmation_unused(
     study: optuna.Study, best: dict[str, Any], base: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Why the study's confirmation runs are not the verdict's test, where it has some:
-    another pair's (`pair`: [trial, baseline] of the last confirmed test) or too few seeds."""
-    record = study.user_attrs.get(StudyAttr.CONFIRMATION)
-    if not record:
+    they are another pair's (`pair`: [trial, baseline], the last tested where that is one),
+    or under two seeds (`pair` None)."""
+    if not study.user_attrs.get(StudyAttr.CONFIRMATION):
         return None
+    others = [p for p in confirmed_pairs(study) if p != [str(best["trial"]), base["baseline"]]]
     tested = (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("tested")
-    pair = tested[:2] if tested else None
-    if pair and pair != [str(best["trial"]), base["baseline"]]:
-        return {"pair": pair}
-    return {"pair": None}  # this pair's, under two seeds both have
+    if not others:
+        return {"pair": None}
+    return {"pair": tested[:2] if tested and tested[:2] in others else others[-1]}
 
 
 def why_no_verdict(study: optuna.Study) -> str:
@@ -688,7 +709,7 @@ def paired_seeds(
     much as the search's margins, so a mean difference alone does not say whether it holds."""
     record = study.user_attrs.get(attr, {})
     a, b = record.get(found, {}), record.get(base, {})
-    seeds = sorted(s for s in a.keys() & b.keys() if a[s][0] is not None and b[s][0] is not None)
+    seeds = _shared_seeds(a, b)
     diffs = [a[s][0] - b[s][0] for s in seeds]
     if len(seeds) < 2 or not all(map(math.isfinite, diffs)):  # inf: a run went nan/inf
         return None
@@ -853,9 +874,10 @@ def _paired_words(v: dict[str, Any]) -> str:
                  "nothing")  # fmt: skip
     elif unused:
         line += "\nconfirmation runs: under two seeds both sides have, no test yet"
-    elif not paired.get("confirmed") and paired.get("chosen_from", 1) > 1 and p is not None:
-        line += ("\n(`ranknas confirm CONFIG` tests this pair on seeds that chose nothing: "
-                 "its p needs no correction for the choice)")  # fmt: skip
+    elif not paired.get("confirmed") and p is not None and paired["p_single"] < SIGNIFICANCE <= p:
+        # beyond the noise on the choosing seeds, within it once they are counted
+        line += ("\n(`ranknas confirm CONFIG` tests this pair on seeds that chose nothing, "
+                 "without the choice's correction)")  # fmt: skip
     return line
 
 
@@ -868,9 +890,11 @@ def _correction_words(paired: dict[str, Any]) -> str:
     why = []
     if paired["chosen_from"] > 1:
         why.append(f"chosen among {paired['chosen_from']} {paired['among']} by seed mean")
-    if paired["looks"] > 1:
-        rounds = "confirmation rounds" if paired.get("confirmed") else "rounds of seeds"
-        why.append(f"tested after {paired['looks']} {rounds}")
+    if paired["looks"] > 1 and paired.get("confirmed"):
+        why.append(f"the {paired['looks']} confirmation tests shown so far (each pair and "
+                   "seed count once, this one's among them)")  # fmt: skip
+    elif paired["looks"] > 1:
+        why.append(f"tested after {paired['looks']} rounds of seeds")
     return (f"p={p_text(single)}; times {paired['comparisons']}, {' and '.join(why)} "
             f"(Bonferroni, at most 1): p={p_text(paired['p_value'])}")  # fmt: skip
 
@@ -942,11 +966,10 @@ def no_best_reason(study: optuna.Study) -> str:
     return "no complete trial yet"
 
 
-def pending_runs(study: optuna.Study) -> int:
-    """Runs of an interrupted re-evaluation (or confirmation), not in any seed mean until the
-    command that made them runs again and finishes (reusing them)."""
-    kept = (StudyAttr.REEVALUATION_PENDING, StudyAttr.CONFIRMATION_PENDING)
-    return sum(len(runs) for attr in kept for runs in study.user_attrs.get(attr, {}).values())
+def pending_runs(study: optuna.Study, attr: str = StudyAttr.REEVALUATION_PENDING) -> int:
+    """Runs of an interrupted re-evaluation (`attr`: or confirmation), not in any seed mean
+    until the command that made them runs again and finishes (reusing them)."""
+    return sum(len(runs) for runs in study.user_attrs.get(attr, {}).values())
 
 
 def status(study: optuna.Study) -> dict[str, Any]:
@@ -982,6 +1005,7 @@ def status(study: optuna.Study) -> dict[str, Any]:
         "baselines": baseline_rows(study),
         "verdict": verdict(study),
         "reevaluation_pending": pending_runs(study),
+        "confirmation_pending": pending_runs(study, StudyAttr.CONFIRMATION_PENDING),
         "devices": _devices(trials),
         "running": [
             {

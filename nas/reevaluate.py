@@ -41,21 +41,21 @@ CONFIRM_SEED = 20_000  # nor any re-evaluation's: seeds that choose nothing
 
 @dataclass(frozen=True)
 class Rounds:
-    """Where one kind of round keeps its runs (published and pending), from which seed,
-    and its count of looks at the verdict."""
+    """Where one kind of round keeps its runs (published and pending), from which seed, and
+    what its progress bar says."""
 
     attr: str
     pending: str
     first_seed: int
-    looks: str
+    label: str
 
 
 # the seeds that choose the verdict's pair (finalists, best baseline) and test it
 SELECTION = Rounds(StudyAttr.REEVALUATION, StudyAttr.REEVALUATION_PENDING, REEVAL_SEED,
-                   StudyAttr.REEVALUATION_LOOKS)  # fmt: skip
+                   "reevaluate")  # fmt: skip
 # `ranknas confirm`: the chosen pair again on seeds that chose nothing, the verdict's test
 CONFIRMATION = Rounds(StudyAttr.CONFIRMATION, StudyAttr.CONFIRMATION_PENDING, CONFIRM_SEED,
-                      StudyAttr.CONFIRMATION_LOOKS)  # fmt: skip
+                      "confirm")  # fmt: skip
 
 
 def reevaluate_study(
@@ -144,7 +144,8 @@ def confirm_study(
                            f"{v['same_as']}'s own architecture (the same digest)")  # fmt: skip
     trial, base = v["best_trial"]["trial"], v["best_baseline"]["baseline"]
     progress(f"confirming the verdict's pair, trial {trial} and baseline {base} (chosen on "
-             f"{v['basis']}), on {seeds_text(seeds, fresh=False)} that chose nothing")  # fmt: skip
+             f"{v['selection_basis']}), on {seeds_text(seeds, fresh=False)} that choose "
+             "nothing")  # fmt: skip
     torch.set_num_threads(config.training.threads)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     found, key = str(trial), f"baseline:{base}"
@@ -156,6 +157,8 @@ def confirm_study(
         next(r for r in by_recorded_run(study) if r["trial"] == trial),
         next({"trial": key} | b for b in baseline_rows(study) if b["baseline"] == base),
     ]
+    # an earlier round's more seeds: the table is over all of them, as the verdict
+    seeds = max(seeds, len(record[found].keys() & record[key].keys()))
     rows = (_summary(row, record[str(row["trial"])], seeds, CONFIRM_SEED) for row in table)
     return sorted(rows, key=lambda r: r["mean_val_ne"])
 
@@ -205,6 +208,7 @@ def retrain(
     finalist over one seed against the others' single runs. Returns the study's record of
     every run of `rounds`, pending ones included."""
     recipes = recipes or {}
+    _check_apart(study, config, rounds, seeds)
     pending = dict(study.user_attrs.get(rounds.pending, {}))
     record = _merged(study.user_attrs.get(rounds.attr, {}), pending)
     wanted = [str(seed) for seed in range(rounds.first_seed, rounds.first_seed + seeds)]
@@ -215,7 +219,7 @@ def retrain(
                  + (f"training {todo}" if todo else "nothing to train"))  # fmt: skip
     done = 0
     # off a terminal the line after each run is the periodic line
-    with bars.bar(todo, "reevaluate", "runs", lines=False) as bar:
+    with bars.bar(todo, rounds.label, "runs", lines=False) as bar:
         for key, directory in archs.items():
             runs = dict(record.get(key, {}))
             missing = [seed for seed in wanted if not _has_ne(runs, seed)]  # failed: again
@@ -237,29 +241,60 @@ def retrain(
                 bar.update()
     if finished := {key: record[key] for key in archs if key in pending}:
         # this round's runs only: another, interrupted, round's stay pending until it ends
-        looks_before = leaderboard.looks(study, rounds.looks)
+        looks_before = leaderboard.looks(study)
         study.set_user_attr(rounds.attr, dict(study.user_attrs.get(rounds.attr, {})) | finished)
         study.set_user_attr(rounds.pending, {k: v for k, v in pending.items() if k not in archs})
-        _count_look(study, looks_before, rounds)
+        if rounds is SELECTION:
+            _count_look(study, looks_before)
+        # either kind may show a confirmed test not seen before: a selection round that
+        # pairs one confirmation's trial with another's baseline too
+        _count_confirmation_look(study)
     return record
 
 
-def _count_look(study: optuna.Study, looks_before: int, rounds: Rounds = SELECTION) -> None:
-    """One more look at the verdict where this round changed its paired test of `rounds`
-    (another pair, or more seeds both sides share): the p a user reads now, who may stop at
-    it or go on (`leaderboard.corrected`). A round whose seeds the test does not use is
-    none."""
+def _check_apart(study: optuna.Study, config: StudyConfig, rounds: Rounds, seeds: int) -> None:
+    """Refuse seeds of `rounds` that a trial or baseline was trained with (`config.seed` and
+    the study seed plus each trial's number): such a retrain repeats the run that chose it."""
+    first, last = rounds.first_seed, rounds.first_seed + seeds - 1
+    low, high = config.seed, config.seed + len(study.trials)
+    if low <= last and first <= high:
+        raise RanknasError(f"seed: {config.seed} gives the study's runs seeds {low}-{high}, and "
+                           f"`{rounds.label}` trains with seeds {first}-{last}: a retrain would "
+                           f"repeat the run that chose it; give the study a seed below "
+                           f"{REEVAL_SEED - len(study.trials) - 1} in a new study "
+                           "(`name:`)")  # fmt: skip
+
+
+def _count_look(study: optuna.Study, looks_before: int) -> None:
+    """One more look at the verdict where this round changed its paired test on the
+    choosing seeds (another pair, or more seeds both sides share): the p a user reads now,
+    who may stop at it or go on (`leaderboard.corrected`). A round whose seeds the test does
+    not use is none."""
     v = leaderboard.verdict(study) or {}
-    paired = v.get("selection_paired") if rounds is SELECTION else v.get("paired")
-    if rounds is CONFIRMATION and not (paired or {}).get("confirmed"):
-        paired = None  # the confirmation runs are not the verdict's test (one seed each)
-    last = study.user_attrs.get(rounds.looks) or {}
+    paired = v.get("selection_paired") or {}
+    last = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS) or {}
     tested = last.get("tested")
-    if (paired or {}).get("p_single") is not None:  # else no test: under two seeds, no spread
+    if paired.get("p_single") is not None:  # else no test: under two shared seeds, no spread
         tested = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
     # written every round: a study without it is one re-evaluated before looks were counted
     count = looks_before + (tested != last.get("tested"))
-    study.set_user_attr(rounds.looks, {"count": count, "tested": tested})
+    study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, {"count": count, "tested": tested})
+
+
+def _count_confirmation_look(study: optuna.Study) -> None:
+    """The verdict's confirmed test, where it is one not shown before, counted as a look at
+    the confirmation: each distinct [trial, baseline, seeds] once (a pair confirmed, left
+    and chosen again shows the test already counted)."""
+    v = leaderboard.verdict(study) or {}
+    paired = v.get("paired") or {}
+    if not paired.get("confirmed") or paired.get("p_single") is None:
+        return
+    test = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
+    shown = (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("shown", [])
+    if test not in shown:
+        shown = [*shown, test]
+        study.set_user_attr(StudyAttr.CONFIRMATION_LOOKS,
+                            {"count": len(shown), "tested": test, "shown": shown})  # fmt: skip
 
 
 def _merged(
@@ -342,7 +377,7 @@ def _summary(
     return {
         "trial": row["trial"],
         "recorded_val_ne": row["val_ne"],
-        "mean_val_ne": statistics.fmean(val) if val else math.inf,
+        "mean_val_ne": _mean_val_ne(runs, seeds, first_seed),
         "sd_val_ne": leaderboard.spread(val),
         "mean_test_ne": statistics.fmean(test) if test else None,
         "mflops": row["mflops"],
@@ -361,9 +396,11 @@ def _known(
     return [v for v in values if v is not None]
 
 
-def _mean_val_ne(runs: dict[str, list[float | None]], seeds: int) -> float:
+def _mean_val_ne(
+    runs: dict[str, list[float | None]], seeds: int, first_seed: int = REEVAL_SEED
+) -> float:
     """Mean validation NE of the runs that have one (inf: none)."""
-    val = _known(runs, seeds, 0)
+    val = _known(runs, seeds, 0, first_seed)
     return statistics.fmean(val) if val else math.inf
 
 

@@ -1014,7 +1014,7 @@ def log_unlogged(
     that machine's worker. Dead trials: `_log_dead_trials`. Seed means go on their runs as
     well: those of `reevaluated` (keys of the record: this run's), and any not logged
     with these values."""
-    from mlflow_server.tracking import same_server
+    from mlflow_server.outbox import same_server
 
     server, again = logger.server, logger.lost_runs()
     if again:  # the marks below say logged: the server's database is not the one they mean

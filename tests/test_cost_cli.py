@@ -239,7 +239,7 @@ def test_a_table_larger_than_a_device_is_each_sharders_no_plan_and_rl_cuts_it(
     assert "no plan (below)" in rows["size_greedy"] and "no plan" not in rows["rl"]
     # once for the sharders that use all of a device, once for torchrec, which keeps 15% back
     assert out.count("do not fit on one device") == 2 and "--method rl, which cuts" in out
-    assert "(this method keeps 15% of each device back)" in out
+    assert "(this method keeps 15% of each device back and counts each table" in out
 
 
 def test_compare_says_which_plan_measured_lowest_and_where_rl_stands():

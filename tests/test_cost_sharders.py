@@ -62,8 +62,8 @@ def test_table_larger_than_a_device(sharders, method):
     message = str(info.value)
     if method == "torchrec":  # its planner keeps 15% back: the bound it said was not enough
         assert "huge (4.77 GiB) do not fit on one device of 4.00 GiB (this method keeps 15% of" \
-               " each device back) (short by 1.37 GiB): raise --memory-gb to at least 5.61" \
-               in message  # fmt: skip
+               " each device back and counts each table with its input and output buffers) " \
+               "(short by 1.37 GiB): raise --memory-gb to at least 5.62" in message  # fmt: skip
     else:
         assert "huge (4.77 GiB)" in message and "short by 0.768 GiB" in message
     # on one device no cut helps: told to add devices or memory, not to try rl
@@ -76,11 +76,12 @@ def test_a_bound_said_for_torchrec_is_enough(sharders):
     """ "raise --memory-gb to at least 47.69" for torchrec, which then found no plan: it
     keeps 15% of each device back."""
     huge = TableSpec("huge", 10_000_000, 128)
-    with pytest.raises(RanknasError, match=r"at least (\S+),") as info:
-        sharders["torchrec"].plan([huge], Topology(2, memory_bytes=4 * GIB))
-    enough = float(re.search(r"at least (\S+),", str(info.value)).group(1))
-    plan = sharders["torchrec"].plan([huge], Topology(2, memory_bytes=int(enough * GIB)))
-    assert plan.assignment == {"huge": 0} or plan.assignment == {"huge": 1}
+    for devices in (2, 8):  # its buffers grow with the ranks' batches
+        with pytest.raises(RanknasError, match=r"at least (\S+),") as info:
+            sharders["torchrec"].plan([huge], Topology(devices, memory_bytes=4 * GIB))
+        enough = float(re.search(r"at least (\S+),", str(info.value)).group(1))
+        plan = sharders["torchrec"].plan([huge], Topology(devices, memory_bytes=int(enough * GIB)))
+        assert list(plan.assignment) == ["huge"]
 
 
 def test_sizes_below_a_gib_are_told_to_three_digits_and_a_bound_rounded_up():

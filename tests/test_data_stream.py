@@ -474,13 +474,46 @@ def test_a_directory_of_parquet_files_that_do_not_fit_together_is_refused(shop):
         parquet_parts(hive)
     stray.unlink()
     lacking = hive / "ds=2026-12-02" / "slot=0" / "part-0.parquet"
-    pq.write_table(shop_table(10).drop_columns(["price"]), lacking)
+    pq.write_table(shop_table(10).drop_columns(["price", "slot"]), lacking)
     said = r"slot=0/part-0\.parquet: no column\(s\) \['price'\]; the files of one data set need"
     with pytest.raises(RanknasError, match=said):
         read_frame(hive, ["clicked", "price", "ds"])
+    # a column of another type in one file: concatenated in memory, refused when streamed
+    other = shop_table(10).drop_columns(["slot"])
+    other = other.set_column(other.schema.get_field_index("visits"), "visits",
+                             other["visits"].cast(pa.float64()))  # fmt: skip
+    pq.write_table(other, lacking)
+    with pytest.raises(RanknasError, match=r"column 'visits' is double here but int64 in "):
+        load_tabular(hive, shop / "schema.yaml")
+    lacking.unlink()
+    # a folder that is no partition (an old copy kept beside them) was read as more rows
+    (hive / "old").mkdir()
+    pq.write_table(shop_table(10), hive / "old" / "part-0.parquet")
+    with pytest.raises(RanknasError, match=r"hive: old/ holds Parquet files but is no partition"):
+        parquet_parts(hive)
     clash = shop / "clash" / "slot=1" / "part-0.parquet"
     clash.parent.mkdir(parents=True)
     pq.write_table(shop_table(10), clash)
     with pytest.raises(RanknasError, match=r"column\(s\) \['slot'\] both in the file and in its "
                                            "directory names"):  # fmt: skip
         load_tabular(shop / "clash", shop / "schema.yaml")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_first_file_without_a_column_is_blamed_not_the_schema(shop, stream):
+    """Streamed, a directory whose first file lacked a column said "Fix the names in the
+    schema file"; the other files had it."""
+    hive = _hive(shop)
+    first = hive / "ds=2026-12-01" / "slot=0" / "part-0.parquet"
+    pq.write_table(shop_table(10).drop_columns(["price", "slot"]), first)
+    said = r"slot=0/part-0\.parquet: no column\(s\) \['price'\]; the files of one data set need"
+    with pytest.raises(RanknasError, match=said):
+        if stream:
+            open_stream(str(hive), str(shop / "schema.yaml"), options=StreamOptions(chunk_rows=200))
+        else:
+            load_tabular(hive, shop / "schema.yaml")
+    # a column no file has: the schema's name, as before
+    (shop / "schema.yaml").write_text(SCHEMA.replace("[row, visits, price]", "[row, visits, prize]")
+                                      + "time: ds\n")  # fmt: skip
+    with pytest.raises(RanknasError, match=r"column\(s\) \['prize'\] not in .*Fix the names"):
+        load_tabular(hive, shop / "schema.yaml")

@@ -2,6 +2,7 @@
 
 import io
 import json
+import math
 import re
 import statistics
 from csv import DictReader
@@ -628,12 +629,11 @@ def _runs(means: dict[str, list[float]], first_seed: int) -> dict[str, dict[str,
             for key, seeds in means.items()}  # fmt: skip
 
 
-def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path):
+def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp_path, capsys):
     """Chosen among three finalists on the seeds it was tested on, the verdict's p was
     multiplied by 3; the pair retrained on seeds that chose neither side is tested alone,
     corrected only for the confirmation's own rounds."""
-    from nas.leaderboard import looks
-    from nas.reevaluate import CONFIRM_SEED, CONFIRMATION, _count_look
+    from nas.reevaluate import CONFIRM_SEED, _count_confirmation_look
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     means = {"0": [0.852, 0.853, 0.853, 0.852], "baseline:dlrm": [0.855, 0.856, 0.854, 0.856],
@@ -645,9 +645,8 @@ def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp
     assert "`ranknas confirm CONFIG` tests this pair" in format_verdict(before)
 
     def confirm(record):  # what `ranknas confirm` publishes, then counts
-        looked = looks(study, CONFIRMATION.looks)
         study.set_user_attr("confirmation", _runs(record, CONFIRM_SEED))
-        _count_look(study, looked, CONFIRMATION)
+        _count_confirmation_look(study)
         return verdict(study)
 
     v = confirm({"0": means["0"], "baseline:dlrm": means["baseline:dlrm"]})
@@ -667,11 +666,50 @@ def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp
             .items()}  # fmt: skip
     v = confirm(more)
     assert v["paired"]["looks"] == 2 and v["paired"]["comparisons"] == 2
-    assert "tested after 2 confirmation rounds" in format_verdict(v)
+    assert "times 2, the 2 confirmation tests shown so far" in format_verdict(v)
+    assert v["confirmation_runs"]["0"][str(CONFIRM_SEED + 4)] == [0.852, pytest.approx(0.853)]
     # on the confirmation seeds the baseline is lower: that is the verdict, whatever the
     # choosing seeds said
     v = confirm({"0": more["baseline:dlrm"], "baseline:dlrm": more["0"]})
     assert not v["search_lower"] and v["outcome"] == "baseline_wins"
+    # a confirmation seed that went nan/inf is the trial's outcome (its mean inf): it fell
+    # back to the choosing seeds' test, which said the search wins, "no test yet"
+    v = confirm({"0": [*means["0"][:3], math.inf], "baseline:dlrm": means["baseline:dlrm"]})
+    assert v["confirmed"] and v["outcome"] == "baseline_wins"
+    assert "went nan or inf" in format_verdict(v)
+    # an interrupted confirmation: `status` sent its runs to `ranknas reevaluate`
+    study.set_user_attr("confirmation_pending", {"0": {str(CONFIRM_SEED + 9): [0.85, 0.85]}})
+    assert main(["status", "recorded", "--storage", url]) == 0
+    said = capsys.readouterr().out
+    assert "1 run of a confirmation that has not finished (`ranknas confirm`)" in said
+    assert "re-evaluation that has not finished" not in said
+
+
+def test_a_confirmed_test_is_a_look_once_whichever_round_shows_it(tmp_path):
+    """A selection round that paired one confirmation's trial with another's baseline
+    showed a test no round counted; a pair confirmed, left and chosen again showed the one
+    already counted."""
+    from nas.reevaluate import CONFIRM_SEED, _count_confirmation_look
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    means = {"0": [0.852, 0.853, 0.853, 0.852], "1": [0.854, 0.855, 0.856, 0.855],
+             "baseline:dlrm": [0.855, 0.856, 0.854, 0.856],
+             "baseline:dcnv2": [0.857, 0.858, 0.856, 0.858]}  # fmt: skip
+    bases = {"dlrm": (0.855, 0.5), "dcnv2": (0.857, 0.5)}
+    study = recorded_study(url, TRIALS, baselines=bases, reevaluation=means)
+    # confirmed earlier: trial 0 against dcnv2, and trial 1 against dlrm
+    study.set_user_attr("confirmation", _runs({"0": means["0"], "baseline:dcnv2": means["0"],
+                                               "1": means["1"], "baseline:dlrm": means["1"]},
+                                              CONFIRM_SEED))  # fmt: skip
+    shown = [["0", "dcnv2", 4], ["1", "dlrm", 4]]
+    study.set_user_attr("confirmation_looks", {"count": 2, "tested": shown[1], "shown": shown})
+    v = verdict(study)  # the seed means choose trial 0 and dlrm: a pair never tested
+    assert v["confirmed"] and [v["best_trial"]["trial"], v["best_baseline"]["baseline"]] == [
+        0, "dlrm"]  # fmt: skip
+    _count_confirmation_look(study)  # as after any round, a selection round too
+    assert verdict(study)["paired"]["looks"] == 3
+    _count_confirmation_look(study)  # the same test again: no more
+    assert verdict(study)["paired"]["looks"] == 3
 
 
 def test_another_pair_s_confirmation_is_not_the_verdict_s_test(tmp_path):
@@ -685,9 +723,8 @@ def test_another_pair_s_confirmation_is_not_the_verdict_s_test(tmp_path):
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)}, reevaluation=means)
     study.set_user_attr("confirmation", _runs({"1": means["1"], "baseline:dlrm": means["0"]},
                                               CONFIRM_SEED))  # fmt: skip
-    study.set_user_attr("confirmation_looks", {"count": 1, "tested": ["1", "dlrm", 4]})
     v = verdict(study)
     assert not v["confirmed"] and v["paired"]["comparisons"] == 2
-    assert v["confirmation_unused"] == {"pair": ["1", "dlrm"]}
+    assert v["confirmation_unused"] == {"pair": ["1", "dlrm"]}  # from the runs recorded
     assert ("confirmation runs: of trial 1 and baseline dlrm, not the verdict's pair now"
             in format_verdict(v))  # fmt: skip

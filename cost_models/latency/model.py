@@ -95,7 +95,7 @@ def measure_latency(
         train_ms = _median_ms(train_step, device, warmup, repeats)
         dense_ms = None
         if dense:
-            step = _dense_step(model, dense_x, sparse, labels)
+            (step,) = _dense_steps([arch], batch_size, device)
             dense_ms = _median_ms(step, device, warmup, repeats)
     return Latency(forward_ms, train_ms, batch_size, _device_label(device, threads), dense_ms)
 
@@ -142,7 +142,7 @@ def _dense_steps(
     """The dense part's training step of each built architecture (`_dense_step`)."""
     steps = []
     for arch in archs:
-        model, dense, sparse, labels = _example(arch, batch_size, device)
+        model, dense, sparse, labels = _example(arch, batch_size, device, small_tables=True)
         model.train()
         steps.append(_dense_step(model, dense, sparse, labels))
     return steps
@@ -163,14 +163,15 @@ def _dense_step(model, dense: torch.Tensor, sparse, labels: torch.Tensor) -> Cal
     return step
 
 
-def _example(arch: Architecture, batch_size: int, device: torch.device):
+def _example(arch: Architecture, batch_size: int, device: torch.device, small_tables: bool = False):
     """The built model (seed 0) and a batch of `example_batch` with labels, on `device`;
-    its tables cut to `TIMED_ROWS` rows: the dense part meets pooled embeddings of the same
-    shape from any table, and a production table (10^9 rows, tens of GB) would be allocated,
-    or fail to be, only to be timed around."""
-    small = tuple(replace(f, num_embeddings=min(f.num_embeddings, TIMED_ROWS))
-                  for f in arch.embedding.features)  # fmt: skip
-    arch = replace(arch, embedding=replace(arch.embedding, features=small))
+    `small_tables`: each table cut to `TIMED_ROWS` rows, for the dense part's step alone,
+    which meets pooled embeddings of the same shape from any table (a production table, 10^9
+    rows and tens of GB, was allocated, or failed to be, only to be timed around)."""
+    if small_tables:
+        small = tuple(replace(f, num_embeddings=min(f.num_embeddings, TIMED_ROWS))
+                      for f in arch.embedding.features)  # fmt: skip
+        arch = replace(arch, embedding=replace(arch.embedding, features=small))
     model = build_model(arch, seed=0, device=device)
     dense, sparse = example_batch(arch, batch_size)
     labels = torch.randint(0, 2, (batch_size,), generator=torch.Generator().manual_seed(0))

@@ -72,11 +72,13 @@ def _model_card(
 def _plan_section(plan: Mapping[str, Any]) -> str:
     """Where the study's plan put the tables, for a study that predicted no step time."""
     devices, hosts = plan["num_devices"], plan.get("hosts", 1)
+    lookups = plan.get("predicted_embedding_step_ms")
+    only = "" if lookups is None else f", only its busiest device's lookups: {lookups:.3f} ms"
     return (f"## Sharding on the study's cluster\n\nTables placed by the {plan['method']} "
             f"sharder on {devices} devices over {hosts} host{'s' * (hosts != 1)} "
             "(`sharding_plan.json`: the plan, and the torchrec `ShardingPlan` it makes for "
-            "`embedding_bags`); no step time was predicted (the study's cost was not "
-            "step_ms).")  # fmt: skip
+            "`embedding_bags`); no training step time was predicted (the study's cost was "
+            f"not step_ms){only}.")  # fmt: skip
 
 
 def _step_section(step: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:

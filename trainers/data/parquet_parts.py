@@ -32,6 +32,11 @@ def parquet_parts(path: Path) -> list[tuple[Path, dict[str, str]]]:
     )
     if not files:
         raise RanknasError(f"{path}: no .parquet files in this directory (or its subdirectories)")
+    if stray := next((f for f in files for folder in f.relative_to(path).parts[:-1]
+                      if "=" not in folder), None):  # fmt: skip
+        raise RanknasError(f"{path}: {stray.relative_to(path).parent}/ holds Parquet files but "
+                           "is no partition folder (name=value): move it out of the data set, "
+                           "or give the directory of one data set")  # fmt: skip
     parts = [(file, _partition_values(file.relative_to(path))) for file in files]
     keys = {tuple(values) for _, values in parts}
     if len(keys) > 1:
@@ -56,24 +61,49 @@ def _partition_values(relative: Path) -> dict[str, str]:
     return values
 
 
-def file_columns(file: Path) -> list[str]:
-    """The column names stored in one Parquet file."""
+def _schema(file: Path) -> Any:
+    """One Parquet file's Arrow schema."""
     import pyarrow.parquet as pq
 
     try:
-        return list(pq.read_schema(file).names)
+        return pq.read_schema(file)
     except (OSError, ValueError) as exc:  # pyarrow.ArrowInvalid derives from ValueError
         raise RanknasError(f"{file}: cannot read the Parquet file ({exc})") from None
 
 
 def header(path: Path) -> list[str]:
-    """The data set's columns: its first file's, then the partition columns."""
-    (first, values), *_ = parquet_parts(path)
-    stored = file_columns(first)
-    if clash := [key for key in values if key in stored]:
-        raise RanknasError(f"{first}: column(s) {clash} both in the file and in its directory "
-                           "names (partitions); rename one of them")  # fmt: skip
-    return [*stored, *values]
+    """The data set's columns (`columns`)."""
+    return columns(parquet_parts(path))
+
+
+def columns(parts: list[tuple[Path, dict[str, str]]]) -> list[str]:
+    """The columns of the files `parts`, the first file's first, then the partition
+    columns: a column only some files lack is theirs to lack (`check_files`), not a
+    schema's misspelling."""
+    check_files(parts[:1], [])  # a column both in it and in its folder names: said as such
+    names = {name: None for file, _ in parts for name in _schema(file).names}
+    return [*names, *parts[0][1]]
+
+
+def check_files(parts: list[tuple[Path, dict[str, str]]], columns: list[str]) -> None:
+    """Every file has `columns` (those its folders do not give), with the first file's
+    types, and no column that its folder names give too."""
+    first = None
+    for file, values in parts:
+        schema = _schema(file)
+        if clash := [key for key in values if key in schema.names]:
+            raise RanknasError(f"{file}: column(s) {clash} both in the file and in its "
+                               "directory names (partitions); rename one of them")  # fmt: skip
+        stored = [c for c in columns if c not in values]
+        if missing := [c for c in stored if c not in schema.names]:
+            raise RanknasError(f"{file}: no column(s) {missing}; the files of one data set "
+                               "need the same columns")  # fmt: skip
+        first = first or (file, schema)
+        for column in stored:
+            if (kind := schema.field(column).type) != (was := first[1].field(column).type):
+                raise RanknasError(f"{file}: column {column!r} is {kind} here but {was} in "
+                                   f"{first[0]}; the files of one data set need the same "
+                                   "schema")  # fmt: skip
 
 
 def read_frame(path: Path, columns: list[str] | None) -> Any:
@@ -84,15 +114,11 @@ def read_frame(path: Path, columns: list[str] | None) -> Any:
 
     parts = parquet_parts(path)
     wanted = columns if columns is not None else header(path)
+    check_files(parts, wanted)
     frames = []
     for file, values in parts:
-        stored = [c for c in wanted if c not in values]
-        if missing := [c for c in stored if c not in file_columns(file)]:
-            first = parts[0][0].relative_to(path)
-            raise RanknasError(f"{file}: no column(s) {missing}; the files of one data set "
-                               f"need the same columns (the first, {first}, has them)")  # fmt: skip
         try:
-            frame = pq.read_table(file, columns=stored).to_pandas()
+            frame = pq.read_table(file, columns=[c for c in wanted if c not in values]).to_pandas()
         except (OSError, ValueError) as exc:
             raise RanknasError(f"{file}: cannot read the Parquet file ({exc})") from None
         for key, value in values.items():

@@ -26,7 +26,7 @@ from search_space.schema import DatasetSchema
 from trainers.data import criteo, tabular
 from trainers.data.compressed import damaged_as_user_error, open_data
 from trainers.data.encoding import hashed_ids
-from trainers.data.parquet_parts import parquet_parts
+from trainers.data.parquet_parts import check_files, columns, parquet_parts
 from trainers.data.report import MAX_EXAMPLES, BadRowLimits, BadRowReport
 from trainers.data.tabular import (
     PARQUET_SUFFIXES,
@@ -163,10 +163,11 @@ class ParquetSource(Source):
     ) -> None:
         super().__init__(limits, chunk_rows)
         self.name, self.spec = str(path), spec
-        self.files, self.partitions = zip(*_parquet_parts(path), strict=True)
-        self.partition_of = dict(zip(self.files, self.partitions, strict=True))
+        parts = _parquet_parts(path)
+        _check_schemas(path, parts, spec)
+        self.files = [file for file, _ in parts]
+        self.partition_of = dict(parts)
         self.readers = [_open_parquet(f) for f in self.files]
-        _check_schemas(self.files, self.readers, spec, self.partitions[0])
         self.sizes = [r.metadata.num_rows for r in self.readers]
         self.rows = sum(self.sizes)
 
@@ -273,21 +274,12 @@ def _open_parquet(file: Path) -> Any:
 
 
 def _check_schemas(
-    files: list[Path], readers: list[Any], spec: TabularSchema, partitions: dict[str, str]
+    path: Path, parts: list[tuple[Path, dict[str, str]]], spec: TabularSchema
 ) -> None:
-    """Every file has the schema's columns (those not its `partitions`), with the first
-    file's types."""
-    first = readers[0].schema_arrow
-    for file, reader in zip(files, readers, strict=True):
-        arrow = reader.schema_arrow
-        tabular._check_columns(spec, file, [*arrow.names, *partitions])
-        for column in (c for c in spec.columns if c not in partitions):
-            if arrow.field(column).type != first.field(column).type:
-                raise RanknasError(
-                    f"{file}: column {column!r} is {arrow.field(column).type} here but "
-                    f"{first.field(column).type} in {files[0]}; the files of one data set "
-                    "need the same schema"
-                )
+    """The schema's columns are the data set's (`path`: a file, or its directory); every
+    file has them, with the first file's types (`parquet_parts.check_files`)."""
+    tabular._check_columns(spec, path, columns(parts))
+    check_files(parts, spec.columns)
 
 
 def _row_groups(reader: Any, lo: int, hi: int) -> Iterator[tuple[int, int]]:

@@ -39,6 +39,8 @@ def check_capacity(
     footprint = footprint or (lambda t: t.size_bytes)
     capacity = int(topology.memory_bytes * (1 - reserved))
     kept = f" (this method keeps {reserved:.0%} of each device back)" if reserved else ""
+    if footprint is not None:
+        kept = kept.removesuffix(")") + " and counts each table with its input and output buffers)"
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:  # first: no cutting helps then
         shortfall = total - capacity * topology.num_devices
@@ -51,7 +53,7 @@ def check_capacity(
         )
     too_big = [] if cut else [t for t in tables if footprint(t) > capacity]
     if too_big:
-        listed = ", ".join(f"{t.name} ({gib(t.size_bytes)} GiB)" for t in too_big[:10])
+        listed = ", ".join(f"{t.name} ({gib(footprint(t))} GiB)" for t in too_big[:10])
         more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
         largest = max(footprint(t) for t in too_big)
         columns = _by_columns(too_big, topology.memory_bytes)

@@ -70,13 +70,13 @@ class TorchrecPlanner(Sharder):
         return make_plan(assignment, tables, topology.num_devices, self.name, splits)
 
     def _footprint(self, table: TableSpec, topology: Topology) -> float:
-        """A table-wise shard's bytes as torchrec's storage estimator counts them: its rows,
-        its pooled output twice (forward and gradient) at the per-rank batch, and every
-        rank's ids (int64); a bound said from the rows alone fell short by these."""
-        per_rank = max(1, self.batch_size // topology.num_devices)
-        output = 2 * per_rank * table.embedding_dim * DTYPE_BYTES[table.dtype]
-        ids = per_rank * topology.num_devices * table.pooling_factor * 8
-        return table.size_bytes + output + ids
+        """A table-wise shard's bytes as torchrec's storage estimator counts them (without a
+        pipeline): its rows, and every rank's batch of its ids (int64) and of its pooled
+        output (at the table's dtype); a bound said from the rows alone fell short by these."""
+        world_batch = max(1, self.batch_size // topology.num_devices) * topology.num_devices
+        ids = world_batch * table.pooling_factor * 8
+        output = world_batch * min(1.0, table.pooling_factor) * table.embedding_dim
+        return table.size_bytes + ids + output * DTYPE_BYTES[table.dtype]
 
 
 def _column_ranks(table: TableSpec, sharding: ParameterSharding) -> list[int]:
