@@ -517,3 +517,22 @@ def test_a_first_file_without_a_column_is_blamed_not_the_schema(shop, stream):
                                       + "time: ds\n")  # fmt: skip
     with pytest.raises(RanknasError, match=r"column\(s\) \['prize'\] not in .*Fix the names"):
         load_tabular(hive, shop / "schema.yaml")
+
+
+def test_a_time_split_that_cannot_fall_between_days_says_so(shop, caplog):
+    """Three days of logs in folders per country: the boundaries could not fall between
+    days, and the test split became one country's rows, unannounced."""
+    table = shop_table(ROWS).drop_columns(["slot", "country"])
+    for k, country in enumerate(("de", "fr", "us")):
+        for d in range(3):
+            folder = shop / "days" / f"ds=2026-12-0{d + 1}" / f"country={country}"
+            folder.mkdir(parents=True)
+            pq.write_table(table.slice((3 * k + d) * 300, 300), folder / "part-0.parquet")
+    (shop / "days.yaml").write_text("label: clicked\ndense: [row, visits, price]\n"
+                                    "categorical: [country]\ntime: ds\n")  # fmt: skip
+    data = load_tabular(shop / "days", shop / "days.yaml")
+    caplog.clear()
+    data.split(method="time")
+    assert "time column ds has 3 distinct values: the split cannot fall between two of them" in (
+        caplog.text
+    )

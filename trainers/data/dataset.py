@@ -184,6 +184,7 @@ class TabularData:
             order = np.argsort(self.time, kind="stable")
             if ties_together:
                 bounds = _at_time_changes(self.time[order], bounds)
+                _warn_split_ties(self.time[order], bounds, self.schema.time)
         elif method == "time":
             raise RanknasError(
                 f"split method 'time': {self.schema.name!r} has no time column; name one in "
@@ -275,6 +276,22 @@ def _at_time_changes(times: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     if np.any((np.diff(moved_edges) == 0) & (np.diff(edges) > 0)):
         return bounds
     return moved
+
+
+def _warn_split_ties(times: np.ndarray, bounds: np.ndarray, column: str | None) -> None:
+    """Say where a boundary still falls among rows of one time: a column of a few days
+    cannot be cut between days at these fractions, so one day's rows lie on both sides in
+    file order (a folder per country: the test split one country)."""
+    inside = [b for b in bounds if 0 < b < len(times) and times[b - 1] == times[b]]
+    if inside:
+        distinct = len(np.unique(times))
+        logger.warning("time column %s has %d distinct values: the split cannot fall between "
+                       "two of them at these fractions, so %d boundar%s fall%s among rows of "
+                       "one time, which keep the files' order there (a file or folder per "
+                       "country or source puts whole ones on one side); use a finer time "
+                       "column, or data.split: random", column or "time", distinct,
+                       len(inside), "y" if len(inside) == 1 else "ies",
+                       "s" if len(inside) == 1 else "")  # fmt: skip
 
 
 def check_batch_size(batch_size: object) -> None:
