@@ -874,7 +874,7 @@ def _paired_words(v: dict[str, Any]) -> str:
                  "nothing")  # fmt: skip
     elif unused:
         line += "\nconfirmation runs: under two seeds both sides have, no test yet"
-    elif not paired.get("confirmed") and p is not None and paired["p_single"] < SIGNIFICANCE <= p:
+    elif not paired.get("confirmed") and (paired.get("p_single") or 1) < SIGNIFICANCE <= (p or 0):
         # beyond the noise on the choosing seeds, within it once they are counted
         line += ("\n(`ranknas confirm CONFIG` tests this pair on seeds that chose nothing, "
                  "without the choice's correction)")  # fmt: skip
@@ -891,8 +891,7 @@ def _correction_words(paired: dict[str, Any]) -> str:
     if paired["chosen_from"] > 1:
         why.append(f"chosen among {paired['chosen_from']} {paired['among']} by seed mean")
     if paired["looks"] > 1 and paired.get("confirmed"):
-        why.append(f"the {paired['looks']} confirmation tests shown so far (each pair and "
-                   "seed count once, this one's among them)")  # fmt: skip
+        why.append(f"for the {paired['looks']} confirmation tests shown so far")
     elif paired["looks"] > 1:
         why.append(f"tested after {paired['looks']} rounds of seeds")
     return (f"p={p_text(single)}; times {paired['comparisons']}, {' and '.join(why)} "

@@ -666,7 +666,7 @@ def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp
             .items()}  # fmt: skip
     v = confirm(more)
     assert v["paired"]["looks"] == 2 and v["paired"]["comparisons"] == 2
-    assert "times 2, the 2 confirmation tests shown so far" in format_verdict(v)
+    assert "times 2, for the 2 confirmation tests shown so far (Bonferroni" in format_verdict(v)
     assert v["confirmation_runs"]["0"][str(CONFIRM_SEED + 4)] == [0.852, pytest.approx(0.853)]
     # on the confirmation seeds the baseline is lower: that is the verdict, whatever the
     # choosing seeds said
