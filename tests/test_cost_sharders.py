@@ -64,8 +64,9 @@ def test_table_larger_than_a_device(sharders, method):
         assert "huge (4.77 GiB) do not fit on one device of 4.00 GiB (this method keeps 15% of" \
                " each device back and counts each table with its input and output buffers) " \
                "(short by 1.37 GiB): raise --memory-gb to at least 5.62" in message  # fmt: skip
-    else:
-        assert "huge (4.77 GiB)" in message and "short by 0.768 GiB" in message
+    else:  # the heuristics count the rows alone: said so (torchrec's words leaked in)
+        assert "huge (4.77 GiB) do not fit on one device of 4.00 GiB (short by 0.768 GiB)" \
+               in message  # fmt: skip
     # on one device no cut helps: told to add devices or memory, not to try rl
     with pytest.raises(RanknasError, match=r"add devices or raise --memory-gb$") as info:
         sharders[method].plan([*TABLES[:5], huge], Topology(1, memory_bytes=4 * GIB))

@@ -36,11 +36,11 @@ def check_capacity(
     torchrec_cw by columns), or all of them together, cannot fit in what the sharder uses of
     each device (`reserved`: the share it keeps back, torchrec's 15%; `footprint`: a table's
     bytes as the sharder counts them, default its rows)."""
-    footprint = footprint or (lambda t: t.size_bytes)
-    capacity = int(topology.memory_bytes * (1 - reserved))
     kept = f" (this method keeps {reserved:.0%} of each device back)" if reserved else ""
     if footprint is not None:
         kept = kept.removesuffix(")") + " and counts each table with its input and output buffers)"
+    footprint = footprint or (lambda t: t.size_bytes)
+    capacity = int(topology.memory_bytes * (1 - reserved))
     total = sum(t.size_bytes for t in tables)
     if total > capacity * topology.num_devices:  # first: no cutting helps then
         shortfall = total - capacity * topology.num_devices
