@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -722,7 +723,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.reevaluate import reevaluate_study
-    from nas.storage import load_study, redact
+    from nas.storage import redact
 
     config = load_config(args.config)
     if args.no_mlflow:
@@ -734,16 +735,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
           f"with {args.seeds} fresh seed{'s' if args.seeds != 1 else ''} each")  # fmt: skip
     table = reevaluate_study(config, args.top, args.seeds, bars.write, args.baselines,
                              args.front)  # fmt: skip
-    print()
-    print(leaderboard.format_reevaluation(table))
-    study = load_study(config.name, config.storage)
-    logger = _logger(config)
-    if logger is not None:
-        log_reevaluation(logger, study, table, config)
-    summarize_study(logger, study, leaderboard.rows(study), config.study_dir)
-    if logger is not None:
-        flush(logger, config)
-    print_comparison(study)
+    study = _report_round(config, table, lambda logger, study: log_reevaluation(
+        logger, study, table, config))  # fmt: skip
     best = leaderboard.study_best(study)
     reason = None if best else leaderboard.no_best_reason(study)
     print(f"best: {leaderboard.describe_best(best) if best else f'none: {reason}'}")
@@ -756,7 +749,6 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from nas import leaderboard
     from nas.config import load_config
     from nas.reevaluate import confirm_study
-    from nas.storage import load_study
 
     config = load_config(args.config)
     if args.no_mlflow:
@@ -764,18 +756,32 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     print(f"study {config.name!r}: confirming the verdict's pair on {args.seeds} seeds each "
           "(those recorded reused)")  # fmt: skip
     table = confirm_study(config, args.seeds, bars.write)
+
+    def log(logger, study) -> None:
+        start_study_run(logger, config, study)
+        logger.log_study_summary(artifacts={"confirmation.csv": leaderboard.to_csv(table)})
+
+    _report_round(config, table, log)
+    return 0
+
+
+def _report_round(config, table: list[dict], log: Callable[[Any, Any], None]):
+    """After a round of retrains (`reevaluate`, `confirm`): its table, its MLflow record
+    (`log(logger, study)`, with MLflow on), the study's summary and comparison; the study."""
+    from nas import leaderboard
+    from nas.storage import load_study
+
     print()
     print(leaderboard.format_reevaluation(table))
     study = load_study(config.name, config.storage)
     logger = _logger(config)
     if logger is not None:
-        start_study_run(logger, config, study)
-        logger.log_study_summary(artifacts={"confirmation.csv": leaderboard.to_csv(table)})
+        log(logger, study)
     summarize_study(logger, study, leaderboard.rows(study), config.study_dir)
     if logger is not None:
         flush(logger, config)
     print_comparison(study)
-    return 0
+    return study
 
 
 def export_hint(study, storage: str) -> str:

@@ -516,7 +516,7 @@ def confirmation(
     if len(shared) < 2:
         return None
     paired = corrected(paired_seeds(study, found, key, StudyAttr.CONFIRMATION), 1,
-                       "confirmation", looks(study, StudyAttr.CONFIRMATION_LOOKS))  # fmt: skip
+                       "confirmation", len(confirmation_tests(study)))  # fmt: skip
     if paired is not None:
         paired |= {"confirmed": True}
     return _over_seeds(best, a, shared), _over_seeds(base, b, shared), paired, len(shared)
@@ -547,10 +547,10 @@ def _confirmation_unused(
     if not study.user_attrs.get(StudyAttr.CONFIRMATION):
         return None
     others = [p for p in confirmed_pairs(study) if p != [str(best["trial"]), base["baseline"]]]
-    tested = (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("tested")
+    last = [test[:2] for test in confirmation_tests(study)[-1:]]
     if not others:
         return {"pair": None}
-    return {"pair": tested[:2] if tested and tested[:2] in others else others[-1]}
+    return {"pair": last[0] if last and last[0] in others else others[-1]}
 
 
 def why_no_verdict(study: optuna.Study) -> str:
@@ -684,18 +684,22 @@ def corrected(
                      "among": among, "looks": look_count}  # fmt: skip
 
 
-def looks(study: optuna.Study, attr: str = StudyAttr.REEVALUATION_LOOKS) -> int:
+def looks(study: optuna.Study) -> int:
     """How many rounds of re-evaluation runs changed the verdict's paired test: the times it
-    was tested on seed means (`reevaluate._count_look`; `attr`: the confirmation's looks
-    where `StudyAttr.CONFIRMATION_LOOKS`). A study re-evaluated before they were counted: 1,
-    and its next round one more whatever it changed (its last test is not known)."""
-    counted = study.user_attrs.get(attr)
+    was tested on seed means (`reevaluate._count_look`). A study re-evaluated before they
+    were counted: 1, and its next round one more whatever it changed (its last test is not
+    known)."""
+    counted = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS)
     if counted is not None:
         return counted["count"]
-    if attr != StudyAttr.REEVALUATION_LOOKS:
-        return 0
     record = study.user_attrs.get(StudyAttr.REEVALUATION, {})
     return int(any(not key.startswith("baseline:") for key in record))
+
+
+def confirmation_tests(study: optuna.Study) -> list[list]:
+    """The confirmed tests the verdict has shown, [trial, baseline, seeds] each once, oldest
+    first (`reevaluate._count_confirmation_look`): how many looks at the confirmation."""
+    return (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("shown", [])
 
 
 def paired_seeds(

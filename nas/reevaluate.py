@@ -244,11 +244,12 @@ def retrain(
         looks_before = leaderboard.looks(study)
         study.set_user_attr(rounds.attr, dict(study.user_attrs.get(rounds.attr, {})) | finished)
         study.set_user_attr(rounds.pending, {k: v for k, v in pending.items() if k not in archs})
+        v = leaderboard.verdict(study) or {}
         if rounds is SELECTION:
-            _count_look(study, looks_before)
+            _count_look(study, v, looks_before)
         # either kind may show a confirmed test not seen before: a selection round that
         # pairs one confirmation's trial with another's baseline too
-        _count_confirmation_look(study)
+        _count_confirmation_look(study, v)
     return record
 
 
@@ -265,12 +266,11 @@ def _check_apart(study: optuna.Study, config: StudyConfig, rounds: Rounds, seeds
                            "(`name:`)")  # fmt: skip
 
 
-def _count_look(study: optuna.Study, looks_before: int) -> None:
-    """One more look at the verdict where this round changed its paired test on the
+def _count_look(study: optuna.Study, v: dict[str, Any], looks_before: int) -> None:
+    """One more look at the verdict `v` where this round changed its paired test on the
     choosing seeds (another pair, or more seeds both sides share): the p a user reads now,
     who may stop at it or go on (`leaderboard.corrected`). A round whose seeds the test does
     not use is none."""
-    v = leaderboard.verdict(study) or {}
     paired = v.get("selection_paired") or {}
     last = study.user_attrs.get(StudyAttr.REEVALUATION_LOOKS) or {}
     tested = last.get("tested")
@@ -281,20 +281,16 @@ def _count_look(study: optuna.Study, looks_before: int) -> None:
     study.set_user_attr(StudyAttr.REEVALUATION_LOOKS, {"count": count, "tested": tested})
 
 
-def _count_confirmation_look(study: optuna.Study) -> None:
-    """The verdict's confirmed test, where it is one not shown before, counted as a look at
-    the confirmation: each distinct [trial, baseline, seeds] once (a pair confirmed, left
+def _count_confirmation_look(study: optuna.Study, v: dict[str, Any]) -> None:
+    """The verdict `v`'s confirmed test, where it is one not shown before, counted as a look
+    at the confirmation: each distinct [trial, baseline, seeds] once (a pair confirmed, left
     and chosen again shows the test already counted)."""
-    v = leaderboard.verdict(study) or {}
     paired = v.get("paired") or {}
     if not paired.get("confirmed") or paired.get("p_single") is None:
         return
     test = [str(v["best_trial"]["trial"]), v["best_baseline"]["baseline"], paired["seeds"]]
-    shown = (study.user_attrs.get(StudyAttr.CONFIRMATION_LOOKS) or {}).get("shown", [])
-    if test not in shown:
-        shown = [*shown, test]
-        study.set_user_attr(StudyAttr.CONFIRMATION_LOOKS,
-                            {"count": len(shown), "tested": test, "shown": shown})  # fmt: skip
+    if test not in (shown := leaderboard.confirmation_tests(study)):
+        study.set_user_attr(StudyAttr.CONFIRMATION_LOOKS, {"shown": [*shown, test]})
 
 
 def _merged(

@@ -74,7 +74,7 @@ class StudyAttr(StrEnum):
     # test, and the last one's [trial, baseline, seeds] (`reevaluate._count_look`)
     REEVALUATION_LOOKS = "reevaluation_looks"
     # `ranknas confirm`: the verdict's pair retrained on seeds that chose nothing, its
-    # pending runs, its looks ({count, tested}, as above)
+    # pending runs, its looks ({shown: the confirmed tests shown, [trial, baseline, seeds]})
     CONFIRMATION = "confirmation"
     CONFIRMATION_PENDING = "confirmation_pending"
     CONFIRMATION_LOOKS = "confirmation_looks"

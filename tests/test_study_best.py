@@ -479,7 +479,7 @@ def test_a_look_is_a_round_that_changed_the_verdict_s_paired_test(tmp_path):
         study.set_user_attr("reevaluation", {k: {str(10_000 + i): [ne, ne + 0.001]
                                                  for i, ne in enumerate(seeds)}
                                              for k, seeds in means.items()})  # fmt: skip
-        _count_look(study, looked)
+        _count_look(study, verdict(study) or {}, looked)
         return looks(study)
 
     study = recorded_study(url, TRIALS, baselines={"dlrm": (0.855, 0.5)})
@@ -646,7 +646,7 @@ def test_a_confirmation_tests_the_verdict_s_pair_on_seeds_that_chose_nothing(tmp
 
     def confirm(record):  # what `ranknas confirm` publishes, then counts
         study.set_user_attr("confirmation", _runs(record, CONFIRM_SEED))
-        _count_confirmation_look(study)
+        _count_confirmation_look(study, verdict(study))
         return verdict(study)
 
     v = confirm({"0": means["0"], "baseline:dlrm": means["baseline:dlrm"]})
@@ -706,9 +706,9 @@ def test_a_confirmed_test_is_a_look_once_whichever_round_shows_it(tmp_path):
     v = verdict(study)  # the seed means choose trial 0 and dlrm: a pair never tested
     assert v["confirmed"] and [v["best_trial"]["trial"], v["best_baseline"]["baseline"]] == [
         0, "dlrm"]  # fmt: skip
-    _count_confirmation_look(study)  # as after any round, a selection round too
+    _count_confirmation_look(study, verdict(study))  # as after any round, a selection round too
     assert verdict(study)["paired"]["looks"] == 3
-    _count_confirmation_look(study)  # the same test again: no more
+    _count_confirmation_look(study, verdict(study))  # the same test again: no more
     assert verdict(study)["paired"]["looks"] == 3
 
 
