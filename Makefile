@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow and not timing"
 
 # The browser check (a slow test, and `make screenshots`) drives Debian's chromium with
 # Playwright: installs both where they are missing (apt-get needs root).

@@ -58,6 +58,10 @@ def judged_maxes(plans, devices: int, rounds: int = 5) -> list[float]:
     ]
 
 
+# Alone it passed 12 of 12 runs; after any `shard plan` test in the same process it kept no
+# move in about 1 run of 6 (two whole-suite runs of 2026-12-07 failed on it), whatever test it
+# was: the first round's timings, not the search, decide.
+@pytest.mark.timing
 def test_timed_moves_bring_a_lopsided_plan_down_and_keep_the_pinned_units(net):
     topology = Topology(4, memory_bytes=int(0.5 * sum(t.size_bytes for t in TABLES)))
     start = [0, 1, *([0] * 5), *([1] * 5)]  # two devices idle; the first two units pinned
